@@ -1,0 +1,701 @@
+// sprig/core/padded_csr.hpp — PaddedCSR<T, Index>: CSR with per-row slack so that the
+// sparsity pattern can change in O(1).
+//
+// Layout (six arrays):
+//   values[cap], col_indices[cap]   slot storage; padding slots hold value 0 and column -1
+//   row_start[M], row_nnz[M], row_capacity[M]
+//   topology_version                bumped by every structural change
+// Invariant: row i owns slots [row_start[i], row_start[i] + row_capacity[i]); its live
+// slots are the first row_nnz[i] of them, in no particular column order; padding follows.
+// Row regions never overlap, but need not be in row order (a row that outgrows its capacity
+// is relocated to the end of storage), so a row's length is never derived from its
+// neighbour's start. Slots owned by no row ("dead", left behind by relocation) also hold
+// 0 / -1; compact() reclaims them.
+//
+// Every structural operation takes an optional SlotLog* and records there how slots moved,
+// so per-slot state (gradients, optimizer moments) can follow its weight.
+#pragma once
+
+#include <type_traits>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+#include "aligned_allocator.hpp"
+#include "concepts.hpp"
+#include "config.hpp"
+#include "error.hpp"
+#include "matrix.hpp"
+#include "rng.hpp"
+#include "slot_log.hpp"
+
+namespace sprig {
+
+inline constexpr double kDefaultPaddingRatio = 0.2;
+
+namespace detail {
+// Grants kernels that build a PaddedCSR in linear time (transpose) access to the arrays.
+struct PaddedCSRAccess;
+}  // namespace detail
+
+// A tight CSR export: row_ptr has rows + 1 entries, columns sorted within each row.
+template <Value T, ColumnIndex Index>
+struct CSRArrays {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<std::int64_t> row_ptr;
+  std::vector<Index> col_indices;
+  std::vector<T> values;
+};
+
+// Bytes owned by a PaddedCSR, by array (allocated capacity, so what the process really holds).
+struct PaddedCSRMemory {
+  std::int64_t values = 0;
+  std::int64_t col_indices = 0;
+  std::int64_t row_arrays = 0;  // row_start + row_nnz + row_capacity
+  std::int64_t object = 0;      // the PaddedCSR object itself
+  std::int64_t total() const noexcept { return values + col_indices + row_arrays + object; }
+};
+
+template <Value T, ColumnIndex Index>
+class PaddedCSR {
+public:
+  using value_type = T;
+  using index_type = Index;
+  static constexpr Index kPadding = Index(-1);
+
+  // ---- construction -------------------------------------------------------------------
+
+  PaddedCSR() = default;
+
+  // An all-empty rows x cols matrix; each row gets capacity max(1, 0) = 1 slot.
+  PaddedCSR(std::int64_t rows, std::int64_t cols, double padding_ratio = kDefaultPaddingRatio) {
+    init_shape("PaddedCSR", rows, cols, padding_ratio);
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
+    layout_from_counts(counts);
+  }
+
+  // Keeps every entry with |x| > threshold (NaN is kept: it is not <= threshold).
+  static PaddedCSR from_dense(std::type_identity_t<ConstMatrixView<T>> dense, T threshold = T(0),
+                              double padding_ratio = kDefaultPaddingRatio) {
+    if (!(threshold >= T(0)))
+      throw ArgumentError(detail::message("PaddedCSR::from_dense: threshold ", threshold, " must be >= 0"));
+    PaddedCSR m;
+    m.init_shape("PaddedCSR::from_dense", dense.rows(), dense.cols(), padding_ratio);
+    auto keep = [threshold](T x) { return !(std::abs(x) <= threshold); };
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(m.rows_), 0);
+    for (std::int64_t i = 0; i < m.rows_; ++i)
+      counts[i] = std::count_if(dense.row(i), dense.row(i) + m.cols_, keep);
+    m.layout_from_counts(counts);
+    for (std::int64_t i = 0; i < m.rows_; ++i) {
+      std::int64_t s = m.row_start_[i];
+      for (std::int64_t j = 0; j < m.cols_; ++j)
+        if (keep(dense(i, j))) m.put(s++, static_cast<Index>(j), dense(i, j));
+    }
+    m.nnz_ = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+    return m;
+  }
+
+  // From CSR arrays: row_ptr (rows + 1, non-decreasing, starting at 0), columns and values
+  // (row_ptr[rows] each). Columns may be unsorted within a row (they are sorted);
+  // out-of-range or duplicate columns are rejected.
+  template <std::integral I>
+  static PaddedCSR from_csr(std::int64_t rows, std::int64_t cols, std::span<const std::int64_t> row_ptr,
+                            std::span<const I> col_indices, std::span<const T> values,
+                            double padding_ratio = kDefaultPaddingRatio) {
+    const char* fn = "PaddedCSR::from_csr";
+    PaddedCSR m;
+    m.init_shape(fn, rows, cols, padding_ratio);
+    if (std::ssize(row_ptr) != rows + 1)
+      throw ShapeError(detail::message(fn, ": row_ptr has ", row_ptr.size(), " entries, expected rows + 1 = ", rows + 1));
+    if (row_ptr[0] != 0) throw ArgumentError(detail::message(fn, ": row_ptr[0] is ", row_ptr[0], ", expected 0"));
+    for (std::int64_t i = 0; i < rows; ++i)
+      if (row_ptr[i + 1] < row_ptr[i])
+        throw ArgumentError(detail::message(fn, ": row_ptr decreases at row ", i, " (", row_ptr[i], " > ", row_ptr[i + 1], ")"));
+    const std::int64_t nnz = row_ptr[rows];
+    if (std::ssize(col_indices) != nnz || std::ssize(values) != nnz)
+      throw ShapeError(detail::message(fn, ": row_ptr[rows] = ", nnz, " but col_indices has ", col_indices.size(),
+                                       " and values has ", values.size(), " entries"));
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows));
+    for (std::int64_t i = 0; i < rows; ++i) counts[i] = row_ptr[i + 1] - row_ptr[i];
+    m.layout_from_counts(counts);
+    std::vector<std::pair<std::int64_t, T>> row;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      row.clear();
+      for (std::int64_t p = row_ptr[i]; p < row_ptr[i + 1]; ++p) row.emplace_back(static_cast<std::int64_t>(col_indices[p]), values[p]);
+      m.fill_row_checked(fn, i, row);
+    }
+    m.nnz_ = nnz;
+    return m;
+  }
+
+  // From COO triplets in any order; out-of-range or duplicate (row, col) pairs are rejected.
+  template <std::integral I, std::integral J>
+  static PaddedCSR from_coo(std::int64_t rows, std::int64_t cols, std::span<const I> row_indices,
+                            std::span<const J> col_indices, std::span<const T> values,
+                            double padding_ratio = kDefaultPaddingRatio) {
+    const char* fn = "PaddedCSR::from_coo";
+    PaddedCSR m;
+    m.init_shape(fn, rows, cols, padding_ratio);
+    const auto n = std::ssize(values);
+    if (std::ssize(row_indices) != n || std::ssize(col_indices) != n)
+      throw ShapeError(detail::message(fn, ": row_indices, col_indices and values have ", row_indices.size(), ", ",
+                                       col_indices.size(), " and ", n, " entries; they must agree"));
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
+    for (std::int64_t p = 0; p < n; ++p) {
+      const auto r = static_cast<std::int64_t>(row_indices[p]);
+      if (r < 0 || r >= rows)
+        throw ArgumentError(detail::message(fn, ": entry ", p, " has row ", r, " outside [0, ", rows, ")"));
+      ++counts[r];
+    }
+    // Bucket the entries by row (counting sort), then validate and sort each row.
+    std::vector<std::int64_t> offset(static_cast<std::size_t>(rows) + 1, 0);
+    for (std::int64_t i = 0; i < rows; ++i) offset[i + 1] = offset[i] + counts[i];
+    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+    {
+      std::vector<std::int64_t> next(offset.begin(), offset.end() - 1);
+      for (std::int64_t p = 0; p < n; ++p) order[next[static_cast<std::int64_t>(row_indices[p])]++] = p;
+    }
+    m.layout_from_counts(counts);
+    std::vector<std::pair<std::int64_t, T>> row;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      row.clear();
+      for (std::int64_t q = offset[i]; q < offset[i + 1]; ++q)
+        row.emplace_back(static_cast<std::int64_t>(col_indices[order[q]]), values[order[q]]);
+      m.fill_row_checked(fn, i, row);
+    }
+    m.nnz_ = n;
+    return m;
+  }
+
+  // Exactly nnz_per_row live entries in every row, columns uniform without replacement,
+  // values uniform in [-1, 1). Row i uses the counter-based stream (seed, i): the result
+  // depends on the seed only. Memory O(nnz + cols), never rows x cols.
+  static PaddedCSR random_per_row(std::int64_t rows, std::int64_t cols, std::int64_t nnz_per_row, std::uint64_t seed,
+                                  double padding_ratio = kDefaultPaddingRatio) {
+    const char* fn = "PaddedCSR::random_per_row";
+    PaddedCSR m;
+    m.init_shape(fn, rows, cols, padding_ratio);
+    if (nnz_per_row < 0 || nnz_per_row > cols)
+      throw ArgumentError(detail::message(fn, ": nnz_per_row ", nnz_per_row, " outside [0, cols = ", cols, "]"));
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), nnz_per_row);
+    m.layout_from_counts(counts);
+    std::vector<std::uint8_t> taken(static_cast<std::size_t>(cols), 0);
+    std::vector<std::int64_t> picked;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      CounterRng rng(seed, kInitStream, static_cast<std::uint64_t>(i));
+      sample_distinct(rng, cols, nnz_per_row, taken, picked);
+      std::int64_t s = m.row_start_[i];
+      for (std::int64_t c : picked) m.put(s++, static_cast<Index>(c), static_cast<T>(rng.uniform(-1.0, 1.0)));
+    }
+    m.nnz_ = rows * nnz_per_row;
+    return m;
+  }
+
+  // Exactly nnz_total live entries, a uniformly random subset of the rows x cols positions,
+  // values uniform in [-1, 1). Memory O(nnz), never rows x cols.
+  static PaddedCSR random_total(std::int64_t rows, std::int64_t cols, std::int64_t nnz_total, std::uint64_t seed,
+                                double padding_ratio = kDefaultPaddingRatio) {
+    const char* fn = "PaddedCSR::random_total";
+    PaddedCSR m;
+    m.init_shape(fn, rows, cols, padding_ratio);
+    const std::int64_t positions = rows * cols;
+    if (nnz_total < 0 || nnz_total > positions)
+      throw ArgumentError(detail::message(fn, ": nnz_total ", nnz_total, " outside [0, rows*cols = ", positions, "]"));
+    // Draw distinct linear positions (or the complement when denser than half): drawing
+    // uniformly with replacement and keeping first occurrences yields a uniform subset.
+    const bool complement = nnz_total > positions / 2;
+    const std::int64_t draw = complement ? positions - nnz_total : nnz_total;
+    CounterRng rng(seed, kInitStream, ~std::uint64_t{0});
+    std::unordered_set<std::int64_t> chosen;
+    chosen.reserve(static_cast<std::size_t>(draw));
+    while (std::ssize(chosen) < draw) chosen.insert(static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(positions))));
+    std::vector<std::int64_t> linear(chosen.begin(), chosen.end());
+    chosen = {};
+    std::sort(linear.begin(), linear.end());
+    if (complement) {
+      std::vector<std::int64_t> kept;
+      kept.reserve(static_cast<std::size_t>(nnz_total));
+      std::int64_t q = 0;
+      for (std::int64_t p = 0; p < positions; ++p) {
+        if (q < draw && linear[q] == p) { ++q; continue; }
+        kept.push_back(p);
+      }
+      linear.swap(kept);
+    }
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
+    for (std::int64_t p : linear) ++counts[p / cols];
+    m.layout_from_counts(counts);
+    std::int64_t q = 0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      std::int64_t s = m.row_start_[i];
+      for (std::int64_t e = 0; e < counts[i]; ++e, ++q)
+        m.put(s++, static_cast<Index>(linear[q] % cols), static_cast<T>(rng.uniform(-1.0, 1.0)));
+    }
+    m.nnz_ = nnz_total;
+    return m;
+  }
+
+  // random_total with nnz_total = round(density * rows * cols).
+  static PaddedCSR random_density(std::int64_t rows, std::int64_t cols, double density, std::uint64_t seed,
+                                  double padding_ratio = kDefaultPaddingRatio) {
+    if (!(density >= 0.0 && density <= 1.0))
+      throw ArgumentError(detail::message("PaddedCSR::random_density: density ", density, " outside [0, 1]"));
+    if (rows < 0 || cols < 0)
+      throw ShapeError(detail::message("PaddedCSR::random_density: negative shape ", rows, "x", cols));
+    return random_total(rows, cols, std::llround(density * static_cast<double>(rows) * static_cast<double>(cols)), seed,
+                        padding_ratio);
+  }
+
+  // ---- shape and accessors ------------------------------------------------------------
+
+  std::int64_t rows() const noexcept { return rows_; }
+  std::int64_t cols() const noexcept { return cols_; }
+  std::int64_t nnz() const noexcept { return nnz_; }
+  double density() const noexcept {
+    return rows_ * cols_ == 0 ? 0.0 : static_cast<double>(nnz_) / (static_cast<double>(rows_) * static_cast<double>(cols_));
+  }
+  double padding_ratio() const noexcept { return padding_ratio_; }
+  std::uint64_t topology_version() const noexcept { return topology_version_; }
+  // Total slots in storage (live + padding + dead).
+  std::int64_t storage_size() const noexcept { return std::ssize(values_); }
+  // Slots owned by no row (left behind by relocations); compact() reclaims them.
+  std::int64_t dead_slots() const noexcept { return dead_slots_; }
+
+  std::int64_t row_start(std::int64_t i) const noexcept { return row_start_[i]; }
+  std::int64_t row_nnz(std::int64_t i) const noexcept { return row_nnz_[i]; }
+  std::int64_t row_capacity(std::int64_t i) const noexcept { return row_capacity_[i]; }
+  std::span<const std::int64_t> row_starts() const noexcept { return row_start_; }
+  std::span<const std::int64_t> row_nnzs() const noexcept { return row_nnz_; }
+  std::span<const std::int64_t> row_capacities() const noexcept { return row_capacity_; }
+
+  // Values may be changed freely (that is not a topology change); columns may not.
+  std::span<T> values() noexcept { return values_; }
+  std::span<const T> values() const noexcept { return values_; }
+  std::span<const Index> col_indices() const noexcept { return col_indices_; }
+
+  // The live entries of row i: parallel spans of columns and values (unordered columns).
+  struct RowRef {
+    std::int64_t start;
+    std::span<const Index> cols;
+    std::span<T> values;
+  };
+  struct ConstRowRef {
+    std::int64_t start;
+    std::span<const Index> cols;
+    std::span<const T> values;
+  };
+  RowRef row(std::int64_t i) noexcept {
+    const auto s = static_cast<std::size_t>(row_start_[i]), n = static_cast<std::size_t>(row_nnz_[i]);
+    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n), std::span<T>(values_).subspan(s, n)};
+  }
+  ConstRowRef row(std::int64_t i) const noexcept {
+    const auto s = static_cast<std::size_t>(row_start_[i]), n = static_cast<std::size_t>(row_nnz_[i]);
+    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n), std::span<const T>(values_).subspan(s, n)};
+  }
+
+  // Calls fn(row, col, value, slot) for every live entry, rows in order.
+  template <class Fn>
+  void for_each_live(Fn&& fn) const {
+    for (std::int64_t i = 0; i < rows_; ++i)
+      for (std::int64_t s = row_start_[i], e = s + row_nnz_[i]; s < e; ++s)
+        fn(i, static_cast<std::int64_t>(col_indices_[s]), values_[s], s);
+  }
+
+  // The slot holding (row, col), or -1 if not live. O(row_nnz(row)).
+  std::int64_t find(std::int64_t row, std::int64_t col) const {
+    check_position("PaddedCSR::find", row, col);
+    return find_unchecked(row, col);
+  }
+
+  // ---- export -------------------------------------------------------------------------
+
+  void to_dense(std::type_identity_t<MatrixView<T>> out) const {
+    if (out.rows() != rows_ || out.cols() != cols_)
+      throw ShapeError(detail::message("PaddedCSR::to_dense: output is ", out.rows(), "x", out.cols(), ", matrix is ",
+                                       rows_, "x", cols_));
+    out.fill(T(0));
+    for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { out(i, c) = v; });
+  }
+  Matrix<T> to_dense() const {
+    Matrix<T> out(rows_, cols_);
+    to_dense(out.view());
+    return out;
+  }
+
+  // Tight CSR with columns sorted within each row.
+  CSRArrays<T, Index> to_csr() const {
+    CSRArrays<T, Index> out;
+    out.rows = rows_;
+    out.cols = cols_;
+    out.row_ptr.assign(static_cast<std::size_t>(rows_) + 1, 0);
+    out.col_indices.reserve(static_cast<std::size_t>(nnz_));
+    out.values.reserve(static_cast<std::size_t>(nnz_));
+    std::vector<std::int64_t> order;
+    for (std::int64_t i = 0; i < rows_; ++i) {
+      const std::int64_t s = row_start_[i];
+      order.resize(static_cast<std::size_t>(row_nnz_[i]));
+      std::iota(order.begin(), order.end(), s);
+      std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return col_indices_[a] < col_indices_[b]; });
+      for (std::int64_t q : order) {
+        out.col_indices.push_back(col_indices_[q]);
+        out.values.push_back(values_[q]);
+      }
+      out.row_ptr[i + 1] = std::ssize(out.col_indices);
+    }
+    return out;
+  }
+
+  // ---- structural changes (each bumps topology_version) ---------------------------------
+
+  // Inserts (row, col) with value; throws if it is already live or out of range.
+  // O(row_nnz) for the duplicate check, then as insert_new. Returns the new slot.
+  std::int64_t insert(std::int64_t row, std::int64_t col, T value, SlotLog* log = nullptr) {
+    check_position("PaddedCSR::insert", row, col);
+    if (find_unchecked(row, col) >= 0)
+      throw ArgumentError(detail::message("PaddedCSR::insert: (", row, ", ", col, ") is already live"));
+    return insert_new(row, col, value, log);
+  }
+
+  // Inserts (row, col) that the caller knows is not live (checked only by SPRIG_ASSERT).
+  // O(1) into padding; a full row is first relocated to the end of storage with doubled
+  // capacity (amortised O(1) per insert). Returns the new slot.
+  std::int64_t insert_new(std::int64_t row, std::int64_t col, T value, SlotLog* log = nullptr) {
+    SPRIG_ASSERT(row >= 0 && row < rows_ && col >= 0 && col < cols_, "insert_new position");
+    SPRIG_ASSERT(find_unchecked(row, col) < 0, "insert_new of a live position");
+    if (row_nnz_[row] == row_capacity_[row]) relocate_row(row, std::max<std::int64_t>(1, 2 * row_capacity_[row]), log);
+    const std::int64_t s = row_start_[row] + row_nnz_[row]++;
+    put(s, static_cast<Index>(col), value);
+    ++nnz_;
+    ++topology_version_;
+    if (log) log->clear(s);
+    return s;
+  }
+
+  // Removes the live entry at `slot` of `row` in O(1): the row's last live slot moves into
+  // the hole. Returns the slot that was freed (the old last slot).
+  std::int64_t erase_slot(std::int64_t row, std::int64_t slot, SlotLog* log = nullptr) {
+    if (row < 0 || row >= rows_)
+      throw ArgumentError(detail::message("PaddedCSR::erase_slot: row ", row, " outside [0, ", rows_, ")"));
+    if (slot < row_start_[row] || slot >= row_start_[row] + row_nnz_[row])
+      throw ArgumentError(detail::message("PaddedCSR::erase_slot: slot ", slot, " is not live in row ", row, " (live [",
+                                          row_start_[row], ", ", row_start_[row] + row_nnz_[row], "))"));
+    return erase_slot_unchecked(row, slot, log);
+  }
+
+  // Removes (row, col) if live; returns whether it was.
+  bool erase(std::int64_t row, std::int64_t col, SlotLog* log = nullptr) {
+    check_position("PaddedCSR::erase", row, col);
+    const std::int64_t s = find_unchecked(row, col);
+    if (s < 0) return false;
+    erase_slot_unchecked(row, s, log);
+    return true;
+  }
+
+  // Removes many live slots at once (any order, each live, no repeats). Deleting in
+  // descending slot order keeps every not-yet-deleted slot where it is.
+  void erase_slots(std::span<const std::int64_t> slots, SlotLog* log = nullptr) {
+    std::vector<std::int64_t> sorted(slots.begin(), slots.end());
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      throw ArgumentError("PaddedCSR::erase_slots: a slot is listed twice");
+    const std::vector<std::int64_t> owner = slot_owners(sorted);
+    for (std::size_t q = 0; q < sorted.size(); ++q) erase_slot_unchecked(owner[q], sorted[q], log);
+  }
+
+  // Replaces row `row` by the given entries (columns in range, distinct, any order). The
+  // row's previous slots are cleared in the log: state of this row starts from zero.
+  template <std::integral I>
+  void rewrite_row(std::int64_t row, std::span<const I> cols, std::span<const T> values, SlotLog* log = nullptr) {
+    const char* fn = "PaddedCSR::rewrite_row";
+    if (row < 0 || row >= rows_) throw ArgumentError(detail::message(fn, ": row ", row, " outside [0, ", rows_, ")"));
+    if (cols.size() != values.size())
+      throw ShapeError(detail::message(fn, ": ", cols.size(), " columns but ", values.size(), " values"));
+    std::vector<std::pair<std::int64_t, T>> entries;
+    entries.reserve(cols.size());
+    for (std::size_t p = 0; p < cols.size(); ++p) entries.emplace_back(static_cast<std::int64_t>(cols[p]), values[p]);
+    validate_row(fn, row, entries);  // before any change: a bad call leaves the matrix intact
+    const auto n = std::ssize(entries);
+    for (std::int64_t s = row_start_[row], e = s + row_nnz_[row]; s < e; ++s) {
+      put(s, kPadding, T(0));
+      if (log) log->clear(s);
+    }
+    nnz_ -= row_nnz_[row];
+    row_nnz_[row] = 0;
+    if (n > row_capacity_[row]) relocate_row(row, std::max(n, 2 * row_capacity_[row]), log);
+    for (std::int64_t q = 0; q < n; ++q) put(row_start_[row] + q, static_cast<Index>(entries[q].first), entries[q].second);
+    row_nnz_[row] = n;
+    nnz_ += n;
+    ++topology_version_;
+  }
+
+  // Ensures row `row` can hold `capacity` entries without relocating (relocates now if not).
+  void reserve_row(std::int64_t row, std::int64_t capacity, SlotLog* log = nullptr) {
+    if (row < 0 || row >= rows_)
+      throw ArgumentError(detail::message("PaddedCSR::reserve_row: row ", row, " outside [0, ", rows_, ")"));
+    if (capacity > cols_)
+      capacity = std::max<std::int64_t>(cols_, row_capacity_[row]);  // a row never needs more than cols slots
+    if (capacity > row_capacity_[row]) {
+      relocate_row(row, capacity, log);
+      ++topology_version_;
+    }
+  }
+
+  // Rebuilds a tight layout in row order with capacity max(1, ceil(row_nnz * (1 + ratio)))
+  // per row, dropping dead slots. Live entries keep their order within each row.
+  void compact(double padding_ratio, SlotLog* log = nullptr) {
+    check_ratio("PaddedCSR::compact", padding_ratio);
+    padding_ratio_ = padding_ratio;
+    std::vector<std::int64_t> new_start(static_cast<std::size_t>(rows_)), new_cap(static_cast<std::size_t>(rows_));
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < rows_; ++i) {
+      new_start[i] = total;
+      new_cap[i] = capacity_for(row_nnz_[i], padding_ratio);
+      total += new_cap[i];
+    }
+    AlignedVector<T> values(static_cast<std::size_t>(total), T(0));
+    AlignedVector<Index> cols(static_cast<std::size_t>(total), kPadding);
+    std::vector<std::int64_t> sources(static_cast<std::size_t>(total), -1);
+    for (std::int64_t i = 0; i < rows_; ++i)
+      for (std::int64_t q = 0; q < row_nnz_[i]; ++q) {
+        values[new_start[i] + q] = values_[row_start_[i] + q];
+        cols[new_start[i] + q] = col_indices_[row_start_[i] + q];
+        sources[new_start[i] + q] = row_start_[i] + q;
+      }
+    values_.swap(values);
+    col_indices_.swap(cols);
+    row_start_.swap(new_start);
+    row_capacity_.swap(new_cap);
+    dead_slots_ = 0;
+    ++topology_version_;
+    if (log) log->remap(sources);
+  }
+  void compact(SlotLog* log = nullptr) { compact(padding_ratio_, log); }
+
+  // ---- checks and accounting ----------------------------------------------------------
+
+  // Throws sprig::Error naming the first violated invariant; returns normally if all hold.
+  void check_invariants() const {
+    auto fail = [](auto&&... parts) { throw Error(detail::message("PaddedCSR invariant violated: ", parts...)); };
+    if (rows_ < 0 || cols_ < 0) fail("negative shape ", rows_, "x", cols_);
+    if (std::ssize(row_start_) != rows_ || std::ssize(row_nnz_) != rows_ || std::ssize(row_capacity_) != rows_)
+      fail("row arrays have ", row_start_.size(), "/", row_nnz_.size(), "/", row_capacity_.size(), " entries, rows = ", rows_);
+    if (col_indices_.size() != values_.size())
+      fail("values has ", values_.size(), " slots but col_indices has ", col_indices_.size());
+    const std::int64_t cap = std::ssize(values_);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(rows_));
+    std::iota(order.begin(), order.end(), 0);
+    std::int64_t live = 0, owned = 0;
+    for (std::int64_t i = 0; i < rows_; ++i) {
+      if (row_capacity_[i] < 1) fail("row ", i, " has capacity ", row_capacity_[i], " < 1");
+      if (row_nnz_[i] < 0 || row_nnz_[i] > row_capacity_[i]) fail("row ", i, " has nnz ", row_nnz_[i], " outside [0, capacity ", row_capacity_[i], "]");
+      if (row_start_[i] < 0 || row_start_[i] + row_capacity_[i] > cap)
+        fail("row ", i, " region [", row_start_[i], ", ", row_start_[i] + row_capacity_[i], ") exceeds storage of ", cap, " slots");
+      live += row_nnz_[i];
+      owned += row_capacity_[i];
+    }
+    if (live != nnz_) fail("row nnz sum to ", live, " but nnz() is ", nnz_);
+    if (cap - owned != dead_slots_) fail(cap - owned, " slots are owned by no row but dead_slots() is ", dead_slots_);
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return row_start_[a] < row_start_[b]; });
+    for (std::size_t q = 1; q < order.size(); ++q) {
+      const std::int64_t a = order[q - 1], b = order[q];
+      if (row_start_[a] + row_capacity_[a] > row_start_[b]) fail("regions of rows ", a, " and ", b, " overlap");
+    }
+    std::vector<std::uint8_t> owned_slot(static_cast<std::size_t>(cap), 0);
+    std::vector<std::int64_t> seen(static_cast<std::size_t>(cols_), -1);
+    for (std::int64_t i = 0; i < rows_; ++i) {
+      for (std::int64_t s = row_start_[i]; s < row_start_[i] + row_capacity_[i]; ++s) {
+        owned_slot[s] = 1;
+        const std::int64_t c = col_indices_[s];
+        if (s < row_start_[i] + row_nnz_[i]) {
+          if (c < 0 || c >= cols_) fail("row ", i, " slot ", s, " holds column ", c, " outside [0, ", cols_, ")");
+          if (seen[c] == i) fail("row ", i, " holds column ", c, " twice");
+          seen[c] = i;
+        } else if (c != kPadding || values_[s] != T(0)) {
+          fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", values_[s], " (expected -1 and 0)");
+        }
+      }
+    }
+    for (std::int64_t s = 0; s < cap; ++s)
+      if (!owned_slot[s] && (col_indices_[s] != kPadding || values_[s] != T(0)))
+        fail("dead slot ", s, " holds column ", col_indices_[s], " and value ", values_[s], " (expected -1 and 0)");
+  }
+
+  PaddedCSRMemory memory() const noexcept {
+    PaddedCSRMemory m;
+    m.values = static_cast<std::int64_t>(values_.capacity() * sizeof(T));
+    m.col_indices = static_cast<std::int64_t>(col_indices_.capacity() * sizeof(Index));
+    m.row_arrays = static_cast<std::int64_t>((row_start_.capacity() + row_nnz_.capacity() + row_capacity_.capacity()) *
+                                             sizeof(std::int64_t));
+    m.object = sizeof(*this);
+    return m;
+  }
+  std::int64_t memory_bytes() const noexcept { return memory().total(); }
+
+  // Capacity a row of n live entries gets at the given padding ratio.
+  static std::int64_t capacity_for(std::int64_t n, double padding_ratio) noexcept {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 + padding_ratio))));
+  }
+
+private:
+  friend struct detail::PaddedCSRAccess;
+  static constexpr std::uint64_t kInitStream = 0x5EED'1417ULL;
+
+  void init_shape(const char* fn, std::int64_t rows, std::int64_t cols, double padding_ratio) {
+    if (rows < 0 || cols < 0) throw ShapeError(detail::message(fn, ": negative shape ", rows, "x", cols));
+    constexpr auto max_cols = static_cast<std::int64_t>(std::numeric_limits<Index>::max()) + 1;
+    if (cols > max_cols)
+      throw ArgumentError(detail::message(fn, ": ", cols, " columns cannot be indexed by a ", sizeof(Index) * 8,
+                                          "-bit index (at most ", max_cols, ")"));
+    check_ratio(fn, padding_ratio);
+    rows_ = rows;
+    cols_ = cols;
+    padding_ratio_ = padding_ratio;
+  }
+
+  static void check_ratio(const char* fn, double r) {
+    if (!(r >= 0.0 && r <= 64.0))
+      throw ArgumentError(detail::message(fn, ": padding ratio ", r, " outside [0, 64]"));
+  }
+
+  void check_position(const char* fn, std::int64_t row, std::int64_t col) const {
+    if (row < 0 || row >= rows_ || col < 0 || col >= cols_)
+      throw ArgumentError(detail::message(fn, ": (", row, ", ", col, ") outside ", rows_, "x", cols_));
+  }
+
+  // Tight padded layout for the given per-row counts; all slots padding.
+  void layout_from_counts(const std::vector<std::int64_t>& counts) {
+    row_start_.resize(static_cast<std::size_t>(rows_));
+    row_nnz_.assign(counts.begin(), counts.end());
+    row_capacity_.resize(static_cast<std::size_t>(rows_));
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < rows_; ++i) {
+      row_start_[i] = total;
+      row_capacity_[i] = capacity_for(counts[i], padding_ratio_);
+      total += row_capacity_[i];
+    }
+    values_.assign(static_cast<std::size_t>(total), T(0));
+    col_indices_.assign(static_cast<std::size_t>(total), kPadding);
+    dead_slots_ = 0;
+  }
+
+  void put(std::int64_t slot, Index col, T value) noexcept {
+    col_indices_[slot] = col;
+    values_[slot] = value;
+  }
+
+  static void validate_row(const char* fn, std::int64_t row, std::vector<std::pair<std::int64_t, T>>& entries,
+                           std::int64_t cols) {
+    for (const auto& [c, v] : entries)
+      if (c < 0 || c >= cols)
+        throw ArgumentError(detail::message(fn, ": row ", row, " has column ", c, " outside [0, ", cols, ")"));
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t q = 1; q < entries.size(); ++q)
+      if (entries[q].first == entries[q - 1].first)
+        throw ArgumentError(detail::message(fn, ": row ", row, " has column ", entries[q].first, " twice"));
+  }
+  void validate_row(const char* fn, std::int64_t row, std::vector<std::pair<std::int64_t, T>>& entries) const {
+    validate_row(fn, row, entries, cols_);
+  }
+
+  // Validates and sorts a row's entries and writes them into its (already laid out) slots.
+  void fill_row_checked(const char* fn, std::int64_t row, std::vector<std::pair<std::int64_t, T>>& entries) {
+    validate_row(fn, row, entries);
+    std::int64_t s = row_start_[row];
+    for (const auto& [c, v] : entries) put(s++, static_cast<Index>(c), v);
+  }
+
+  // Floyd's algorithm: k distinct values of [0, n) in O(k) with a reusable marker array;
+  // `picked` comes back sorted and `taken` back to all zeros.
+  static void sample_distinct(CounterRng& rng, std::int64_t n, std::int64_t k, std::vector<std::uint8_t>& taken,
+                              std::vector<std::int64_t>& picked) {
+    picked.clear();
+    for (std::int64_t j = n - k; j < n; ++j) {
+      const auto t = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(j) + 1));
+      const std::int64_t v = taken[t] ? j : t;
+      taken[v] = 1;
+      picked.push_back(v);
+    }
+    std::sort(picked.begin(), picked.end());
+    for (std::int64_t v : picked) taken[v] = 0;
+  }
+
+  std::int64_t find_unchecked(std::int64_t row, std::int64_t col) const noexcept {
+    for (std::int64_t s = row_start_[row], e = s + row_nnz_[row]; s < e; ++s)
+      if (col_indices_[s] == col) return s;
+    return -1;
+  }
+
+  std::int64_t erase_slot_unchecked(std::int64_t row, std::int64_t slot, SlotLog* log) noexcept {
+    const std::int64_t last = row_start_[row] + --row_nnz_[row];
+    if (slot != last) {
+      put(slot, col_indices_[last], values_[last]);
+      if (log) log->move(last, slot);
+    }
+    put(last, kPadding, T(0));
+    if (log) log->clear(last);
+    --nnz_;
+    ++topology_version_;
+    return last;
+  }
+
+  // For each slot (sorted descending), the row that owns it; throws if one is not live.
+  std::vector<std::int64_t> slot_owners(const std::vector<std::int64_t>& sorted_desc) const {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(rows_));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return row_start_[a] < row_start_[b]; });
+    std::vector<std::int64_t> owner(sorted_desc.size());
+    for (std::size_t q = 0; q < sorted_desc.size(); ++q) {
+      const std::int64_t s = sorted_desc[q];
+      auto it = std::upper_bound(order.begin(), order.end(), s, [&](std::int64_t v, std::int64_t r) { return v < row_start_[r]; });
+      if (it == order.begin()) throw ArgumentError(detail::message("PaddedCSR::erase_slots: slot ", s, " is not live"));
+      const std::int64_t r = *(it - 1);
+      if (s >= row_start_[r] + row_nnz_[r])
+        throw ArgumentError(detail::message("PaddedCSR::erase_slots: slot ", s, " is not live"));
+      owner[q] = r;
+    }
+    return owner;
+  }
+
+  // Moves row `row` to the end of storage with the given capacity (>= its nnz). Storage
+  // grows geometrically (std::vector), so relocation costs amortised O(row capacity).
+  void relocate_row(std::int64_t row, std::int64_t capacity, SlotLog* log) {
+    SPRIG_ASSERT(capacity >= row_nnz_[row], "relocate_row capacity");
+    const std::int64_t old_start = row_start_[row], old_cap = row_capacity_[row];
+    const std::int64_t new_start = std::ssize(values_);
+    values_.resize(static_cast<std::size_t>(new_start + capacity), T(0));
+    col_indices_.resize(static_cast<std::size_t>(new_start + capacity), kPadding);
+    if (log) log->resize(new_start + capacity);
+    for (std::int64_t q = 0; q < row_nnz_[row]; ++q) {
+      put(new_start + q, col_indices_[old_start + q], values_[old_start + q]);
+      put(old_start + q, kPadding, T(0));
+      if (log) {
+        log->move(old_start + q, new_start + q);
+        log->clear(old_start + q);
+      }
+    }
+    row_start_[row] = new_start;
+    row_capacity_[row] = capacity;
+    dead_slots_ += old_cap;
+  }
+
+  std::int64_t rows_ = 0;
+  std::int64_t cols_ = 0;
+  std::int64_t nnz_ = 0;
+  std::int64_t dead_slots_ = 0;
+  double padding_ratio_ = kDefaultPaddingRatio;
+  std::uint64_t topology_version_ = 0;
+  AlignedVector<T> values_;
+  AlignedVector<Index> col_indices_;
+  std::vector<std::int64_t> row_start_;
+  std::vector<std::int64_t> row_nnz_;
+  std::vector<std::int64_t> row_capacity_;
+};
+
+}  // namespace sprig

@@ -1,0 +1,90 @@
+// sprig/core/slot_log.hpp — the record of how a structural change moved a PaddedCSR's slots.
+//
+// Per-slot state (gradients, momentum, Adam moments) is stored in arrays aligned with
+// PaddedCSR::values(). Every structural operation of PaddedCSR can append to a SlotLog what
+// it did to the slots, in order; replaying the log on a state array with apply() makes the
+// state follow its weights: a moved weight keeps its state, a freed slot's state is zeroed,
+// a newly born weight starts from zero, and the array is resized with the storage.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+
+namespace sprig {
+
+class SlotLog {
+public:
+  enum class Kind : std::uint8_t {
+    Move,    // state[to] = state[from]      (from's state is not cleared by this event)
+    Clear,   // state[slot] = 0              (slot freed, or a weight born there)
+    Resize,  // state.resize(size), new tail zeroed
+    Remap,   // state = gather(state, sources[offset .. offset + size)), -1 -> 0
+  };
+  struct Event {
+    Kind kind;
+    std::int64_t a;  // Move: from; Clear: slot; Resize: new size; Remap: new size
+    std::int64_t b;  // Move: to; Remap: offset of its sources in remap_sources()
+  };
+
+  void move(std::int64_t from, std::int64_t to) { events_.push_back({Kind::Move, from, to}); }
+  void clear(std::int64_t slot) { events_.push_back({Kind::Clear, slot, 0}); }
+  void resize(std::int64_t size) { events_.push_back({Kind::Resize, size, 0}); }
+  // A whole-array permutation: new slot s takes old slot sources[s] (or zero if -1).
+  void remap(std::span<const std::int64_t> sources) {
+    events_.push_back({Kind::Remap, static_cast<std::int64_t>(sources.size()),
+                       static_cast<std::int64_t>(remap_sources_.size())});
+    remap_sources_.insert(remap_sources_.end(), sources.begin(), sources.end());
+  }
+
+  bool empty() const noexcept { return events_.empty(); }
+  std::size_t size() const noexcept { return events_.size(); }
+  std::span<const Event> events() const noexcept { return events_; }
+  std::span<const std::int64_t> remap_sources() const noexcept { return remap_sources_; }
+  void reset() {
+    events_.clear();
+    remap_sources_.clear();
+  }
+
+  // Replays the log on a per-slot state array (any resizable contiguous container whose
+  // elements value-initialise to zero, e.g. std::vector<float> or AlignedVector<double>).
+  template <class Vec>
+  void apply(Vec& state) const {
+    using V = typename Vec::value_type;
+    Vec scratch;
+    for (const Event& e : events_) {
+      switch (e.kind) {
+        case Kind::Move:
+          SPRIG_ASSERT(e.a < std::ssize(state) && e.b < std::ssize(state), "SlotLog move range");
+          state[static_cast<std::size_t>(e.b)] = state[static_cast<std::size_t>(e.a)];
+          break;
+        case Kind::Clear:
+          SPRIG_ASSERT(e.a < std::ssize(state), "SlotLog clear range");
+          state[static_cast<std::size_t>(e.a)] = V{};
+          break;
+        case Kind::Resize:
+          state.resize(static_cast<std::size_t>(e.a), V{});
+          break;
+        case Kind::Remap: {
+          scratch.assign(static_cast<std::size_t>(e.a), V{});
+          for (std::int64_t s = 0; s < e.a; ++s) {
+            const std::int64_t src = remap_sources_[static_cast<std::size_t>(e.b + s)];
+            if (src >= 0) scratch[static_cast<std::size_t>(s)] = state[static_cast<std::size_t>(src)];
+          }
+          std::swap(state, scratch);
+          break;
+        }
+      }
+    }
+  }
+
+private:
+  std::vector<Event> events_;
+  std::vector<std::int64_t> remap_sources_;
+};
+
+}  // namespace sprig

@@ -1,0 +1,116 @@
+// sprig/kernels/transpose.hpp — W^T as a PaddedCSR plus the slot permutation, built in
+// O(nnz + M + K) by counting sort; and TransposeCache, which keeps W^T in step with W.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../core/padded_csr.hpp"
+
+namespace sprig {
+
+namespace detail {
+struct PaddedCSRAccess {
+  template <class M>
+  static auto& values(M& m) { return m.values_; }
+  template <class M>
+  static auto& col_indices(M& m) { return m.col_indices_; }
+  template <class M>
+  static auto& row_nnz(M& m) { return m.row_nnz_; }
+  template <class M>
+  static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
+                     const std::vector<std::int64_t>& counts) {
+    m.init_shape(fn, rows, cols, ratio);
+    m.layout_from_counts(counts);
+    m.nnz_ = 0;
+    for (std::int64_t c : counts) m.nnz_ += c;
+  }
+};
+}  // namespace detail
+
+// W^T and, for each of its slots, the slot of W it came from (-1 for padding), so that a
+// value-only change of W is carried over with one gather: T.values[s] = W.values[source[s]].
+template <Value T, ColumnIndex Index>
+struct Transposed {
+  PaddedCSR<T, Index> matrix;
+  std::vector<std::int64_t> source_slot;
+};
+
+// Builds W^T (K x M; rows sorted by column of W, entries of each row in ascending row of W).
+// Throws if M rows of W cannot be indexed as columns by Index.
+template <Value T, ColumnIndex Index>
+Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_ratio = 0.0) {
+  using Access = detail::PaddedCSRAccess;
+  const std::int64_t M = W.rows(), K = W.cols();
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(K), 0);
+  const auto cols = W.col_indices();
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) ++counts[cols[s]];
+  Transposed<T, Index> out;
+  Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts);
+  out.source_slot.assign(static_cast<std::size_t>(out.matrix.storage_size()), -1);
+  auto& tvals = Access::values(out.matrix);
+  auto& tcols = Access::col_indices(out.matrix);
+  std::vector<std::int64_t> next(out.matrix.row_starts().begin(), out.matrix.row_starts().end());
+  const auto vals = W.values();
+  for (std::int64_t i = 0; i < M; ++i)  // rows of W in order: each row of W^T comes out sorted
+    for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) {
+      const std::int64_t t = next[cols[s]]++;
+      tcols[t] = static_cast<Index>(i);
+      tvals[t] = vals[s];
+      out.source_slot[t] = s;
+    }
+  return out;
+}
+
+// Owns W^T for one W and keeps it current: get(W) rebuilds when W's topology_version has
+// changed since the last call, and otherwise refreshes only the values (one gather pass).
+// One cache per matrix: it is keyed by the version number, not by W's identity.
+template <Value T, ColumnIndex Index>
+class TransposeCache {
+public:
+  const PaddedCSR<T, Index>& get(const PaddedCSR<T, Index>& W) {
+    if (!valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
+        cached_.matrix.cols() != W.rows())
+      rebuild(W);
+    else
+      refresh_values(W);
+    return cached_.matrix;
+  }
+
+  void rebuild(const PaddedCSR<T, Index>& W) {
+    cached_ = transpose(W);
+    version_ = W.topology_version();
+    valid_ = true;
+    ++rebuilds_;
+  }
+
+  void refresh_values(const PaddedCSR<T, Index>& W) {
+    auto& tvals = detail::PaddedCSRAccess::values(cached_.matrix);
+    const auto vals = W.values();
+    const std::int64_t* src = cached_.source_slot.data();
+    const auto n = std::ssize(cached_.source_slot);
+    for (std::int64_t t = 0; t < n; ++t)
+      if (src[t] >= 0) tvals[t] = vals[src[t]];
+    ++refreshes_;
+  }
+
+  void invalidate() noexcept { valid_ = false; }
+  std::int64_t rebuilds() const noexcept { return rebuilds_; }
+  std::int64_t refreshes() const noexcept { return refreshes_; }
+  const Transposed<T, Index>& transposed() const noexcept { return cached_; }
+  // Bytes owned: the cached W^T and its permutation.
+  std::int64_t memory_bytes() const noexcept {
+    return cached_.matrix.memory_bytes() + static_cast<std::int64_t>(cached_.source_slot.capacity() * sizeof(std::int64_t));
+  }
+
+private:
+  Transposed<T, Index> cached_;
+  std::uint64_t version_ = 0;
+  bool valid_ = false;
+  std::int64_t rebuilds_ = 0;
+  std::int64_t refreshes_ = 0;
+};
+
+}  // namespace sprig
