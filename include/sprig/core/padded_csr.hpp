@@ -549,10 +549,10 @@ private:
 
   void init_shape(const char* fn, std::int64_t rows, std::int64_t cols, double padding_ratio) {
     if (rows < 0 || cols < 0) throw ShapeError(detail::message(fn, ": negative shape ", rows, "x", cols));
-    constexpr auto max_cols = static_cast<std::int64_t>(std::numeric_limits<Index>::max()) + 1;
-    if (cols > max_cols)
+    constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
+    if (cols - 1 > max_index)
       throw ArgumentError(detail::message(fn, ": ", cols, " columns cannot be indexed by a ", sizeof(Index) * 8,
-                                          "-bit index (at most ", max_cols, ")"));
+                                          "-bit index (at most ", max_index, " + 1)"));
     check_ratio(fn, padding_ratio);
     rows_ = rows;
     cols_ = cols;

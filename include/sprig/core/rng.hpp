@@ -13,6 +13,7 @@
 namespace sprig {
 
 namespace detail {
+__extension__ typedef unsigned __int128 uint128;  // GCC/Clang extension, fine under -Wpedantic
 constexpr std::uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
 
 constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
@@ -47,12 +48,12 @@ public:
   // Uniform integer in [0, n), n > 0, without modulo bias (Lemire's method).
   std::uint64_t uniform_below(std::uint64_t n) noexcept {
     if (n <= 1) return 0;
-    unsigned __int128 m = static_cast<unsigned __int128>((*this)()) * n;
+    detail::uint128 m = static_cast<detail::uint128>((*this)()) * n;
     auto low = static_cast<std::uint64_t>(m);
     if (low < n) {
       const std::uint64_t threshold = (0 - n) % n;
       while (low < threshold) {
-        m = static_cast<unsigned __int128>((*this)()) * n;
+        m = static_cast<detail::uint128>((*this)()) * n;
         low = static_cast<std::uint64_t>(m);
       }
     }
