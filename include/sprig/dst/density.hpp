@@ -1,0 +1,82 @@
+// sprig/dst/density.hpp — how a global sparsity is spread over a model's layers.
+//
+// Uniform: every sparse layer gets the same sparsity. ERK (Erdos-Renyi-Kernel, RigL's
+// get_sparsities_erdos_renyi with power scale 1): layer l of shape n_out x n_in gets density
+// eps * (n_in + n_out) / (n_in * n_out), with eps solved so that the total live count equals
+// (1 - S) * (total parameters); a layer whose density would exceed 1 is made dense and eps is
+// re-solved over the remaining layers (its parameters all count as live).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "../core/error.hpp"
+
+namespace sprig::dst {
+
+struct LayerShape {
+  std::int64_t n_out = 0;  // rows of W
+  std::int64_t n_in = 0;   // cols of W
+  std::int64_t size() const noexcept { return n_out * n_in; }
+};
+
+namespace detail {
+inline void check_layers(const char* fn, const std::vector<LayerShape>& layers, double sparsity) {
+  if (!(sparsity >= 0.0 && sparsity < 1.0))
+    throw ArgumentError(sprig::detail::message(fn, ": sparsity ", sparsity, " outside [0, 1)"));
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].n_out < 1 || layers[l].n_in < 1)
+      throw ShapeError(sprig::detail::message(fn, ": layer ", l, " has shape ", layers[l].n_out, "x", layers[l].n_in));
+}
+}  // namespace detail
+
+// Per-layer sparsity (fraction of zeros), all equal to `sparsity`.
+inline std::vector<double> uniform_sparsities(const std::vector<LayerShape>& layers, double sparsity) {
+  detail::check_layers("uniform_sparsities", layers, sparsity);
+  return std::vector<double>(layers.size(), sparsity);
+}
+
+// Per-layer sparsity by ERK; dense layers get 0.
+inline std::vector<double> erk_sparsities(const std::vector<LayerShape>& layers, double sparsity) {
+  detail::check_layers("erk_sparsities", layers, sparsity);
+  const std::size_t n = layers.size();
+  std::vector<bool> dense(n, false);
+  std::vector<double> raw(n);
+  for (std::size_t l = 0; l < n; ++l)
+    raw[l] = static_cast<double>(layers[l].n_in + layers[l].n_out) / static_cast<double>(layers[l].size());
+  double eps = 0.0;
+  for (;;) {
+    double rhs = 0.0, divisor = 0.0;
+    for (std::size_t l = 0; l < n; ++l) {
+      const double params = static_cast<double>(layers[l].size());
+      if (dense[l]) {
+        rhs -= params * sparsity;  // a dense layer spends the zeros the others must absorb
+      } else {
+        rhs += params * (1.0 - sparsity);
+        divisor += raw[l] * params;
+      }
+    }
+    if (divisor == 0.0) break;  // every layer dense
+    eps = rhs / divisor;
+    double max_raw = 0.0;
+    for (std::size_t l = 0; l < n; ++l)
+      if (!dense[l]) max_raw = std::max(max_raw, raw[l]);
+    if (max_raw * eps <= 1.0) break;
+    for (std::size_t l = 0; l < n; ++l)
+      if (!dense[l] && raw[l] == max_raw) dense[l] = true;
+  }
+  std::vector<double> out(n);
+  for (std::size_t l = 0; l < n; ++l) out[l] = dense[l] ? 0.0 : std::clamp(1.0 - eps * raw[l], 0.0, 1.0);
+  return out;
+}
+
+// Live weights for a layer of `size` positions at the given sparsity: round((1 - s) * size),
+// at least 1 so that no layer is cut off entirely.
+inline std::int64_t live_count(std::int64_t size, double sparsity) {
+  const auto n = static_cast<std::int64_t>(std::llround((1.0 - sparsity) * static_cast<double>(size)));
+  return std::clamp<std::int64_t>(n, std::min<std::int64_t>(1, size), size);
+}
+
+}  // namespace sprig::dst

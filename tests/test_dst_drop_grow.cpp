@@ -1,0 +1,155 @@
+#include <sprig/dst/drop_grow.hpp>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <sprig/dst/top_k.hpp>
+
+using namespace sprig;
+using namespace sprig::dst;
+
+using Pairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
+                         std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
+
+TEST_CASE("TopK equals a brute-force sort, independent of push order", "[dst][topk]") {
+  CounterRng rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const std::int64_t rows = 1 + rng.uniform_below(9), cols = 1 + rng.uniform_below(9);
+    const std::int64_t k = rng.uniform_below(rows * cols + 2);
+    std::vector<ScoredPosition> all;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t c = 0; c < cols; ++c) all.push_back({static_cast<double>(rng.uniform_below(5)), i, c});  // many ties
+    auto expected = all;
+    std::sort(expected.begin(), expected.end(), [&](auto& a, auto& b) {
+      return a.score != b.score ? a.score > b.score : a.row * cols + a.col < b.row * cols + b.col;
+    });
+    expected.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, rows * cols)));
+    std::reverse(all.begin(), all.end());  // a different streaming order
+    TopK top(k, cols);
+    for (auto& p : all) top.push(p.score, p.row, p.col);
+    const auto got = top.sorted();
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t q = 0; q < got.size(); ++q) {
+      CHECK(got[q].row == expected[q].row);
+      CHECK(got[q].col == expected[q].col);
+    }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("drop removes exactly the k smallest magnitudes", "[dst][drop]", Pairs) {
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  auto W = PaddedCSR<T, I>::random_density(37, 29, 0.3, 11);
+  // distinct magnitudes plus one planted tie
+  std::int64_t n = 0;
+  W.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
+    ++n;
+    W.values()[s] = T(n % 2 ? 1 : -1) * T(n % 50);  // ties in magnitude, both signs
+  });
+  for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{17}, W.nnz()}) {
+    const auto slots = smallest_magnitude_slots(W, k);
+    REQUIRE(std::ssize(slots) == k);
+    T max_dropped = 0;
+    std::set<std::int64_t> chosen(slots.begin(), slots.end());
+    REQUIRE(std::ssize(chosen) == k);
+    for (auto s : slots) max_dropped = std::max(max_dropped, std::abs(W.values()[s]));
+    W.for_each_live([&](std::int64_t, std::int64_t, T v, std::int64_t s) {
+      if (!chosen.count(s)) CHECK(std::abs(v) >= max_dropped);
+    });
+  }
+  CHECK_THROWS_AS(smallest_magnitude_slots(W, W.nnz() + 1), ArgumentError);
+}
+
+TEMPLATE_LIST_TEST_CASE("drop/grow keeps the live count, zeroes new state, keeps survivors", "[dst][grow]", Pairs) {
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  CounterRng rng(3);
+  auto W = PaddedCSR<T, I>::random_density(23, 31, 0.2, 5, 0.0);  // no padding: growth relocates rows
+  // per-slot state tagged with the weight's position
+  auto tag = [&](std::int64_t i, std::int64_t c) { return T(i * W.cols() + c + 1); };
+  std::vector<T> state(static_cast<std::size_t>(W.storage_size()), T(0));
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) { state[s] = tag(i, c); });
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t live_before = W.nnz();
+    const std::int64_t k = live_before / 4;
+    std::map<std::int64_t, T> before;
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { before[i * W.cols() + c] = v; });
+    const auto drop = smallest_magnitude_slots(W, k);
+    const auto dropped_vec = positions_of(W, drop);
+    const std::unordered_set<std::int64_t> dropped(dropped_vec.begin(), dropped_vec.end());
+    // grow: half random free positions, plus (every other round) a just-dropped one
+    auto grow = random_free_positions(W, dropped, k, rng);
+    if (round % 2 == 0 && k > 0) {
+      const std::int64_t pos = dropped_vec.front();
+      bool present = false;
+      for (auto& p : grow) present |= p.row * W.cols() + p.col == pos;
+      if (!present) grow.back() = {0.0, pos / W.cols(), pos % W.cols()};
+    }
+    SlotLog log;
+    const auto stats = apply_drop_grow(W, std::span<const std::int64_t>(drop), std::span<const ScoredPosition>(grow), log);
+    log.apply(state);
+    W.check_invariants();
+    CHECK(W.nnz() == live_before);
+    CHECK(stats.dropped == stats.grown);
+    CHECK(stats.dropped + stats.regrown == k);
+    std::set<std::int64_t> grown_pos;
+    for (auto& p : grow) grown_pos.insert(p.row * W.cols() + p.col);
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t s) {
+      const std::int64_t pos = i * W.cols() + c;
+      if (before.count(pos)) {  // survivor or regrown: value and state untouched
+        CHECK(v == before[pos]);
+        CHECK(state[s] == tag(i, c));
+        CHECK((!dropped.count(pos) || grown_pos.count(pos)));
+      } else {  // newly grown: zero value and state
+        CHECK(grown_pos.count(pos) == 1);
+        CHECK(v == T(0));
+        CHECK(state[s] == T(0));
+        state[s] = tag(i, c);  // from now on it is an ordinary weight
+        W.values()[s] = T(0.5) + T(round);
+      }
+    });
+    for (std::int64_t s = 0; s < W.storage_size(); ++s)
+      if (W.col_indices()[s] < 0) CHECK(state[s] == T(0));
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the dense gradient", "[dst][rigl]", Pairs) {
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  CounterRng rng(9);
+  for (int trial = 0; trial < 10; ++trial) {
+    const std::int64_t M = 1 + rng.uniform_below(40), K = 1 + rng.uniform_below(40);
+    auto W = PaddedCSR<T, I>::random_density(M, K, 0.25, 100 + trial);
+    Matrix<T> G(M, K);
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t c = 0; c < K; ++c) G(i, c) = T(static_cast<double>(rng.uniform_below(7)) - 3.0);  // ties
+    const auto drop = smallest_magnitude_slots(W, W.nnz() / 3);
+    const auto dv = positions_of(W, drop);
+    const std::unordered_set<std::int64_t> dropped(dv.begin(), dv.end());
+    const std::int64_t k = std::ssize(drop);
+    // brute force: every not-kept position, sorted by |g| desc then position
+    std::vector<ScoredPosition> all;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t c = 0; c < K; ++c) {
+        const bool live = W.find(i, c) >= 0;
+        if (!live || dropped.count(i * K + c)) all.push_back({std::abs(double(G(i, c))), i, c});
+      }
+    std::sort(all.begin(), all.end(), [&](auto& a, auto& b) { return a.score != b.score ? a.score > b.score : a.row * K + a.col < b.row * K + b.col; });
+    all.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, std::ssize(all))));
+    Matrix<T> block;
+    const std::int64_t block_rows = 1 + rng.uniform_below(7);
+    const auto got = top_gradient_positions(W, dropped, k, block_rows,
+        [&](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
+          for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t c = 0; c < K; ++c) out(i, c) = G(r0 + i, c);
+        }, block);
+    REQUIRE(got.size() == all.size());
+    for (std::size_t q = 0; q < got.size(); ++q) {
+      CHECK(got[q].row == all[q].row);
+      CHECK(got[q].col == all[q].col);
+    }
+    CHECK(block.rows() <= block_rows);  // memory bounded by the block
+  }
+}
