@@ -5,6 +5,7 @@ include(CMakePackageConfigHelpers)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/sprig" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(TARGETS sprig EXPORT sprigTargets)
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 set(SPRIG_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/sprig")
 install(EXPORT sprigTargets NAMESPACE sprig:: DESTINATION "${SPRIG_CMAKE_DIR}")
 
