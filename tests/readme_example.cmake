@@ -1,0 +1,72 @@
+# The README's usage example is examples/readme_example.cpp, built and run as a test;
+# readme:in_sync checks that README.md shows exactly that file and that .ci/run runs
+# exactly the README's test command. This file is both the tests/ module (included by
+# tests/CMakeLists.txt) and, under `cmake -P`, the script that does the checking.
+
+if(NOT CMAKE_SCRIPT_MODE_FILE)
+  add_executable(readme_example "${PROJECT_SOURCE_DIR}/examples/readme_example.cpp")
+  target_link_libraries(readme_example PRIVATE sprig::sprig sprig_dev_flags)
+  add_test(NAME readme:example COMMAND readme_example)
+  add_test(NAME readme:in_sync COMMAND "${CMAKE_COMMAND}" "-DSPRIG_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+                                       -P "${CMAKE_CURRENT_LIST_FILE}")
+  set_tests_properties(readme:example readme:in_sync PROPERTIES LABELS readme)
+  return()
+endif()
+
+# ---- script mode ---------------------------------------------------------------------
+cmake_minimum_required(VERSION 3.20)
+file(READ "${SPRIG_SOURCE_DIR}/README.md" readme)
+
+# readme_block(<begin marker> <fence> <out>): the text of the first fenced block after the
+# marker line, without its fences.
+function(readme_block marker fence out)
+  string(FIND "${readme}" "${marker}" at)
+  if(at LESS 0)
+    message(FATAL_ERROR "README.md lacks the marker ${marker}")
+  endif()
+  string(SUBSTRING "${readme}" ${at} -1 rest)
+  string(FIND "${rest}" "\n${fence}\n" open)
+  if(open LESS 0)
+    message(FATAL_ERROR "README.md: no ${fence} block after ${marker}")
+  endif()
+  string(LENGTH "\n${fence}\n" fence_length)
+  math(EXPR open "${open} + ${fence_length}")
+  string(SUBSTRING "${rest}" ${open} -1 rest)
+  string(FIND "${rest}" "```\n" close)
+  if(close LESS 0)
+    message(FATAL_ERROR "README.md: the block after ${marker} is not closed")
+  endif()
+  string(SUBSTRING "${rest}" 0 ${close} block)
+  set(${out} "${block}" PARENT_SCOPE)
+endfunction()
+
+set(failures "")
+
+# 1. The usage example, byte for byte.
+readme_block("<!-- BEGIN examples/readme_example.cpp" "```cpp" shown)
+file(READ "${SPRIG_SOURCE_DIR}/examples/readme_example.cpp" source)
+if(NOT shown STREQUAL source)
+  string(APPEND failures "README.md's usage example differs from examples/readme_example.cpp; copy the file into "
+                         "the README block (or the other way round)\n")
+endif()
+
+# 2. The quick start: exactly one command per block, and .ci/run runs the test command as
+#    one of its lines, verbatim.
+file(READ "${SPRIG_SOURCE_DIR}/.ci/run" ci_run)
+foreach(which IN ITEMS main-job tests)
+  readme_block("<!-- quickstart:${which} -->" "```sh" command)
+  string(STRIP "${command}" command)
+  if(command STREQUAL "" OR command MATCHES "\n")
+    string(APPEND failures "README.md's quick-start block '${which}' must hold exactly one command line\n")
+  elseif(which STREQUAL "tests")
+    string(FIND "\n${ci_run}\n" "\n${command}\n" found)
+    if(found LESS 0)
+      string(APPEND failures ".ci/run does not run the README's test command as a line of its own:\n  ${command}\n")
+    endif()
+  endif()
+endforeach()
+
+if(failures)
+  message(FATAL_ERROR "${failures}")
+endif()
+message(STATUS "README.md's usage example and test command match examples/readme_example.cpp and .ci/run")
