@@ -127,6 +127,11 @@ public:
     return message(" at decompressed offset ", offset, " (compressed offset ", raw_consumed(), ")");
   }
 
+  // " at offset N" or " at decompressed offset N", for positions already passed.
+  std::string at(std::uint64_t offset) const {
+    return message(gzip_ ? " at decompressed offset " : " at offset ", offset);
+  }
+
   // Reads up to n bytes; fewer only at the end of the data. Throws on corrupt input.
   std::size_t read(std::uint8_t* dst, std::size_t n) {
     const std::size_t got = gzip_ ? read_gzip(dst, n) : read_plain(dst, n);
@@ -283,7 +288,7 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
     const std::size_t got = in.read(word.data(), 4);
     if (got != 4)
       throw FormatError(message("read_idx: '", name, "': truncated header: ", what, " needs 4 bytes",
-                                in.where(at), ", the data ends after ", got));
+                                in.at(at), ", only ", got, " remain"));
     return (std::uint32_t{word[0]} << 24) | (std::uint32_t{word[1]} << 16) |
            (std::uint32_t{word[2]} << 8) | std::uint32_t{word[3]};
   };
@@ -295,17 +300,17 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
     return std::string(buf);
   };
   if ((magic >> 16) != 0)
-    throw FormatError(message("read_idx: '", name, "': wrong magic ", hex(magic),
-                              " at offset 0 (an IDX file starts with two zero bytes, e.g. 0x00000803)"));
+    throw FormatError(message("read_idx: '", name, "': wrong magic ", hex(magic), in.at(0),
+                              " (an IDX file starts with two zero bytes, e.g. 0x00000803)"));
   const unsigned type = (magic >> 8) & 0xFF;
   const int rank = static_cast<int>(magic & 0xFF);
   if (type != 0x08)
     throw FormatError(message("read_idx: '", name, "': unsupported IDX type code 0x", std::hex, type,
-                              std::dec, " (", idx_type_name(type), ") at offset 2; only 0x08 (unsigned byte) is read"));
+                              std::dec, " (", idx_type_name(type), ")", in.at(2), "; only 0x08 (unsigned byte) is read"));
   if (rank == 0)
-    throw FormatError(message("read_idx: '", name, "': rank 0 at offset 3 (magic ", hex(magic), ")"));
+    throw FormatError(message("read_idx: '", name, "': rank 0", in.at(3), " (magic ", hex(magic), ")"));
   if (options.expected_rank != 0 && rank != options.expected_rank)
-    throw FormatError(message("read_idx: '", name, "': rank ", rank, " at offset 3 (magic ", hex(magic),
+    throw FormatError(message("read_idx: '", name, "': rank ", rank, in.at(3), " (magic ", hex(magic),
                               "), expected rank ", options.expected_rank, " (magic ",
                               hex(0x800u | static_cast<unsigned>(options.expected_rank)), ")"));
 
@@ -321,7 +326,7 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
       std::string dims;
       for (std::size_t k = 0; k < out.dims.size(); ++k) dims += (k ? " x " : "") + std::to_string(out.dims[k]);
       throw FormatError(message("read_idx: '", name, "': dimensions ", dims, " (dimension ", d,
-                                " at offset ", at, ") exceed the limit of ", options.max_bytes,
+                                in.at(at), ") exceed the limit of ", options.max_bytes,
                                 " bytes (IdxReadOptions::max_bytes)"));
     }
     count *= dim;
