@@ -83,7 +83,12 @@ inline constexpr std::uint64_t kMaxDeflateRatio = 1032;
 // tracks offsets for error messages.
 class IdxInput {
 public:
-  IdxInput(const std::filesystem::path& path) : name_(path.string()) {
+  explicit IdxInput(const std::filesystem::path& path) : name_(path.string()) {
+    // Only regular files: opening a FIFO could block forever and a device need not end.
+    std::error_code status_error;
+    const auto status = std::filesystem::status(path, status_error);
+    if (!status_error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+      throw FormatError(message("read_idx: '", name_, "' is not a regular file"));
     errno = 0;
     file_.reset(std::fopen(path.c_str(), "rb"));
     if (!file_) {
@@ -113,8 +118,7 @@ public:
 
   const std::string& name() const noexcept { return name_; }
   bool gzip() const noexcept { return gzip_; }
-  // Size of the raw (possibly compressed) input; nullopt-like sentinel when unknown
-  // (a pipe or device).
+  // Size of the raw (possibly compressed) input, when the file system reports one.
   bool raw_size_known() const noexcept { return raw_size_ != kUnknown; }
   std::uint64_t raw_size() const noexcept { return raw_size_; }
   // Bytes delivered so far (decompressed for gzip input).
