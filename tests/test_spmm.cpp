@@ -1,0 +1,208 @@
+// tests/test_spmm.cpp — sprig::spmm (Y = W X) against the scalar reference, on every
+// (T, Index) pair and the shapes of kernel_test_support.hpp; BLAS beta semantics; reads of
+// live slots only; bitwise identical results for any OpenMP thread count; shape checks.
+#include "sprig/kernels/spmm.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernel_test_support.hpp"
+#include "sprig/kernels/reference.hpp"
+
+using namespace sprig;
+namespace st = sprig::test;
+
+namespace {
+
+const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accumulate"; }
+
+// Runs one case: X random with NaN around its view, Y NaN (overwrite: must be ignored) or
+// random (accumulate), with a finite guard around its view that must stay untouched.
+template <Value T, ColumnIndex Index>
+void check_case(const st::Case& c, Update mode) {
+  const auto W = st::case_matrix<T, Index>(c);
+  REQUIRE_NOTHROW(W.check_invariants());
+  CounterRng rng(c.seed, 0x5833);
+  st::Operand<T> X(c.K, c.B, c.px, st::quiet_nan<T>());
+  X.fill_random(rng);
+  st::Operand<T> Y(c.M, c.B, c.py, T(-12345.5));
+  if (mode == Update::overwrite)
+    Y.fill(st::quiet_nan<T>());
+  else
+    Y.fill_random(rng);
+  const Matrix<T> Y0 = Y.copy();
+  Matrix<T> want = Y0;
+  reference::spmm(W, X.cview(), want.view(), mode);
+
+  spmm(W, X.cview(), Y.view(), mode);
+
+  const auto m = st::compare_spmm(W, X.cview(), Y0, mode, Y.cview(), want.view(), 2.0);
+  INFO(m.first);
+  CHECK(m.count == 0);
+  CHECK(Y.guard_violations() == 0);
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("spmm matches the reference on random shapes, placements and layouts", "[spmm]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>()))
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(c, name(mode));
+      check_case<T, Index>(c, mode);
+    }
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm on a scrambled matrix: storage out of row order, dead slots", "[spmm]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto W = st::random_matrix<T, Index>(40, 30, 0.2, seed);
+    const std::int64_t relocations = st::scramble(W, seed);
+    CAPTURE(seed, relocations);
+    // The layout this test is about must really be there.
+    REQUIRE(relocations > 0);
+    REQUIRE(W.dead_slots() > 0);
+    REQUIRE(st::rows_out_of_storage_order(W));
+    REQUIRE_NOTHROW(W.check_invariants());
+    for (std::int64_t B : {1, 7, 16, 33}) {
+      CounterRng rng(seed, static_cast<std::uint64_t>(B));
+      st::Operand<T> X(W.cols(), B, st::Placement::unaligned, st::quiet_nan<T>());
+      X.fill_random(rng);
+      Matrix<T> want(W.rows(), B), got(W.rows(), B, st::quiet_nan<T>());
+      reference::spmm(W, X.cview(), want.view());
+      spmm(W, X.cview(), got.view());
+      const auto m = st::compare_spmm(W, X.cview(), want, Update::overwrite, got.view(), want.view(), 2.0);
+      CAPTURE(B);
+      INFO(m.first);
+      CHECK(m.count == 0);
+    }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm reads live slots only: NaN in padding and dead slots does not leak", "[spmm]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto W = st::random_matrix<T, Index>(33, 21, 0.3, 99);
+  st::scramble(W, 99);
+  const auto clean = W;
+  REQUIRE(st::poison_non_live_values(W) > 0);
+  for (std::int64_t B : {1, 5, 8, 31, 64, 65}) {
+    CAPTURE(B);
+    CounterRng rng(99, static_cast<std::uint64_t>(B));
+    // X has a NaN row above its view, where a padding slot's column -1 would point.
+    st::Operand<T> X(W.cols(), B, st::Placement::unaligned, st::quiet_nan<T>());
+    X.fill_random(rng);
+    Matrix<T> want(W.rows(), B), got(W.rows(), B);
+    reference::spmm(clean, X.cview(), want.view());
+    spmm(W, X.cview(), got.view());
+    const auto m = st::compare_spmm(clean, X.cview(), want, Update::overwrite, got.view(), want.view(), 2.0);
+    INFO(m.first);
+    CHECK(m.count == 0);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm overwrite replaces Y, accumulate adds to it", "[spmm]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  // A property that does not go through the reference: accumulate onto Z equals Z plus the
+  // overwrite result, up to the rounding of one extra addend per element.
+  const auto W = st::random_matrix<T, Index>(25, 19, 0.4, 7);
+  for (std::int64_t B : {1, 3, 16, 17, 40}) {
+    CAPTURE(B);
+    CounterRng rng(7, static_cast<std::uint64_t>(B));
+    Matrix<T> X(W.cols(), B), Z(W.rows(), B);
+    for (std::int64_t k = 0; k < X.rows(); ++k)
+      for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    for (std::int64_t i = 0; i < Z.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    Matrix<T> over(W.rows(), B, std::numeric_limits<T>::infinity());
+    spmm(W, X.view(), over.view(), Update::overwrite);
+    Matrix<T> acc = Z;
+    spmm(W, X.view(), acc.view(), Update::accumulate);
+    Matrix<T> sum(W.rows(), B);
+    for (std::int64_t i = 0; i < Z.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) sum(i, b) = Z(i, b) + over(i, b);
+    // acc and Z + over each sum row_nnz + 1 terms: the usual bound with n = row_nnz + 1.
+    const auto m = st::compare_spmm(W, X.view(), Z, Update::accumulate, acc.view(), sum.view(), 2.0);
+    INFO(m.first);
+    CHECK(m.count == 0);
+    // Accumulating nothing (an all-empty W) leaves Y bit for bit as it was.
+    const PaddedCSR<T, Index> empty(W.rows(), W.cols());
+    Matrix<T> same = Z;
+    spmm(empty, X.view(), same.view(), Update::accumulate);
+    CHECK(st::bitwise_differences<T>(same.view(), Z.view()) == 0);
+    spmm(empty, X.view(), same.view(), Update::overwrite);
+    bool all_zero = true;
+    for (std::int64_t i = 0; i < same.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) all_zero = all_zero && same(i, b) == T(0);
+    CHECK(all_zero);
+  }
+}
+
+#ifdef _OPENMP
+TEMPLATE_LIST_TEST_CASE("spmm is bitwise identical for 1, 2 and 3 threads", "[spmm][threads]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  const int saved = omp_get_max_threads();
+  // Big enough that a kernel which parallelises only above a work threshold does so; rows
+  // of very different lengths (full and empty ones) so an nnz-balanced partition is uneven.
+  auto W = st::random_matrix<T, Index>(1200, 300, 0.05, 5);
+  st::scramble(W, 5);
+  for (std::int64_t B : {13, 64}) {
+    CAPTURE(B);
+    CounterRng rng(5, static_cast<std::uint64_t>(B));
+    st::Operand<T> X(W.cols(), B, st::Placement::strided, st::quiet_nan<T>());
+    X.fill_random(rng);
+    Matrix<T> Z(W.rows(), B);
+    for (std::int64_t i = 0; i < Z.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(name(mode));
+      std::vector<Matrix<T>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        Matrix<T> Y = Z;
+        spmm(W, X.cview(), Y.view(), mode);
+        results.push_back(std::move(Y));
+      }
+      omp_set_num_threads(saved);
+      CHECK(st::bitwise_differences<T>(results[0].view(), results[1].view()) == 0);
+      CHECK(st::bitwise_differences<T>(results[0].view(), results[2].view()) == 0);
+    }
+  }
+  omp_set_num_threads(saved);
+}
+#endif
+
+TEMPLATE_LIST_TEST_CASE("spmm rejects mismatched shapes with ShapeError and leaves Y alone", "[spmm]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  const auto W = st::random_matrix<T, Index>(6, 4, 0.5, 3);  // 6 x 4
+  Matrix<T> X(4, 5, T(1)), Y(6, 5, T(7));
+  Matrix<T> X_rows(5, 5, T(1)), Y_rows(7, 5, T(7)), Y_cols(6, 4, T(7)), Y_empty(0, 5), X_empty(0, 5);
+  for (Update mode : {Update::overwrite, Update::accumulate}) {
+    CAPTURE(name(mode));
+    CHECK_THROWS_AS(spmm(W, X_rows.view(), Y.view(), mode), ShapeError);    // X rows != K
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_rows.view(), mode), ShapeError);    // Y rows != M
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_cols.view(), mode), ShapeError);    // Y cols != X cols
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_empty.view(), mode), ShapeError);   // Y has 0 rows
+    CHECK_THROWS_AS(spmm(W, X_empty.view(), Y.view(), mode), ShapeError);   // X has 0 rows
+  }
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 6; ++i)
+    for (std::int64_t b = 0; b < 5; ++b) untouched = untouched && Y(i, b) == T(7);
+  CHECK(untouched);
+  for (std::int64_t i = 0; i < 7; ++i)
+    for (std::int64_t b = 0; b < 5; ++b) untouched = untouched && Y_rows(i, b) == T(7);
+  CHECK(untouched);
+}
