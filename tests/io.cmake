@@ -10,3 +10,9 @@ if(TARGET test_io_idx)
     target_compile_definitions(test_io_idx PRIVATE SPRIG_NO_ZLIB=1)
   endif()
 endif()
+
+# The text reader's test loads Tiny Shakespeare when it is present (it is not in CI).
+if(TARGET test_io_text)
+  target_compile_definitions(test_io_text PRIVATE
+    SPRIG_TINY_SHAKESPEARE="${sprig_SOURCE_DIR}/../shared/data/tinyshakespeare.txt")
+endif()

@@ -1,0 +1,171 @@
+// sprig/io/text.hpp — a character-level text data set (Tiny Shakespeare and the like).
+//
+// Tokens are bytes: the alphabet is the set of distinct bytes of the text in ascending
+// order, and token t stands for alphabet[t] (Tiny Shakespeare: 65 tokens). Multi-byte
+// UTF-8 characters therefore become several tokens, which keeps the reader exact for any
+// input.
+//
+// Training examples are next-character windows: a start s drawn from CounterRng(seed,
+// step, kTextStream), input tokens[s, s + context), target tokens[s + context]. They are
+// gathered feature-major as a one-hot matrix [context * vocab x B] (row j * vocab + t is 1
+// when position j holds token t), the input of an MLP language model in the style of
+// Bengio et al. 2003, with no allocation per batch.
+#pragma once
+
+#include <type_traits>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/rng.hpp"
+
+namespace sprig {
+
+// Stream key separating text window draws from other users of the same seed.
+inline constexpr std::uint64_t kTextStream = 0x5445'5854'5749'4E44ULL;  // "TEXTWIND"
+
+struct CharText {
+  std::vector<unsigned char> alphabet;   // distinct bytes, ascending: token t is alphabet[t]
+  std::array<std::int32_t, 256> token_of{};  // byte -> token, -1 for bytes not in the text
+  std::vector<std::int32_t> tokens;      // the text, encoded
+
+  std::int64_t vocab_size() const noexcept { return static_cast<std::int64_t>(alphabet.size()); }
+  std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
+
+  // Encodes text over this alphabet; a byte outside it is an ArgumentError naming it.
+  std::vector<std::int32_t> encode(std::string_view text) const {
+    std::vector<std::int32_t> out(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto byte = static_cast<unsigned char>(text[i]);
+      if (token_of[byte] < 0)
+        throw ArgumentError(detail::message("CharText::encode: byte ", int(byte), " at position ", i,
+                                            " is not in the alphabet of ", alphabet.size(), " characters"));
+      out[i] = token_of[byte];
+    }
+    return out;
+  }
+
+  std::string decode(std::span<const std::int32_t> ids) const {
+    std::string out(ids.size(), '\0');
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= vocab_size())
+        throw ArgumentError(detail::message("CharText::decode: token ", ids[i], " at position ", i,
+                                            " is outside [0, ", vocab_size(), ")"));
+      out[i] = static_cast<char>(alphabet[static_cast<std::size_t>(ids[i])]);
+    }
+    return out;
+  }
+};
+
+// Builds the alphabet of `text` and encodes it.
+inline CharText char_text(std::string_view text) {
+  CharText out;
+  std::array<bool, 256> present{};
+  for (char c : text) present[static_cast<unsigned char>(c)] = true;
+  out.token_of.fill(-1);
+  for (int b = 0; b < 256; ++b)
+    if (present[static_cast<std::size_t>(b)]) {
+      out.token_of[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(out.alphabet.size());
+      out.alphabet.push_back(static_cast<unsigned char>(b));
+    }
+  out.tokens.resize(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i)
+    out.tokens[i] = out.token_of[static_cast<unsigned char>(text[i])];
+  return out;
+}
+
+// Reads a regular file of at most max_bytes and builds its CharText. FormatError for a
+// missing, unreadable, empty, non-regular or oversized file, naming the path.
+inline CharText read_char_text(const std::filesystem::path& path, std::uint64_t max_bytes = std::uint64_t{1} << 30) {
+  const std::string name = path.string();
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw FormatError(detail::message("read_char_text: cannot open '", name, "': no such file"));
+  if (!std::filesystem::is_regular_file(status))
+    throw FormatError(detail::message("read_char_text: '", name, "' is not a regular file"));
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw FormatError(detail::message("read_char_text: '", name, "': cannot read its size: ", ec.message()));
+  if (size == 0) throw FormatError(detail::message("read_char_text: '", name, "' is empty"));
+  if (size > max_bytes)
+    throw FormatError(detail::message("read_char_text: '", name, "' holds ", size, " bytes, more than the limit of ",
+                                      max_bytes));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw FormatError(detail::message("read_char_text: cannot open '", name, "'"));
+  std::string text(static_cast<std::size_t>(size), '\0');
+  const std::size_t got = std::fread(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  if (got != text.size())
+    throw FormatError(detail::message("read_char_text: '", name, "': read ", got, " of ", size, " bytes"));
+  return char_text(text);
+}
+
+// The first ceil(fraction * n) tokens and the rest (train / validation; nanoGPT uses 0.9).
+inline std::pair<std::span<const std::int32_t>, std::span<const std::int32_t>> split_tokens(
+    std::span<const std::int32_t> tokens, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    throw ArgumentError(detail::message("split_tokens: fraction ", fraction, " is outside [0, 1]"));
+  const auto cut = std::min(tokens.size(), static_cast<std::size_t>(std::ceil(fraction * double(tokens.size()))));
+  return {tokens.first(cut), tokens.subspan(cut)};
+}
+
+// Draws starts.size() window starts, uniform in [0, n - context - 1] so that each window
+// and its target fit, from (seed, step).
+inline void sample_window_starts(std::int64_t n, std::int64_t context, std::uint64_t seed, std::uint64_t step,
+                                 std::span<std::int64_t> starts) {
+  if (context <= 0 || n <= context)
+    throw ArgumentError(detail::message("sample_window_starts: ", n, " tokens cannot hold a window of ", context,
+                                        " plus its target"));
+  CounterRng rng(seed, step, kTextStream);
+  for (auto& s : starts) s = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(n - context)));
+}
+
+// Gathers the windows at `starts` one-hot into x [context * vocab x B] (feature-major,
+// B = starts.size()) and their next-token targets. Every token must lie in [0, vocab).
+template <Value T>
+void gather_one_hot_windows(std::span<const std::int32_t> tokens, std::int64_t vocab, std::int64_t context,
+                            std::span<const std::int64_t> starts, std::type_identity_t<MatrixView<T>> x,
+                            std::span<std::int32_t> targets) {
+  const auto batch = static_cast<std::int64_t>(starts.size());
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (vocab <= 0 || context <= 0)
+    throw ArgumentError(detail::message("gather_one_hot_windows: vocab ", vocab, " and context ", context,
+                                        " must be positive"));
+  if (x.rows() != context * vocab || x.cols() != batch || static_cast<std::int64_t>(targets.size()) != batch)
+    throw ShapeError(detail::message("gather_one_hot_windows: x must be ", context * vocab, "x", batch, " and targets ",
+                                     batch, " long, got x ", x.rows(), "x", x.cols(), " and ", targets.size(),
+                                     " targets"));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t s = starts[static_cast<std::size_t>(b)];
+    if (s < 0 || s + context >= n)
+      throw ArgumentError(detail::message("gather_one_hot_windows: start ", s, " at position ", b, " leaves no room for ",
+                                          context, " tokens and a target in ", n));
+    for (std::int64_t j = 0; j <= context; ++j) {
+      const std::int32_t t = tokens[static_cast<std::size_t>(s + j)];
+      if (t < 0 || t >= vocab)
+        throw ArgumentError(detail::message("gather_one_hot_windows: token ", t, " at ", s + j, " is outside [0, ",
+                                            vocab, ")"));
+    }
+  }
+  x.fill(T(0));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t s = starts[static_cast<std::size_t>(b)];
+    for (std::int64_t j = 0; j < context; ++j) x(j * vocab + tokens[static_cast<std::size_t>(s + j)], b) = T(1);
+    targets[static_cast<std::size_t>(b)] = tokens[static_cast<std::size_t>(s + context)];
+  }
+}
+
+}  // namespace sprig
