@@ -1,0 +1,129 @@
+// sprig/nn/parameter.hpp — trainable parameters: a value, its gradient, and the optimizer's
+// per-element state, kept aligned with each other.
+//
+// SparseParameter<T, Index>: the weight is a PaddedCSR; `grad` and every `state` vector are
+// indexed like weight.values() (one entry per slot, storage_size() entries, padding and dead
+// slots included). A structural change of the weight is made with a SlotLog and then replayed
+// here with apply(), so per-slot arrays follow their weights:
+//
+//     SlotLog log;
+//     param.weight.insert_new(r, c, T(0), &log);
+//     param.weight.erase(r2, c2, &log);
+//     param.apply(log);          // grad and state moved / cleared / resized like the slots
+//
+// DenseParameter<T>: the same for a dense rows x cols tensor (no topology).
+//
+// Contract for optimizers: the entries of grad/state at non-live slots carry no meaning and
+// are never read into a weight; an optimizer updates live slots only, so padding and dead
+// slots of the weight stay exactly 0 (the PaddedCSR invariant).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "../core/aligned_allocator.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "../core/slot_log.hpp"
+
+namespace sprig {
+
+template <Value T, ColumnIndex Index>
+struct SparseParameter {
+  using value_type = T;
+  using index_type = Index;
+
+  PaddedCSR<T, Index> weight;
+  AlignedVector<T> grad;                    // size weight.storage_size()
+  std::vector<AlignedVector<T>> state;      // each empty or size weight.storage_size()
+  bool decay = true;                        // whether optimizers apply weight decay
+
+  SparseParameter() = default;
+  explicit SparseParameter(PaddedCSR<T, Index> w)
+      : weight(std::move(w)), grad(static_cast<std::size_t>(weight.storage_size()), T(0)) {}
+
+  // Replays the slot moves of a structural change of `weight` on grad and every state
+  // vector: moved weights keep their entries, freed and newborn slots read 0.
+  void apply(const SlotLog& log) {
+    log.apply(grad);
+    for (auto& s : state) log.apply(s);
+    // An empty state vector (not yet created) stays empty; the optimizer creates it at
+    // the current storage size on first use.
+    SPRIG_ASSERT(std::ssize(grad) == weight.storage_size(), "SparseParameter::apply left grad misaligned");
+  }
+
+  // Throws ShapeError if grad or a non-empty state vector is not aligned with the weight's
+  // slots (a structural change was made without replaying its SlotLog).
+  void check_aligned(const char* fn) const {
+    const std::int64_t n = weight.storage_size();
+    if (std::ssize(grad) != n)
+      throw ShapeError(detail::message(fn, ": gradient has ", grad.size(), " entries but the weight has ", n,
+                                       " slots (was a structural change made without SparseParameter::apply?)"));
+    for (std::size_t k = 0; k < state.size(); ++k)
+      if (!state[k].empty() && std::ssize(state[k]) != n)
+        throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(),
+                                         " entries but the weight has ", n, " slots"));
+  }
+
+  void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
+  std::int64_t live_count() const noexcept { return weight.nnz(); }
+  // Bytes owned by the weight (all PaddedCSR arrays), not counting grad and state.
+  std::int64_t weight_bytes() const noexcept { return weight.memory_bytes(); }
+  // Bytes of grad and optimizer state.
+  std::int64_t state_bytes() const noexcept {
+    std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
+    for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));
+    return b;
+  }
+};
+
+// A dense rows x cols parameter stored contiguously (row-major, stride == cols).
+template <Value T>
+struct DenseParameter {
+  using value_type = T;
+
+  AlignedVector<T> value;
+  AlignedVector<T> grad;
+  std::vector<AlignedVector<T>> state;  // each empty or size rows * cols
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  bool decay = true;  // whether optimizers apply weight decay (biases: false)
+
+  DenseParameter() = default;
+  DenseParameter(std::int64_t r, std::int64_t c, T init = T(0)) : rows(r), cols(c) {
+    if (r < 0 || c < 0) throw ShapeError(detail::message("DenseParameter: negative shape ", r, "x", c));
+    value.assign(static_cast<std::size_t>(r * c), init);
+    grad.assign(static_cast<std::size_t>(r * c), T(0));
+  }
+
+  std::int64_t size() const noexcept { return rows * cols; }
+  MatrixView<T> view() noexcept { return {value.data(), rows, cols}; }
+  ConstMatrixView<T> view() const noexcept { return {value.data(), rows, cols}; }
+  MatrixView<T> grad_view() noexcept { return {grad.data(), rows, cols}; }
+  ConstMatrixView<T> grad_view() const noexcept { return {grad.data(), rows, cols}; }
+
+  void check_aligned(const char* fn) const {
+    if (std::ssize(value) != size() || std::ssize(grad) != size())
+      throw ShapeError(detail::message(fn, ": parameter ", rows, "x", cols, " has ", value.size(), " values and ",
+                                       grad.size(), " gradient entries"));
+    for (std::size_t k = 0; k < state.size(); ++k)
+      if (!state[k].empty() && std::ssize(state[k]) != size())
+        throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ",
+                                         size()));
+  }
+
+  void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
+  std::int64_t weight_bytes() const noexcept { return static_cast<std::int64_t>(value.capacity() * sizeof(T)); }
+  std::int64_t state_bytes() const noexcept {
+    std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
+    for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));
+    return b;
+  }
+};
+
+}  // namespace sprig

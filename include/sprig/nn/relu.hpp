@@ -1,0 +1,52 @@
+// sprig/nn/relu.hpp — ReLU<T>: y = max(x, 0), elementwise on [features x batch].
+// backward uses the subgradient 0 at x == 0.
+#pragma once
+
+#include <type_traits>
+
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+
+namespace sprig {
+
+namespace detail {
+template <class T>
+void check_same_shape(const char* fn, const char* a, ConstMatrixView<T> x, const char* b, ConstMatrixView<T> y) {
+  if (x.rows() != y.rows() || x.cols() != y.cols())
+    throw ShapeError(detail::message(fn, ": ", a, " is ", x.rows(), "x", x.cols(), " but ", b, " is ", y.rows(), "x",
+                                     y.cols()));
+}
+}  // namespace detail
+
+template <Value T>
+class ReLU {
+public:
+  using value_type = T;
+
+  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) const {
+    detail::check_same_shape<T>("ReLU::forward", "X", X, "Y", Y);
+    for (std::int64_t i = 0; i < X.rows(); ++i) {
+      const T* __restrict x = X.row(i);
+      T* __restrict y = Y.row(i);
+      for (std::int64_t j = 0; j < X.cols(); ++j) y[j] = x[j] > T(0) ? x[j] : T(0);
+    }
+  }
+
+  // dX = dY where X > 0, else 0.
+  void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX) const {
+    detail::check_same_shape<T>("ReLU::backward", "X", X, "dY", dY);
+    detail::check_same_shape<T>("ReLU::backward", "X", X, "dX", dX);
+    for (std::int64_t i = 0; i < X.rows(); ++i) {
+      const T* __restrict x = X.row(i);
+      const T* __restrict d = dY.row(i);
+      T* __restrict g = dX.row(i);
+      for (std::int64_t j = 0; j < X.cols(); ++j) g[j] = x[j] > T(0) ? d[j] : T(0);
+    }
+  }
+};
+
+}  // namespace sprig

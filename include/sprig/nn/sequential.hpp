@@ -1,0 +1,206 @@
+// sprig/nn/sequential.hpp — Sequential<T, Index>: a chain of layers that owns the
+// activation and gradient buffers between them.
+//
+// Layers are a closed set held in a std::variant (SparseLinear, Linear, ReLU, GELU): no
+// virtual calls, and a caller can std::visit or std::get_if a layer to reach its type.
+//
+// Buffers: act(k) holds the output of layer k, grad(k) the loss gradient with respect to
+// it; both are [width_k x batch] with a row stride padded to a 64-byte multiple that is not
+// a multiple of 128 bytes (so rows start on cache lines, and many rows walked at once do
+// not collide in the same cache sets). They are reshaped only when the batch size changes
+// and reuse their allocation, so a steady-state training step allocates nothing.
+//
+// A training step:
+//     auto Z  = model.forward(X);                          // X [in x B], kept by view
+//     loss.forward_backward(Z, labels, model.output_grad());  // a separate statement: the
+//                                                          // buffer is shaped by forward()
+//     model.backward();                                    // every layer's grads, first layer skips dX
+//     opt.step(model);
+// The input X is held by view from forward() to backward(): the caller keeps it alive.
+#pragma once
+
+#include <type_traits>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "gelu.hpp"
+#include "linear.hpp"
+#include "relu.hpp"
+#include "sparse_linear.hpp"
+
+namespace sprig {
+
+// What dynamic sparse training needs from one sparse layer after a step: the layer (its
+// SparseParameter is layer->weight), the input it saw and the gradient of its output.
+template <Value T, ColumnIndex Index>
+struct SparseLayerRef {
+  std::size_t position;       // index of the layer in the Sequential
+  std::size_t sparse_index;   // 0, 1, ... among the sparse layers
+  SparseLinear<T, Index>* layer;
+  ConstMatrixView<T> input;        // X of the last forward   [in x B]
+  ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
+};
+
+template <Value T, ColumnIndex Index = std::int32_t>
+class Sequential {
+public:
+  using value_type = T;
+  using index_type = Index;
+  using Layer = std::variant<SparseLinear<T, Index>, Linear<T>, ReLU<T>, GELU<T>>;
+
+  // Appends a layer and returns a reference to it (valid until the next add()).
+  template <class L>
+  L& add(L layer) {
+    layers_.emplace_back(std::move(layer));
+    acts_.emplace_back();
+    grads_.emplace_back();
+    return std::get<L>(layers_.back());
+  }
+
+  std::size_t size() const noexcept { return layers_.size(); }
+  Layer& layer(std::size_t k) { return layers_.at(k); }
+  const Layer& layer(std::size_t k) const { return layers_.at(k); }
+
+  // Runs every layer on X [in x B] and returns the output [out x B] (a view of act(last)).
+  ConstMatrixView<T> forward(std::type_identity_t<ConstMatrixView<T>> X) {
+    if (layers_.empty()) throw ArgumentError("Sequential::forward: the model has no layers");
+    input_ = X;
+    const std::int64_t B = X.cols();
+    std::int64_t width = X.rows();
+    for (std::size_t k = 0; k < layers_.size(); ++k) {
+      const std::int64_t out = out_width(k, width);
+      reshape(acts_[k], out, B);
+      const ConstMatrixView<T> in = k == 0 ? X : ConstMatrixView<T>(acts_[k - 1].view());
+      std::visit([&](auto& l) { l.forward(in, acts_[k].view()); }, layers_[k]);
+      width = out;
+    }
+    reshape(grads_.back(), acts_.back().rows(), B);
+    forwarded_ = true;
+    return acts_.back().view();
+  }
+
+  // The buffer for dLoss/dOutput of the last forward (same shape as its output); the loss
+  // writes into it before backward(). Shaped by forward(), so call it after forward().
+  MatrixView<T> output_grad() {
+    if (!forwarded_) throw ArgumentError("Sequential::output_grad: call forward first");
+    return grads_.back().view();
+  }
+
+  // Back-propagates output_grad() through every layer, filling every parameter gradient
+  // (overwritten, not accumulated). The first layer does not compute dX.
+  void backward() {
+    if (!forwarded_) throw ArgumentError("Sequential::backward: call forward first");
+    const std::int64_t B = input_.cols();
+    for (std::size_t k = layers_.size(); k-- > 0;) {
+      const ConstMatrixView<T> in = k == 0 ? input_ : ConstMatrixView<T>(acts_[k - 1].view());
+      const ConstMatrixView<T> dy = grads_[k].view();
+      if (k == 0) {
+        std::visit(
+            [&](auto& l) {
+              if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
+            },
+            layers_[k]);
+      } else {
+        reshape(grads_[k - 1], in.rows(), B);
+        std::visit([&](auto& l) { l.backward(in, dy, grads_[k - 1].view()); }, layers_[k]);
+      }
+    }
+  }
+
+  // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter,
+  // in layer order.
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    for (auto& l : layers_)
+      std::visit(
+          [&](auto& layer) {
+            if constexpr (requires { layer.for_each_parameter(fn); }) layer.for_each_parameter(fn);
+          },
+          l);
+  }
+
+  // The sparse layers with their last input and output gradient (valid until the next
+  // forward/backward or add()).
+  std::vector<SparseLayerRef<T, Index>> sparse_layers() {
+    std::vector<SparseLayerRef<T, Index>> out;
+    for (std::size_t k = 0; k < layers_.size(); ++k)
+      if (auto* s = std::get_if<SparseLinear<T, Index>>(&layers_[k])) {
+        const ConstMatrixView<T> in = k == 0 ? input_ : ConstMatrixView<T>(acts_[k - 1].view());
+        out.push_back({k, out.size(), s, in, ConstMatrixView<T>(grads_[k].view())});
+      }
+    return out;
+  }
+
+  ConstMatrixView<T> act(std::size_t k) const { return acts_.at(k).view(); }
+  ConstMatrixView<T> grad(std::size_t k) const { return grads_.at(k).view(); }
+  ConstMatrixView<T> input() const noexcept { return input_; }
+
+  // Bytes of all weights as stored (sparse layers: every PaddedCSR array incl. padding).
+  std::int64_t weight_bytes() const { return sum_over([](const auto& l) { return l.weight_bytes(); }); }
+  // Bytes the same model would need with every layer dense.
+  std::int64_t dense_weight_bytes() const { return sum_over([](const auto& l) { return l.dense_weight_bytes(); }); }
+  // Everything the model owns: weights, gradients, optimizer state, caches, buffers.
+  std::int64_t memory_bytes() const {
+    std::int64_t b = sum_over([](const auto& l) { return l.memory_bytes(); });
+    for (const auto& m : acts_) b += m.memory_bytes();
+    for (const auto& m : grads_) b += m.memory_bytes();
+    return b;
+  }
+
+  // Row stride for a [rows x cols] activation: a multiple of 64 bytes that is an odd
+  // multiple of 64 bytes once past one line (power-of-two strides map rows walked together
+  // onto the same cache sets).
+  static std::int64_t activation_stride(std::int64_t cols) noexcept {
+    constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+    std::int64_t s = (cols + line - 1) / line * line;
+    if (s > line && (s / line) % 2 == 0) s += line;
+    return std::max<std::int64_t>(s, 1);
+  }
+
+private:
+  std::int64_t out_width(std::size_t k, std::int64_t in) const {
+    return std::visit(
+        [&](const auto& l) -> std::int64_t {
+          if constexpr (requires { l.out_features(); }) {
+            if (l.in_features() != in)
+              throw ShapeError(detail::message("Sequential: layer ", k, " takes ", l.in_features(), " inputs but gets ",
+                                               in));
+            return l.out_features();
+          } else {
+            return in;
+          }
+        },
+        layers_[k]);
+  }
+
+  template <class Fn>
+  std::int64_t sum_over(Fn&& fn) const {
+    std::int64_t b = 0;
+    for (const auto& l : layers_)
+      std::visit(
+          [&](const auto& layer) {
+            if constexpr (requires { layer.weight_bytes(); }) b += fn(layer);
+          },
+          l);
+    return b;
+  }
+
+  static void reshape(Matrix<T>& m, std::int64_t rows, std::int64_t cols) {
+    if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols, activation_stride(cols));
+  }
+
+  std::vector<Layer> layers_;
+  std::vector<Matrix<T>> acts_;
+  std::vector<Matrix<T>> grads_;
+  ConstMatrixView<T> input_;
+  bool forwarded_ = false;
+};
+
+}  // namespace sprig

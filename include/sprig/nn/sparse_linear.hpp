@@ -1,0 +1,132 @@
+// sprig/nn/sparse_linear.hpp — SparseLinear<T, Index>: Y = W X + b with W a PaddedCSR.
+//
+// Shapes (feature-major): X [in x B], Y and dY [out x B], dX [in x B], W out x in.
+//   forward:  Y = W X + b                                   (spmm)
+//   backward: dW[s] = dot(dY[i,:], X[c,:]) at live slots    (sddmm, aligned with W's slots)
+//             db    = sum over the batch of dY
+//             dX    = W^T dY                                (spmm on the cached transpose)
+// backward overwrites the gradients (it does not accumulate): the loss already averages
+// over the batch. The two-argument backward skips dX, for the first layer of a network.
+#pragma once
+
+#include <type_traits>
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "../core/rng.hpp"
+#include "../kernels/sddmm.hpp"
+#include "../kernels/spmm.hpp"
+#include "../kernels/transpose.hpp"
+#include "bias.hpp"
+#include "init.hpp"
+#include "parameter.hpp"
+
+namespace sprig {
+
+template <Value T, ColumnIndex Index>
+class SparseLinear {
+public:
+  using value_type = T;
+  using index_type = Index;
+
+  SparseParameter<T, Index> weight;  // out x in
+  DenseParameter<T> bias;            // out x 1, not decayed
+
+  // A random layer: round(density * in * out) live weights at uniformly random positions
+  // (per layer, so rows differ in length), Kaiming-uniform with effective fan-in
+  // nnz / out = in * density, zero bias. The topology and values are a function of
+  // (seed, layer_key) only.
+  SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
+               double padding_ratio = kDefaultPaddingRatio) {
+    if (in <= 0 || out <= 0)
+      throw ShapeError(detail::message("SparseLinear: in and out must be > 0, got ", in, " and ", out));
+    if (!(density > 0.0 && density <= 1.0))
+      throw ArgumentError(detail::message("SparseLinear: density ", density, " outside (0, 1]"));
+    CounterRng rng(seed, layer_key, kInitKey);
+    auto w = PaddedCSR<T, Index>::random_density(out, in, density, rng(), padding_ratio);
+    if (w.nnz() == 0)
+      throw ArgumentError(detail::message("SparseLinear: density ", density, " of a ", out, "x", in,
+                                          " layer rounds to no weight at all"));
+    const double bound = kaiming_uniform_bound(static_cast<double>(w.nnz()) / static_cast<double>(out));
+    for (T& v : w.values()) v = static_cast<T>(v * bound);  // values in U[-1, 1); padding stays 0
+    init(std::move(w));
+  }
+
+  // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias.
+  explicit SparseLinear(PaddedCSR<T, Index> w) {
+    if (w.rows() <= 0 || w.cols() <= 0)
+      throw ShapeError(detail::message("SparseLinear: weight must be non-empty, got ", w.rows(), "x", w.cols()));
+    init(std::move(w));
+  }
+
+  std::int64_t in_features() const noexcept { return weight.weight.cols(); }
+  std::int64_t out_features() const noexcept { return weight.weight.rows(); }
+  double density() const noexcept { return weight.weight.density(); }
+
+  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) {
+    if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
+      throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
+                                       ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    spmm(weight.weight, X, Y, Update::overwrite);
+    detail::add_bias<T>(bias.value, Y);
+  }
+
+  // Weight and bias gradients, and dX = W^T dY.
+  void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX) {
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
+                                       in_features(), "x", X.cols()));
+    backward(X, dY);
+    spmm(transpose_.get(weight.weight), dY, dX, Update::overwrite);
+  }
+
+  // Weight and bias gradients only (no dX: the first layer of a network).
+  void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
+    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
+      throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
+                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
+    weight.check_aligned("SparseLinear::backward");
+    sddmm(weight.weight, dY, X, std::span<T>(weight.grad), Update::overwrite);
+    detail::sum_rows<T>(dY, bias.grad);
+  }
+
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    fn(weight);
+    fn(bias);
+  }
+
+  TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
+
+  // Bytes of the model's weights (PaddedCSR arrays + bias), what a checkpoint must hold.
+  std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
+  // The same layer dense: (in * out + out) values.
+  std::int64_t dense_weight_bytes() const noexcept {
+    return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
+  }
+  // Everything the layer owns: weights, gradients, optimizer state, transpose cache.
+  std::int64_t memory_bytes() const noexcept {
+    return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes();
+  }
+
+private:
+  static constexpr std::uint64_t kInitKey = 0x11A1'7EA2ULL;
+
+  void init(PaddedCSR<T, Index> w) {
+    const std::int64_t out = w.rows();
+    weight = SparseParameter<T, Index>(std::move(w));
+    bias = DenseParameter<T>(out, 1);
+    bias.decay = false;
+  }
+
+  TransposeCache<T, Index> transpose_;
+};
+
+}  // namespace sprig

@@ -1,0 +1,111 @@
+// sprig/optim/adamw.hpp — AdamW (Loshchilov & Hutter), as torch.optim.AdamW.
+//
+// At step t (1-based, the optimizer's step counter), per element with gradient g:
+//   w  = w * (1 - lr * weight_decay)                  (decoupled decay; decay == true only)
+//   m  = beta1 * m + (1 - beta1) * g                  (state[0])
+//   v  = beta2 * v + (1 - beta2) * g^2                (state[1])
+//   w  = w - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+// The bias corrections use the global step t; a weight grown at step t0 > 1 starts with
+// m = v = 0 and is corrected with t like everyone else (as in RigL's reference code).
+// Sparse parameters are updated on live slots only; m and v follow slot moves through
+// SparseParameter::apply().
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../nn/parameter.hpp"
+#include "live_ranges.hpp"
+
+namespace sprig {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+template <Value T>
+class AdamW {
+public:
+  using value_type = T;
+
+  explicit AdamW(AdamWOptions options = {}) : options_(options) {
+    if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("AdamW: lr ", options.lr, " must be >= 0"));
+    if (!(options.beta1 >= 0.0 && options.beta1 < 1.0))
+      throw ArgumentError(detail::message("AdamW: beta1 ", options.beta1, " outside [0, 1)"));
+    if (!(options.beta2 >= 0.0 && options.beta2 < 1.0))
+      throw ArgumentError(detail::message("AdamW: beta2 ", options.beta2, " outside [0, 1)"));
+    if (!(options.eps > 0.0)) throw ArgumentError(detail::message("AdamW: eps ", options.eps, " must be > 0"));
+    if (!(options.weight_decay >= 0.0))
+      throw ArgumentError(detail::message("AdamW: weight_decay ", options.weight_decay, " must be >= 0"));
+  }
+
+  const AdamWOptions& options() const noexcept { return options_; }
+  double lr() const noexcept { return options_.lr; }
+  void set_lr(double lr) {
+    if (!(lr >= 0.0)) throw ArgumentError(detail::message("AdamW::set_lr: lr ", lr, " must be >= 0"));
+    options_.lr = lr;
+  }
+
+  // Steps taken so far; the t of the bias corrections. Part of the optimizer's state: a
+  // checkpoint saves it and restores it with set_step_count().
+  std::int64_t step_count() const noexcept { return step_; }
+  void set_step_count(std::int64_t t) {
+    if (t < 0) throw ArgumentError(detail::message("AdamW::set_step_count: ", t, " < 0"));
+    step_ = t;
+  }
+  void begin_step() noexcept { ++step_; }
+
+  template <class Model>
+  void step(Model& model) {
+    begin_step();
+    model.for_each_parameter([this](auto& p) { update(p); });
+  }
+
+  // Updates one parameter with its current gradient at step step_count() (>= 1).
+  template <class P>
+    requires requires(P& p) { p.state; p.grad; }
+  void update(P& p) {
+    if (step_ < 1) throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");
+    detail::ensure_state("AdamW::update", p, 2);
+    const double t = static_cast<double>(step_);
+    const T lr = static_cast<T>(options_.lr);
+    const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+    const T eps = static_cast<T>(options_.eps);
+    const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, t)));
+    const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, t)));
+    const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
+    T* __restrict wp = values(p).data();
+    const T* __restrict gp = p.grad.data();
+    T* __restrict mp = p.state[0].data();
+    T* __restrict vp = p.state[1].data();
+    detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t s = b; s < e; ++s) {
+        const T g = gp[s];
+        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
+        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
+        wp[s] = wp[s] * shrink - lr * (mp[s] * c1) / (std::sqrt(vp[s] * c2) + eps);
+      }
+    });
+  }
+
+private:
+  template <class P>
+  static auto values(P& p) {
+    if constexpr (requires { p.weight.values(); })
+      return p.weight.values();
+    else
+      return std::span<T>(p.value);
+  }
+
+  AdamWOptions options_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace sprig

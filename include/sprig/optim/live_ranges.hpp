@@ -1,0 +1,49 @@
+// sprig/optim/live_ranges.hpp — the slot ranges an optimizer may update, and its state setup.
+//
+// A sparse parameter is updated on its live slots only ([row_start, row_start + row_nnz) of
+// every row), so padding and dead slots of the weight stay exactly 0 whatever the gradient
+// or state arrays hold there. A dense parameter is one range [0, size).
+#pragma once
+
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../nn/parameter.hpp"
+
+namespace sprig::detail {
+
+// Calls fn(begin, end) for every maximal run of live slots.
+template <Value T, ColumnIndex Index, class Fn>
+void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
+  const auto& w = p.weight;
+  for (std::int64_t i = 0; i < w.rows(); ++i) {
+    const std::int64_t n = w.row_nnz(i);
+    if (n > 0) fn(w.row_start(i), w.row_start(i) + n);
+  }
+}
+template <Value T, class Fn>
+void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
+  if (p.size() > 0) fn(std::int64_t{0}, p.size());
+}
+
+template <class P>
+std::int64_t slot_count(const P& p) {
+  if constexpr (requires { p.weight.storage_size(); })
+    return p.weight.storage_size();
+  else
+    return p.size();
+}
+
+// Makes sure p.state holds `count` vectors aligned with the parameter's slots, creating
+// zero state on first use. Throws if the parameter's arrays are misaligned.
+template <class P>
+void ensure_state(const char* fn, P& p, std::size_t count) {
+  p.check_aligned(fn);
+  if (p.state.size() < count) p.state.resize(count);
+  const auto n = static_cast<std::size_t>(slot_count(p));
+  for (std::size_t k = 0; k < count; ++k)
+    if (p.state[k].empty() && n > 0) p.state[k].assign(n, typename P::value_type(0));
+}
+
+}  // namespace sprig::detail

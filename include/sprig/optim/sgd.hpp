@@ -1,0 +1,113 @@
+// sprig/optim/sgd.hpp — SGD with momentum, Nesterov momentum and (L2) weight decay.
+//
+// Per element, with g the gradient, w the weight and buf the momentum buffer (state[0]):
+//   g   = g + weight_decay * w                (only for parameters with decay == true)
+//   buf = momentum * buf + g                  (momentum > 0)
+//   d   = nesterov ? g + momentum * buf : buf (d = g without momentum)
+//   w   = w - lr * d
+// This is PyTorch's torch.optim.SGD with dampening 0 (buf starts at 0, so its first step
+// is buf = g, as in PyTorch). Sparse parameters are updated on live slots only; their
+// buffer lives in SparseParameter::state and follows slot moves through apply().
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../nn/parameter.hpp"
+#include "live_ranges.hpp"
+
+namespace sprig {
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+template <Value T>
+class SGD {
+public:
+  using value_type = T;
+
+  explicit SGD(SGDOptions options = {}) : options_(options) {
+    if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("SGD: lr ", options.lr, " must be >= 0"));
+    if (!(options.momentum >= 0.0 && options.momentum < 1.0))
+      throw ArgumentError(detail::message("SGD: momentum ", options.momentum, " outside [0, 1)"));
+    if (!(options.weight_decay >= 0.0))
+      throw ArgumentError(detail::message("SGD: weight_decay ", options.weight_decay, " must be >= 0"));
+    if (options.nesterov && options.momentum == 0.0)
+      throw ArgumentError("SGD: Nesterov momentum needs momentum > 0");
+  }
+
+  const SGDOptions& options() const noexcept { return options_; }
+  double lr() const noexcept { return options_.lr; }
+  void set_lr(double lr) {
+    if (!(lr >= 0.0)) throw ArgumentError(detail::message("SGD::set_lr: lr ", lr, " must be >= 0"));
+    options_.lr = lr;
+  }
+
+  // Steps taken so far (begin_step() calls). Part of the optimizer's state: a checkpoint
+  // saves it and restores it with set_step_count().
+  std::int64_t step_count() const noexcept { return step_; }
+  void set_step_count(std::int64_t t) {
+    if (t < 0) throw ArgumentError(detail::message("SGD::set_step_count: ", t, " < 0"));
+    step_ = t;
+  }
+  void begin_step() noexcept { ++step_; }
+
+  // One step on every parameter of a model (anything with for_each_parameter).
+  template <class Model>
+  void step(Model& model) {
+    begin_step();
+    model.for_each_parameter([this](auto& p) { update(p); });
+  }
+
+  // Updates one parameter with its current gradient (begin_step() is the caller's job).
+  template <class P>
+    requires requires(P& p) { p.state; p.grad; }
+  void update(P& p) {
+    const bool use_momentum = options_.momentum != 0.0;
+    detail::ensure_state("SGD::update", p, use_momentum ? 1 : 0);
+    const std::span<T> w = values(p);
+    const T lr = static_cast<T>(options_.lr), mu = static_cast<T>(options_.momentum);
+    const T wd = p.decay ? static_cast<T>(options_.weight_decay) : T(0);
+    const bool nesterov = options_.nesterov;
+    T* __restrict wp = w.data();
+    const T* __restrict gp = p.grad.data();
+    T* __restrict bp = use_momentum ? p.state[0].data() : nullptr;
+    detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+      if (!use_momentum) {
+        for (std::int64_t s = b; s < e; ++s) wp[s] -= lr * (gp[s] + wd * wp[s]);
+      } else if (!nesterov) {
+        for (std::int64_t s = b; s < e; ++s) {
+          const T g = gp[s] + wd * wp[s];
+          bp[s] = mu * bp[s] + g;
+          wp[s] -= lr * bp[s];
+        }
+      } else {
+        for (std::int64_t s = b; s < e; ++s) {
+          const T g = gp[s] + wd * wp[s];
+          bp[s] = mu * bp[s] + g;
+          wp[s] -= lr * (g + mu * bp[s]);
+        }
+      }
+    });
+  }
+
+private:
+  template <class P>
+  static auto values(P& p) {
+    if constexpr (requires { p.weight.values(); })
+      return p.weight.values();
+    else
+      return std::span<T>(p.value);
+  }
+
+  SGDOptions options_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace sprig

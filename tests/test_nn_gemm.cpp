@@ -1,0 +1,53 @@
+#include "sprig/nn/gemm.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+
+#include <catch2/catch.hpp>
+
+#include "test_nn_gradcheck.hpp"
+
+using namespace sprig;
+using sprig_test::random_matrix;
+
+// Built twice by tests/nn.cmake: once portable, once with SPRIG_USE_CBLAS and OpenBLAS.
+TEMPLATE_TEST_CASE("gemm equals the triple loop for every transpose combination", "[nn][gemm]", float, double) {
+  using T = TestType;
+  const double eps = std::is_same_v<T, float> ? 1.2e-7 : 2.3e-16;
+  for (auto [M, N, K] : {std::tuple{1, 1, 1}, std::tuple{5, 7, 3}, std::tuple{33, 65, 130}, std::tuple{4, 3, 0},
+                         std::tuple{70, 9, 600}})
+    for (Trans ta : {Trans::no, Trans::yes})
+      for (Trans tb : {Trans::no, Trans::yes})
+        for (double beta : {0.0, 1.0, -0.5}) {
+          const auto A = ta == Trans::no ? random_matrix<T>(M, K, 1, -1, 1, K + 3) : random_matrix<T>(K, M, 1, -1, 1, M + 1);
+          const auto B = tb == Trans::no ? random_matrix<T>(K, N, 2, -1, 1, N + 2) : random_matrix<T>(N, K, 2, -1, 1, K + 5);
+          auto C = random_matrix<T>(M, N, 3, -1, 1, N + 4);
+          const Matrix<T> C0 = C;
+          if (beta == 0.0) C.fill(std::numeric_limits<T>::quiet_NaN());  // beta 0: C not read
+          const T alpha = T(1.5);
+          gemm<T>(ta, tb, alpha, A.view(), B.view(), T(beta), C.view());
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double ref = 0.0, mag = 0.0;
+              for (int k = 0; k < K; ++k) {
+                const double a = ta == Trans::no ? A(i, k) : A(k, i);
+                const double b = tb == Trans::no ? B(k, j) : B(j, k);
+                ref += a * b;
+                mag += std::abs(a * b);
+              }
+              ref = alpha * ref + (beta == 0.0 ? 0.0 : beta * C0(i, j));
+              // Any summation order: |err| <= K eps sum|a b| (plus the beta term's rounding).
+              INFO("M N K " << M << " " << N << " " << K << " ta " << int(ta) << " tb " << int(tb) << " beta " << beta);
+              REQUIRE(std::abs(C(i, j) - ref) <= (K + 2) * eps * (1.5 * mag + 1.0));
+            }
+        }
+}
+
+TEST_CASE("gemm rejects mismatched shapes", "[nn][gemm]") {
+  Matrix<float> A(3, 4), B(5, 2), C(3, 2);
+  CHECK_THROWS_AS(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B.view(), 0.f, C.view()), ShapeError);
+  Matrix<float> B2(4, 2), C2(2, 2);
+  CHECK_THROWS_AS(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B2.view(), 0.f, C2.view()), ShapeError);
+  CHECK_NOTHROW(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B2.view(), 0.f, C.view()));
+}

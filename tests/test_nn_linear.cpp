@@ -1,0 +1,70 @@
+#include "sprig/nn/linear.hpp"
+
+#include <cmath>
+#include <cstdint>
+
+#include <catch2/catch.hpp>
+
+#include "test_nn_gradcheck.hpp"
+
+using namespace sprig;
+using sprig_test::random_matrix;
+
+TEST_CASE("Linear forward equals W X + b", "[nn][linear]") {
+  Linear<float> layer(29, 11, 5, 1);
+  for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1f * float(i);
+  const auto X = random_matrix<float>(29, 10, 3, -1, 1, 13);
+  Matrix<float> Y(11, 10);
+  layer.forward(X.view(), Y.view());
+  for (std::int64_t i = 0; i < 11; ++i)
+    for (std::int64_t b = 0; b < 10; ++b) {
+      double ref = layer.bias.value[i];
+      for (std::int64_t c = 0; c < 29; ++c) ref += double(layer.weight.view()(i, c)) * X(c, b);
+      REQUIRE(std::abs(Y(i, b) - ref) <= 29 * 1.2e-7 * 30);
+    }
+}
+
+TEST_CASE("Linear init is Kaiming-uniform with fan-in = in", "[nn][linear]") {
+  Linear<double> layer(500, 40, 9);
+  const double bound = std::sqrt(6.0 / 500);
+  double sum2 = 0.0, maxabs = 0.0;
+  for (double v : layer.weight.value) {
+    sum2 += v * v;
+    maxabs = std::max(maxabs, std::abs(v));
+  }
+  CHECK(maxabs <= bound);
+  CHECK(maxabs > 0.95 * bound);
+  // 20000 samples: relative sd of the variance estimate 0.6%.
+  CHECK(sum2 / 20000 == Approx(bound * bound / 3).epsilon(0.03));
+  CHECK(layer.weight.decay);
+  CHECK_FALSE(layer.bias.decay);
+}
+
+TEST_CASE("Linear backward matches central differences (double)", "[nn][linear][gradcheck]") {
+  const std::int64_t in = 17, out = 9, B = 5;
+  Linear<double> layer(in, out, 2);
+  auto X = random_matrix<double>(in, B, 4);
+  const auto R = random_matrix<double>(out, B, 6);
+  Matrix<double> Y(out, B), dX(in, B);
+  layer.forward(X.view(), Y.view());
+  layer.backward(X.view(), R.view(), dX.view());
+  auto loss = [&] {
+    layer.forward(X.view(), Y.view());
+    return sprig_test::dot<double>(Y.view(), R.view());
+  };
+  const std::vector<double> gw(layer.weight.grad.begin(), layer.weight.grad.end());
+  sprig_test::check_gradient(loss, layer.weight.value, gw, sprig_test::some_indices(gw.size(), 80));
+  const std::vector<double> gb(layer.bias.grad.begin(), layer.bias.grad.end());
+  sprig_test::check_gradient(loss, layer.bias.value, gb, sprig_test::some_indices(gb.size()));
+  const std::vector<double> gx(dX.data(), dX.data() + in * B);
+  sprig_test::check_gradient(loss, std::span<double>(X.data(), in * B), gx, sprig_test::some_indices(in * B, 60));
+}
+
+TEST_CASE("Linear validates shapes", "[nn][linear]") {
+  CHECK_THROWS_AS(Linear<float>(0, 3, 1), ShapeError);
+  Linear<float> layer(4, 3, 1);
+  Matrix<float> X(4, 2), Y(3, 2), bad(2, 2), dX(4, 2);
+  CHECK_THROWS_AS(layer.forward(bad.view(), Y.view()), ShapeError);
+  CHECK_THROWS_AS(layer.backward(X.view(), bad.view(), dX.view()), ShapeError);
+  CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), bad.view()), ShapeError);
+}

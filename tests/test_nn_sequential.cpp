@@ -1,0 +1,188 @@
+#include "sprig/nn/sequential.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <tuple>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "sprig/nn/softmax_cross_entropy.hpp"
+#include "sprig/optim/adamw.hpp"
+#include "sprig/optim/sgd.hpp"
+#include "test_nn_gradcheck.hpp"
+
+// Counts heap allocations, to check that a steady-state training step makes none.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<long> g_allocations{0};
+void* operator new(std::size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++g_allocations;
+  const std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+using namespace sprig;
+using sprig_test::random_matrix;
+
+using Indices = std::tuple<std::int16_t, std::int32_t, std::int64_t>;
+
+namespace {
+
+// Central-difference check of every parameter gradient of a model against backward(), for
+// the loss mean softmax-cross-entropy(model(X), y).
+template <class Model>
+void gradcheck_model(Model& model, Matrix<double>& X, const std::vector<int>& y) {
+  SoftmaxCrossEntropy<double> ce;
+  const auto Z = model.forward(X.view());  // forward before output_grad(): not in one expression
+  ce.forward_backward(Z, y, model.output_grad());
+  model.backward();
+  auto loss = [&] { return double(ce.forward(model.forward(X.view()), y)); };
+  std::size_t checked = 0;
+  model.for_each_parameter([&](auto& p) {
+    const std::vector<double> g(p.grad.begin(), p.grad.end());
+    std::span<double> values;
+    std::vector<std::size_t> which;
+    if constexpr (requires { p.weight.values(); }) {
+      values = p.weight.values();
+      p.weight.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { which.push_back(std::size_t(s)); });
+    } else {
+      values = p.value;
+      which = sprig_test::some_indices(p.value.size(), 40);
+    }
+    sprig_test::check_gradient(loss, values, g, which);
+    checked += which.size();
+  });
+  CHECK(checked > 100);
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("3-layer sparse MLP: backward matches central differences", "[nn][sequential][gradcheck]",
+                        Indices) {
+  using Index = TestType;
+  Sequential<double, Index> model;
+  model.add(SparseLinear<double, Index>(10, 14, 0.4, 1, 0));
+  model.add(ReLU<double>{});
+  model.add(SparseLinear<double, Index>(14, 12, 0.5, 1, 1));
+  model.add(GELU<double>{});
+  model.add(SparseLinear<double, Index>(12, 5, 0.6, 1, 2));
+  model.for_each_parameter([](auto& p) {  // non-zero biases so their gradients matter
+    if constexpr (requires { p.rows; })
+      for (std::size_t k = 0; k < p.value.size(); ++k) p.value[k] = 0.05 * double(k % 7) - 0.1;
+  });
+  auto X = random_matrix<double>(10, 9, 3);
+  std::vector<int> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  gradcheck_model(model, X, y);
+  REQUIRE(model.sparse_layers().size() == 3);
+}
+
+TEST_CASE("3-layer dense MLP: backward matches central differences", "[nn][sequential][gradcheck]") {
+  Sequential<double> model;
+  model.add(Linear<double>(8, 11, 2, 0));
+  model.add(ReLU<double>{});
+  model.add(Linear<double>(11, 9, 2, 1));
+  model.add(ReLU<double>{});
+  model.add(Linear<double>(9, 4, 2, 2));
+  auto X = random_matrix<double>(8, 7, 5);
+  std::vector<int> y = {3, 2, 1, 0, 1, 2, 3};
+  gradcheck_model(model, X, y);
+  CHECK(model.sparse_layers().empty());
+}
+
+TEST_CASE("Sequential validates layer widths and call order", "[nn][sequential]") {
+  Sequential<float> model;
+  Matrix<float> X(6, 4);
+  CHECK_THROWS_AS(model.forward(X.view()), ArgumentError);
+  model.add(Linear<float>(6, 5, 1));
+  CHECK_THROWS_AS(model.backward(), ArgumentError);
+  model.add(SparseLinear<float, std::int32_t>(4, 3, 0.5, 1));  // expects 4 inputs, gets 5
+  CHECK_THROWS_AS(model.forward(X.view()), ShapeError);
+}
+
+TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[nn][sequential]") {
+  Sequential<float> model;
+  model.add(SparseLinear<float, std::int32_t>(6, 8, 0.5, 1, 0));
+  model.add(ReLU<float>{});
+  model.add(SparseLinear<float, std::int32_t>(8, 3, 0.5, 1, 1));
+  const auto X = random_matrix<float>(6, 5, 1);
+  std::vector<int> y = {0, 1, 2, 0, 1};
+  SoftmaxCrossEntropy<float> ce;
+  const auto Z = model.forward(X.view());
+  ce.forward_backward(Z, y, model.output_grad());
+  model.backward();
+  const auto refs = model.sparse_layers();
+  REQUIRE(refs.size() == 2);
+  CHECK(refs[0].position == 0);
+  CHECK(refs[1].position == 2);
+  CHECK(refs[1].sparse_index == 1);
+  CHECK(refs[0].input.data() == X.data());           // the caller's batch
+  CHECK(refs[1].input.data() == model.act(1).data());  // output of the ReLU
+  CHECK(refs[1].output_grad.data() == model.grad(2).data());
+  CHECK(refs[0].output_grad.data() == model.grad(0).data());
+  CHECK(refs[0].output_grad.rows() == 8);
+  CHECK(refs[0].output_grad.cols() == 5);
+  // The layer's weight gradient is the SDDMM of exactly these two matrices.
+  std::vector<float> g(static_cast<std::size_t>(refs[1].layer->weight.weight.storage_size()));
+  reference::sddmm(refs[1].layer->weight.weight, refs[1].output_grad, refs[1].input, std::span<float>(g));
+  for (std::size_t s = 0; s < g.size(); ++s) CHECK(g[s] == Approx(refs[1].layer->weight.grad[s]).margin(1e-6));
+  CHECK(model.dense_weight_bytes() == (6 * 8 + 8 + 8 * 3 + 3) * 4);
+  CHECK(model.weight_bytes() > 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% training accuracy; steady steps allocate nothing",
+                        "[nn][sequential][train]", Indices) {
+  using Index = TestType;
+  // 6 Gaussian clusters in 8 dimensions (centres on the first two axes), 3 classes that are
+  // not linearly separable (opposite clusters share a class), noise well below the spacing.
+  const std::int64_t n = 240, dims = 8, classes = 3;
+  Matrix<float> X(dims, n);
+  std::vector<int> y(n);
+  CounterRng rng(5);
+  for (std::int64_t b = 0; b < n; ++b) {
+    const std::int64_t cluster = b % 6;
+    const double angle = 2.0 * 3.141592653589793 * double(cluster) / 6.0;
+    for (std::int64_t d = 0; d < dims; ++d) X(d, b) = float(0.15 * rng.normal());
+    X(0, b) += float(2.0 * std::cos(angle));
+    X(1, b) += float(2.0 * std::sin(angle));
+    y[b] = int(cluster % classes);
+  }
+  Sequential<float, Index> model;
+  model.add(SparseLinear<float, Index>(dims, 64, 0.5, 3, 0));
+  model.add(ReLU<float>{});
+  model.add(SparseLinear<float, Index>(64, 64, 0.3, 3, 1));
+  model.add(ReLU<float>{});
+  model.add(Linear<float>(64, classes, 3, 2));
+  AdamW<float> opt({.lr = 0.01, .weight_decay = 0.0});
+  SoftmaxCrossEntropy<float> ce;
+  float first_loss = 0, loss = 0;
+  long steady_allocations = -1;
+  for (int step = 0; step < 300; ++step) {
+    const long before = g_allocations.load();
+    const auto Z = model.forward(X.view());
+    loss = ce.forward_backward(Z, y, model.output_grad());
+    model.backward();
+    opt.step(model);
+    if (step == 5) steady_allocations = g_allocations.load() - before;
+    if (step == 0) first_loss = loss;
+  }
+  CHECK(steady_allocations == 0);
+  CHECK(loss < 0.1 * first_loss);
+  const auto Z = model.forward(X.view());
+  CHECK(SoftmaxCrossEntropy<float>::count_correct(Z, y) == n);
+  for (const auto& ref : model.sparse_layers()) ref.layer->weight.weight.check_invariants();
+}

@@ -1,0 +1,146 @@
+// Optimizer state of sparse parameters: follows delete / insert / relocate / compact
+// through SparseParameter::apply, padding stays exactly 0, sparse == dense on live entries.
+#include "sprig/optim/adamw.hpp"
+#include "sprig/optim/sgd.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include <catch2/catch.hpp>
+
+using namespace sprig;
+
+namespace {
+
+// A scalar oracle: the optimizer's math for one weight, written independently of the library.
+struct Scalar {
+  double w = 0, a = 0, b = 0;  // weight, first state (buf or m), second state (v)
+};
+struct SgdMath {
+  double lr = 0.05, mu = 0.9, wd = 0.01;
+  void step(Scalar& s, double g, std::int64_t) const {
+    g += wd * s.w;
+    s.a = mu * s.a + g;
+    s.w -= lr * (g + mu * s.a);  // Nesterov
+  }
+  SGD<double> make() const { return SGD<double>({.lr = lr, .momentum = mu, .weight_decay = wd, .nesterov = true}); }
+};
+struct AdamMath {
+  double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.05;
+  void step(Scalar& s, double g, std::int64_t t) const {
+    s.w *= 1 - lr * wd;
+    s.a = b1 * s.a + (1 - b1) * g;
+    s.b = b2 * s.b + (1 - b2) * g * g;
+    s.w -= lr * (s.a / (1 - std::pow(b1, double(t)))) / (std::sqrt(s.b / (1 - std::pow(b2, double(t)))) + eps);
+  }
+  AdamW<double> make() const { return AdamW<double>({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd}); }
+};
+
+double grad_of(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7 * r + 1.3 * c + 0.4 * t); }
+
+using Cases = std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>,
+                         std::pair<AdamMath, std::int16_t>, std::pair<AdamMath, std::int32_t>>;
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "[optim][state]", Cases) {
+  using Math = typename TestType::first_type;
+  using Index = typename TestType::second_type;
+  const Math math;
+  auto opt = math.make();
+  SparseParameter<double, Index> p(PaddedCSR<double, Index>::random_per_row(5, 12, 4, 9));
+  std::map<std::pair<std::int64_t, std::int64_t>, Scalar> oracle;
+  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0}; });
+
+  auto poison_non_live = [&] {  // garbage where nothing is live must never reach a weight
+    for (std::int64_t s = 0; s < p.weight.storage_size(); ++s)
+      if (p.weight.col_indices()[s] < 0) {
+        p.grad[s] = 123.0;
+        for (auto& st : p.state)
+          if (!st.empty()) st[s] = -77.0;
+      }
+  };
+  auto train_step = [&] {
+    opt.begin_step();
+    const std::int64_t t = opt.step_count();
+    p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
+    poison_non_live();
+    opt.update(p);
+    for (auto& [rc, sc] : oracle) math.step(sc, grad_of(rc.first, rc.second, t), t);
+  };
+  auto compare = [&] {
+    p.weight.check_invariants();  // includes: padding and dead slots hold exactly 0
+    REQUIRE(p.weight.nnz() == std::ssize(oracle));
+    p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t s) {
+      const Scalar& sc = oracle.at({r, c});
+      INFO("(" << r << ", " << c << ") step " << opt.step_count());
+      REQUIRE(v == Approx(sc.w).margin(1e-12));
+      REQUIRE(p.state[0][s] == Approx(sc.a).margin(1e-12));
+      if (p.state.size() > 1) REQUIRE(p.state[1][s] == Approx(sc.b).margin(1e-12));
+    });
+  };
+
+  for (int k = 0; k < 3; ++k) train_step();
+  compare();
+
+  SlotLog log;
+  poison_non_live();  // a newborn weight must start from zero state even over garbage
+  // delete two weights of row 0 (the row's last slot moves into each hole)
+  for (int k = 0; k < 2; ++k) {
+    const auto r0 = p.weight.row(0);
+    oracle.erase({0, r0.cols[0]});
+    p.weight.erase_slot(0, r0.start, &log);
+  }
+  // fill row 1 completely: it outgrows its capacity and relocates to the end of storage
+  for (std::int64_t c = 0; c < 12; ++c)
+    if (p.weight.find(1, c) < 0) {
+      p.weight.insert_new(1, c, 0.0, &log);
+      oracle[{1, c}] = {0.0, 0, 0};
+    }
+  // insert into row 0's padding (a slot just freed)
+  for (std::int64_t c = 0; c < 12; ++c)
+    if (p.weight.find(0, c) < 0 && !oracle.count({0, c})) {
+      p.weight.insert_new(0, c, 0.25, &log);
+      oracle[{0, c}] = {0.25, 0, 0};
+      break;
+    }
+  p.apply(log);
+  log.reset();
+  REQUIRE(p.weight.dead_slots() > 0);
+  for (int k = 0; k < 3; ++k) train_step();
+  compare();
+
+  p.weight.compact(&log);
+  p.apply(log);
+  log.reset();
+  for (int k = 0; k < 2; ++k) train_step();
+  compare();
+}
+
+TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", "[optim][state]") {
+  const std::int64_t R = 4, C = 6;
+  Matrix<double> init(R, C);
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j) init(i, j) = 0.1 * double(i - j) + 0.05;
+  SparseParameter<double, std::int32_t> sp(PaddedCSR<double, std::int32_t>::from_dense(init.view()));
+  DenseParameter<double> dp(R, C);
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j) dp.value[i * C + j] = init(i, j);
+  AdamW<double> a1, a2;
+  for (std::int64_t t = 1; t <= 4; ++t) {
+    sp.weight.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { sp.grad[s] = grad_of(r, c, t); });
+    for (std::int64_t i = 0; i < R; ++i)
+      for (std::int64_t j = 0; j < C; ++j) dp.grad[i * C + j] = grad_of(i, j, t);
+    a1.begin_step();
+    a1.update(sp);
+    a2.begin_step();
+    a2.update(dp);
+  }
+  const Matrix<double> back = sp.weight.to_dense();
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j)  // same math; FMA contraction may differ by an ulp
+      REQUIRE(back(i, j) == Approx(dp.value[i * C + j]).epsilon(1e-14));
+}
