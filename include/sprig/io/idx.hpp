@@ -364,7 +364,7 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
     if (got < step)
       throw FormatError(message("read_idx: '", name, "': truncated data", in.where(),
                                 ": the header declares ", count, " bytes of data from offset ", header,
-                                ", the data ends after ", filled));
+                                ", only ", filled, " arrived"));
   }
   std::uint8_t extra = 0;
   if (in.read(&extra, 1) != 0)
