@@ -39,8 +39,10 @@ public:
     }
   }
 
-  // The score a new position must beat to enter (-inf while fewer than k are held).
+  // The score a new position must reach to enter: -inf while fewer than k are held, +inf
+  // when k is 0 (nothing can enter).
   double threshold() const noexcept {
+    if (k_ == 0) return INFINITY;
     return std::ssize(heap_) < k_ ? -INFINITY : heap_.front().score;
   }
   std::int64_t k() const noexcept { return k_; }

@@ -1,0 +1,26 @@
+// sprig/dst/rigl.hpp — RigL (Evci et al. 2020): drop the smallest magnitudes, grow where the
+// dense gradient |dL/dW| is largest among the positions not kept, new weights and their
+// optimizer state at zero; the gradient of an update step is not applied (as the reference).
+// The dense gradient is streamed in row blocks into a top-k, never stored as rows x cols.
+#pragma once
+
+#include "algorithm.hpp"
+
+namespace sprig::dst {
+
+template <Value T, ColumnIndex Index>
+class RigL final : public SparsityAlgorithm<T, Index> {
+public:
+  RigL(UpdateSchedule schedule, std::uint64_t seed) : SparsityAlgorithm<T, Index>(schedule, seed) {}
+  std::string_view name() const override { return "rigl"; }
+  bool skips_optimizer_on_update() const override { return true; }
+
+protected:
+  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
+                                             const std::unordered_set<std::int64_t>& dropped, std::int64_t k,
+                                             CounterRng&) override {
+    return this->top_dense_gradient(layer, dropped, k);
+  }
+};
+
+}  // namespace sprig::dst

@@ -1,0 +1,25 @@
+// sprig/dst/set.hpp — SET (Mocanu et al. 2018): drop the smallest magnitudes, grow uniformly at
+// random among the positions not kept, new weights at zero. As in the reference RigL code's
+// SET optimizer, the optimizer step is applied on update steps too (the topology changes
+// after it).
+#pragma once
+
+#include "algorithm.hpp"
+
+namespace sprig::dst {
+
+template <Value T, ColumnIndex Index>
+class SET final : public SparsityAlgorithm<T, Index> {
+public:
+  SET(UpdateSchedule schedule, std::uint64_t seed) : SparsityAlgorithm<T, Index>(schedule, seed) {}
+  std::string_view name() const override { return "set"; }
+
+protected:
+  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
+                                             const std::unordered_set<std::int64_t>& dropped, std::int64_t k,
+                                             CounterRng& rng) override {
+    return random_free_positions(layer.layer->weight.weight, dropped, k, rng);
+  }
+};
+
+}  // namespace sprig::dst

@@ -1,0 +1,99 @@
+// sprig/dst/snfs.hpp — SNFS, sparse momentum (Dettmers & Zettlemoyer 2019): drop the smallest
+// magnitudes in every layer, then redistribute the dropped total across layers in proportion
+// to each layer's mean |momentum| over its live weights, and grow inside each layer where the
+// momentum of the dense gradient is largest.
+//
+// Deviation, forced by truly sparse storage: sprig keeps optimizer state at live slots only,
+// so there is no momentum at empty positions. The growth score there is the |dense gradient|
+// of the current step (the momentum with beta = 0), streamed like RigL's. The per-layer
+// momentum used for redistribution is the optimizer's first state vector (SGD momentum buffer,
+// AdamW first moment); before the optimizer has created it, |grad| is used.
+// Unlike RigL/SET, layer live counts change (the model total is preserved).
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+
+#include "algorithm.hpp"
+
+namespace sprig::dst {
+
+template <Value T, ColumnIndex Index>
+class SNFS final : public SparsityAlgorithm<T, Index> {
+  using Base = SparsityAlgorithm<T, Index>;
+
+public:
+  SNFS(UpdateSchedule schedule, std::uint64_t seed) : Base(schedule, seed) {}
+  std::string_view name() const override { return "snfs"; }
+
+protected:
+  std::vector<std::int64_t> grow_counts(std::span<const typename Base::LayerRef> layers,
+                                        const std::vector<std::int64_t>& drop_counts) override {
+    const std::size_t n = layers.size();
+    std::vector<double> momentum(n, 0.0);
+    std::vector<std::int64_t> room(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      const auto& p = layers[l].layer->weight;
+      const auto& m = !p.state.empty() && !p.state[0].empty() ? p.state[0] : p.grad;
+      double sum = 0.0;
+      p.weight.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { sum += std::abs(double(m[s])); });
+      momentum[l] = p.weight.nnz() > 0 ? sum / static_cast<double>(p.weight.nnz()) : 0.0;
+      room[l] = p.weight.rows() * p.weight.cols() - (p.weight.nnz() - drop_counts[l]);
+    }
+    return redistribute(drop_counts, momentum, room);
+  }
+
+  std::vector<ScoredPosition> grow_positions(const typename Base::LayerRef& layer,
+                                             const std::unordered_set<std::int64_t>& dropped, std::int64_t k,
+                                             CounterRng&) override {
+    return this->top_dense_gradient(layer, dropped, k);
+  }
+
+public:
+  // Splits sum(drop_counts) over layers in proportion to `weight`, no layer above its `room`
+  // (water-filling: a capped layer's excess goes to the others); remainders go to the layers
+  // with the largest fractional share, ties to the lower index. Falls back to drop_counts if
+  // every weight is zero.
+  static std::vector<std::int64_t> redistribute(const std::vector<std::int64_t>& drop_counts,
+                                                const std::vector<double>& weight, const std::vector<std::int64_t>& room) {
+    const std::size_t n = drop_counts.size();
+    std::int64_t total = std::accumulate(drop_counts.begin(), drop_counts.end(), std::int64_t{0});
+    std::vector<std::int64_t> out(n, 0);
+    std::vector<bool> full(n, false);
+    for (;;) {
+      double wsum = 0.0;
+      for (std::size_t l = 0; l < n; ++l)
+        if (!full[l]) wsum += weight[l];
+      if (total == 0) return out;
+      if (wsum <= 0.0) {
+        if (std::all_of(out.begin(), out.end(), [](std::int64_t v) { return v == 0; })) return drop_counts;
+        break;
+      }
+      bool capped = false;
+      for (std::size_t l = 0; l < n; ++l)
+        if (!full[l] && out[l] + weight[l] / wsum * static_cast<double>(total) >= static_cast<double>(room[l])) {
+          total -= room[l] - out[l];
+          out[l] = room[l];
+          full[l] = true;
+          capped = true;
+        }
+      if (capped) continue;
+      std::vector<std::pair<double, std::size_t>> frac;
+      std::int64_t given = 0;
+      for (std::size_t l = 0; l < n; ++l) {
+        if (full[l]) continue;
+        const double share = weight[l] / wsum * static_cast<double>(total);
+        const auto whole = static_cast<std::int64_t>(std::floor(share));
+        out[l] += whole;
+        given += whole;
+        frac.push_back({share - static_cast<double>(whole), l});
+      }
+      std::stable_sort(frac.begin(), frac.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      for (std::size_t q = 0; q < frac.size() && given < total; ++q, ++given) ++out[frac[q].second];
+      return out;
+    }
+    return out;
+  }
+};
+
+}  // namespace sprig::dst

@@ -1,0 +1,24 @@
+// sprig/dst/static_topology.hpp — Static: the initial random topology never changes (the
+// baseline every dynamic algorithm is compared with).
+#pragma once
+
+#include "algorithm.hpp"
+
+namespace sprig::dst {
+
+template <Value T, ColumnIndex Index>
+class Static final : public SparsityAlgorithm<T, Index> {
+public:
+  explicit Static(UpdateSchedule schedule = {}, std::uint64_t seed = 0) : SparsityAlgorithm<T, Index>(schedule, seed) {}
+  std::string_view name() const override { return "static"; }
+  bool is_update_step(std::int64_t) const override { return false; }
+
+protected:
+  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
+                                             const std::unordered_set<std::int64_t>&, std::int64_t,
+                                             CounterRng&) override {
+    return {};
+  }
+};
+
+}  // namespace sprig::dst

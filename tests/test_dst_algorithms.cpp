@@ -1,0 +1,232 @@
+#include <sprig/dst/algorithm.hpp>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <sprig/dst/rigl.hpp>
+#include <sprig/dst/set.hpp>
+#include <sprig/dst/snfs.hpp>
+#include <sprig/dst/static_topology.hpp>
+#include <sprig/nn/softmax_cross_entropy.hpp>
+#include <sprig/optim/sgd.hpp>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+using namespace sprig;
+using namespace sprig::dst;
+
+namespace {
+
+using Model = Sequential<double, std::int32_t>;
+
+Model small_mlp(std::uint64_t seed) {
+  Model m;
+  m.add(SparseLinear<double, std::int32_t>(12, 40, 0.2, seed, 0, 0.0));  // no padding: growth relocates
+  m.add(ReLU<double>{});
+  m.add(SparseLinear<double, std::int32_t>(40, 30, 0.15, seed, 1, 0.0));
+  m.add(ReLU<double>{});
+  m.add(Linear<double>(30, 3, seed, 2));
+  return m;
+}
+
+// A 3-class problem: the class is the argmax of three fixed projections of the input.
+struct Data {
+  Matrix<double> X;
+  std::vector<int> y;
+};
+Data make_data(std::int64_t n, std::uint64_t seed) {
+  Data d{Matrix<double>(12, n), std::vector<int>(static_cast<std::size_t>(n))};
+  CounterRng rng(seed);
+  for (std::int64_t b = 0; b < n; ++b) {
+    double s[3] = {0, 0, 0};
+    for (std::int64_t f = 0; f < 12; ++f) {
+      d.X(f, b) = rng.uniform(-1, 1);
+      s[f % 3] += d.X(f, b);
+    }
+    d.y[b] = static_cast<int>(std::max_element(s, s + 3) - s);
+  }
+  return d;
+}
+
+struct Topology {
+  std::vector<std::set<std::int64_t>> positions;
+  bool operator==(const Topology&) const = default;
+};
+Topology topology_of(Model& m) {
+  Topology t;
+  for (auto& ref : m.sparse_layers()) {
+    std::set<std::int64_t> p;
+    const auto& W = ref.layer->weight.weight;
+    W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t) { p.insert(i * W.cols() + c); });
+    t.positions.push_back(std::move(p));
+  }
+  return t;
+}
+
+// Trains `steps` steps with the algorithm; checks invariants and state alignment after every
+// topology update; returns the final topology.
+template <class Algo>
+Topology train(Algo& algo, std::uint64_t seed, std::int64_t steps, std::int64_t* updates_seen = nullptr) {
+  Model model = small_mlp(seed);
+  SGD<double> opt({.lr = 0.1, .momentum = 0.9});
+  SoftmaxCrossEntropy<double> loss;
+  const Data data = make_data(64, 99);
+  std::vector<std::int64_t> live0;
+  for (auto& ref : model.sparse_layers()) live0.push_back(ref.layer->weight.weight.nnz());
+  const std::int64_t total0 = std::accumulate(live0.begin(), live0.end(), std::int64_t{0});
+  for (std::int64_t t = 0; t < steps; ++t) {
+    const auto Z = model.forward(data.X.view());
+    loss.forward_backward(Z, data.y, model.output_grad());
+    model.backward();
+    UpdateReport report;
+    apply_step(algo, opt, model, t, &report);
+    if (report.step == t) {
+      if (updates_seen) ++*updates_seen;
+      std::int64_t total = 0;
+      std::size_t l = 0;
+      for (auto& ref : model.sparse_layers()) {
+        auto& p = ref.layer->weight;
+        p.weight.check_invariants();
+        p.check_aligned("test");
+        // padding and dead slots carry zero state
+        if (!p.state.empty())  // RigL at step 0 updates before the optimizer ever ran
+          for (std::int64_t s = 0; s < p.weight.storage_size(); ++s)
+            if (p.weight.col_indices()[s] < 0) REQUIRE(p.state.at(0)[s] == 0.0);
+        if (algo.name() != "snfs") REQUIRE(p.weight.nnz() == live0[l]);
+        total += p.weight.nnz();
+        ++l;
+      }
+      REQUIRE(total == total0);
+    }
+  }
+  return topology_of(model);
+}
+
+}  // namespace
+
+TEST_CASE("Static never changes the topology", "[dst][static]") {
+  Static<double, std::int32_t> algo;
+  Model ref = small_mlp(5);
+  const Topology before = topology_of(ref);
+  std::int64_t updates = 0;
+  CHECK(train(algo, 5, 60, &updates) == before);
+  CHECK(updates == 0);
+}
+
+TEST_CASE("SET, RigL and SNFS keep invariants, counts and state aligned through training", "[dst][train]") {
+  const auto schedule = [] {
+    UpdateSchedule s;
+    s.delta_t = 7;
+    s.t_begin = 3;
+    s.t_end = 150;
+    s.alpha = 0.5;
+    return s;
+  }();
+  SECTION("SET") {
+    SET<double, std::int32_t> algo(schedule, 1);
+    std::int64_t updates = 0;
+    const Topology t = train(algo, 5, 160, &updates);
+    CHECK(updates == 22);
+    CHECK(algo.updates() == 22);
+    CHECK_FALSE(t == topology_of(*std::make_unique<Model>(small_mlp(5))));
+  }
+  SECTION("RigL") {
+    RigL<double, std::int32_t> algo(schedule, 1);
+    std::int64_t updates = 0;
+    const Topology t = train(algo, 5, 160, &updates);
+    CHECK(updates == 22);
+    CHECK_FALSE(t == topology_of(*std::make_unique<Model>(small_mlp(5))));
+  }
+  SECTION("SNFS") {
+    SNFS<double, std::int32_t> algo(schedule, 1);
+    train(algo, 5, 160);
+  }
+}
+
+TEST_CASE("topology updates are deterministic for a seed and any thread count", "[dst][determinism]") {
+  UpdateSchedule s;
+  s.delta_t = 5;
+  s.t_end = 60;
+  SET<double, std::int32_t> a(s, 42), b(s, 42), c(s, 43);
+  const Topology ta = train(a, 5, 70);
+#if defined(_OPENMP)
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(threads == 1 ? 2 : 1);
+#endif
+  const Topology tb = train(b, 5, 70);
+#if defined(_OPENMP)
+  omp_set_num_threads(threads);
+#endif
+  CHECK(ta == tb);
+  CHECK_FALSE(ta == train(c, 5, 70));
+  RigL<double, std::int32_t> r1(s, 7), r2(s, 7);
+  CHECK(train(r1, 5, 70) == train(r2, 5, 70));
+}
+
+TEST_CASE("RigL grows exactly at planted large-gradient positions", "[dst][rigl]") {
+  // One layer 6 x 8; input X = I (8 x 8) so dL/dW = dY X^T = dY: plant large values in dY.
+  SparseLinear<double, std::int32_t> layer(8, 6, 0.25, 3, 0, 0.0);
+  auto& W = layer.weight.weight;
+  const std::int64_t live = W.nnz();
+  Matrix<double> X(8, 8), dY(6, 8);
+  for (int i = 0; i < 8; ++i) X(i, i) = 1.0;
+  CounterRng rng(5);
+  for (std::int64_t i = 0; i < 6; ++i)
+    for (std::int64_t c = 0; c < 8; ++c) dY(i, c) = rng.uniform(-0.01, 0.01);
+  // drop fraction 0.5 -> k = floor(live / 2); plant k large gradients at empty positions
+  const std::int64_t k = live / 2;
+  std::set<std::int64_t> planted;
+  for (std::int64_t p = 0; p < 48 && std::ssize(planted) < k; p += 5)
+    if (W.find(p / 8, p % 8) < 0) {
+      planted.insert(p);
+      dY(p / 8, p % 8) = 10.0 + static_cast<double>(p);
+    }
+  REQUIRE(std::ssize(planted) == k);
+  // the k smallest magnitudes will be dropped; remember the survivors and their state
+  layer.weight.state.assign(1, AlignedVector<double>(static_cast<std::size_t>(W.storage_size()), 0.0));
+  std::map<std::int64_t, double> survivors_state;
+  const auto drop = smallest_magnitude_slots(W, k);
+  const std::set<std::int64_t> drop_set(drop.begin(), drop.end());
+  W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t s) {
+    layer.weight.state[0][s] = 1.0 + double(i * 8 + c);
+    if (!drop_set.count(s)) survivors_state[i * 8 + c] = layer.weight.state[0][s];
+  });
+  UpdateSchedule sched;
+  sched.delta_t = 1;
+  sched.t_end = 100;
+  sched.alpha = 1.0;  // f(0) = alpha = 1.0 ... use t = 50: f = 0.5
+  RigL<double, std::int32_t> rigl(sched, 0);
+  REQUIRE(sched.drop_fraction(50) == Approx(0.5));
+  const std::vector<SparseLayerRef<double, std::int32_t>> refs{{0, 0, &layer, X.view(), dY.view()}};
+  const auto report = rigl.update(refs, 50);
+  W.check_invariants();
+  CHECK(W.nnz() == live);
+  CHECK(report.layers[0].stats.grown == k);
+  for (std::int64_t p : planted) {
+    const std::int64_t s = W.find(p / 8, p % 8);
+    REQUIRE(s >= 0);
+    CHECK(W.values()[s] == 0.0);                // grown weight starts at zero
+    CHECK(layer.weight.state[0][s] == 0.0);     // and so does its optimizer state
+  }
+  for (auto [p, st] : survivors_state) {
+    const std::int64_t s = W.find(p / 8, p % 8);
+    REQUIRE(s >= 0);
+    CHECK(layer.weight.state[0][s] == st);      // survivors keep their state
+  }
+}
+
+TEST_CASE("SNFS redistribution", "[dst][snfs]") {
+  using S = SNFS<double, std::int32_t>;
+  // proportional to the weights, total preserved
+  CHECK(S::redistribute({10, 10}, {1.0, 3.0}, {100, 100}) == std::vector<std::int64_t>{5, 15});
+  // capped layer: excess goes to the other
+  CHECK(S::redistribute({10, 10}, {1.0, 9.0}, {100, 12}) == std::vector<std::int64_t>{8, 12});
+  // all-zero weights fall back to the drop counts
+  CHECK(S::redistribute({3, 4}, {0.0, 0.0}, {10, 10}) == std::vector<std::int64_t>{3, 4});
+  // remainders by largest fraction
+  const auto r = S::redistribute({1, 1, 1}, {1.0, 1.0, 1.0}, {5, 5, 5});
+  CHECK(std::accumulate(r.begin(), r.end(), std::int64_t{0}) == 3);
+}
