@@ -1,18 +1,222 @@
-// sprig/kernels/sddmm.hpp — weight gradient at live slots: grad[s] = dot(dY[i,:], X[c,:]).
-// PLACEHOLDER: forwards to the reference until the xsimd kernel lands.
+// sprig/kernels/sddmm.hpp — weight gradient at live slots: grad[s] = dot(dY[i,:], X[c,:]) for
+// every live slot s = (i, c) of W, written into an array aligned with W.values().
+//
+// Kernel (written once over xsimd::batch<T, default_arch>, N elements per register):
+// - X is cut into panels of `regs` registers (panels.hpp) and each thread runs panel by panel
+//   over its rows, so the K x panel slice of X stays in L2.
+// - For row i and one panel, dY[i, panel] is loaded once into registers; N slots of the row
+//   are in flight at a time, each one accumulator fed by `regs` FMAs that share those dY
+//   registers; xsimd::haddp reduces the N accumulators at once into one register whose lanes
+//   are the N partial dots (simd.hpp: batched_hsum), stored straight into grad (the slots of a row are contiguous).
+// - Panels after the first add their partial dot to grad.
+// Every grad[s] is summed in an order fixed by its row and B alone, so the result is bitwise
+// identical for every thread count.
 #pragma once
 
 #include <type_traits>
 
+#include <algorithm>
+#include <cstdint>
+#include <span>
+
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "panels.hpp"
 #include "reference.hpp"
+#include "row_partition.hpp"
+#include "simd.hpp"
+#include "spmm.hpp"
 #include "update_mode.hpp"
+#include "workspace.hpp"
 
 namespace sprig {
 
+namespace detail {
+
+#if SPRIG_KERNEL_SIMD
+// Partial dots of one row over one panel: d holds R * N elements of dY[i, panel] (zero past
+// the batch), X panel rows `xs` elements apart from xp; grad slots g[0, n).
+template <class T, class Index, int R>
+SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n, const T* __restrict d,
+                                    const T* __restrict xp, std::int64_t xs, T* __restrict g, bool add) noexcept {
+  using B = Batch<T>;
+  constexpr std::int64_t N = B::size;
+  constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
+  B dv[R];
+  for (int r = 0; r < R; ++r) dv[r] = B::load_unaligned(d + r * N);
+  B acc[N];
+  std::int64_t q = 0;
+  for (; q + N <= n; q += N) {
+    if (q + 2 * N <= n)
+      for (std::int64_t k = 0; k < N; ++k) {
+        const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
+        for (std::int64_t off = 0; off < row_bytes; off += 64) prefetch(p + off);
+      }
+    for (std::int64_t k = 0; k < N; ++k) {
+      const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
+      B a = dv[0] * B::load_unaligned(x);
+      for (int r = 1; r < R; ++r) a = xsimd::fma(dv[r], B::load_unaligned(x + r * N), a);
+      acc[k] = a;
+    }
+    B s = batched_hsum(acc);
+    if (add) s += B::load_unaligned(g + q);
+    s.store_unaligned(g + q);
+  }
+  if (q < n) {
+    const std::int64_t m = n - q;
+    for (std::int64_t k = 0; k < N; ++k) {
+      if (k < m) {
+        const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
+        B a = dv[0] * B::load_unaligned(x);
+        for (int r = 1; r < R; ++r) a = xsimd::fma(dv[r], B::load_unaligned(x + r * N), a);
+        acc[k] = a;
+      } else {
+        acc[k] = B(T(0));
+      }
+    }
+    alignas(64) T tmp[N];
+    batched_hsum(acc).store_aligned(tmp);
+    for (std::int64_t k = 0; k < m; ++k) g[q + k] = add ? g[q + k] + tmp[k] : tmp[k];
+  }
+}
+
+template <class T, class Index, int R>
+void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_t r1, ConstMatrixView<T> dY,
+                      std::int64_t b0, std::int64_t valid, const T* xp, std::int64_t xs, T* grad, bool add) noexcept {
+  constexpr std::int64_t N = Batch<T>::size;
+  const Index* cols = W.col_indices().data();
+  alignas(64) T dpad[R * N];
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const std::int64_t s = W.row_start(i), n = W.row_nnz(i);
+    if (n == 0) continue;
+    const T* d = dY.row(i) + b0;
+    if (valid < R * N) {  // batch tail: zero-padded copy, so no load reads past the row
+      std::copy_n(d, valid, dpad);
+      std::fill(dpad + valid, dpad + R * N, T(0));
+      d = dpad;
+    }
+    sddmm_tile<T, Index, R>(cols + s, n, d, xp, xs, grad + s, add);
+  }
+}
+
 template <Value T, ColumnIndex Index>
-void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
+void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
+                Update mode, KernelWorkspace<T>& ws) {
+  constexpr std::int64_t N = Batch<T>::size;
+  const std::int64_t K = X.rows(), Bw = X.cols();
+  // N accumulators + R dY registers + a load must fit the register file: 32 registers
+  // with AVX-512 (64-byte registers), 16 on SSE/AVX2; NEON has 32 but 4 lanes, R <= 8 is fine.
+  constexpr std::int64_t max_regs = (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
+  const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, max_regs);
+  const bool in_place = plan.in_place();
+  T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  ws.partition.update(W);
+  const bool overwrite = mode == Update::overwrite;
+  const bool dead = W.dead_slots() > 0;
+  run_partitioned(
+      ws.partition, W.nnz() * Bw,
+      [&](int t, int n) {
+        if (!in_place) pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
+        if (overwrite && dead) {  // slots owned by no row: zeroed by storage range
+          const std::int64_t S = std::ssize(grad);
+          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, T(0));
+        }
+      },
+      [&](std::int64_t r0, std::int64_t r1) {
+        if (overwrite)
+          for (std::int64_t i = r0; i < r1; ++i) {
+            const std::int64_t s = W.row_start(i);
+            std::fill(grad.data() + s + W.row_nnz(i), grad.data() + s + W.row_capacity(i), T(0));
+          }
+        for (std::int64_t p = 0; p < plan.count(); ++p) {
+          const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
+          const T* xp = in_place ? X.data() : packed + K * b0;
+          const std::int64_t xs = in_place ? X.stride() : regs * N;
+          const std::int64_t valid = plan.columns(p);
+          const bool add = !overwrite || p > 0;
+          switch (regs) {
+            case 1: sddmm_panel_rows<T, Index, 1>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 2: sddmm_panel_rows<T, Index, 2>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 3: sddmm_panel_rows<T, Index, 3>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 4: sddmm_panel_rows<T, Index, 4>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 5: sddmm_panel_rows<T, Index, 5>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 6: sddmm_panel_rows<T, Index, 6>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 7: sddmm_panel_rows<T, Index, 7>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            default: sddmm_panel_rows<T, Index, 8>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+          }
+        }
+      });
+}
+#endif
+
+// Scalar path: one dot per live slot, in batch order.
+template <Value T, ColumnIndex Index>
+void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
+                  Update mode, KernelWorkspace<T>& ws) {
+  ws.partition.update(W);
+  const Index* cols = W.col_indices().data();
+  const std::int64_t Bw = X.cols();
+  const bool overwrite = mode == Update::overwrite;
+  const bool dead = W.dead_slots() > 0;
+  run_partitioned(
+      ws.partition, W.nnz() * Bw,
+      [&](int t, int n) {
+        if (overwrite && dead) {
+          const std::int64_t S = std::ssize(grad);
+          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, T(0));
+        }
+      },
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t i = r0; i < r1; ++i) {
+          const std::int64_t s = W.row_start(i), n = W.row_nnz(i);
+          const T* d = dY.row(i);
+          for (std::int64_t q = 0; q < n; ++q) {
+            const T* x = X.row(cols[s + q]);
+            T acc = T(0);
+            for (std::int64_t b = 0; b < Bw; ++b) acc += d[b] * x[b];
+            grad[s + q] = overwrite ? acc : grad[s + q] + acc;
+          }
+          if (overwrite) std::fill(grad.data() + s + n, grad.data() + s + W.row_capacity(i), T(0));
+        }
+      });
+}
+
+}  // namespace detail
+
+// grad (=|+=) the weight gradient at W's live slots with a caller-owned workspace. Throws
+// ShapeError unless dY is W.rows() x B, X is W.cols() x B and grad.size() == W.storage_size().
+// Overwrite writes every slot (0 at padding and dead slots) and never reads grad; accumulate
+// leaves non-live slots unchanged.
+template <Value T, ColumnIndex Index>
+void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
+           std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
+           KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
+  if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() || std::ssize(grad) != W.storage_size())
+    throw ShapeError(detail::message("sprig::sddmm: W is ", W.rows(), "x", W.cols(), " with ", W.storage_size(),
+                                     " slots, dY is ", dY.rows(), "x", dY.cols(), ", X is ", X.rows(), "x", X.cols(),
+                                     ", grad has ", grad.size(), " entries (need dY ", W.rows(), "xB, X ", W.cols(),
+                                     "xB, grad ", W.storage_size(), ")"));
+  if (X.cols() == 0 || W.nnz() == 0) {  // every dot is empty
+    if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
+    return;
+  }
+#if SPRIG_KERNEL_SIMD
+  if constexpr (detail::kSimdFor<T>) {
+    detail::sddmm_simd(W, dY, X, grad, mode, workspace);
+    return;
+  }
+#endif
+  detail::sddmm_scalar(W, dY, X, grad, mode, workspace);
+}
+
+template <Value T, ColumnIndex Index>
+void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
+           std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
            Update mode = Update::overwrite) {
-  reference::sddmm(W, dY, X, grad, mode);
+  KernelWorkspace<T> workspace;
+  sddmm(W, dY, X, grad, workspace, mode);
 }
 
 }  // namespace sprig

@@ -6,7 +6,12 @@
 #include <span>
 #include <vector>
 
+#include "../core/config.hpp"
 #include "../core/padded_csr.hpp"
+
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
 
 namespace sprig {
 
@@ -86,14 +91,29 @@ public:
     ++rebuilds_;
   }
 
+  // One gather pass, split over OpenMP threads when the matrix is large (each slot is copied
+  // by one thread, so the result is the same for any thread count).
   void refresh_values(const PaddedCSR<T, Index>& W) {
-    auto& tvals = detail::PaddedCSRAccess::values(cached_.matrix);
-    const auto vals = W.values();
+    T* tvals = detail::PaddedCSRAccess::values(cached_.matrix).data();
+    const T* vals = W.values().data();
     const std::int64_t* src = cached_.source_slot.data();
     const auto n = std::ssize(cached_.source_slot);
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (n >= (std::int64_t{1} << 16) && !omp_in_parallel())
+#endif
     for (std::int64_t t = 0; t < n; ++t)
       if (src[t] >= 0) tvals[t] = vals[src[t]];
     ++refreshes_;
+  }
+
+  // Brings only the structure up to date: rebuilds when W's topology changed (values then
+  // current), otherwise leaves the values as they are, possibly stale. For kernels that read
+  // W's values through transposed().source_slot themselves (spmm_transposed).
+  const Transposed<T, Index>& sync_topology(const PaddedCSR<T, Index>& W) {
+    if (!valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
+        cached_.matrix.cols() != W.rows())
+      rebuild(W);
+    return cached_;
   }
 
   void invalidate() noexcept { valid_ = false; }

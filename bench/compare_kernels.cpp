@@ -1,0 +1,334 @@
+// compare_kernels — sprig's training kernels against the user's alternatives, timed in one
+// process: dense OpenBLAS cblas_sgemm on the full dense matrix and Eigen 3.4
+// SparseMatrix<float, RowMajor> * dense.
+//
+//   fwd  Y  = W X       sprig::spmm          | sgemm(W, X)      | eigen W * X
+//   dx   dX = W^T dY    TransposeCache::get  | sgemm(W^T, dY)   | eigen W^T * dY
+//                       (value refresh) + spmm on W^T
+//   dw   G  = dY X^T    sprig::sddmm (live   | sgemm(dY, X^T)   | (none: Eigen has no SDDMM)
+//                       slots only)
+//
+// Every configuration times the implementations alternately, rep by rep, and reports the
+// median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
+// 2 * nnz * B for sparse implementations, 2 * M * K * B for dense sgemm.
+#include <sprig/kernels/sddmm.hpp>
+#include <sprig/kernels/spmm.hpp>
+#include <sprig/kernels/transpose.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+#include <Eigen/SparseCore>
+#include <cblas.h>
+
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
+
+extern "C" {
+// OpenBLAS extensions (declared in OpenBLAS's cblas.h; repeated so a reference cblas.h works).
+void openblas_set_num_threads(int);
+int openblas_get_parallel(void);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using SpMat = Eigen::SparseMatrix<float, Eigen::RowMajor, std::int32_t>;
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapMat = Eigen::Map<RowMat>;
+
+struct Shape {
+  std::int64_t M, K;
+};
+
+struct Row {
+  std::string kernel;
+  std::int64_t M, K;
+  double density;
+  std::int64_t B;
+  int threads;
+  std::string impl;
+  double median_ms;
+  double gflops;
+};
+
+// Wall clock by default. --clock cpu uses the process CPU time instead: on a shared, loaded
+// machine it leaves out the time the process waited for a core, and with one thread (BLAS,
+// Eigen and sprig all run on the calling thread then) it is the compute time.
+bool g_cpu_clock = false;
+
+double now_ms() {
+  if (g_cpu_clock) {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+}
+
+template <class F>
+double time_ms(F&& f) {
+  const double t0 = now_ms();
+  f();
+  return now_ms() - t0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void set_threads(int t) {
+#if SPRIG_HAS_OPENMP
+  omp_set_num_threads(t);
+#endif
+  openblas_set_num_threads(t);
+  Eigen::setNbThreads(t);
+}
+
+void fill_random(sprig::Matrix<float>& m, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (std::int64_t i = 0; i < m.rows(); ++i)
+    for (std::int64_t j = 0; j < m.cols(); ++j) m(i, j) = u(g);
+}
+
+// Largest |a - b| relative to the largest |b| (b the dense result).
+double rel_diff(const sprig::Matrix<float>& a, const sprig::Matrix<float>& b) {
+  double d = 0, s = 0;
+  for (std::int64_t i = 0; i < a.rows(); ++i)
+    for (std::int64_t j = 0; j < a.cols(); ++j) {
+      d = std::max(d, std::abs(double(a(i, j)) - double(b(i, j))));
+      s = std::max(s, std::abs(double(b(i, j))));
+    }
+  return s > 0 ? d / s : d;
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return std::nan("");
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / static_cast<double>(v.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sprig kernels vs dense OpenBLAS sgemm and Eigen sparse * dense, same process"};
+  bool csv = false, quick = false, no_eigen = false;
+  int reps = 7;
+  std::vector<std::string> kernels{"fwd", "dx", "dw"};
+  std::vector<int> threads{1, 2};
+  std::vector<std::int64_t> batches{32, 128, 512};
+  std::vector<double> densities{0.10, 0.05, 0.02};
+  std::vector<std::string> shape_args{"1024x1024", "4096x4096", "2560x640", "640x2560"};
+  app.add_flag("--csv", csv, "print CSV: kernel,M,K,density,B,threads,impl,median_ms,gflops");
+  app.add_flag("--quick", quick, "small grid (1024x1024 and 2560x640, B 32 and 128, 3 reps)");
+  app.add_flag("--no-eigen", no_eigen, "skip Eigen (it is the slowest part of a full run)");
+  std::string clock = "wall";
+  app.add_option("--clock", clock, "wall (default) or cpu: process CPU time, for 1-thread runs on a loaded machine")
+      ->check(CLI::IsMember({"wall", "cpu"}));
+  app.add_option("--reps", reps, "timed repetitions per implementation (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--kernels", kernels, "subset of fwd,dx,dw")->delimiter(',')->check(CLI::IsMember({"fwd", "dx", "dw"}));
+  app.add_option("--threads", threads, "thread counts, e.g. 1,2")->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--batch", batches, "batch widths B")->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--density", densities, "densities")->delimiter(',')->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--shapes", shape_args, "MxK shapes, e.g. 1024x1024,2560x640")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  g_cpu_clock = clock == "cpu";
+  if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
+    std::fprintf(stderr, "warning: --clock cpu sums the CPU time of all threads: multi-thread times are not wall times\n");
+  if (quick) {
+    shape_args = {"1024x1024", "2560x640"};
+    batches = {32, 128};
+    reps = std::min(reps, 3);
+  }
+  std::vector<Shape> shapes;
+  for (const auto& s : shape_args) {
+    Shape sh{};
+    char x = 0;
+    std::istringstream in(s);
+    if (!(in >> sh.M >> x >> sh.K) || x != 'x' || sh.M <= 0 || sh.K <= 0) {
+      std::fprintf(stderr, "bad shape '%s' (want MxK)\n", s.c_str());
+      return 2;
+    }
+    shapes.push_back(sh);
+  }
+  // 2 = OpenMP build: BLAS and sprig share one OpenMP runtime. The pthreads build's idle
+  // workers spin after every call and steal the cores sprig's threads need.
+  if (openblas_get_parallel() != 2)
+    std::fprintf(stderr, "warning: OpenBLAS is not the OpenMP build (openblas_get_parallel() = %d)\n",
+                 openblas_get_parallel());
+#if !SPRIG_HAS_OPENMP
+  std::fprintf(stderr, "warning: built without OpenMP: sprig runs on one thread\n");
+#endif
+
+  std::vector<Row> rows;
+  auto add = [&](const char* kernel, const Shape& sh, double density, std::int64_t B, int t, const char* impl,
+                 double ms, double flops) {
+    rows.push_back({kernel, sh.M, sh.K, density, B, t, impl, ms, flops / (ms * 1e6)});
+    if (csv) {
+      const Row& r = rows.back();
+      std::printf("%s,%lld,%lld,%.2f,%lld,%d,%s,%.4f,%.2f\n", r.kernel.c_str(), (long long)r.M, (long long)r.K,
+                  r.density, (long long)r.B, r.threads, r.impl.c_str(), r.median_ms, r.gflops);
+      std::fflush(stdout);
+    }
+  };
+  auto want = [&](const char* k) { return std::find(kernels.begin(), kernels.end(), k) != kernels.end(); };
+  if (csv) std::printf("kernel,M,K,density,B,threads,impl,median_ms,gflops\n");
+
+  std::uint64_t seed = 1;
+  for (const Shape& sh : shapes)
+    for (double density : densities) {
+      const std::int64_t M = sh.M, K = sh.K;
+      auto W = sprig::PaddedCSR<float, std::int32_t>::random_density(M, K, density, seed++);
+      const std::int64_t nnz = W.nnz();
+      const sprig::Matrix<float> Wd = W.to_dense();
+      SpMat Ws(M, K);
+      {
+        std::vector<Eigen::Triplet<float, std::int32_t>> trip;
+        trip.reserve(static_cast<std::size_t>(nnz));
+        W.for_each_live([&](std::int64_t i, std::int64_t c, float v, std::int64_t) {
+          trip.emplace_back(static_cast<std::int32_t>(i), static_cast<std::int32_t>(c), v);
+        });
+        Ws.setFromTriplets(trip.begin(), trip.end());
+        Ws.makeCompressed();
+      }
+      sprig::TransposeCache<float, std::int32_t> cache;
+      cache.get(W);  // the topology is fixed: dx times the value refresh, never a rebuild
+      for (std::int64_t B : batches) {
+        sprig::Matrix<float> X(K, B), dY(M, B), Y(M, B), Yd(M, B), dX(K, B), dXd(K, B), Gd(M, K);
+        fill_random(X, seed++);
+        fill_random(dY, seed++);
+        std::vector<float> grad(static_cast<std::size_t>(W.storage_size()));
+        const double sparse_flops = 2.0 * double(nnz) * double(B), dense_flops = 2.0 * double(M) * double(K) * double(B);
+        for (int t : threads) {
+          set_threads(t);
+          sprig::KernelWorkspace<float> ws, ws_t;
+          auto run = [&](const char* kernel, auto&& sprig_fn, auto&& dense_fn, auto&& eigen_fn, bool has_eigen) {
+            std::vector<double> ts, td, te;
+            sprig_fn();  // warm-up: caches, workspaces, OpenMP and BLAS thread pools
+            dense_fn();
+            if (has_eigen) eigen_fn();
+            for (int r = 0; r < reps; ++r) {
+              ts.push_back(time_ms(sprig_fn));
+              td.push_back(time_ms(dense_fn));
+              if (has_eigen) te.push_back(time_ms(eigen_fn));
+            }
+            add(kernel, sh, density, B, t, "sprig", median(ts), sparse_flops);
+            add(kernel, sh, density, B, t, "openblas", median(td), dense_flops);
+            if (has_eigen) add(kernel, sh, density, B, t, "eigen", median(te), sparse_flops);
+          };
+          if (want("fwd")) {
+            run(
+                "fwd", [&] { sprig::spmm(W, X, Y.view(), ws); },
+                [&] {
+                  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(B), int(K), 1.0f, Wd.data(),
+                              int(K), X.data(), int(B), 0.0f, Yd.data(), int(B));
+                },
+                [&] {
+                  MapMat Ye(Y.data(), M, B);
+                  Ye.noalias() = Ws * MapMat(X.data(), K, B);
+                },
+                !no_eigen);
+            sprig::spmm(W, X, Y.view(), ws);
+            if (const double e = rel_diff(Y, Yd); e > 1e-4) std::fprintf(stderr, "warning: fwd differs from sgemm by %g\n", e);
+          }
+          if (want("dx")) {
+            run(
+                "dx", [&] { sprig::spmm(cache.get(W), dY, dX.view(), ws_t); },
+                [&] {
+                  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(B), int(M), 1.0f, Wd.data(),
+                              int(K), dY.data(), int(B), 0.0f, dXd.data(), int(B));
+                },
+                [&] {
+                  MapMat dXe(dX.data(), K, B);
+                  dXe.noalias() = Ws.transpose() * MapMat(dY.data(), M, B);
+                },
+                !no_eigen);
+            sprig::spmm(cache.get(W), dY, dX.view(), ws_t);
+            if (const double e = rel_diff(dX, dXd); e > 1e-4) std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
+          }
+          if (want("dw")) {
+            run(
+                "dw", [&] { sprig::sddmm(W, dY, X, std::span<float>(grad), ws); },
+                [&] {
+                  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(K), int(B), 1.0f, dY.data(), int(B),
+                              X.data(), int(B), 0.0f, Gd.data(), int(K));
+                },
+                [] {}, false);
+            double e = 0, s = 0;
+            W.for_each_live([&](std::int64_t i, std::int64_t c, float, std::int64_t slot) {
+              e = std::max(e, std::abs(double(grad[slot]) - double(Gd(i, c))));
+              s = std::max(s, std::abs(double(Gd(i, c))));
+            });
+            if (e > 1e-4 * s) std::fprintf(stderr, "warning: dw differs from sgemm by %g\n", e / s);
+          }
+        }
+      }
+    }
+
+  if (csv) return 0;
+
+  // Readable table: one line per (kernel, shape, density, B, threads).
+  std::map<std::tuple<std::string, std::int64_t, std::int64_t, double, std::int64_t, int>, std::map<std::string, Row>> table;
+  for (const Row& r : rows) table[{r.kernel, r.M, r.K, r.density, r.B, r.threads}][r.impl] = r;
+  std::printf("%-4s %5s %5s %5s %4s %2s | %9s %7s | %9s %7s | %9s %7s | %8s %8s\n", "kern", "M", "K", "dens", "B", "t",
+              "sprig ms", "GF/s", "blas ms", "GF/s", "eigen ms", "GF/s", "blas/spr", "eig/spr");
+  // ratio[density][kernel][threads]
+  std::map<double, std::map<std::string, std::map<int, std::vector<double>>>> ratios, eigen_ratios;
+  std::map<std::string, std::map<double, std::vector<double>>> scaling;  // 4096x4096 t1/t2 per kernel, density
+  for (const auto& [key, impls] : table) {
+    const auto& [kernel, M, K, density, B, t] = key;
+    const Row& s = impls.at("sprig");
+    const Row& d = impls.at("openblas");
+    const bool he = impls.count("eigen") > 0;
+    const double ratio = d.median_ms / s.median_ms;
+    ratios[density][kernel][t].push_back(ratio);
+    if (he) eigen_ratios[density][kernel][t].push_back(impls.at("eigen").median_ms / s.median_ms);
+    std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f | %9.3f %7.1f | ", kernel.c_str(), (long long)M,
+                (long long)K, density, (long long)B, t, s.median_ms, s.gflops, d.median_ms, d.gflops);
+    if (he)
+      std::printf("%9.3f %7.1f | %8.2f %8.2f\n", impls.at("eigen").median_ms, impls.at("eigen").gflops, ratio,
+                  impls.at("eigen").median_ms / s.median_ms);
+    else
+      std::printf("%9s %7s | %8.2f %8s\n", "-", "-", ratio, "-");
+    if (M == 4096 && K == 4096 && t == 2) {
+      auto one = table.find({kernel, M, K, density, B, 1});
+      if (one != table.end() && one->second.count("sprig"))
+        scaling[kernel][density].push_back(one->second.at("sprig").median_ms / s.median_ms);
+    }
+  }
+  std::printf("\nGeometric mean of dense_time / sprig_time (min over shapes in brackets); eigen_time / sprig_time\n");
+  for (const auto& [density, per_kernel] : ratios)
+    for (const auto& [kernel, per_t] : per_kernel)
+      for (const auto& [t, v] : per_t) {
+        std::printf("density %.2f  %-3s  threads %d:  %6.2fx  [min %5.2fx]", density, kernel.c_str(), t, geomean(v),
+                    *std::min_element(v.begin(), v.end()));
+        const auto& ev = eigen_ratios[density][kernel][t];
+        if (!ev.empty()) std::printf("   vs eigen %6.2fx", geomean(ev));
+        std::printf("\n");
+      }
+  if (!scaling.empty()) {
+    std::printf("\nsprig 2-thread speed-up over 1 thread on 4096x4096 (geometric mean over B)\n");
+    for (const auto& [kernel, per_d] : scaling)
+      for (const auto& [density, v] : per_d)
+        std::printf("%-3s density %.2f: %5.2fx  [min %5.2fx]\n", kernel.c_str(), density, geomean(v),
+                    *std::min_element(v.begin(), v.end()));
+  }
+  return 0;
+}

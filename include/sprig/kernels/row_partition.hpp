@@ -1,0 +1,71 @@
+// sprig/kernels/row_partition.hpp — splits the rows of a PaddedCSR into contiguous ranges of
+// about equal work (live weights, plus a per-row overhead) for the threaded kernels.
+//
+// Each row is computed by exactly one thread and the arithmetic of a row never depends on
+// which thread runs it or on the range boundaries, so any partition gives bitwise the same
+// result: the partition decides only the load balance.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../core/padded_csr.hpp"
+
+namespace sprig {
+
+class RowPartition {
+public:
+  // Work of one row in units of one live weight: loading, storing and zeroing the output
+  // row segment costs about as much as two weights.
+  static constexpr std::int64_t kRowOverhead = 2;
+
+  // Rebuilds the work prefix when W's topology may have changed. The key is
+  // (topology_version, rows, nnz, storage_size); a stale prefix (for example a cached W^T
+  // rebuilt to the same key) can only unbalance the threads, never change a result.
+  template <Value T, ColumnIndex Index>
+  void update(const PaddedCSR<T, Index>& W) {
+    if (valid_ && version_ == W.topology_version() && std::ssize(prefix_) == W.rows() + 1 && nnz_ == W.nnz() &&
+        storage_ == W.storage_size())
+      return;
+    build(W);
+  }
+
+  template <Value T, ColumnIndex Index>
+  void build(const PaddedCSR<T, Index>& W) {
+    const std::int64_t M = W.rows();
+    prefix_.resize(static_cast<std::size_t>(M + 1));
+    prefix_[0] = 0;
+    const auto nnz = W.row_nnzs();
+    for (std::int64_t i = 0; i < M; ++i) prefix_[i + 1] = prefix_[i] + nnz[i] + kRowOverhead;
+    version_ = W.topology_version();
+    nnz_ = W.nnz();
+    storage_ = W.storage_size();
+    valid_ = true;
+  }
+
+  std::int64_t rows() const noexcept { return valid_ ? std::ssize(prefix_) - 1 : 0; }
+  std::int64_t total_work() const noexcept { return valid_ ? prefix_.back() : 0; }
+
+  // First row of part t of n (t in [0, n]); part t is [begin(t, n), begin(t + 1, n)).
+  std::int64_t begin(int t, int n) const noexcept {
+    if (t <= 0) return 0;
+    if (t >= n) return rows();
+    const std::int64_t target = static_cast<std::int64_t>(
+        static_cast<double>(total_work()) * static_cast<double>(t) / static_cast<double>(n));
+    return std::lower_bound(prefix_.begin(), prefix_.end(), target) - prefix_.begin();
+  }
+
+  std::int64_t memory_bytes() const noexcept {
+    return static_cast<std::int64_t>(prefix_.capacity() * sizeof(std::int64_t));
+  }
+
+private:
+  std::vector<std::int64_t> prefix_;
+  std::uint64_t version_ = 0;
+  std::int64_t nnz_ = 0;
+  std::int64_t storage_ = 0;
+  bool valid_ = false;
+};
+
+}  // namespace sprig

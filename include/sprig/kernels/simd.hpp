@@ -1,0 +1,104 @@
+// sprig/kernels/simd.hpp — the one place that knows about xsimd: which architecture the
+// kernels are compiled for, the batch type, and the xsimd-version differences.
+//
+// SPRIG_KERNEL_SIMD is 1 when the kernels use xsimd::batch<T, default_arch> for T, and 0 when
+// they take the scalar path: SPRIG_NO_SIMD defined (CMake -DSPRIG_SIMD=OFF), or xsimd finds
+// no SIMD architecture for the compiler flags (XSIMD_NO_SUPPORTED_ARCHITECTURE).
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "../core/config.hpp"
+
+#if SPRIG_HAS_SIMD
+#  include <xsimd/xsimd.hpp>
+#  if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
+#    define SPRIG_KERNEL_SIMD 0
+#  else
+#    define SPRIG_KERNEL_SIMD 1
+#  endif
+#else
+#  define SPRIG_KERNEL_SIMD 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define SPRIG_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#  define SPRIG_ALWAYS_INLINE inline
+#endif
+
+namespace sprig::detail {
+
+// A read prefetch into all cache levels. Prefetching an address outside any mapping is
+// harmless (it never faults), so callers may prefetch speculative addresses.
+SPRIG_ALWAYS_INLINE void prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
+}
+
+#if SPRIG_KERNEL_SIMD
+using KernelArch = xsimd::default_arch;
+
+// True when xsimd has a register for T on the kernel architecture (armv7 NEON has none for
+// double): the kernels then take the scalar path for that T only.
+template <class T>
+inline constexpr bool kSimdFor = xsimd::types::has_simd_register<T, KernelArch>::value;
+
+template <class T>
+using Batch = xsimd::batch<T, KernelArch>;
+
+// Horizontal sum of one batch: xsimd 8 calls it hadd, xsimd 9+ reduce_add.
+template <class T, class A>
+SPRIG_ALWAYS_INLINE T reduce_add(const xsimd::batch<T, A>& v) noexcept {
+#  if XSIMD_VERSION_MAJOR >= 9
+  return xsimd::reduce_add(v);
+#  else
+  return xsimd::hadd(v);
+#  endif
+}
+
+// out[k] = sum of the lanes of rows[k], for k < N: N horizontal sums at the cost of about
+// log2(N) shuffle-and-add steps over all rows at once.
+// xsimd 8.1's AVX-512 float haddp returns its lanes in the order
+// 0 1 4 5 2 3 6 7 8 9 12 13 10 11 14 15 (an involution), so the rows are fed in that order.
+// GCC 12 reports _mm512_undefined_ps inside xsimd's AVX-512 haddp as uninitialised once it is
+// inlined here (a false positive: every lane is overwritten).
+#  if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic push
+#    pragma GCC diagnostic ignored "-Wuninitialized"
+#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#  endif
+template <class T, class A>
+SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* rows) noexcept {
+#  if XSIMD_VERSION_MAJOR == 8
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, A>) {
+    constexpr int order[16] = {0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15};
+    xsimd::batch<T, A> fed[16];
+    for (int k = 0; k < 16; ++k) fed[k] = rows[order[k]];
+    return xsimd::haddp(fed);
+  }
+#  endif
+  return xsimd::haddp(rows);
+}
+#  if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic pop
+#  endif
+#else
+template <class T>
+inline constexpr bool kSimdFor = false;
+#endif
+
+// Elements of T per SIMD register on the kernel architecture (1 on the scalar path).
+template <class T>
+constexpr std::size_t simd_width() noexcept {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T>) return Batch<T>::size;
+#endif
+  return 1;
+}
+
+}  // namespace sprig::detail
