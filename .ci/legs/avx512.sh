@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# .ci/legs/avx512.sh — the kernel tests built for AVX-512 (xsimd default_arch avx512bw),
+# whatever CPU CI has: configure with SPRIG_NATIVE=OFF and explicit -mavx512* flags, build
+# only the kernel test targets, check that the flags reached the compiler and that xsimd picks
+# an AVX-512 architecture with them; run the tests with ctest only when /proc/cpuinfo shows
+# every flag used (the build would die with SIGILL otherwise).
+#
+# Needs (installed here when missing): cmake ninja-build g++ libxsimd-dev catch2.
+# Build directory: build-ktests-avx512 (override with SPRIG_LEG_BUILD_DIR); SPRIG_LEG_COMPILE_ONLY=1
+# skips running the tests as on a CPU without AVX-512.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+leg=avx512
+start=$SECONDS
+say() { printf '[%s leg] %s\n' "$leg" "$*"; }
+fail() { say "FAILED: $*"; exit 1; }
+
+# ---- packages ------------------------------------------------------------------------------
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    local sudo=""
+    [[ $(id -u) == 0 ]] || sudo=sudo
+    say "installing: ${missing[*]}"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "packages present: $*"
+  fi
+}
+install_missing cmake ninja-build g++ libxsimd-dev catch2
+
+# ---- which tests ---------------------------------------------------------------------------
+# The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
+# the oracle test. New kernel headers with a test file are picked up automatically.
+targets=()
+for h in include/sprig/kernels/*.hpp; do
+  n=$(basename "$h" .hpp)
+  [[ -f tests/test_$n.cpp ]] && targets+=("test_$n")
+done
+[[ " ${targets[*]} " == *" test_reference "* ]] || targets+=(test_reference)
+say "kernel test targets: ${targets[*]}"
+
+arch_flags="-mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma"
+cpu_ok=1
+for f in avx512f avx512bw avx512dq avx512vl fma; do
+  grep -qw "$f" /proc/cpuinfo || cpu_ok=0
+done
+[[ ${SPRIG_LEG_COMPILE_ONLY:-0} == 1 ]] && cpu_ok=0  # to exercise the compile-only path
+
+# ---- xsimd picks AVX-512 with these flags --------------------------------------------------
+build=${SPRIG_LEG_BUILD_DIR:-build-ktests-avx512}
+mkdir -p "$build"
+cat > "$build/arch_check.cpp" <<'CPP'
+#include <xsimd/xsimd.hpp>
+#include <cstdio>
+#include <type_traits>
+static_assert(std::is_base_of_v<xsimd::avx512f, xsimd::default_arch>,
+              "xsimd::default_arch is not an AVX-512 architecture with these flags");
+int main() { std::printf("%s\n", xsimd::default_arch::name()); }
+CPP
+# shellcheck disable=SC2086
+g++ -std=c++20 $arch_flags "$build/arch_check.cpp" -o "$build/arch_check" || fail "xsimd does not select AVX-512 with: $arch_flags"
+say "static_assert passed: xsimd::default_arch derives from avx512f with: $arch_flags"
+
+# ---- configure and build -------------------------------------------------------------------
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+            -DSPRIG_NATIVE=OFF "-DSPRIG_EXTRA_ARCH_FLAGS=$arch_flags"
+            -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
+if ((!cpu_ok)); then
+  # catch_discover_tests runs each test binary after linking to list its tests; on a CPU
+  # without AVX-512 that is SIGILL. A no-op "emulator" skips the listing: compile only.
+  cmake_args+=(-DCMAKE_CROSSCOMPILING_EMULATOR=/bin/true)
+fi
+say "configure: cmake ${cmake_args[*]}"
+cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
+say "build: cmake --build $build --target ${targets[*]} -j 2"
+cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+
+# The flags really reached the test compiles, and -march=native did not.
+for t in "${targets[@]}"; do
+  cmd=$(grep "\"command\".*tests/$t.cpp" "$build/compile_commands.json" || true)
+  [[ -n $cmd ]] || fail "no compile command for $t in compile_commands.json"
+  for f in $arch_flags; do [[ $cmd == *" $f"* ]] || fail "$t was compiled without $f"; done
+  [[ $cmd != *"-march=native"* ]] || fail "$t was compiled with -march=native"
+done
+say "compiled with $arch_flags and without -march=native: ${targets[*]}"
+
+if ((!cpu_ok)); then
+  say "PASS (compile only: this CPU lacks one of avx512f/bw/dq/vl/fma, tests not run) in $((SECONDS - start)) s"
+  exit 0
+fi
+
+say "CPU has AVX-512: default_arch = $("$build/arch_check"); running the kernel tests"
+regex="^($(IFS='|'; echo "${targets[*]}")):"
+ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
+say "PASS (built and ran ${#targets[@]} kernel test executables with AVX-512) in $((SECONDS - start)) s"

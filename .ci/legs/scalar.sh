@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# .ci/legs/scalar.sh — the kernel tests on the scalar path: configure with -DSPRIG_SIMD=OFF
+# (sprig::sprig then defines SPRIG_NO_SIMD=1 and every kernel skips xsimd), check that the
+# define reached the test compiles, build only the kernel test targets and run them.
+#
+# Needs (installed here when missing): cmake ninja-build g++ libxsimd-dev catch2.
+# Build directory: build-ktests-scalar (override with SPRIG_LEG_BUILD_DIR).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+leg=scalar
+start=$SECONDS
+say() { printf '[%s leg] %s\n' "$leg" "$*"; }
+fail() { say "FAILED: $*"; exit 1; }
+
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    local sudo=""
+    [[ $(id -u) == 0 ]] || sudo=sudo
+    say "installing: ${missing[*]}"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "packages present: $*"
+  fi
+}
+# libxsimd-dev: the top-level CMakeLists finds xsimd even when the kernels do not use it.
+install_missing cmake ninja-build g++ libxsimd-dev catch2
+
+# The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
+# the oracle test.
+targets=()
+for h in include/sprig/kernels/*.hpp; do
+  n=$(basename "$h" .hpp)
+  [[ -f tests/test_$n.cpp ]] && targets+=("test_$n")
+done
+[[ " ${targets[*]} " == *" test_reference "* ]] || targets+=(test_reference)
+say "kernel test targets: ${targets[*]}"
+
+build=${SPRIG_LEG_BUILD_DIR:-build-ktests-scalar}
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+            -DSPRIG_SIMD=OFF -DSPRIG_NATIVE=OFF
+            -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
+say "configure: cmake ${cmake_args[*]}"
+mkdir -p "$build"
+cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
+say "build: cmake --build $build --target ${targets[*]} -j 2"
+cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+
+for t in "${targets[@]}"; do
+  cmd=$(grep "\"command\".*tests/$t.cpp" "$build/compile_commands.json" || true)
+  [[ -n $cmd ]] || fail "no compile command for $t in compile_commands.json"
+  [[ $cmd == *"-DSPRIG_NO_SIMD=1"* ]] || fail "$t was compiled without -DSPRIG_NO_SIMD=1"
+done
+say "compiled with -DSPRIG_NO_SIMD=1: ${targets[*]}"
+
+regex="^($(IFS='|'; echo "${targets[*]}")):"
+ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
+say "PASS (built and ran ${#targets[@]} kernel test executables on the scalar path) in $((SECONDS - start)) s"
