@@ -22,12 +22,10 @@ struct Row {
   std::int64_t bytes;
 };
 
-// Builds the layer with Index columns and prints its rows of the table; returns false if
-// a measured array size disagrees with the formula.
-template <class Index>
-bool report(std::int64_t rows, std::int64_t cols, double density, std::int64_t dense_bytes, const char* index_name) {
-  using T = float;
-  const auto W = sprig::PaddedCSR<T, Index>::random_density(rows, cols, density, /*seed=*/42);
+// Prints W's rows of the table; returns false if a measured size disagrees with the formula.
+template <class T, class Index>
+bool report(const sprig::PaddedCSR<T, Index>& W, std::int64_t dense_bytes, const char* index_name) {
+  const std::int64_t rows = W.rows();
   const std::int64_t nnz = W.nnz(), slots = W.storage_size();
   const auto csr = W.to_csr();
   const std::int64_t csr_bytes = std::ssize(csr.values) * std::int64_t{sizeof(T)} +
@@ -78,27 +76,28 @@ int main(int argc, char** argv) {
 
   try {
     const std::int64_t dense_bytes = rows * cols * std::int64_t{sizeof(float)};
-    const auto probe = sprig::PaddedCSR<float, std::int32_t>::random_density(rows, cols, 1.0 - sparsity, 42);
-    const double ratio = probe.padding_ratio();
+    const auto layer = sprig::PaddedCSR<float, std::int32_t>::random_density(rows, cols, 1.0 - sparsity, /*seed=*/42);
+    const double ratio = layer.padding_ratio();
     std::printf("sprig memory demo: a %lld -> %lld layer at %.0f%% sparsity, float weights\n",
                 static_cast<long long>(cols), static_cast<long long>(rows), 100.0 * sparsity);
     std::printf("W is %lld x %lld (outputs x inputs): %lld live weights of %lld (density %.4f)\n",
-                static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(probe.nnz()),
-                static_cast<long long>(rows * cols), probe.density());
+                static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(layer.nnz()),
+                static_cast<long long>(rows * cols), layer.density());
     std::printf("padding ratio %.2f: %lld slots (nnz x %.2f = %.1f, each row rounded up to a whole slot)\n\n", ratio,
-                static_cast<long long>(probe.storage_size()), 1.0 + ratio,
-                static_cast<double>(probe.nnz()) * (1.0 + ratio));
+                static_cast<long long>(layer.storage_size()), 1.0 + ratio,
+                static_cast<double>(layer.nnz()) * (1.0 + ratio));
 
     std::printf("%-13s %-6s %10s  %9s  %8s  %6s\n", "format", "index", "bytes", "per live", "of dense", "smaller");
     std::printf("%-13s %-6s %10lld  %9.2f  %7.1f%%  %5.2fx\n", "dense", "-", static_cast<long long>(dense_bytes),
-                probe.nnz() ? static_cast<double>(dense_bytes) / static_cast<double>(probe.nnz()) : 0.0, 100.0, 1.0);
-    bool ok = report<std::int32_t>(rows, cols, 1.0 - sparsity, dense_bytes, "int32");
-    if (cols <= 32768)
-      ok = report<std::int16_t>(rows, cols, 1.0 - sparsity, dense_bytes, "int16") && ok;
+                layer.nnz() ? static_cast<double>(dense_bytes) / static_cast<double>(layer.nnz()) : 0.0, 100.0, 1.0);
+    bool ok = report(layer, dense_bytes, "int32");
+    if (cols <= 32768)  // the same seed gives the same pattern and values with int16 columns
+      ok = report(sprig::PaddedCSR<float, std::int16_t>::random_density(rows, cols, 1.0 - sparsity, 42), dense_bytes,
+                  "int16") && ok;
     else
       std::printf("(int16 indices cannot address %lld columns)\n", static_cast<long long>(cols));
 
-    const sprig::PaddedCSRMemory m = probe.memory();
+    const sprig::PaddedCSRMemory m = layer.memory();
     std::printf("\nPadded-CSR int32 by array: values %lld B, column indices %lld B, row arrays %lld B, object %lld B\n",
                 static_cast<long long>(m.values), static_cast<long long>(m.col_indices),
                 static_cast<long long>(m.row_arrays), static_cast<long long>(m.object));
