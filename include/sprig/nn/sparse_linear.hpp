@@ -4,7 +4,7 @@
 //   forward:  Y = W X + b                                   (spmm)
 //   backward: dW[s] = dot(dY[i,:], X[c,:]) at live slots    (sddmm, aligned with W's slots)
 //             db    = sum over the batch of dY
-//             dX    = W^T dY                                (spmm on the cached transpose)
+//             dX    = W^T dY                                (spmm_transposed on the cached W^T)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
 #pragma once
@@ -22,7 +22,9 @@
 #include "../core/rng.hpp"
 #include "../kernels/sddmm.hpp"
 #include "../kernels/spmm.hpp"
+#include "../kernels/spmm_transposed.hpp"
 #include "../kernels/transpose.hpp"
+#include "../kernels/workspace.hpp"
 #include "bias.hpp"
 #include "init.hpp"
 #include "parameter.hpp"
@@ -73,7 +75,7 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
-    spmm(weight.weight, X, Y, Update::overwrite);
+    spmm(weight.weight, X, Y, workspace_, Update::overwrite);
     detail::add_bias<T>(bias.value, Y);
   }
 
@@ -84,7 +86,7 @@ public:
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
     backward(X, dY);
-    spmm(transpose_.get(weight.weight), dY, dX, Update::overwrite);
+    spmm_transposed(weight.weight, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
   }
 
   // Weight and bias gradients only (no dX: the first layer of a network).
@@ -93,7 +95,7 @@ public:
       throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
     weight.check_aligned("SparseLinear::backward");
-    sddmm(weight.weight, dY, X, std::span<T>(weight.grad), Update::overwrite);
+    sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
@@ -111,9 +113,11 @@ public:
   std::int64_t dense_weight_bytes() const noexcept {
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
   }
-  // Everything the layer owns: weights, gradients, optimizer state, transpose cache.
+  // Everything the layer owns: weights, gradients, optimizer state, transpose cache and
+  // kernel workspaces.
   std::int64_t memory_bytes() const noexcept {
-    return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes();
+    return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
   }
 
 private:
@@ -127,6 +131,10 @@ private:
   }
 
   TransposeCache<T, Index> transpose_;
+  // Kernel scratch (row partition keyed by topology, X packing buffer) kept across steps so
+  // a steady-state step allocates nothing: one for W (forward, weight gradient), one for W^T.
+  KernelWorkspace<T> workspace_;
+  KernelWorkspace<T> transpose_workspace_;
 };
 
 }  // namespace sprig

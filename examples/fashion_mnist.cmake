@@ -1,0 +1,39 @@
+# fashion_mnist: the main job (README quick start). Trains an MLP with sparse hidden layers
+# on Fashion-MNIST. Needs zlib (gzip IDX files) and CLI11; the dense layers use OpenBLAS
+# (the OpenMP build, so BLAS and sprig's kernels share one OpenMP runtime; Debian's default
+# pthreads build spins idle threads against ours) through SPRIG_USE_CBLAS, else the
+# portable GEMM.
+find_package(ZLIB)
+find_package(CLI11 CONFIG QUIET)
+if(ZLIB_FOUND AND CLI11_FOUND)
+  add_executable(fashion_mnist ${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cpp)
+  target_link_libraries(fashion_mnist PRIVATE sprig::sprig sprig_dev_flags ZLIB::ZLIB CLI11::CLI11)
+  find_library(SPRIG_EXAMPLE_OPENBLAS openblas
+    PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+    NO_DEFAULT_PATH)
+  find_path(SPRIG_EXAMPLE_OPENBLAS_INCLUDE cblas.h
+    PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+    NO_DEFAULT_PATH)
+  if(SPRIG_EXAMPLE_OPENBLAS AND SPRIG_EXAMPLE_OPENBLAS_INCLUDE)
+    target_link_libraries(fashion_mnist PRIVATE ${SPRIG_EXAMPLE_OPENBLAS})
+    target_include_directories(fashion_mnist PRIVATE ${SPRIG_EXAMPLE_OPENBLAS_INCLUDE})
+    target_compile_definitions(fashion_mnist PRIVATE SPRIG_USE_CBLAS=1 SPRIG_OPENBLAS=1)
+  else()
+    message(STATUS "sprig: OpenBLAS (OpenMP build) not found; fashion_mnist uses the portable GEMM")
+  endif()
+else()
+  message(STATUS "sprig: fashion_mnist needs zlib and CLI11; not built")
+endif()
+
+if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
+  # A missing data folder is a clean, named error (CI has no data set).
+  add_test(NAME example:fashion_mnist_missing_data COMMAND fashion_mnist --data-dir /nonexistent/fashion-mnist)
+  set_tests_properties(example:fashion_mnist_missing_data PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "fashion_mnist: load_fashion_mnist: neither")
+  # A short real run where the Debian data set is installed.
+  if(EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz)
+    add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
+    set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
+  endif()
+endif()
