@@ -1,0 +1,853 @@
+// train_step — one training step of a sparse model (sprig) against the same model dense
+// (sprig::Linear on OpenBLAS), end to end: forward, loss, backward, SGD with momentum, plus the
+// amortised cost of SET topology updates every delta_t steps.
+//
+//   train_step                          # every configuration, table on stdout
+//   train_step --csv > step.csv         # CSV on stdout, the table on stderr
+//   train_step --md report.md           # also writes the table, bars and profile as markdown
+//   train_step --single ffn,0.9,2       # one configuration in this process (memory probe)
+//
+// Models (batch 128, fp32, feature-major activations [features x batch]):
+//   mlp  784-1024-1024-10, ReLU; both hidden layers sparse, output layer dense; softmax CE.
+//   ffn  1024 -> 4096 -> 1024 with GELU (tanh); both layers sparse; MSE against a random
+//        target (mean over all 1024 x B elements, PyTorch's nn.MSELoss default).
+// Sparsity 0 means every layer is sprig::Linear (OpenBLAS sgemm, OpenMP build). The input
+// is synthetic (uniform [0,1) "pixels" / standard normal features, random labels/targets):
+// a step's cost does not depend on the values, and a loaded data set would dominate the
+// resident memory being compared. The input needs no gradient, so the first layer never
+// computes dX (as in PyTorch when the input does not require grad).
+//
+// Timing: every (model, sparsity) of one thread count is built in this process and timed in
+// interleaved rounds (each round: one untimed step to re-warm the caches, then
+// --steps-per-round timed steps per configuration), so machine drift hits all of them alike.
+// ms/step = median step + amortised topology cost, where the amortised cost is
+//   (median SET update + median extra time of the first step after an update) / delta_t;
+// the first step after an update rebuilds the transpose caches and row partitions, which
+// belongs to the update, not to the steady state. The update is SET (magnitude drop,
+// uniform random grow) at drop fraction ~0.3 (cosine schedule, first updates of a run).
+//
+// Memory: each configuration also runs in its own process (this program re-executed with
+// --single), which reports its peak resident set (VmHWM) after warm-up, timed steps and one
+// SET update. The process baseline (libraries, OpenMP/OpenBLAS runtime) is in that number.
+//
+// Allocations: this binary replaces the global operator new; the table reports operator-new
+// calls per timed step (mallocs made by OpenBLAS or libgomp themselves are not seen).
+//
+// CSV columns: model,sparsity,threads,impl,median_ms,spread,speedup_vs_dense,peak_rss_mb
+// where spread is the interquartile range "p25-p75" in ms (amortised cost included).
+#include <sprig/dst/set.hpp>
+#include <sprig/kernels/sddmm.hpp>
+#include <sprig/kernels/spmm.hpp>
+#include <sprig/kernels/transpose.hpp>
+#include <sprig/nn/gemm.hpp>
+#include <sprig/nn/sequential.hpp>
+#include <sprig/nn/softmax_cross_entropy.hpp>
+#include <sprig/optim/sgd.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <new>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+// ---------------------------------------------------------------------------------------
+// Counting global operator new (every form), so steady-state allocations are visible.
+// GCC pairs the inlined free() with the operator new it sees at the call site and warns
+// (-Wmismatched-new-delete); here every new is malloc/aligned_alloc, so free is right.
+#if defined(__GNUC__) && !defined(__clang__)
+#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+// Set while timed steps run; a debugger can break on operator new conditioned on it.
+std::atomic<bool> sprig_train_step_timing{false};
+namespace {
+std::atomic<std::int64_t> g_new_calls{0};
+
+void* counted_alloc(std::size_t n) noexcept {
+  g_new_calls.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n ? n : 1);
+}
+void* counted_aligned_alloc(std::size_t n, std::align_val_t a) noexcept {
+  g_new_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto al = static_cast<std::size_t>(a);
+  const std::size_t size = ((n ? n : 1) + al - 1) / al * al;  // aligned_alloc wants a multiple
+  return std::aligned_alloc(al, size);
+}
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (void* p = counted_aligned_alloc(n, a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  if (void* p = counted_aligned_alloc(n, a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_aligned_alloc(n, a);
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_aligned_alloc(n, a);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+namespace {
+
+using T = float;
+using Index = std::int32_t;
+using Clock = std::chrono::steady_clock;
+using Model = sprig::Sequential<T, Index>;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// q-quantile with linear interpolation (q in [0, 1]); v need not be sorted.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+
+// A field of /proc/self/status in KiB (VmHWM: peak resident set; VmRSS: current), or -1.
+std::int64_t proc_status_kb(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::strtoll(line.c_str() + field.size() + 1, nullptr, 10);
+  return -1;
+}
+std::int64_t peak_rss_kb() {
+  const std::int64_t hwm = proc_status_kb("VmHWM");
+  if (hwm >= 0) return hwm;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;  // KiB on Linux
+}
+
+// The shared object this process mapped for OpenBLAS (the proof that the OpenMP build runs).
+std::string loaded_openblas() {
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto p = line.find('/');
+    if (p != std::string::npos && line.find("openblas", p) != std::string::npos) return line.substr(p);
+  }
+  return "(not mapped)";
+}
+
+// The 1, 5 and 15 minute load averages (other processes competing for the cores).
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+void set_threads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+enum class Kind { mlp, ffn };
+const char* kind_name(Kind k) { return k == Kind::mlp ? "mlp" : "ffn"; }
+Kind parse_kind(const std::string& s) {
+  if (s == "mlp") return Kind::mlp;
+  if (s == "ffn") return Kind::ffn;
+  throw std::invalid_argument("unknown model '" + s + "' (mlp or ffn)");
+}
+
+// loss = mean over all elements of (Z - Y)^2;  dZ = 2 (Z - Y) / (rows * B).
+T mse_forward_backward(sprig::ConstMatrixView<T> Z, sprig::ConstMatrixView<T> target, sprig::MatrixView<T> dZ) {
+  const double n = static_cast<double>(Z.rows() * Z.cols());
+  const T scale = static_cast<T>(2.0 / n);
+  double loss = 0.0;
+  for (std::int64_t i = 0; i < Z.rows(); ++i) {
+    const T* z = Z.row(i);
+    const T* y = target.row(i);
+    T* d = dZ.row(i);
+    T acc = T(0);
+    for (std::int64_t b = 0; b < Z.cols(); ++b) {
+      const T e = z[b] - y[b];
+      acc += e * e;
+      d[b] = scale * e;
+    }
+    loss += acc;
+  }
+  return static_cast<T>(loss / n);
+}
+
+struct Options {
+  std::vector<std::string> models = {"mlp", "ffn"};
+  std::vector<double> sparsities = {0.0, 0.8, 0.9, 0.95, 0.98};
+  std::vector<int> threads = {1, 2};
+  std::vector<double> profile = {0.0, 0.9};
+  std::int64_t batch = 128;
+  int warmup = 5;
+  int rounds = 5;
+  int steps_per_round = 6;
+  std::int64_t delta_t = 100;
+  int set_updates = 3;
+  int profile_steps = 15;
+  double lr = 0.01;
+  double momentum = 0.9;
+  std::uint64_t seed = 1;
+  bool csv = false;
+  bool memory = true;
+  std::string md;
+  std::string single;
+  std::string openblas_coretype;
+};
+
+// One model with its data, loss, optimizer and topology algorithm.
+struct Run {
+  Kind kind;
+  double sparsity;
+  Model model;
+  sprig::SGD<T> opt;
+  sprig::SoftmaxCrossEntropy<T> ce;
+  sprig::Matrix<T> X, target;
+  std::vector<int> labels;
+  std::unique_ptr<sprig::dst::SET<T, Index>> set;
+  std::int64_t set_step = 0;  // the schedule step of the next timed update
+  T last_loss = T(0);
+
+  Run(Kind k, double s, const Options& o)
+      : kind(k), sparsity(s), opt(sprig::SGDOptions{o.lr, o.momentum, 0.0, false}) {
+    const double density = 1.0 - s;
+    const bool dense = s <= 0.0;
+    std::uint64_t key = 0;
+    auto linear = [&](std::int64_t in, std::int64_t out, bool sparse) {
+      if (sparse && !dense)
+        model.add(sprig::SparseLinear<T, Index>(in, out, density, o.seed, key++));
+      else
+        model.add(sprig::Linear<T>(in, out, o.seed, key++));
+    };
+    sprig::CounterRng rng(o.seed, 0xDA7A, static_cast<std::uint64_t>(k));
+    const std::int64_t B = o.batch;
+    if (k == Kind::mlp) {
+      linear(784, 1024, true);
+      model.add(sprig::ReLU<T>{});
+      linear(1024, 1024, true);
+      model.add(sprig::ReLU<T>{});
+      linear(1024, 10, false);
+      X.resize(784, B, Model::activation_stride(B));
+      for (std::int64_t i = 0; i < X.rows(); ++i)
+        for (std::int64_t b = 0; b < B; ++b) X(i, b) = static_cast<T>(rng.uniform01());
+      labels.resize(static_cast<std::size_t>(B));
+      for (auto& l : labels) l = static_cast<int>(rng.uniform_below(10));
+    } else {
+      linear(1024, 4096, true);
+      model.add(sprig::GELU<T>{});
+      linear(4096, 1024, true);
+      X.resize(1024, B, Model::activation_stride(B));
+      target.resize(1024, B, Model::activation_stride(B));
+      for (std::int64_t i = 0; i < X.rows(); ++i)
+        for (std::int64_t b = 0; b < B; ++b) {
+          X(i, b) = static_cast<T>(rng.normal());
+          target(i, b) = static_cast<T>(rng.normal());
+        }
+    }
+    if (!dense) {
+      // RigL's schedule for a 10-epoch Fashion-MNIST run (469 steps/epoch): updates every
+      // delta_t steps until 75%; the timed updates are the first ones (drop fraction ~0.3).
+      sprig::dst::UpdateSchedule sched = sprig::dst::UpdateSchedule::for_run(4690, o.delta_t);
+      set = std::make_unique<sprig::dst::SET<T, Index>>(sched, o.seed);
+    }
+  }
+
+  bool dense() const noexcept { return !set; }
+
+  T loss_into(sprig::ConstMatrixView<T> Z, sprig::MatrixView<T> dZ) {
+    if (kind == Kind::mlp) return ce.forward_backward(Z, labels, dZ);
+    return mse_forward_backward(Z, target, dZ);
+  }
+
+  void step() {
+    const auto Z = model.forward(X);
+    last_loss = loss_into(Z, model.output_grad());
+    model.backward();
+    opt.step(model);
+  }
+
+  // One SET update on the current topology (call right after a step). Returns its ms.
+  double topology_update() {
+    const auto t0 = Clock::now();
+    const auto layers = model.sparse_layers();
+    set->update(layers, set_step);
+    set_step += set->schedule().delta_t;
+    return ms_between(t0, Clock::now());
+  }
+
+  std::int64_t live_weights() {
+    std::int64_t n = 0;
+    model.for_each_parameter([&](auto& p) {
+      if constexpr (requires { p.weight.nnz(); })
+        n += p.weight.nnz();
+      else
+        n += p.size();
+    });
+    return n;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Profile: the same step as Sequential runs it, phase by phase, calling the kernels the
+// layers call (SparseLinear: spmm + bias, sddmm + bias sum, W^T refresh + spmm), with this
+// profiler's own activation buffers and kernel workspaces.
+enum Phase {
+  fwd_spmm,
+  fwd_gemm,
+  wgrad_sddmm,
+  wgrad_gemm,
+  dx_refresh,
+  dx_spmm,
+  dx_gemm,
+  bias_act,
+  loss_phase,
+  optimizer,
+  kPhases
+};
+constexpr std::array<const char*, kPhases> kPhaseNames = {
+    "forward spmm (sparse W X)",   "forward gemm (dense W X)", "weight grad sddmm (sparse)",
+    "weight grad gemm (dense)",    "dX: W^T value refresh",    "dX spmm (W^T dY)",
+    "dX gemm (dense W^T dY)",      "bias + activation (fwd+bwd)", "loss",
+    "optimizer (SGD momentum)"};
+
+struct ProfileResult {
+  std::array<double, kPhases> ms{};     // median per phase
+  std::array<double, kPhases> flops{};  // multiply-adds x 2 of the phase per step
+  double sum_ms = 0.0;                  // median of the per-step phase sums
+  bool first_layer_skips_dx = false;
+};
+
+ProfileResult profile_run(Run& run, int steps) {
+  Model& m = run.model;
+  const std::size_t n = m.size();
+  const std::int64_t B = run.X.cols();
+  std::vector<sprig::Matrix<T>> acts(n), grads(n);
+  std::vector<sprig::KernelWorkspace<T>> ws(n), wst(n);
+  std::array<std::vector<double>, kPhases> samples;
+  std::vector<double> sums;
+  ProfileResult r;
+  for (int it = 0; it < steps + 1; ++it) {  // the first step is a warm-up
+    std::array<double, kPhases> ph{};
+    auto timed = [&](Phase p, auto&& fn) {
+      const auto t0 = Clock::now();
+      fn();
+      ph[p] += ms_between(t0, Clock::now());
+    };
+    sprig::ConstMatrixView<T> in = run.X;
+    for (std::size_t k = 0; k < n; ++k) {
+      std::visit(
+          [&](auto& l) {
+            using L = std::decay_t<decltype(l)>;
+            std::int64_t out = in.rows();
+            if constexpr (requires { l.out_features(); }) out = l.out_features();
+            if (acts[k].rows() != out || acts[k].cols() != B) acts[k].resize(out, B, Model::activation_stride(B));
+            const sprig::MatrixView<T> y = acts[k].view();
+            if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
+              timed(fwd_spmm, [&] { sprig::spmm(l.weight.weight, in, y, ws[k], sprig::Update::overwrite); });
+              timed(bias_act, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              if (it == 0) r.flops[fwd_spmm] += 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
+            } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
+              timed(fwd_gemm, [&] { sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y); });
+              timed(bias_act, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              if (it == 0) r.flops[fwd_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
+            } else {
+              timed(bias_act, [&] { l.forward(in, y); });
+            }
+          },
+          m.layer(k));
+      in = acts[k].view();
+    }
+    if (grads[n - 1].rows() != acts[n - 1].rows() || grads[n - 1].cols() != B)
+      grads[n - 1].resize(acts[n - 1].rows(), B, Model::activation_stride(B));
+    timed(loss_phase, [&] { run.last_loss = run.loss_into(acts[n - 1].view(), grads[n - 1].view()); });
+    for (std::size_t k = n; k-- > 0;) {
+      const sprig::ConstMatrixView<T> x = k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(acts[k - 1].view());
+      const sprig::ConstMatrixView<T> dy = grads[k].view();
+      if (k > 0 && (grads[k - 1].rows() != x.rows() || grads[k - 1].cols() != B))
+        grads[k - 1].resize(x.rows(), B, Model::activation_stride(B));
+      std::visit(
+          [&](auto& l) {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
+              auto& W = l.weight.weight;
+              timed(wgrad_sddmm, [&] { sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite); });
+              timed(bias_act, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+              if (it == 0) r.flops[wgrad_sddmm] += 2.0 * static_cast<double>(W.nnz() * B);
+              if (k > 0) {
+                const sprig::PaddedCSR<T, Index>* wt = nullptr;
+                timed(dx_refresh, [&] { wt = &l.transpose_cache().get(W); });
+                timed(dx_spmm, [&] { sprig::spmm(*wt, dy, grads[k - 1].view(), wst[k], sprig::Update::overwrite); });
+                if (it == 0) r.flops[dx_spmm] += 2.0 * static_cast<double>(W.nnz() * B);
+              }
+            } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
+              timed(wgrad_gemm, [&] {
+                sprig::gemm<T>(sprig::Trans::no, sprig::Trans::yes, T(1), dy, x, T(0), l.weight.grad_view());
+              });
+              timed(bias_act, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+              if (it == 0) r.flops[wgrad_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
+              if (k > 0) {
+                timed(dx_gemm, [&] {
+                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0), grads[k - 1].view());
+                });
+                if (it == 0) r.flops[dx_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
+              }
+            } else {
+              timed(bias_act, [&] { l.backward(x, dy, grads[k - 1].view()); });
+            }
+          },
+          m.layer(k));
+    }
+    timed(optimizer, [&] { run.opt.step(m); });
+    if (it == 0) continue;
+    double s = 0.0;
+    for (int p = 0; p < kPhases; ++p) {
+      samples[p].push_back(ph[p]);
+      s += ph[p];
+    }
+    sums.push_back(s);
+  }
+  for (int p = 0; p < kPhases; ++p) r.ms[p] = median(samples[p]);
+  r.sum_ms = median(sums);
+  // Sequential never asks the first layer for dX: its transpose cache must be untouched
+  // (neither built nor refreshed) after all the steps run so far.
+  if (auto* l0 = std::get_if<sprig::SparseLinear<T, Index>>(&m.layer(0)))
+    r.first_layer_skips_dx = l0->transpose_cache().rebuilds() == 0 && l0->transpose_cache().refreshes() == 0;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------
+struct Result {
+  Kind kind;
+  double sparsity;
+  int threads;
+  std::vector<double> step_ms;  // timed steady-state steps
+  double update_ms = 0.0;       // median SET update
+  double rebuild_ms = 0.0;      // median extra time of the first step after an update
+  double amortised_ms = 0.0;    // (update + rebuild) / delta_t
+  double allocs_per_step = 0.0;
+  std::int64_t live_weights = 0;
+  std::int64_t model_bytes = 0;  // Sequential::memory_bytes() (weights, grads, state, caches, buffers)
+  double peak_rss_mb = std::nan("");
+  double steady_rss_mb = std::nan("");    // peak before the first topology update
+  double baseline_rss_mb = std::nan("");
+  double final_loss = 0.0;
+  bool has_profile = false;
+  ProfileResult profile;
+
+  double median_ms() const { return median(step_ms) + amortised_ms; }
+  double p25() const { return quantile(step_ms, 0.25) + amortised_ms; }
+  double p75() const { return quantile(step_ms, 0.75) + amortised_ms; }
+  double min() const { return *std::min_element(step_ms.begin(), step_ms.end()) + amortised_ms; }
+  double max() const { return *std::max_element(step_ms.begin(), step_ms.end()) + amortised_ms; }
+};
+
+// Time every sparsity of `kinds` at one thread count, interleaved.
+std::vector<Result> time_configs(const Options& o, int threads) {
+  set_threads(threads);
+  std::vector<std::unique_ptr<Run>> runs;
+  std::vector<Result> res;
+  for (const auto& name : o.models)
+    for (double s : o.sparsities) {
+      runs.push_back(std::make_unique<Run>(parse_kind(name), s, o));
+      Result r;
+      r.kind = runs.back()->kind;
+      r.sparsity = s;
+      r.threads = threads;
+      res.push_back(std::move(r));
+    }
+  for (auto& run : runs)
+    for (int i = 0; i < o.warmup; ++i) run->step();
+  std::vector<std::int64_t> allocs(runs.size(), 0);
+  for (int round = 0; round < o.rounds; ++round)
+    for (std::size_t q = 0; q < runs.size(); ++q) {
+      const std::size_t k = (q + static_cast<std::size_t>(round)) % runs.size();  // rotate the order
+      Run& run = *runs[k];
+      run.step();  // re-warm the caches after the other configurations ran
+      res[k].step_ms.reserve(static_cast<std::size_t>(o.rounds * o.steps_per_round));
+      const std::int64_t a0 = g_new_calls.load();
+      sprig_train_step_timing = true;
+      for (int s = 0; s < o.steps_per_round; ++s) {
+        const auto t0 = Clock::now();
+        run.step();
+        res[k].step_ms.push_back(ms_between(t0, Clock::now()));
+      }
+      sprig_train_step_timing = false;
+      allocs[k] += g_new_calls.load() - a0;
+    }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    Run& run = *runs[k];
+    Result& r = res[k];
+    r.allocs_per_step = static_cast<double>(allocs[k]) / static_cast<double>(r.step_ms.size());
+    r.live_weights = run.live_weights();
+    r.final_loss = run.last_loss;
+    const bool profile = std::any_of(o.profile.begin(), o.profile.end(),
+                                     [&](double s) { return std::abs(s - run.sparsity) < 1e-9; });
+    if (profile) {  // before the topology updates, on the same steady-state model
+      r.profile = profile_run(run, o.profile_steps);
+      r.has_profile = true;
+    }
+    if (!run.dense() && o.set_updates > 0) {
+      std::vector<double> upd, extra;
+      for (int u = 0; u < o.set_updates; ++u) {
+        upd.push_back(run.topology_update());
+        auto t0 = Clock::now();
+        run.step();  // rebuilds the transposes and partitions for the new topology
+        const double first = ms_between(t0, Clock::now());
+        std::vector<double> regular;
+        for (int s = 0; s < 3; ++s) {
+          t0 = Clock::now();
+          run.step();
+          regular.push_back(ms_between(t0, Clock::now()));
+        }
+        extra.push_back(std::max(0.0, first - median(regular)));
+      }
+      r.update_ms = median(upd);
+      r.rebuild_ms = median(extra);
+      r.amortised_ms = (r.update_ms + r.rebuild_ms) / static_cast<double>(o.delta_t);
+    }
+    r.model_bytes = run.model.memory_bytes();
+    if (!std::isfinite(run.last_loss))
+      std::fprintf(stderr, "warning: %s sparsity %.2f: loss is %g after the run\n", kind_name(run.kind), run.sparsity,
+                   static_cast<double>(run.last_loss));
+  }
+  return res;
+}
+
+// --single model,sparsity,threads: the configuration alone in this process; prints one line.
+int run_single(const Options& o) {
+  std::stringstream ss(o.single);
+  std::string model, sp, th;
+  if (!std::getline(ss, model, ',') || !std::getline(ss, sp, ',') || !std::getline(ss, th, ','))
+    throw std::invalid_argument("--single expects model,sparsity,threads, got '" + o.single + "'");
+  const int threads = std::stoi(th);
+  set_threads(threads);
+  const std::int64_t baseline_kb = proc_status_kb("VmRSS");
+  Run run(parse_kind(model), std::stod(sp), o);
+  for (int i = 0; i < o.warmup; ++i) run.step();
+  std::vector<double> ms;
+  for (int i = 0; i < o.steps_per_round * 2; ++i) {
+    const auto t0 = Clock::now();
+    run.step();
+    ms.push_back(ms_between(t0, Clock::now()));
+  }
+  const std::int64_t steady_kb = peak_rss_kb();  // before any topology update
+  if (!run.dense()) {
+    run.topology_update();
+    for (int i = 0; i < 3; ++i) run.step();
+  }
+  // Where the model's bytes are (stderr, for the report): per layer weights / grad+state /
+  // transpose cache / kernel workspaces; the rest of memory_bytes() is activations+gradients.
+  std::int64_t layer_total = 0;
+  for (std::size_t k = 0; k < run.model.size(); ++k)
+    std::visit(
+        [&](auto& l) {
+          using L = std::decay_t<decltype(l)>;
+          if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
+            const auto& W = l.weight.weight;
+            std::fprintf(stderr,
+                         "layer %zu sparse %lldx%lld nnz %lld storage %lld: weight %.2f MB, grad+state %.2f MB, "
+                         "transpose %.2f MB, workspaces %.2f MB\n",
+                         k, static_cast<long long>(W.rows()), static_cast<long long>(W.cols()),
+                         static_cast<long long>(W.nnz()), static_cast<long long>(W.storage_size()),
+                         l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0,
+                         l.transpose_cache().memory_bytes() / 1048576.0,
+                         (l.memory_bytes() - l.weight_bytes() - l.weight.state_bytes() - l.bias.state_bytes() -
+                          l.transpose_cache().memory_bytes()) / 1048576.0);
+            layer_total += l.memory_bytes();
+          } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
+            std::fprintf(stderr, "layer %zu dense %lldx%lld: weight %.2f MB, grad+state %.2f MB\n", k,
+                         static_cast<long long>(l.out_features()), static_cast<long long>(l.in_features()),
+                         l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
+            layer_total += l.memory_bytes();
+          }
+        },
+        run.model.layer(k));
+  std::fprintf(stderr, "activations + their gradients: %.2f MB; input batch %.2f MB\n",
+               (run.model.memory_bytes() - layer_total) / 1048576.0,
+               (run.X.memory_bytes() + run.target.memory_bytes()) / 1048576.0);
+  std::printf("SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld median_ms=%.4f\n",
+              static_cast<long long>(peak_rss_kb()), static_cast<long long>(steady_kb),
+              static_cast<long long>(baseline_kb), static_cast<long long>(run.model.memory_bytes()), median(ms));
+  return 0;
+}
+
+// Runs this program with --single for one configuration; fills peak and baseline RSS.
+void measure_memory(const Options& o, Result& r) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) return;
+  exe[len] = '\0';
+  std::ostringstream cmd;
+  cmd << '"' << exe << "\" --single " << kind_name(r.kind) << ',' << r.sparsity << ',' << r.threads
+      << " --batch " << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round
+      << " --delta-t " << o.delta_t << " --seed " << o.seed << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
+  FILE* p = popen(cmd.str().c_str(), "r");
+  if (!p) return;
+  char line[512];
+  while (std::fgets(line, sizeof(line), p)) {
+    long long peak = 0, steady = 0, base = 0, bytes = 0;
+    double med = 0;
+    if (std::sscanf(line, "SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld median_ms=%lf",
+                    &peak, &steady, &base, &bytes, &med) == 5) {
+      r.peak_rss_mb = static_cast<double>(peak) / 1024.0;
+      r.steady_rss_mb = static_cast<double>(steady) / 1024.0;
+      r.baseline_rss_mb = static_cast<double>(base) / 1024.0;
+    }
+  }
+  pclose(p);
+}
+
+const Result* dense_of(const std::vector<Result>& all, const Result& r) {
+  for (const auto& d : all)
+    if (d.kind == r.kind && d.threads == r.threads && d.sparsity <= 0.0) return &d;
+  return nullptr;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+std::string impl_of(const Result& r) { return r.sparsity <= 0.0 ? "sprig-dense-openblas" : "sprig-sparse"; }
+
+void write_csv(std::ostream& os, const std::vector<Result>& all) {
+  os << "model,sparsity,threads,impl,median_ms,spread,speedup_vs_dense,peak_rss_mb\n";
+  for (const auto& r : all) {
+    const Result* d = dense_of(all, r);
+    os << kind_name(r.kind) << ',' << r.sparsity << ',' << r.threads << ',' << impl_of(r) << ','
+       << fmt("%.3f", r.median_ms()) << ',' << fmt("%.3f", r.p25()) << '-' << fmt("%.3f", r.p75()) << ','
+       << (d ? fmt("%.2f", d->median_ms() / r.median_ms()) : "") << ',' << fmt("%.1f", r.peak_rss_mb) << '\n';
+  }
+}
+
+void write_table(std::ostream& os, const std::vector<Result>& all, const Options& o) {
+  os << "| model | sparsity | threads | impl | ms/step (median) | IQR ms | min-max ms | steady step ms | SET update ms"
+        " | post-update rebuild ms | amortised ms/step | speedup vs dense | peak RSS MB | RSS vs dense"
+        " | peak RSS before 1st update MB | model MB | new/step |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : all) {
+    const Result* d = dense_of(all, r);
+    os << "| " << kind_name(r.kind) << " | " << r.sparsity << " | " << r.threads << " | " << impl_of(r) << " | "
+       << fmt("%.3f", r.median_ms()) << " | " << fmt("%.3f", r.p25()) << "-" << fmt("%.3f", r.p75()) << " | "
+       << fmt("%.3f", r.min()) << "-" << fmt("%.3f", r.max()) << " | " << fmt("%.3f", median(r.step_ms)) << " | "
+       << (r.sparsity > 0 ? fmt("%.2f", r.update_ms) : "-") << " | "
+       << (r.sparsity > 0 ? fmt("%.2f", r.rebuild_ms) : "-") << " | "
+       << (r.sparsity > 0 ? fmt("%.4f", r.amortised_ms) : "-") << " | "
+       << (d ? fmt("%.2fx", d->median_ms() / r.median_ms()) : "-") << " | " << fmt("%.1f", r.peak_rss_mb) << " | "
+       << (d ? fmt("%.0f%%", 100.0 * r.peak_rss_mb / d->peak_rss_mb) : "-") << " | "
+       << fmt("%.1f", r.steady_rss_mb) << " | " << fmt("%.1f", static_cast<double>(r.model_bytes) / (1 << 20)) << " | " << fmt("%.1f", r.allocs_per_step)
+       << " |\n";
+  }
+  os << "\nsteps timed per configuration: " << o.rounds * o.steps_per_round << " (" << o.rounds << " interleaved rounds of "
+     << o.steps_per_round << ", after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every "
+     << o.delta_t << " steps, " << o.set_updates << " updates timed; RSS baseline before building the model: "
+     << (all.empty() ? std::string("-") : fmt("%.1f MB", all.front().baseline_rss_mb)) << "\n";
+}
+
+void write_bars(std::ostream& os, const std::vector<Result>& all) {
+  os << "\n## Performance bars\n\n| bar | model | threads | measured | held |\n|---|---|---|---|---|\n";
+  auto find = [&](Kind k, int th, double s) -> const Result* {
+    for (const auto& r : all)
+      if (r.kind == k && r.threads == th && std::abs(r.sparsity - s) < 1e-9) return &r;
+    return nullptr;
+  };
+  for (Kind k : {Kind::mlp, Kind::ffn})
+    for (int th : {1, 2}) {
+      const Result* d = find(k, th, 0.0);
+      if (!d) continue;
+      for (auto [s, bar] : {std::pair{0.9, 3.0}, std::pair{0.98, 6.0}}) {
+        const Result* r = find(k, th, s);
+        if (!r) continue;
+        const double sp = d->median_ms() / r->median_ms();
+        os << "| " << s << " sparse >= " << bar << "x faster than dense | " << kind_name(k) << " | " << th << " | "
+           << fmt("%.2fx", sp) << " | " << (sp >= bar ? "yes" : "NO") << " |\n";
+      }
+      if (const Result* r = find(k, th, 0.9); r && std::isfinite(r->peak_rss_mb) && std::isfinite(d->peak_rss_mb)) {
+        const double ratio = r->peak_rss_mb / d->peak_rss_mb;
+        os << "| 0.9 peak RSS <= 35% of dense | " << kind_name(k) << " | " << th << " | " << fmt("%.0f%%", 100 * ratio)
+           << " (" << fmt("%.1f", r->peak_rss_mb) << " / " << fmt("%.1f MB", d->peak_rss_mb) << ") | "
+           << (ratio <= 0.35 ? "yes" : "NO") << " |\n";
+      }
+    }
+}
+
+void write_profiles(std::ostream& os, const std::vector<Result>& all) {
+  bool header = false;
+  for (const auto& r : all) {
+    if (!r.has_profile) continue;
+    if (!header) {
+      os << "\n## Profile (median ms per phase over the profiled steps; GFLOP/s = 2 x multiply-adds / time)\n";
+      header = true;
+    }
+    const Result* d = dense_of(all, r);
+    const ProfileResult& p = r.profile;
+    os << "\n### " << kind_name(r.kind) << ", sparsity " << r.sparsity << ", " << r.threads << " thread(s)\n\n"
+       << "sum of phases " << fmt("%.3f", p.sum_ms) << " ms (Sequential step median " << fmt("%.3f", median(r.step_ms))
+       << " ms)";
+    if (r.sparsity > 0) os << "; first layer skips dX: " << (p.first_layer_skips_dx ? "yes" : "NO");
+    const bool cmp = r.sparsity > 0 && d && d->has_profile;
+    os << "\n\n| phase | ms | share | GFLOP/s |" << (cmp ? " dense ms (same role) | speedup |" : "") << "\n|---|---|---|---|"
+       << (cmp ? "---|---|" : "") << "\n";
+    // the dense step's phase in the same role (its gemm phases include the 1024x10 output
+    // layer, which the sparse MLP also runs as a gemm: ~1% of the dense flops)
+    auto dense_role = [](int ph) -> int {
+      switch (ph) {
+        case fwd_spmm: return fwd_gemm;
+        case wgrad_sddmm: return wgrad_gemm;
+        case dx_spmm: return dx_gemm;
+        case bias_act: case loss_phase: case optimizer: return ph;
+        default: return -1;
+      }
+    };
+    const bool compare = r.sparsity > 0 && d && d->has_profile;
+    for (int ph = 0; ph < kPhases; ++ph) {
+      if (!(p.ms[ph] > 0.0)) continue;
+      os << "| " << kPhaseNames[ph] << " | " << fmt("%.3f", p.ms[ph]) << " | " << fmt("%.0f%%", 100.0 * p.ms[ph] / p.sum_ms)
+         << " | " << (p.flops[ph] > 0 ? fmt("%.1f", p.flops[ph] / (p.ms[ph] * 1e6)) : "") << " |";
+      if (compare) {
+        const int dp = dense_role(ph);
+        if (dp >= 0)
+          os << ' ' << fmt("%.3f", d->profile.ms[dp]) << " | " << fmt("%.2fx", d->profile.ms[dp] / p.ms[ph]) << " |";
+        else
+          os << " - | - |";
+      }
+      os << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"train_step: one sparse training step (sprig) against dense (OpenBLAS), end to end"};
+  app.add_option("--models", o.models, "models: mlp (784-1024-1024-10) and/or ffn (1024-4096-1024)")->delimiter(',');
+  app.add_option("--sparsities", o.sparsities, "sparsities; 0 = dense layers (OpenBLAS)")->delimiter(',');
+  app.add_option("--threads", o.threads, "thread counts")->delimiter(',');
+  app.add_option("--profile", o.profile, "sparsities to profile phase by phase (empty: none)")->delimiter(',');
+  app.add_option("--batch", o.batch, "batch size");
+  app.add_option("--warmup", o.warmup, "untimed steps per configuration");
+  app.add_option("--rounds", o.rounds, "interleaved timing rounds");
+  app.add_option("--steps-per-round", o.steps_per_round, "timed steps per configuration and round");
+  app.add_option("--delta-t", o.delta_t, "steps between topology updates (amortisation)");
+  app.add_option("--set-updates", o.set_updates, "SET updates timed per sparse configuration");
+  app.add_option("--profile-steps", o.profile_steps, "steps per profiled configuration");
+  app.add_option("--lr", o.lr, "SGD learning rate");
+  app.add_option("--momentum", o.momentum, "SGD momentum");
+  app.add_option("--seed", o.seed, "seed of weights, data and topology");
+  app.add_flag("--csv", o.csv, "CSV on stdout (the table goes to stderr)");
+  app.add_option("--md", o.md, "also write the table, bars and profile to this markdown file");
+  app.add_flag("!--no-memory", o.memory, "skip the per-configuration memory processes");
+  app.add_option("--single", o.single, "internal: run model,sparsity,threads alone and print its peak RSS");
+  app.add_option("--openblas-coretype", o.openblas_coretype,
+                 "OpenBLAS kernel family (OPENBLAS_CORETYPE, e.g. SkylakeX); the program re-executes itself with it");
+  CLI11_PARSE(app, argc, argv);
+
+  // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: set it and start again.
+  // (0.3.21 does not know Zen 5 and picks its AVX2 Haswell kernels there by default.)
+  if (!o.openblas_coretype.empty()) {
+    const char* cur = std::getenv("OPENBLAS_CORETYPE");
+    if (!cur || o.openblas_coretype != cur) {
+      setenv("OPENBLAS_CORETYPE", o.openblas_coretype.c_str(), 1);
+      execv("/proc/self/exe", argv);
+      std::perror("train_step: execv /proc/self/exe");
+      return 1;
+    }
+  }
+
+  try {
+    if (o.batch < 1 || o.rounds < 1 || o.steps_per_round < 1 || o.warmup < 0 || o.delta_t < 1)
+      throw std::invalid_argument("batch, rounds, steps-per-round, delta-t must be >= 1 and warmup >= 0");
+    for (double s : o.sparsities)
+      if (!(s >= 0.0 && s < 1.0)) throw std::invalid_argument("sparsity " + std::to_string(s) + " outside [0, 1)");
+    for (int t : o.threads)
+      if (t < 1) throw std::invalid_argument("thread count must be >= 1");
+    if (!o.single.empty()) return run_single(o);
+
+    const std::string load_at_start = load_average();
+    std::ostream& table = o.csv ? std::cerr : std::cout;
+    std::vector<Result> all;
+    for (int th : o.threads) {
+      std::cerr << "timing " << o.models.size() * o.sparsities.size() << " configurations at " << th
+                << " thread(s)...\n";
+      auto res = time_configs(o, th);
+      all.insert(all.end(), res.begin(), res.end());
+    }
+    if (o.memory)
+      for (auto& r : all) {
+        std::cerr << "memory: " << kind_name(r.kind) << " sparsity " << r.sparsity << " threads " << r.threads << "\n";
+        measure_memory(o, r);
+      }
+    std::ostringstream head;
+    head << "# train_step\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
+         << "; parallel mode " << openblas_get_parallel() << " = "
+         << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
+         << "); cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
+         << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
+    std::ostringstream body;
+    write_table(body, all, o);
+    write_bars(body, all);
+    write_profiles(body, all);
+    table << head.str() << body.str();
+    if (o.csv) write_csv(std::cout, all);
+    if (!o.md.empty()) {
+      std::ofstream md(o.md);
+      md << head.str() << body.str() << "\n## CSV\n\n```\n";
+      write_csv(md, all);
+      md << "```\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
