@@ -3,8 +3,10 @@
 // SparseMatrix<float, RowMajor> * dense.
 //
 //   fwd  Y  = W X       sprig::spmm          | sgemm(W, X)      | eigen W * X
-//   dx   dX = W^T dY    TransposeCache::get  | sgemm(W^T, dY)   | eigen W^T * dY
-//                       (value refresh) + spmm on W^T
+//   dx   dX = W^T dY    spmm_transposed:     | sgemm(W^T, dY)   | eigen W^T * dY
+//                       spmm on the cached W^T
+//                       with W's current values
+//                       (refresh included)
 //   dw   G  = dY X^T    sprig::sddmm (live   | sgemm(dY, X^T)   | (none: Eigen has no SDDMM)
 //                       slots only)
 //
@@ -13,6 +15,7 @@
 // 2 * nnz * B for sparse implementations, 2 * M * K * B for dense sgemm.
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/spmm.hpp>
+#include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
 
 #include <algorithm>
@@ -250,7 +253,7 @@ int main(int argc, char** argv) {
           }
           if (want("dx")) {
             run(
-                "dx", [&] { sprig::spmm(cache.get(W), dY, dX.view(), ws_t); },
+                "dx", [&] { sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t); },
                 [&] {
                   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(B), int(M), 1.0f, Wd.data(),
                               int(K), dY.data(), int(B), 0.0f, dXd.data(), int(B));
@@ -260,7 +263,7 @@ int main(int argc, char** argv) {
                   dXe.noalias() = Ws.transpose() * MapMat(dY.data(), M, B);
                 },
                 !no_eigen);
-            sprig::spmm(cache.get(W), dY, dX.view(), ws_t);
+            sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t);
             if (const double e = rel_diff(dX, dXd); e > 1e-4) std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
           }
           if (want("dw")) {

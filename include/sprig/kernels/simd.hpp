@@ -12,7 +12,19 @@
 #include "../core/config.hpp"
 
 #if SPRIG_HAS_SIMD
+// GCC 12 reports `__Y` in _mm512_undefined_ps (used by xsimd's AVX-512 haddp) as
+// uninitialised once inlined: a false positive (GCC bug 105593, fixed in GCC 13). The state of
+// a diagnostic follows the source location, so it is silenced for the intrinsic headers
+// when xsimd is the first to include them.
+#  if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic push
+#    pragma GCC diagnostic ignored "-Wuninitialized"
+#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#  endif
 #  include <xsimd/xsimd.hpp>
+#  if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic pop
+#  endif
 #  if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
 #    define SPRIG_KERNEL_SIMD 0
 #  else
@@ -65,13 +77,6 @@ SPRIG_ALWAYS_INLINE T reduce_add(const xsimd::batch<T, A>& v) noexcept {
 // log2(N) shuffle-and-add steps over all rows at once.
 // xsimd 8.1's AVX-512 float haddp returns its lanes in the order
 // 0 1 4 5 2 3 6 7 8 9 12 13 10 11 14 15 (an involution), so the rows are fed in that order.
-// GCC 12 reports _mm512_undefined_ps inside xsimd's AVX-512 haddp as uninitialised once it is
-// inlined here (a false positive: every lane is overwritten).
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic push
-#    pragma GCC diagnostic ignored "-Wuninitialized"
-#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#  endif
 template <class T, class A>
 SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* rows) noexcept {
 #  if XSIMD_VERSION_MAJOR == 8
@@ -84,9 +89,6 @@ SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* ro
 #  endif
   return xsimd::haddp(rows);
 }
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic pop
-#  endif
 #else
 template <class T>
 inline constexpr bool kSimdFor = false;
