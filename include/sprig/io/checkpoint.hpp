@@ -1,0 +1,844 @@
+// sprig/io/checkpoint.hpp — save and load a PaddedCSR, or a whole training state (model,
+// optimizer, DST algorithm, progress), so that a run resumed from a checkpoint is bitwise
+// the run that was never interrupted.
+//
+//   // every N steps (t = the step just completed, 0-based):
+//   sprig::save_training_state(dir / "state.sprig", model, optimizer,
+//                              {.step = t + 1, .epoch = epoch, .batch = k + 1, .seed = seed}, &rigl);
+//   // at start-up with --resume (model, optimizer, rigl built exactly as for a fresh run):
+//   sprig::TrainingProgress p = sprig::load_training_state(dir / "state.sprig", model, optimizer, &rigl);
+//   // continue with step p.step, epoch p.epoch (batches.start_epoch(p.epoch)), batch p.batch
+//
+// Files use the container of io/binary_format.hpp (magic "SPRIGCKP", version 1, value and
+// index type codes in the header, every section CRC-32 checked). Sections and their payloads
+// (i64/u64/f64 little-endian; T values and Index columns at their own width):
+//
+//   PaddedCSR file (kind 1): one section "CSR " = a sparse matrix:
+//     rows i64, cols i64, padding_ratio f64, storage_size i64, nnz i64,
+//     row_start i64[rows], row_nnz i64[rows], row_capacity i64[rows],
+//     col_indices Index[nnz], values T[nnz]
+//   The layout is recorded exactly (row regions, capacities, storage size, so dead slots are
+//   implied), but only live slots are stored: rows in order, each row's live entries in slot
+//   order. Padding and dead slots are -1 / 0 by the PaddedCSR invariant.
+//
+//   training-state file (kind 2), sections in this order:
+//     "MODL"  layer count u32; per layer: kind u8 (1 SparseLinear, 2 Linear, 3 ReLU,
+//             4 GELU), in i64, out i64 (0 and 0 for parameter-free layers)
+//     per parameter, in Sequential::for_each_parameter order:
+//       "SPAR"  decay u8, a sparse matrix (as "CSR "), state count u8, per state vector:
+//               present u8 and, if present, T[nnz] (the live slots, in the matrix's order)
+//       "DENS"  rows i64, cols i64, decay u8, values T[rows*cols], state count u8, per
+//               state vector: present u8 and, if present, T[rows*cols]
+//     "OPTM"  kind u8 (1 SGD, 2 AdamW), step count i64, lr f64, option count u8, options
+//             f64[] (SGD: momentum, weight_decay, nesterov; AdamW: beta1, beta2, eps,
+//             weight_decay)
+//     "DST "  present u8; if present: name (u32 length + bytes), delta_t i64, t_begin i64,
+//             t_end i64, alpha f64, seed u64, compact_threshold f64, updates i64,
+//             total_seconds f64
+//     "PROG"  step i64, epoch u64, batch i64, seed u64
+//   Gradients are not saved: every step recomputes them before reading them (load zeroes
+//   them). Per-slot state is stored for live slots only: the entries at padding and dead
+//   slots carry no meaning (nn/parameter.hpp) and read back as 0.
+//
+// Resume contract. Training is a function of each row's live entries in slot order (kernels
+// sum a row in that order; drop/grow and erase work on positions within a row), of the
+// per-slot state of live slots, of the optimizer's step count and LR, of the step index t
+// (DST schedule, CounterRng(seed, layer, t) streams) and of the data order (seed, epoch,
+// batch). All of that is restored bitwise. Where a row of the saved matrix had been
+// relocated, the loaded matrix has the tight row-order layout (capacities
+// PaddedCSR::capacity_for(row_nnz, padding_ratio)): absolute slot numbers and capacities
+// are not part of the result of training, and PaddedCSR has no public way to rebuild an
+// arbitrary layout. A matrix saved in that tight layout (freshly built or just compacted)
+// loads slot for slot.
+//
+// Loading validates everything first: the container and every checksum, each section
+// against the target (value and index types, layer kinds and shapes, optimizer kind and
+// options, DST algorithm name, schedule and seed), and each matrix against the PaddedCSR
+// invariants (regions inside storage and disjoint, 0 <= nnz <= capacity, columns in range
+// and distinct within a row); it decodes every section into temporaries and only then
+// moves them into the targets with non-throwing operations. A load that throws leaves
+// model, optimizer and algorithm unchanged. Every bad input throws sprig::FormatError
+// naming the file, the section and the byte offset. No allocation is sized from a field
+// before that field is checked against the bytes that remain.
+//
+// Not restored (no setter exists): SparsityAlgorithm::updates() and total_seconds()
+// (statistics, not inputs of training); they are saved for information.
+//
+// Writes are atomic: the file is written to "<name>.tmp.XXXXXX" beside the target,
+// flushed with fsync, renamed over the target, and the directory is fsynced. A crash at any
+// point leaves either the previous file or the new one (and possibly a stale temporary,
+// never read). POSIX only.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../core/aligned_allocator.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/padded_csr.hpp"
+#include "../dst/algorithm.hpp"
+#include "../kernels/transpose.hpp"
+#include "../nn/sequential.hpp"
+#include "../optim/adamw.hpp"
+#include "../optim/sgd.hpp"
+#include "binary_format.hpp"
+
+namespace sprig {
+
+// Where the training loop is: the next step to run and the data position. With the
+// counter-based generators, (seed, epoch, batch) restores the data order exactly
+// (io/batches.hpp: the order of an epoch is a function of seed and epoch).
+struct TrainingProgress {
+  std::int64_t step = 0;    // training steps completed (the t of the next step)
+  std::uint64_t epoch = 0;  // current epoch
+  std::int64_t batch = 0;   // next batch within the epoch
+  std::uint64_t seed = 0;   // data-order seed
+  bool operator==(const TrainingProgress&) const = default;
+};
+
+namespace detail::ckpt {
+
+inline constexpr std::uint32_t kCSR = binary::tag("CSR ");
+inline constexpr std::uint32_t kModel = binary::tag("MODL");
+inline constexpr std::uint32_t kSparse = binary::tag("SPAR");
+inline constexpr std::uint32_t kDense = binary::tag("DENS");
+inline constexpr std::uint32_t kOptimizer = binary::tag("OPTM");
+inline constexpr std::uint32_t kDST = binary::tag("DST ");
+inline constexpr std::uint32_t kProgress = binary::tag("PROG");
+
+template <class T>
+constexpr std::uint8_t value_code() {
+  return std::is_same_v<T, float> ? 1 : 2;
+}
+template <class I>
+constexpr std::uint8_t index_code() {
+  return sizeof(I) == 2 ? 1 : sizeof(I) == 4 ? 2 : 3;
+}
+inline std::string value_name(std::uint8_t c) {
+  return c == 1 ? "float32" : c == 2 ? "float64" : c == 0 ? "none" : message("unknown value type code ", int(c));
+}
+inline std::string index_name(std::uint8_t c) {
+  return c == 1 ? "int16" : c == 2 ? "int32" : c == 3 ? "int64" : c == 0 ? "none" : message("unknown index type code ", int(c));
+}
+inline std::string kind_name(binary::FileKind k) {
+  return k == binary::FileKind::padded_csr       ? "a PaddedCSR file"
+         : k == binary::FileKind::training_state ? "a training-state file"
+                                                 : message("an unknown kind of file (", int(k), ")");
+}
+
+// ---- reading and writing whole files -----------------------------------------------------
+
+inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw FormatError(message(path.string(), ": cannot open: no such file"));
+  if (!std::filesystem::is_regular_file(status))
+    throw FormatError(message(path.string(), ": not a regular file"));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FormatError(message(path.string(), ": cannot open: ", std::strerror(errno)));
+  std::vector<std::byte> bytes;
+  std::byte buffer[1 << 16];
+  for (;;) {
+    const std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
+    bytes.insert(bytes.end(), buffer, buffer + n);  // grows with the bytes really read
+    if (n < sizeof buffer) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw FormatError(message(path.string(), ": read error after ", bytes.size(), " bytes"));
+  return bytes;
+}
+
+// Writes `bytes` to `path` atomically (see the header comment). Throws sprig::Error with
+// errno's text; on failure the temporary is removed and `path` is untouched.
+inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                                  const char* fn) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::string tmp = (dir / (path.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw Error(message(fn, ": cannot create a temporary file beside ", path.string(), ": ", std::strerror(errno)));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(message(fn, ": ", what, " ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
+  };
+  const std::byte* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ::ssize_t n = ::write(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("writing");
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("setting permissions of");
+  if (::fsync(fd) != 0) fail("flushing");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(message(fn, ": closing ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(message(fn, ": renaming ", tmp, " to ", path.string(), " failed: ", std::strerror(err), "; ",
+                        path.string(), " is unchanged"));
+  }
+  // Make the rename durable. A failure here cannot be undone (the new file is in place).
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// ---- sparse matrices -----------------------------------------------------------------------
+
+template <Value T, ColumnIndex Index>
+void put_sparse(binary::Writer& w, const PaddedCSR<T, Index>& m) {
+  w.put(m.rows());
+  w.put(m.cols());
+  w.put(m.padding_ratio());
+  w.put(m.storage_size());
+  w.put(m.nnz());
+  w.put_array(m.row_starts());
+  w.put_array(m.row_nnzs());
+  w.put_array(m.row_capacities());
+  for (std::int64_t i = 0; i < m.rows(); ++i) w.put_array(m.row(i).cols);
+  for (std::int64_t i = 0; i < m.rows(); ++i) w.put_array(std::span<const T>(m.row(i).values));
+}
+
+// Live entries of m in file order (rows in order, slot order within a row) -> slots.
+template <Value T, ColumnIndex Index>
+void put_live(binary::Writer& w, const PaddedCSR<T, Index>& m, const AlignedVector<T>& per_slot) {
+  for (std::int64_t i = 0; i < m.rows(); ++i)
+    w.put_array(std::span<const T>(per_slot.data() + m.row_start(i), static_cast<std::size_t>(m.row_nnz(i))));
+}
+
+// A decoded, fully validated sparse matrix (live entries in file order).
+template <Value T, ColumnIndex Index>
+struct SparseImage {
+  std::int64_t rows = 0, cols = 0, storage = 0, nnz = 0;
+  double padding_ratio = 0;
+  std::vector<std::int64_t> row_start, row_nnz, row_capacity;
+  std::vector<Index> col_indices;
+  AlignedVector<T> values;
+};
+
+template <Value T, ColumnIndex Index>
+SparseImage<T, Index> get_sparse(binary::Reader& r) {
+  SparseImage<T, Index> s;
+  const std::int64_t at_rows = r.offset();
+  s.rows = r.get_count("rows", static_cast<std::int64_t>(r.remaining() / 24));  // 3 row arrays of i64
+  // cols - 1 must be a valid Index (PaddedCSR's own limit)
+  constexpr std::int64_t max_cols = sizeof(Index) < 8 ? static_cast<std::int64_t>(std::numeric_limits<Index>::max()) + 1
+                                                      : std::numeric_limits<std::int64_t>::max();
+  s.cols = r.get_count("cols", max_cols);
+  const std::int64_t at_ratio = r.offset();
+  s.padding_ratio = r.get<double>("padding_ratio");
+  if (!(s.padding_ratio >= 0.0 && s.padding_ratio <= 64.0))
+    r.fail_at(at_ratio, "padding ratio ", s.padding_ratio, " outside [0, 64]");
+  s.storage = r.get_count("storage_size");
+  const std::int64_t at_nnz = r.offset();
+  s.nnz = r.get_count("nnz");
+  if (s.rows > 0 && s.cols > 0 && s.nnz / s.rows > s.cols)
+    r.fail_at(at_nnz, "nnz ", s.nnz, " exceeds rows x cols = ", s.rows, " x ", s.cols);
+  if (s.rows == 0 || s.cols == 0) {
+    if (s.nnz != 0) r.fail_at(at_nnz, "nnz ", s.nnz, " in a ", s.rows, "x", s.cols, " matrix");
+  }
+  const std::int64_t at_start = r.offset();
+  r.get_array<std::int64_t>(s.rows, s.row_start, "row_start");
+  const std::int64_t at_nnzs = r.offset();
+  r.get_array<std::int64_t>(s.rows, s.row_nnz, "row_nnz");
+  const std::int64_t at_caps = r.offset();
+  r.get_array<std::int64_t>(s.rows, s.row_capacity, "row_capacity");
+  std::int64_t live = 0;
+  for (std::int64_t i = 0; i < s.rows; ++i) {
+    const std::int64_t st = s.row_start[i], n = s.row_nnz[i], cap = s.row_capacity[i];
+    if (cap < 1) r.fail_at(at_caps + 8 * i, "row ", i, " has capacity ", cap, " < 1");
+    if (n < 0 || n > cap || n > s.cols)
+      r.fail_at(at_nnzs + 8 * i, "row ", i, " has nnz ", n, " outside [0, min(capacity ", cap, ", cols ", s.cols, ")]");
+    if (st < 0 || st > s.storage || cap > s.storage - st)
+      r.fail_at(at_start + 8 * i, "row ", i, " region [", st, ", ", st, " + ", cap, ") exceeds the storage of ",
+                s.storage, " slots");
+    if (n > s.nnz - live) r.fail_at(at_nnzs + 8 * i, "row nnz add up to more than nnz = ", s.nnz);
+    live += n;
+  }
+  if (live != s.nnz) r.fail_at(at_nnz, "nnz is ", s.nnz, " but the rows hold ", live);
+  {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(s.rows));
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return s.row_start[a] < s.row_start[b]; });
+    for (std::size_t q = 1; q < order.size(); ++q) {
+      const std::int64_t a = order[q - 1], b = order[q];
+      if (s.row_start[a] + s.row_capacity[a] > s.row_start[b])
+        r.fail_at(at_start + 8 * b, "the regions of rows ", a, " and ", b, " overlap");
+    }
+  }
+  (void)at_rows;
+  const std::int64_t at_cols = r.offset();
+  r.get_array<Index>(s.nnz, s.col_indices, "col_indices");
+  std::vector<Index> row;
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < s.rows; ++i) {
+    const std::int64_t n = s.row_nnz[i];
+    for (std::int64_t e = 0; e < n; ++e) {
+      const auto c = static_cast<std::int64_t>(s.col_indices[static_cast<std::size_t>(q + e)]);
+      if (c < 0 || c >= s.cols)
+        r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * (q + e), "row ", i, " has column ", c,
+                  " outside [0, ", s.cols, ")");
+    }
+    row.assign(s.col_indices.begin() + q, s.col_indices.begin() + q + n);
+    std::sort(row.begin(), row.end());
+    const auto dup = std::adjacent_find(row.begin(), row.end());
+    if (dup != row.end())
+      r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * q, "row ", i, " holds column ",
+                static_cast<std::int64_t>(*dup), " twice");
+    q += n;
+  }
+  r.get_array<T>(s.nnz, s.values, "values");
+  return s;
+}
+
+// The PaddedCSR of a validated image: tight row-order layout, each row's live entries in
+// their saved order (the saved layout itself when that was tight). Allocates at most
+// capacity_for(nnz_i, ratio <= 64) per row, all backed by file bytes.
+template <Value T, ColumnIndex Index>
+PaddedCSR<T, Index> build(const SparseImage<T, Index>& s) {
+  PaddedCSR<T, Index> m;
+  PaddedCSRAccess::layout(m, "sprig::load (PaddedCSR)", s.rows, s.cols, s.padding_ratio, s.row_nnz);
+  auto& values = PaddedCSRAccess::values(m);
+  auto& cols = PaddedCSRAccess::col_indices(m);
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < s.rows; ++i) {
+    const std::int64_t st = m.row_start(i);
+    for (std::int64_t e = 0; e < s.row_nnz[i]; ++e, ++q) {
+      cols[static_cast<std::size_t>(st + e)] = s.col_indices[static_cast<std::size_t>(q)];
+      values[static_cast<std::size_t>(st + e)] = s.values[static_cast<std::size_t>(q)];
+    }
+  }
+  return m;
+}
+
+// Per-slot vector of m (storage_size entries, zero off the live slots) from live-packed values.
+template <Value T, ColumnIndex Index>
+AlignedVector<T> scatter_live(const PaddedCSR<T, Index>& m, const AlignedVector<T>& packed) {
+  AlignedVector<T> out(static_cast<std::size_t>(m.storage_size()), T(0));
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < m.rows(); ++i)
+    for (std::int64_t s = m.row_start(i), e = s + m.row_nnz(i); s < e; ++s) out[static_cast<std::size_t>(s)] = packed[q++];
+  return out;
+}
+
+inline void check_types(const binary::Container& c, binary::FileKind kind, std::uint8_t value, std::uint8_t index,
+                        const char* target) {
+  binary::Reader r({}, c.source, "file header", 0);
+  if (c.kind != kind) r.fail_at(12, "this is ", kind_name(c.kind), ", expected ", kind_name(kind));
+  if (c.value_type != value)
+    r.fail_at(14, "type mismatch: the file holds ", value_name(c.value_type), " values but the ", target, " uses ",
+              value_name(value));
+  if (c.index_type != index)
+    r.fail_at(15, "type mismatch: the file holds ", index_name(c.index_type), " column indices but the ", target,
+              " uses ", index_name(index));
+}
+
+// Section k must exist and carry tag t.
+inline binary::Reader section(const binary::Container& c, std::size_t k, std::uint32_t t, const char* what) {
+  if (k >= c.sections.size())
+    throw FormatError(message(c.source, ": the file ends after ", c.sections.size(), " sections; expected section ", k,
+                              " ", binary::tag_name(t), " (", what, ")"));
+  if (c.sections[k].tag != t) {
+    binary::Reader r = c.reader(k);
+    r.fail_at(c.sections[k].payload_offset - 24, "expected section ", binary::tag_name(t), " (", what, ") here");
+  }
+  return c.reader(k);
+}
+
+// ---- per-slot state ---------------------------------------------------------------------
+
+// State vectors as saved: present[k] says whether vector k existed (was non-empty).
+template <Value T>
+void get_states(binary::Reader& r, std::int64_t count, std::vector<AlignedVector<T>>& out, std::vector<bool>& present) {
+  const auto n = r.get<std::uint8_t>("state count");
+  out.assign(n, {});
+  present.assign(n, false);
+  for (std::uint8_t k = 0; k < n; ++k) {
+    present[k] = r.get_bool("state present flag");
+    if (present[k]) r.get_array<T>(count, out[k], "state values");
+  }
+}
+
+// ---- model structure ----------------------------------------------------------------------
+
+template <class L>
+constexpr std::uint8_t layer_kind() {
+  using T = typename L::value_type;
+  if constexpr (requires { typename L::index_type; }) {
+    static_assert(std::is_same_v<L, SparseLinear<T, typename L::index_type>>, "checkpoint: unknown layer type");
+    return 1;
+  } else if constexpr (std::is_same_v<L, Linear<T>>) {
+    return 2;
+  } else if constexpr (std::is_same_v<L, ReLU<T>>) {
+    return 3;
+  } else if constexpr (std::is_same_v<L, GELU<T>>) {
+    return 4;
+  } else {
+    static_assert(sizeof(L) == 0, "checkpoint: unknown layer type; teach io/checkpoint.hpp its parameters");
+    return 0;
+  }
+}
+inline const char* layer_kind_name(std::uint8_t k) {
+  switch (k) {
+    case 1: return "SparseLinear";
+    case 2: return "Linear";
+    case 3: return "ReLU";
+    case 4: return "GELU";
+    default: return "unknown";
+  }
+}
+
+// ---- optimizers -------------------------------------------------------------------------
+
+struct OptimizerImage {
+  std::uint8_t kind = 0;
+  std::int64_t step = 0;
+  double lr = 0;
+  std::vector<double> options;
+};
+
+template <class O>
+OptimizerImage describe(const O& o) {
+  OptimizerImage d;
+  d.step = o.step_count();
+  d.lr = o.lr();
+  using T = typename O::value_type;
+  if constexpr (std::is_same_v<O, SGD<T>>) {
+    d.kind = 1;
+    d.options = {o.options().momentum, o.options().weight_decay, o.options().nesterov ? 1.0 : 0.0};
+  } else if constexpr (std::is_same_v<O, AdamW<T>>) {
+    d.kind = 2;
+    d.options = {o.options().beta1, o.options().beta2, o.options().eps, o.options().weight_decay};
+  } else {
+    static_assert(sizeof(O) == 0, "checkpoint: unknown optimizer type; teach io/checkpoint.hpp its options");
+  }
+  return d;
+}
+inline const char* optimizer_name(std::uint8_t k) { return k == 1 ? "SGD" : k == 2 ? "AdamW" : "unknown"; }
+inline const char* option_name(std::uint8_t kind, std::size_t k) {
+  static constexpr const char* sgd[] = {"momentum", "weight_decay", "nesterov"};
+  static constexpr const char* adamw[] = {"beta1", "beta2", "eps", "weight_decay"};
+  if (kind == 1 && k < 3) return sgd[k];
+  if (kind == 2 && k < 4) return adamw[k];
+  return "option";
+}
+
+// ---- staging for the model ----------------------------------------------------------------
+
+template <Value T, ColumnIndex Index>
+struct StagedSparse {
+  PaddedCSR<T, Index> weight;
+  AlignedVector<T> grad;
+  std::vector<AlignedVector<T>> state;
+  bool decay = true;
+};
+template <Value T>
+struct StagedDense {
+  AlignedVector<T> value;
+  std::vector<AlignedVector<T>> state;
+  bool decay = true;
+};
+
+// Calls fn(param) for every parameter of a (const) layer, in for_each_parameter order.
+template <class L, class Fn>
+void for_each_parameter_of(const L& layer, Fn&& fn) {
+  if constexpr (requires { layer.weight; layer.bias; }) {
+    fn(layer.weight);
+    fn(layer.bias);
+  }
+}
+
+}  // namespace detail::ckpt
+
+// ---- PaddedCSR ------------------------------------------------------------------------------
+
+// The bytes of a PaddedCSR file holding W.
+template <Value T, ColumnIndex Index>
+std::vector<std::byte> encode_padded_csr(const PaddedCSR<T, Index>& W) {
+  namespace ck = detail::ckpt;
+  binary::Writer w;
+  w.header(binary::FileKind::padded_csr, ck::value_code<T>(), ck::index_code<Index>());
+  w.begin_section(ck::kCSR);
+  ck::put_sparse(w, W);
+  w.end_section();
+  return w.finish();
+}
+
+// Decodes a PaddedCSR file from memory; `source` names it in error messages. Throws
+// FormatError for any input that is not a valid PaddedCSR<T, Index> file.
+template <Value T, ColumnIndex Index>
+PaddedCSR<T, Index> decode_padded_csr(std::span<const std::byte> bytes, std::string source = "<memory>") {
+  namespace ck = detail::ckpt;
+  const binary::Container c = binary::parse_container(bytes, std::move(source));
+  ck::check_types(c, binary::FileKind::padded_csr, ck::value_code<T>(), ck::index_code<Index>(), "target PaddedCSR");
+  binary::Reader r = ck::section(c, 0, ck::kCSR, "the matrix");
+  const auto image = ck::get_sparse<T, Index>(r);
+  r.expect_end();
+  if (c.sections.size() != 1)
+    throw FormatError(detail::message(c.source, ": ", c.sections.size(), " sections, a PaddedCSR file has exactly 1"));
+  return ck::build(image);
+}
+
+template <Value T, ColumnIndex Index>
+void save_padded_csr(const std::filesystem::path& path, const PaddedCSR<T, Index>& W) {
+  const auto bytes = encode_padded_csr(W);
+  detail::ckpt::write_file_atomically(path, bytes, "sprig::save_padded_csr");
+}
+
+template <Value T, ColumnIndex Index>
+PaddedCSR<T, Index> load_padded_csr(const std::filesystem::path& path) {
+  const auto bytes = detail::ckpt::read_file(path);
+  return decode_padded_csr<T, Index>(bytes, path.string());
+}
+
+// ---- training state ---------------------------------------------------------------------
+
+// The bytes of a training-state file. `algorithm` may be null (no DST).
+template <Value T, ColumnIndex Index, class Optimizer>
+std::vector<std::byte> encode_training_state(const Sequential<T, Index>& model, const Optimizer& optimizer,
+                                             const TrainingProgress& progress,
+                                             const dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+  namespace ck = detail::ckpt;
+  binary::Writer w;
+  w.header(binary::FileKind::training_state, ck::value_code<T>(), ck::index_code<Index>());
+
+  w.begin_section(ck::kModel);
+  w.put(static_cast<std::uint32_t>(model.size()));
+  for (std::size_t k = 0; k < model.size(); ++k)
+    std::visit(
+        [&](const auto& l) {
+          using L = std::remove_cvref_t<decltype(l)>;
+          w.put(ck::layer_kind<L>());
+          if constexpr (requires { l.in_features(); }) {
+            w.put(l.in_features());
+            w.put(l.out_features());
+          } else {
+            w.put(std::int64_t{0});
+            w.put(std::int64_t{0});
+          }
+        },
+        model.layer(k));
+  w.end_section();
+
+  auto put_states = [&](const auto& states, auto&& put_one) {
+    w.put(static_cast<std::uint8_t>(states.size()));
+    for (const auto& s : states) {
+      w.put_bool(!s.empty());
+      if (!s.empty()) put_one(s);
+    }
+  };
+  for (std::size_t k = 0; k < model.size(); ++k)
+    std::visit(
+        [&](const auto& l) {
+          ck::for_each_parameter_of(l, [&](const auto& p) {
+            if constexpr (requires { p.weight.storage_size(); }) {
+              p.check_aligned("sprig::save_training_state");
+              if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
+              w.begin_section(ck::kSparse);
+              w.put_bool(p.decay);
+              ck::put_sparse(w, p.weight);
+              put_states(p.state, [&](const AlignedVector<T>& s) { ck::put_live(w, p.weight, s); });
+              w.end_section();
+            } else {
+              p.check_aligned("sprig::save_training_state");
+              if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
+              w.begin_section(ck::kDense);
+              w.put(p.rows);
+              w.put(p.cols);
+              w.put_bool(p.decay);
+              w.put_array(std::span<const T>(p.value));
+              put_states(p.state, [&](const AlignedVector<T>& s) { w.put_array(std::span<const T>(s)); });
+              w.end_section();
+            }
+          });
+        },
+        model.layer(k));
+
+  const ck::OptimizerImage o = ck::describe(optimizer);
+  w.begin_section(ck::kOptimizer);
+  w.put(o.kind);
+  w.put(o.step);
+  w.put(o.lr);
+  w.put(static_cast<std::uint8_t>(o.options.size()));
+  w.put_array(std::span<const double>(o.options));
+  w.end_section();
+
+  w.begin_section(ck::kDST);
+  w.put_bool(algorithm != nullptr);
+  if (algorithm) {
+    const auto& s = algorithm->schedule();
+    w.put_string(algorithm->name());
+    w.put(s.delta_t);
+    w.put(s.t_begin);
+    w.put(s.t_end);
+    w.put(s.alpha);
+    w.put(algorithm->seed());
+    w.put(algorithm->compact_threshold);
+    w.put(algorithm->updates());
+    w.put(algorithm->total_seconds());
+  }
+  w.end_section();
+
+  w.begin_section(ck::kProgress);
+  w.put(progress.step);
+  w.put(progress.epoch);
+  w.put(progress.batch);
+  w.put(progress.seed);
+  w.end_section();
+  return w.finish();
+}
+
+// Restores model, optimizer and (when given) algorithm from a training-state file in
+// memory and returns the saved progress. The targets must be built like the saved run
+// (same layers and shapes, optimizer kind and options, DST name, schedule and seed): the
+// file's weights, topology, per-slot state, decay flags, optimizer step count and LR and
+// the algorithm's compact_threshold replace theirs. Nothing is changed if it throws. When
+// `algorithm` is null, saved DST state is ignored.
+template <Value T, ColumnIndex Index, class Optimizer>
+TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::string source, Sequential<T, Index>& model,
+                                       Optimizer& optimizer, dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+  namespace ck = detail::ckpt;
+  const binary::Container c = binary::parse_container(bytes, std::move(source));
+  ck::check_types(c, binary::FileKind::training_state, ck::value_code<T>(), ck::index_code<Index>(), "model");
+  std::size_t next = 0;
+
+  // Model structure.
+  {
+    binary::Reader r = ck::section(c, next++, ck::kModel, "model structure");
+    const std::int64_t at = r.offset();
+    const auto layers = r.get<std::uint32_t>("layer count");
+    if (layers != model.size())
+      r.fail_at(at, "shape mismatch: the checkpoint has ", layers, " layers, the model has ", model.size());
+    for (std::size_t k = 0; k < model.size(); ++k) {
+      const std::int64_t at_layer = r.offset();
+      const auto kind = r.get<std::uint8_t>("layer kind");
+      const auto in = r.get<std::int64_t>("in features");
+      const auto out = r.get<std::int64_t>("out features");
+      std::visit(
+          [&](const auto& l) {
+            using L = std::remove_cvref_t<decltype(l)>;
+            std::int64_t want_in = 0, want_out = 0;
+            if constexpr (requires { l.in_features(); }) {
+              want_in = l.in_features();
+              want_out = l.out_features();
+            }
+            if (kind != ck::layer_kind<L>())
+              r.fail_at(at_layer, "layer ", k, " is a ", ck::layer_kind_name(kind), " in the checkpoint but a ",
+                        ck::layer_kind_name(ck::layer_kind<L>()), " in the model");
+            if (in != want_in || out != want_out)
+              r.fail_at(at_layer, "shape mismatch: layer ", k, " (", ck::layer_kind_name(kind), ") is ", out, "x", in,
+                        " (out x in) in the checkpoint but ", want_out, "x", want_in, " in the model");
+          },
+          model.layer(k));
+    }
+    r.expect_end();
+  }
+
+  // Parameters, decoded into temporaries.
+  std::vector<ck::StagedSparse<T, Index>> sparse;
+  std::vector<ck::StagedDense<T>> dense;
+  for (std::size_t k = 0; k < model.size(); ++k)
+    std::visit(
+        [&](const auto& l) {
+          ck::for_each_parameter_of(l, [&](const auto& p) {
+            if constexpr (requires { p.weight.storage_size(); }) {
+              binary::Reader r = ck::section(c, next++, ck::kSparse, "a sparse parameter");
+              ck::StagedSparse<T, Index> s;
+              s.decay = r.get_bool("decay flag");
+              const std::int64_t at = r.offset();
+              const auto image = ck::get_sparse<T, Index>(r);
+              if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
+                r.fail_at(at, "shape mismatch: layer ", k, " weight is ", image.rows, "x", image.cols,
+                          " in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
+              std::vector<AlignedVector<T>> packed;
+              std::vector<bool> present;
+              ck::get_states<T>(r, image.nnz, packed, present);
+              r.expect_end();
+              s.weight = ck::build(image);
+              s.grad.assign(static_cast<std::size_t>(s.weight.storage_size()), T(0));
+              s.state.resize(packed.size());
+              for (std::size_t q = 0; q < packed.size(); ++q)
+                if (present[q]) s.state[q] = ck::scatter_live(s.weight, packed[q]);
+              sparse.push_back(std::move(s));
+            } else {
+              binary::Reader r = ck::section(c, next++, ck::kDense, "a dense parameter");
+              const std::int64_t at = r.offset();
+              const auto rows = r.get<std::int64_t>("rows");
+              const auto cols = r.get<std::int64_t>("cols");
+              if (rows != p.rows || cols != p.cols)
+                r.fail_at(at, "shape mismatch: layer ", k, " has a ", rows, "x", cols,
+                          " dense parameter in the checkpoint but ", p.rows, "x", p.cols, " in the model");
+              ck::StagedDense<T> s;
+              s.decay = r.get_bool("decay flag");
+              r.get_array<T>(p.size(), s.value, "values");
+              std::vector<bool> present;
+              ck::get_states<T>(r, p.size(), s.state, present);
+              r.expect_end();
+              dense.push_back(std::move(s));
+            }
+          });
+        },
+        model.layer(k));
+
+  // Optimizer.
+  const ck::OptimizerImage mine = ck::describe(optimizer);
+  ck::OptimizerImage saved;
+  {
+    binary::Reader r = ck::section(c, next++, ck::kOptimizer, "optimizer");
+    const std::int64_t at = r.offset();
+    saved.kind = r.get<std::uint8_t>("optimizer kind");
+    if (saved.kind != mine.kind)
+      r.fail_at(at, "the checkpoint's optimizer is ", ck::optimizer_name(saved.kind), ", the target is ",
+                ck::optimizer_name(mine.kind));
+    const std::int64_t at_step = r.offset();
+    saved.step = r.get<std::int64_t>("step count");
+    if (saved.step < 0) r.fail_at(at_step, "step count ", saved.step, " < 0");
+    const std::int64_t at_lr = r.offset();
+    saved.lr = r.get<double>("lr");
+    if (!(saved.lr >= 0.0) || !std::isfinite(saved.lr)) r.fail_at(at_lr, "lr ", saved.lr, " is not a finite value >= 0");
+    const std::int64_t at_n = r.offset();
+    const auto n = r.get<std::uint8_t>("option count");
+    if (std::size_t{n} != mine.options.size())
+      r.fail_at(at_n, "the ", ck::optimizer_name(saved.kind), " section has ", int(n), " options, expected ",
+                mine.options.size());
+    for (std::size_t q = 0; q < n; ++q) {
+      const std::int64_t at_o = r.offset();
+      const auto v = r.get<double>("option");
+      if (std::bit_cast<std::uint64_t>(v) != std::bit_cast<std::uint64_t>(mine.options[q]))
+        r.fail_at(at_o, "optimizer option ", ck::option_name(saved.kind, q), " is ", v, " in the checkpoint but ",
+                  mine.options[q], " in the target optimizer (build it with the saved options)");
+    }
+    r.expect_end();
+  }
+
+  // DST algorithm.
+  double compact_threshold = 0;
+  {
+    binary::Reader r = ck::section(c, next++, ck::kDST, "DST algorithm");
+    const bool present = r.get_bool("DST present flag");
+    if (!present && algorithm)
+      r.fail("the checkpoint has no DST algorithm state but a ", algorithm->name(), " algorithm was given");
+    if (present) {
+      const std::int64_t at = r.offset();
+      const std::string name = r.get_string("algorithm name", 64);
+      dst::UpdateSchedule s;
+      s.delta_t = r.get<std::int64_t>("delta_t");
+      s.t_begin = r.get<std::int64_t>("t_begin");
+      s.t_end = r.get<std::int64_t>("t_end");
+      s.alpha = r.get<double>("alpha");
+      const auto seed = r.get<std::uint64_t>("seed");
+      const std::int64_t at_ct = r.offset();
+      compact_threshold = r.get<double>("compact_threshold");
+      r.get<std::int64_t>("updates");
+      r.get<double>("total_seconds");
+      r.expect_end();
+      if (algorithm) {
+        const auto& m = algorithm->schedule();
+        if (name != algorithm->name())
+          r.fail_at(at, "the checkpoint's DST algorithm is '", name, "', the target is '", algorithm->name(), "'");
+        if (s.delta_t != m.delta_t || s.t_begin != m.t_begin || s.t_end != m.t_end ||
+            std::bit_cast<std::uint64_t>(s.alpha) != std::bit_cast<std::uint64_t>(m.alpha))
+          r.fail_at(at, "the DST schedule differs: checkpoint delta_t ", s.delta_t, ", t_begin ", s.t_begin, ", t_end ",
+                    s.t_end, ", alpha ", s.alpha, "; target ", m.delta_t, ", ", m.t_begin, ", ", m.t_end, ", ", m.alpha);
+        if (seed != algorithm->seed())
+          r.fail_at(at, "the DST seed differs: checkpoint ", seed, ", target ", algorithm->seed());
+        if (!std::isfinite(compact_threshold)) r.fail_at(at_ct, "compact_threshold ", compact_threshold, " is not finite");
+      }
+    } else {
+      r.expect_end();
+    }
+  }
+
+  // Progress.
+  TrainingProgress progress;
+  {
+    binary::Reader r = ck::section(c, next++, ck::kProgress, "training progress");
+    progress.step = r.get_count("step");
+    progress.epoch = r.get<std::uint64_t>("epoch");
+    progress.batch = r.get_count("batch");
+    progress.seed = r.get<std::uint64_t>("seed");
+    r.expect_end();
+  }
+  if (next != c.sections.size())
+    throw FormatError(detail::message(c.source, ": ", c.sections.size() - next, " unexpected sections after ",
+                                      binary::tag_name(ck::kProgress)));
+
+  // Everything is valid: commit with non-throwing moves.
+  std::size_t si = 0, di = 0;
+  for (std::size_t k = 0; k < model.size(); ++k)
+    std::visit(
+        [&](auto& l) {
+          if constexpr (requires { l.for_each_parameter([](auto&) {}); }) {
+            l.for_each_parameter([&](auto& p) {
+              if constexpr (requires { p.weight.storage_size(); }) {
+                auto& s = sparse[si++];
+                p.weight = std::move(s.weight);
+                p.grad = std::move(s.grad);
+                p.state = std::move(s.state);
+                p.decay = s.decay;
+              } else {
+                auto& s = dense[di++];
+                p.value = std::move(s.value);
+                std::fill(p.grad.begin(), p.grad.end(), T(0));
+                p.state = std::move(s.state);
+                p.decay = s.decay;
+              }
+            });
+            if constexpr (requires { l.transpose_cache().invalidate(); }) l.transpose_cache().invalidate();
+          }
+        },
+        model.layer(k));
+  optimizer.set_step_count(saved.step);
+  optimizer.set_lr(saved.lr);
+  if (algorithm) algorithm->compact_threshold = compact_threshold;
+  return progress;
+}
+
+template <Value T, ColumnIndex Index, class Optimizer>
+void save_training_state(const std::filesystem::path& path, const Sequential<T, Index>& model, const Optimizer& optimizer,
+                         const TrainingProgress& progress, const dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+  const auto bytes = encode_training_state(model, optimizer, progress, algorithm);
+  detail::ckpt::write_file_atomically(path, bytes, "sprig::save_training_state");
+}
+
+template <Value T, ColumnIndex Index, class Optimizer>
+TrainingProgress load_training_state(const std::filesystem::path& path, Sequential<T, Index>& model, Optimizer& optimizer,
+                                     dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+  const auto bytes = detail::ckpt::read_file(path);
+  return decode_training_state(std::span<const std::byte>(bytes), path.string(), model, optimizer, algorithm);
+}
+
+}  // namespace sprig
