@@ -38,6 +38,7 @@
 #include <sprig/dst/set.hpp>
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/spmm.hpp>
+#include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
 #include <sprig/nn/gemm.hpp>
 #include <sprig/nn/sequential.hpp>
@@ -178,6 +179,12 @@ std::string loaded_openblas() {
     if (p != std::string::npos && line.find("openblas", p) != std::string::npos) return line.substr(p);
   }
   return "(not mapped)";
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
 }
 
 // The 1, 5 and 15 minute load averages (other processes competing for the cores).
@@ -337,49 +344,53 @@ struct Run {
 
 // ---------------------------------------------------------------------------------------
 // Profile: the same step as Sequential runs it, phase by phase, calling the kernels the
-// layers call (SparseLinear: spmm + bias, sddmm + bias sum, W^T refresh + spmm), with this
-// profiler's own activation buffers and kernel workspaces.
+// layers call (SparseLinear: spmm + bias, sddmm + bias sum, spmm_transposed on the layer's
+// transpose cache; Linear: three gemms + bias), with this profiler's own activation buffers
+// and kernel workspaces. The phase sum is printed beside the Sequential step time.
 enum Phase {
   fwd_spmm,
   fwd_gemm,
   wgrad_sddmm,
   wgrad_gemm,
-  dx_refresh,
   dx_spmm,
   dx_gemm,
-  bias_act,
+  bias_phase,
+  act_phase,
   loss_phase,
   optimizer,
   kPhases
 };
 constexpr std::array<const char*, kPhases> kPhaseNames = {
-    "forward spmm (sparse W X)",   "forward gemm (dense W X)", "weight grad sddmm (sparse)",
-    "weight grad gemm (dense)",    "dX: W^T value refresh",    "dX spmm (W^T dY)",
-    "dX gemm (dense W^T dY)",      "bias + activation (fwd+bwd)", "loss",
-    "optimizer (SGD momentum)"};
+    "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
+    "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)", "bias add + bias grad",
+    "activation fwd+bwd", "loss", "optimizer (SGD momentum, all layers)"};
+constexpr std::size_t kMaxLayers = 8;
 
 struct ProfileResult {
-  std::array<double, kPhases> ms{};     // median per phase
-  std::array<double, kPhases> flops{};  // multiply-adds x 2 of the phase per step
-  double sum_ms = 0.0;                  // median of the per-step phase sums
+  using PerLayer = std::array<double, kMaxLayers>;
+  std::array<PerLayer, kPhases> ms{};     // median per phase and layer
+  std::array<PerLayer, kPhases> flops{};  // 2 x multiply-adds per step
+  std::array<std::string, kMaxLayers> what;  // the layer and its shapes
+  double sum_ms = 0.0;                    // median of the per-step sums of all phases
   bool first_layer_skips_dx = false;
 };
 
 ProfileResult profile_run(Run& run, int steps) {
   Model& m = run.model;
   const std::size_t n = m.size();
+  if (n > kMaxLayers) throw std::invalid_argument("profile: too many layers");
   const std::int64_t B = run.X.cols();
   std::vector<sprig::Matrix<T>> acts(n), grads(n);
   std::vector<sprig::KernelWorkspace<T>> ws(n), wst(n);
-  std::array<std::vector<double>, kPhases> samples;
+  std::array<std::array<std::vector<double>, kMaxLayers>, kPhases> samples;
   std::vector<double> sums;
   ProfileResult r;
   for (int it = 0; it < steps + 1; ++it) {  // the first step is a warm-up
-    std::array<double, kPhases> ph{};
-    auto timed = [&](Phase p, auto&& fn) {
+    std::array<ProfileResult::PerLayer, kPhases> ph{};
+    auto timed = [&](Phase p, std::size_t k, auto&& fn) {
       const auto t0 = Clock::now();
       fn();
-      ph[p] += ms_between(t0, Clock::now());
+      ph[p][k] += ms_between(t0, Clock::now());
     };
     sprig::ConstMatrixView<T> in = run.X;
     for (std::size_t k = 0; k < n; ++k) {
@@ -391,15 +402,29 @@ ProfileResult profile_run(Run& run, int steps) {
             if (acts[k].rows() != out || acts[k].cols() != B) acts[k].resize(out, B, Model::activation_stride(B));
             const sprig::MatrixView<T> y = acts[k].view();
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
-              timed(fwd_spmm, [&] { sprig::spmm(l.weight.weight, in, y, ws[k], sprig::Update::overwrite); });
-              timed(bias_act, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
-              if (it == 0) r.flops[fwd_spmm] += 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
+              timed(fwd_spmm, k, [&] { sprig::spmm(l.weight.weight, in, y, ws[k], sprig::Update::overwrite); });
+              timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              if (it == 0) {
+                const double f = 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
+                r.flops[fwd_spmm][k] = r.flops[wgrad_sddmm][k] = r.flops[dx_spmm][k] = f;
+                r.what[k] = "sparse " + std::to_string(out) + "x" + std::to_string(in.rows()) + " d=" +
+                            fmt("%.2f", l.density());
+              }
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
-              timed(fwd_gemm, [&] { sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y); });
-              timed(bias_act, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
-              if (it == 0) r.flops[fwd_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
+              timed(fwd_gemm, k, [&] {
+                sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y);
+              });
+              timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              if (it == 0) {
+                const double f = 2.0 * static_cast<double>(l.weight.size() * B);
+                r.flops[fwd_gemm][k] = r.flops[wgrad_gemm][k] = r.flops[dx_gemm][k] = f;
+                r.what[k] = "dense " + std::to_string(out) + "x" + std::to_string(in.rows());
+              }
             } else {
-              timed(bias_act, [&] { l.forward(in, y); });
+              timed(act_phase, k, [&] { l.forward(in, y); });
+              if (it == 0)
+                r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) + "x" +
+                            std::to_string(B);
             }
           },
           m.layer(k));
@@ -407,9 +432,10 @@ ProfileResult profile_run(Run& run, int steps) {
     }
     if (grads[n - 1].rows() != acts[n - 1].rows() || grads[n - 1].cols() != B)
       grads[n - 1].resize(acts[n - 1].rows(), B, Model::activation_stride(B));
-    timed(loss_phase, [&] { run.last_loss = run.loss_into(acts[n - 1].view(), grads[n - 1].view()); });
+    timed(loss_phase, n - 1, [&] { run.last_loss = run.loss_into(acts[n - 1].view(), grads[n - 1].view()); });
     for (std::size_t k = n; k-- > 0;) {
-      const sprig::ConstMatrixView<T> x = k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(acts[k - 1].view());
+      const sprig::ConstMatrixView<T> x =
+          k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(acts[k - 1].view());
       const sprig::ConstMatrixView<T> dy = grads[k].view();
       if (k > 0 && (grads[k - 1].rows() != x.rows() || grads[k - 1].cols() != B))
         grads[k - 1].resize(x.rows(), B, Model::activation_stride(B));
@@ -418,43 +444,43 @@ ProfileResult profile_run(Run& run, int steps) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               auto& W = l.weight.weight;
-              timed(wgrad_sddmm, [&] { sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite); });
-              timed(bias_act, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
-              if (it == 0) r.flops[wgrad_sddmm] += 2.0 * static_cast<double>(W.nnz() * B);
-              if (k > 0) {
-                const sprig::PaddedCSR<T, Index>* wt = nullptr;
-                timed(dx_refresh, [&] { wt = &l.transpose_cache().get(W); });
-                timed(dx_spmm, [&] { sprig::spmm(*wt, dy, grads[k - 1].view(), wst[k], sprig::Update::overwrite); });
-                if (it == 0) r.flops[dx_spmm] += 2.0 * static_cast<double>(W.nnz() * B);
-              }
+              timed(wgrad_sddmm, k, [&] {
+                sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite);
+              });
+              timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+              if (k > 0)  // as SparseLinear::backward: W^T dY on the layer's transpose cache
+                timed(dx_spmm, k, [&] {
+                  sprig::spmm_transposed(W, l.transpose_cache(), dy, grads[k - 1].view(), wst[k],
+                                         sprig::Update::overwrite);
+                });
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
-              timed(wgrad_gemm, [&] {
+              timed(wgrad_gemm, k, [&] {
                 sprig::gemm<T>(sprig::Trans::no, sprig::Trans::yes, T(1), dy, x, T(0), l.weight.grad_view());
               });
-              timed(bias_act, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
-              if (it == 0) r.flops[wgrad_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
-              if (k > 0) {
-                timed(dx_gemm, [&] {
-                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0), grads[k - 1].view());
+              timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+              if (k > 0)
+                timed(dx_gemm, k, [&] {
+                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0),
+                                 grads[k - 1].view());
                 });
-                if (it == 0) r.flops[dx_gemm] += 2.0 * static_cast<double>(l.weight.size() * B);
-              }
             } else {
-              timed(bias_act, [&] { l.backward(x, dy, grads[k - 1].view()); });
+              timed(act_phase, k, [&] { l.backward(x, dy, grads[k - 1].view()); });
             }
           },
           m.layer(k));
     }
-    timed(optimizer, [&] { run.opt.step(m); });
+    timed(optimizer, 0, [&] { run.opt.step(m); });
     if (it == 0) continue;
     double s = 0.0;
-    for (int p = 0; p < kPhases; ++p) {
-      samples[p].push_back(ph[p]);
-      s += ph[p];
-    }
+    for (int p = 0; p < kPhases; ++p)
+      for (std::size_t k = 0; k < n; ++k) {
+        samples[p][k].push_back(ph[p][k]);
+        s += ph[p][k];
+      }
     sums.push_back(s);
   }
-  for (int p = 0; p < kPhases; ++p) r.ms[p] = median(samples[p]);
+  for (int p = 0; p < kPhases; ++p)
+    for (std::size_t k = 0; k < n; ++k) r.ms[p][k] = median(samples[p][k]);
   r.sum_ms = median(sums);
   // Sequential never asks the first layer for dX: its transpose cache must be untouched
   // (neither built nor refreshed) after all the steps run so far.
@@ -651,12 +677,6 @@ const Result* dense_of(const std::vector<Result>& all, const Result& r) {
   return nullptr;
 }
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof(b), f, v);
-  return b;
-}
-
 std::string impl_of(const Result& r) { return r.sparsity <= 0.0 ? "sprig-dense-openblas" : "sprig-sparse"; }
 
 void write_csv(std::ostream& os, const std::vector<Result>& all) {
@@ -722,46 +742,47 @@ void write_bars(std::ostream& os, const std::vector<Result>& all) {
 
 void write_profiles(std::ostream& os, const std::vector<Result>& all) {
   bool header = false;
+  // the dense step's phase in the same role, on the same layer
+  auto dense_role = [](int ph) -> int {
+    switch (ph) {
+      case fwd_spmm: return fwd_gemm;
+      case wgrad_sddmm: return wgrad_gemm;
+      case dx_spmm: return dx_gemm;
+      default: return ph;
+    }
+  };
   for (const auto& r : all) {
     if (!r.has_profile) continue;
     if (!header) {
-      os << "\n## Profile (median ms per phase over the profiled steps; GFLOP/s = 2 x multiply-adds / time)\n";
+      os << "\n## Profile (median ms per phase and layer over the profiled steps; GFLOP/s = 2 x multiply-adds / time)\n";
       header = true;
     }
     const Result* d = dense_of(all, r);
     const ProfileResult& p = r.profile;
+    const bool cmp = r.sparsity > 0 && d && d->has_profile;
     os << "\n### " << kind_name(r.kind) << ", sparsity " << r.sparsity << ", " << r.threads << " thread(s)\n\n"
        << "sum of phases " << fmt("%.3f", p.sum_ms) << " ms (Sequential step median " << fmt("%.3f", median(r.step_ms))
        << " ms)";
     if (r.sparsity > 0) os << "; first layer skips dX: " << (p.first_layer_skips_dx ? "yes" : "NO");
-    const bool cmp = r.sparsity > 0 && d && d->has_profile;
-    os << "\n\n| phase | ms | share | GFLOP/s |" << (cmp ? " dense ms (same role) | speedup |" : "") << "\n|---|---|---|---|"
-       << (cmp ? "---|---|" : "") << "\n";
-    // the dense step's phase in the same role (its gemm phases include the 1024x10 output
-    // layer, which the sparse MLP also runs as a gemm: ~1% of the dense flops)
-    auto dense_role = [](int ph) -> int {
-      switch (ph) {
-        case fwd_spmm: return fwd_gemm;
-        case wgrad_sddmm: return wgrad_gemm;
-        case dx_spmm: return dx_gemm;
-        case bias_act: case loss_phase: case optimizer: return ph;
-        default: return -1;
+    os << "\n\n| phase | layer | ms | share | GFLOP/s |" << (cmp ? " dense ms (same role) | speedup |" : "")
+       << "\n|---|---|---|---|---|" << (cmp ? "---|---|" : "") << "\n";
+    for (int ph = 0; ph < kPhases; ++ph)
+      for (std::size_t k = 0; k < kMaxLayers; ++k) {
+        const double ms = p.ms[ph][k];
+        if (!(ms > 0.0)) continue;
+        const std::string layer = ph == optimizer ? "all" : ph == loss_phase ? "-" : std::to_string(k) + ": " + p.what[k];
+        os << "| " << kPhaseNames[ph] << " | " << layer << " | " << fmt("%.3f", ms) << " | "
+           << fmt("%.0f%%", 100.0 * ms / p.sum_ms) << " | "
+           << (p.flops[ph][k] > 0 ? fmt("%.1f", p.flops[ph][k] / (ms * 1e6)) : "") << " |";
+        if (cmp) {
+          const double dms = d->profile.ms[dense_role(ph)][k];
+          if (dms > 0.0)
+            os << ' ' << fmt("%.3f", dms) << " | " << fmt("%.2fx", dms / ms) << " |";
+          else
+            os << " - | - |";
+        }
+        os << "\n";
       }
-    };
-    const bool compare = r.sparsity > 0 && d && d->has_profile;
-    for (int ph = 0; ph < kPhases; ++ph) {
-      if (!(p.ms[ph] > 0.0)) continue;
-      os << "| " << kPhaseNames[ph] << " | " << fmt("%.3f", p.ms[ph]) << " | " << fmt("%.0f%%", 100.0 * p.ms[ph] / p.sum_ms)
-         << " | " << (p.flops[ph] > 0 ? fmt("%.1f", p.flops[ph] / (p.ms[ph] * 1e6)) : "") << " |";
-      if (compare) {
-        const int dp = dense_role(ph);
-        if (dp >= 0)
-          os << ' ' << fmt("%.3f", d->profile.ms[dp]) << " | " << fmt("%.2fx", d->profile.ms[dp] / p.ms[ph]) << " |";
-        else
-          os << " - | - |";
-      }
-      os << "\n";
-    }
   }
 }
 
