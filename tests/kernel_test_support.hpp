@@ -353,7 +353,7 @@ std::int64_t bitwise_differences(std::span<const T> a, std::span<const T> b) {
 // batch widths 1..65 (every SIMD tail for float and double up to AVX-512 x 4 registers) and
 // some wide ones, 0-row / 0-column / 0-batch shapes, one-row and one-column matrices, empty
 // and dense matrices, long rows, the int16 column limit, every operand placement, and
-// matrices whose storage went through insert/erase/relocation.
+// matrices whose storage went through insert/erase/relocation, a long X with a wide batch.
 struct Case {
   std::int64_t M, K, B;
   double density;
@@ -390,6 +390,10 @@ inline std::vector<Case> kernel_cases(std::int64_t max_cols) {
   cases.push_back({7, 12, 23, 1.0, Placement::tight, Placement::tight, true, seed++});         // dense, scrambled
   cases.push_back({3, 700, 37, 0.9, Placement::strided, Placement::tight, false, seed++});     // long rows
   cases.push_back({4, max_cols, 5, 0.002, Placement::tight, Placement::unaligned, false, seed++});  // Index limit
+  // Many X rows and a batch wider than one register: an L2-sized panel then holds only a few
+  // registers, so the batch is cut into many panels.
+  cases.push_back({3, std::min<std::int64_t>(max_cols, 20000), 70, 0.01, Placement::strided, Placement::tight, false,
+                   seed++});
   for (int k = 0; k < 8; ++k)
     cases.push_back({pick(1, 60), pick(1, 60), pick(1, 80), rng.uniform01(), places[k % 3], places[(k + 2) % 3], true,
                      seed++});

@@ -34,8 +34,9 @@ std::vector<T> random_vector(std::int64_t n, CounterRng& rng) {
 // One case: dY (M x B) and X (K x B) random with NaN around their views; grad starts NaN
 // everywhere (overwrite: must be ignored, padding and dead slots must come out 0) or random
 // (accumulate: non-live slots must keep their bits).
+// With `ws`, through the overload that takes a caller-owned workspace.
 template <Value T, ColumnIndex Index>
-void check_case(const st::Case& c, Update mode) {
+void check_case(const st::Case& c, Update mode, KernelWorkspace<T>* ws = nullptr) {
   const auto W = st::case_matrix<T, Index>(c);
   REQUIRE_NOTHROW(W.check_invariants());
   CounterRng rng(c.seed, 0x5DD);
@@ -49,7 +50,10 @@ void check_case(const st::Case& c, Update mode) {
   std::vector<T> want = g0, got = g0;
   reference::sddmm(W, dY.cview(), X.cview(), std::span<T>(want), mode);
 
-  sddmm(W, dY.cview(), X.cview(), std::span<T>(got), mode);
+  if (ws)
+    sddmm(W, dY.cview(), X.cview(), std::span<T>(got), *ws, mode);
+  else
+    sddmm(W, dY.cview(), X.cview(), std::span<T>(got), mode);
 
   const auto m = st::compare_sddmm(W, dY.cview(), X.cview(), std::span<const T>(g0), mode, std::span<const T>(got),
                                    std::span<const T>(want), 2.0);
@@ -67,6 +71,18 @@ TEMPLATE_LIST_TEST_CASE("sddmm matches the reference on random shapes, placement
     for (Update mode : {Update::overwrite, Update::accumulate}) {
       CAPTURE(c, name(mode));
       check_case<T, Index>(c, mode);
+    }
+}
+
+TEMPLATE_LIST_TEST_CASE("sddmm with one workspace reused across all shapes and matrices", "[sddmm][workspace]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  KernelWorkspace<T> ws;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>()))
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(c, name(mode));
+      check_case<T, Index>(c, mode, &ws);
     }
 }
 
@@ -160,7 +176,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm is bitwise identical for 1, 2 and 3 threads", "[s
   const int saved = omp_get_max_threads();
   auto W = st::random_matrix<T, Index>(1200, 300, 0.05, 6);
   st::scramble(W, 6);
-  for (std::int64_t B : {13, 64}) {
+  for (std::int64_t B : {13, 64, 200}) {
     CAPTURE(B);
     CounterRng rng(6, static_cast<std::uint64_t>(B));
     st::Operand<T> dY(W.rows(), B, st::Placement::strided, st::quiet_nan<T>());
@@ -180,9 +196,63 @@ TEMPLATE_LIST_TEST_CASE("sddmm is bitwise identical for 1, 2 and 3 threads", "[s
       omp_set_num_threads(saved);
       CHECK(st::bitwise_differences<T>(std::span<const T>(results[0]), std::span<const T>(results[1])) == 0);
       CHECK(st::bitwise_differences<T>(std::span<const T>(results[0]), std::span<const T>(results[2])) == 0);
+      // and the threaded result is right, not just reproducible
+      std::vector<T> want = g0;
+      reference::sddmm(W, dY.cview(), X.cview(), std::span<T>(want), mode);
+      const auto m = st::compare_sddmm(W, dY.cview(), X.cview(), std::span<const T>(g0), mode,
+                                       std::span<const T>(results[1]), std::span<const T>(want), 2.0);
+      INFO(m.first);
+      CHECK(m.count == 0);
     }
   }
   omp_set_num_threads(saved);
+}
+
+TEMPLATE_LIST_TEST_CASE("sddmm through a workspace last used by another matrix with the same partition key",
+                        "[sddmm][threads][workspace]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  // W1: first half of the rows full, the rest empty; W2 the opposite. Same topology version,
+  // rows, nnz and storage size: a partition cached for W1 may be reused for W2, which may
+  // unbalance the threads but must not drop or repeat a row.
+  const std::int64_t M = 2000, K = 64, B = 16;
+  auto half_full = [&](bool first_half) {
+    std::vector<std::int64_t> r, c;
+    std::vector<T> v;
+    for (std::int64_t i = 0; i < M; ++i)
+      if ((i < M / 2) == first_half)
+        for (std::int64_t k = 0; k < K; ++k) {
+          r.push_back(i);
+          c.push_back(k);
+          v.push_back(T(1));
+        }
+    return PaddedCSR<T, Index>::from_coo(M, K, std::span<const std::int64_t>(r), std::span<const std::int64_t>(c),
+                                         std::span<const T>(v));
+  };
+  const auto W1 = half_full(true), W2 = half_full(false);
+  REQUIRE(W1.topology_version() == W2.topology_version());
+  REQUIRE(W1.nnz() == W2.nnz());
+  REQUIRE(W1.storage_size() == W2.storage_size());
+  CounterRng rng(13, 0);
+  Matrix<T> dY(M, B), X(K, B);
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  KernelWorkspace<T> ws;
+  std::vector<T> g1(static_cast<std::size_t>(W1.storage_size())), g2(g1.size(), st::quiet_nan<T>());
+  sddmm(W1, dY.view(), X.view(), std::span<T>(g1), ws);
+  sddmm(W2, dY.view(), X.view(), std::span<T>(g2), ws);
+  omp_set_num_threads(saved);
+  std::vector<T> want(g1.size());
+  reference::sddmm(W2, dY.view(), X.view(), std::span<T>(want));
+  const std::vector<T> g0(g1.size(), st::quiet_nan<T>());
+  const auto m = st::compare_sddmm(W2, dY.view(), X.view(), std::span<const T>(g0), Update::overwrite,
+                                   std::span<const T>(g2), std::span<const T>(want), 2.0);
+  INFO(m.first);
+  CHECK(m.count == 0);
 }
 #endif
 

@@ -25,8 +25,9 @@ const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accu
 
 // Runs one case: X random with NaN around its view, Y NaN (overwrite: must be ignored) or
 // random (accumulate), with a finite guard around its view that must stay untouched.
+// With `ws`, through the overload that takes a caller-owned workspace.
 template <Value T, ColumnIndex Index>
-void check_case(const st::Case& c, Update mode) {
+void check_case(const st::Case& c, Update mode, KernelWorkspace<T>* ws = nullptr) {
   const auto W = st::case_matrix<T, Index>(c);
   REQUIRE_NOTHROW(W.check_invariants());
   CounterRng rng(c.seed, 0x5833);
@@ -41,7 +42,10 @@ void check_case(const st::Case& c, Update mode) {
   Matrix<T> want = Y0;
   reference::spmm(W, X.cview(), want.view(), mode);
 
-  spmm(W, X.cview(), Y.view(), mode);
+  if (ws)
+    spmm(W, X.cview(), Y.view(), *ws, mode);
+  else
+    spmm(W, X.cview(), Y.view(), mode);
 
   const auto m = st::compare_spmm(W, X.cview(), Y0, mode, Y.cview(), want.view(), 2.0);
   INFO(m.first);
@@ -58,6 +62,20 @@ TEMPLATE_LIST_TEST_CASE("spmm matches the reference on random shapes, placements
     for (Update mode : {Update::overwrite, Update::accumulate}) {
       CAPTURE(c, name(mode));
       check_case<T, Index>(c, mode);
+    }
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm with one workspace reused across all shapes and matrices", "[spmm][workspace]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  // A workspace caches the row partition and the packing buffer: whatever it holds from the
+  // previous (different) call must not leak into the next one.
+  KernelWorkspace<T> ws;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>()))
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(c, name(mode));
+      check_case<T, Index>(c, mode, &ws);
     }
 }
 
@@ -158,7 +176,7 @@ TEMPLATE_LIST_TEST_CASE("spmm is bitwise identical for 1, 2 and 3 threads", "[sp
   // of very different lengths (full and empty ones) so an nnz-balanced partition is uneven.
   auto W = st::random_matrix<T, Index>(1200, 300, 0.05, 5);
   st::scramble(W, 5);
-  for (std::int64_t B : {13, 64}) {
+  for (std::int64_t B : {13, 64, 200}) {
     CAPTURE(B);
     CounterRng rng(5, static_cast<std::uint64_t>(B));
     st::Operand<T> X(W.cols(), B, st::Placement::strided, st::quiet_nan<T>());
@@ -178,9 +196,58 @@ TEMPLATE_LIST_TEST_CASE("spmm is bitwise identical for 1, 2 and 3 threads", "[sp
       omp_set_num_threads(saved);
       CHECK(st::bitwise_differences<T>(results[0].view(), results[1].view()) == 0);
       CHECK(st::bitwise_differences<T>(results[0].view(), results[2].view()) == 0);
+      // and the threaded result is right, not just reproducible
+      Matrix<T> want = Z;
+      reference::spmm(W, X.cview(), want.view(), mode);
+      const auto m = st::compare_spmm(W, X.cview(), Z, mode, results[1].view(), want.view(), 2.0);
+      INFO(m.first);
+      CHECK(m.count == 0);
     }
   }
   omp_set_num_threads(saved);
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm through a workspace last used by another matrix with the same partition key",
+                        "[spmm][threads][workspace]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  // W1 has its first half of rows full and the rest empty, W2 the opposite: same topology
+  // version, rows, nnz and storage size, so a partition cached for W1 may be reused for W2.
+  // That may unbalance the threads but must not drop or repeat a row.
+  const std::int64_t M = 2000, K = 64, B = 16;
+  auto half_full = [&](bool first_half) {
+    std::vector<std::int64_t> r, c;
+    std::vector<T> v;
+    for (std::int64_t i = 0; i < M; ++i)
+      if ((i < M / 2) == first_half)
+        for (std::int64_t k = 0; k < K; ++k) {
+          r.push_back(i);
+          c.push_back(k);
+          v.push_back(static_cast<T>(((i * 7 + k * 3) % 17) - 8) / T(8));
+        }
+    return PaddedCSR<T, Index>::from_coo(M, K, std::span<const std::int64_t>(r), std::span<const std::int64_t>(c),
+                                         std::span<const T>(v));
+  };
+  const auto W1 = half_full(true), W2 = half_full(false);
+  REQUIRE(W1.topology_version() == W2.topology_version());
+  REQUIRE(W1.nnz() == W2.nnz());
+  REQUIRE(W1.storage_size() == W2.storage_size());
+  CounterRng rng(12, 0);
+  Matrix<T> X(K, B);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  KernelWorkspace<T> ws;
+  Matrix<T> Y1(M, B), Y2(M, B, st::quiet_nan<T>());
+  spmm(W1, X.view(), Y1.view(), ws);
+  spmm(W2, X.view(), Y2.view(), ws);
+  omp_set_num_threads(saved);
+  Matrix<T> want(M, B);
+  reference::spmm(W2, X.view(), want.view());
+  const auto m = st::compare_spmm(W2, X.view(), want, Update::overwrite, Y2.view(), want.view(), 2.0);
+  INFO(m.first);
+  CHECK(m.count == 0);
 }
 #endif
 

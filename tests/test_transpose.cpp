@@ -1,6 +1,8 @@
 // tests/test_transpose.cpp — sprig::transpose (W^T plus the slot permutation) against
 // reference::transpose_entries and the dense transpose, involution, the Index range check,
-// and TransposeCache's rebuild/refresh behaviour, including dX = W^T dY through spmm.
+// and TransposeCache's rebuild/refresh behaviour, including dX = W^T dY through spmm; and
+// spmm_transposed (dX = W^T dY reading W's current values through the cached permutation)
+// against the reference on the transpose.
 #include "sprig/kernels/transpose.hpp"
 
 #include <catch2/catch.hpp>
@@ -14,6 +16,11 @@
 #include "kernel_test_support.hpp"
 #include "sprig/kernels/reference.hpp"
 #include "sprig/kernels/spmm.hpp"
+#include "sprig/kernels/spmm_transposed.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using namespace sprig;
 namespace st = sprig::test;
@@ -269,4 +276,164 @@ TEMPLATE_LIST_TEST_CASE("dX = spmm(cache.get(W), dY) equals the dense W^T dY, be
   }
   CHECK(cache.rebuilds() == 2);
   CHECK(cache.refreshes() == 4 * 3 - 2);
+}
+
+namespace {
+
+const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accumulate"; }
+
+// dX from spmm_transposed against reference::spmm on a freshly built transpose(W), with the
+// spmm error bound (each element sums the live entries of one column of W).
+template <Value T, ColumnIndex Index>
+st::Mismatches check_spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
+                                     const st::Case& c, Update mode, KernelWorkspace<T>* ws, std::uint64_t salt,
+                                     std::int64_t& guard_violations) {
+  CounterRng rng(c.seed, salt);
+  st::Operand<T> dY(W.rows(), c.B, c.px, st::quiet_nan<T>());
+  dY.fill_random(rng);
+  st::Operand<T> dX(W.cols(), c.B, c.py, T(-4242.25));
+  if (mode == Update::overwrite)
+    dX.fill(st::quiet_nan<T>());
+  else
+    dX.fill_random(rng);
+  const Matrix<T> dX0 = dX.copy();
+  const auto Tr = transpose(W);
+  Matrix<T> want = dX0;
+  reference::spmm(Tr.matrix, dY.cview(), want.view(), mode);
+  if (ws)
+    spmm_transposed(W, cache, dY.cview(), dX.view(), *ws, mode);
+  else
+    spmm_transposed(W, cache, dY.cview(), dX.view(), mode);
+  guard_violations += dX.guard_violations();
+  return st::compare_spmm(Tr.matrix, dY.cview(), dX0, mode, dX.cview(), want.view(), 2.0);
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("spmm_transposed matches the reference W^T dY, with stale cache values and after topology changes",
+                        "[transpose][spmm_transposed]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  KernelWorkspace<T> shared_ws;  // reused across every case and matrix
+  int k = 0;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
+    if (c.M > st::max_cols_for<Index>()) continue;  // W^T would have more columns than Index holds
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(c, name(mode));
+      auto W = st::case_matrix<T, Index>(c);
+      TransposeCache<T, Index> cache;
+      KernelWorkspace<T>* ws = (k++ % 2) ? &shared_ws : nullptr;
+      std::int64_t guard = 0;
+      {
+        INFO("first call: the cache is built");
+        const auto m = check_spmm_transposed(W, cache, c, mode, ws, 1, guard);
+        INFO(m.first);
+        CHECK(m.count == 0);
+      }
+      {
+        // New values, same topology, no cache.get(W) in between: dX must use the new ones.
+        for (T& v : W.values()) v = v * T(-0.5) + T(0.375) * (v != T(0));
+        INFO("after a value-only change of W");
+        const auto m = check_spmm_transposed(W, cache, c, mode, ws, 2, guard);
+        INFO(m.first);
+        CHECK(m.count == 0);
+      }
+      if (W.rows() > 0 && W.cols() > 0) {
+        CounterRng pick(c.seed, 3);
+        const std::int64_t r = static_cast<std::int64_t>(pick.uniform_below(static_cast<std::uint64_t>(W.rows())));
+        if (W.row_nnz(r) > 0) W.erase_slot(r, W.row_start(r));
+        const std::int64_t col = st::absent_column(W, r, pick);
+        if (col >= 0) W.insert(r, col, T(0.625));
+        INFO("after an erase and an insert");
+        const auto m = check_spmm_transposed(W, cache, c, mode, ws, 3, guard);
+        INFO(m.first);
+        CHECK(m.count == 0);
+      }
+      CHECK(guard == 0);
+    }
+  }
+}
+
+#ifdef _OPENMP
+TEMPLATE_LIST_TEST_CASE("spmm_transposed is bitwise identical for 1, 2 and 3 threads",
+                        "[transpose][spmm_transposed][threads]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  const int saved = omp_get_max_threads();
+  auto W = st::random_matrix<T, Index>(300, 1200, 0.05, 31);
+  st::scramble(W, 31);
+  const auto Tr = transpose(W);
+  for (std::int64_t B : {13, 64, 200}) {
+    CAPTURE(B);
+    CounterRng rng(31, static_cast<std::uint64_t>(B));
+    Matrix<T> dY(W.rows(), B), Z(W.cols(), B);
+    for (std::int64_t i = 0; i < dY.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    for (std::int64_t i = 0; i < Z.rows(); ++i)
+      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(name(mode));
+      std::vector<Matrix<T>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        TransposeCache<T, Index> cache;
+        Matrix<T> dX = Z;
+        spmm_transposed(W, cache, dY.view(), dX.view(), mode);
+        results.push_back(std::move(dX));
+      }
+      omp_set_num_threads(saved);
+      CHECK(st::bitwise_differences<T>(results[0].view(), results[1].view()) == 0);
+      CHECK(st::bitwise_differences<T>(results[0].view(), results[2].view()) == 0);
+      Matrix<T> want = Z;
+      reference::spmm(Tr.matrix, dY.view(), want.view(), mode);
+      const auto m = st::compare_spmm(Tr.matrix, dY.view(), Z, mode, results[1].view(), want.view(), 2.0);
+      INFO(m.first);
+      CHECK(m.count == 0);
+    }
+  }
+  omp_set_num_threads(saved);
+}
+#endif
+
+TEMPLATE_LIST_TEST_CASE("TransposeCache refresh of a large matrix (threaded gather) is exact", "[transpose][cache]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto W = st::random_matrix<T, Index>(500, 400, 0.4, 57);
+  REQUIRE(W.storage_size() >= (std::int64_t{1} << 16));  // above the size where the gather is split
+#ifdef _OPENMP
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+#endif
+  TransposeCache<T, Index> cache;
+  cache.get(W);
+  for (T& v : W.values()) v = v * T(2) - T(1) * (v != T(0));
+  cache.get(W);
+#ifdef _OPENMP
+  omp_set_num_threads(saved);
+#endif
+  CHECK(cache.rebuilds() == 1);
+  CHECK(cache.refreshes() == 1);
+  check_transposed(W, cache.transposed());
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm_transposed rejects mismatched shapes with ShapeError", "[transpose][spmm_transposed]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  const auto W = st::random_matrix<T, Index>(6, 4, 0.5, 3);  // 6 x 4: dY is 6 x B, dX is 4 x B
+  TransposeCache<T, Index> cache;
+  Matrix<T> dY(6, 5, T(1)), dX(4, 5, T(7));
+  Matrix<T> dY_rows(4, 5), dX_rows(6, 5), dX_cols(4, 6), dX_empty(0, 5);
+  for (Update mode : {Update::overwrite, Update::accumulate}) {
+    CAPTURE(name(mode));
+    CHECK_THROWS_AS(spmm_transposed(W, cache, dY_rows.view(), dX.view(), mode), ShapeError);
+    CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dX_rows.view(), mode), ShapeError);
+    CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dX_cols.view(), mode), ShapeError);
+    CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dX_empty.view(), mode), ShapeError);
+  }
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t b = 0; b < 5; ++b) untouched = untouched && dX(i, b) == T(7);
+  CHECK(untouched);
 }
