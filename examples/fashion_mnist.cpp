@@ -4,12 +4,17 @@
 //   fashion_mnist                                   # 784-1024-1024-10, hidden layers 90% sparse
 //   fashion_mnist --sparsity 0                      # the same model dense (GEMM), for comparison
 //   fashion_mnist --optimizer sgd --lr 0.05 --epochs 10 --csv curves.csv
+//   fashion_mnist --algorithm rigl --sparsity 0.95   # dynamic sparse training (sprig/dst)
 //
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x>
+#include <sprig/dst/rigl.hpp>
+#include <sprig/dst/set.hpp>
+#include <sprig/dst/snfs.hpp>
+#include <sprig/dst/static_topology.hpp>
 #include <sprig/io/batches.hpp>
 #include <sprig/io/idx.hpp>
 #include <sprig/nn/sequential.hpp>
@@ -29,6 +34,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -59,6 +65,10 @@ struct Config {
   std::string data_dir = sprig::kFashionMNISTDir;
   std::string csv;
   std::int64_t max_steps = 0;  // > 0: stop each epoch after this many steps (smoke runs)
+  std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
+  std::int64_t delta_t = 100;
+  double alpha = 0.3;
+  std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -86,6 +96,96 @@ public:
 private:
   bool tty_;
 };
+
+#if defined(SPRIG_OPENBLAS)
+constexpr const char* kGemmName = ", dense GEMM: OpenBLAS";
+#else
+constexpr const char* kGemmName = ", dense GEMM: portable";
+#endif
+
+// input -> hidden widths (SparseLinear at density 1 - sparsity, or Linear when sparsity is
+// 0; each followed by ReLU) -> 10 (Linear).
+sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
+  sprig::Sequential<T, Index> model;
+  std::int64_t in = inputs;
+  std::uint64_t key = 0;
+  shape = std::to_string(in);
+  for (std::int64_t w : cfg.widths) {
+    if (sparsity > 0.0)
+      model.add(sprig::SparseLinear<T, Index>(in, w, 1.0 - sparsity, cfg.seed, key++));
+    else
+      model.add(sprig::Linear<T>(in, w, cfg.seed, key++));
+    model.add(sprig::ReLU<T>{});
+    in = w;
+    shape += "-" + std::to_string(w);
+  }
+  model.add(sprig::Linear<T>(in, sprig::FashionMNIST<T>::num_classes, cfg.seed, key++));
+  shape += "-10";
+  return model;
+}
+
+struct Quantiles {
+  double p10, median, p90;
+};
+Quantiles quantiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)]; };
+  return {at(0.1), at(0.5), at(0.9)};
+}
+
+// Times training steps of the dense model and of the sparse one in the same process,
+// alternating step by step on the same batches (so machine drift hits both alike), and
+// prints the medians with the 10th/90th percentiles, split into forward (with the loss),
+// backward and optimizer.
+int compare_step_times(const Config& cfg, const sprig::FashionMNIST<T>& data, T mean, T inv_std) {
+  if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
+  std::string shape;
+  sprig::Sequential<T, Index> models[2] = {build_model(cfg, 0.0, data.train.features(), shape),
+                                           build_model(cfg, cfg.sparsity, data.train.features(), shape)};
+  sprig::AdamW<T> opts[2] = {sprig::AdamW<T>({.lr = 1e-3}), sprig::AdamW<T>({.lr = 1e-3})};
+  sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
+                                {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
+                                 .seed = cfg.seed});
+  sprig::Matrix<T> x(data.train.features(), cfg.batch);
+  std::vector<std::int32_t> y(static_cast<std::size_t>(cfg.batch));
+  sprig::SoftmaxCrossEntropy<T> ce;
+  constexpr std::int64_t warmup = 5;
+  std::vector<double> total[2], fwd[2], bwd[2], opt_t[2];
+  for (std::int64_t k = 0; k < cfg.compare_steps + warmup; ++k) {
+    auto batch = batches.gather(k % batches.batches_per_epoch(), x, y);
+    for (std::int64_t f = 0; f < batch.x.rows(); ++f)
+      for (std::int64_t b = 0; b < batch.size(); ++b) batch.x(f, b) = (batch.x(f, b) - mean) * inv_std;
+    const std::span<const int> labels(batch.labels.data(), batch.labels.size());
+    for (int m = 0; m < 2; ++m) {
+      const auto t0 = Clock::now();
+      const auto z = models[m].forward(batch.x);
+      ce.forward_backward(z, labels, models[m].output_grad());
+      const auto t1 = Clock::now();
+      models[m].backward();
+      const auto t2 = Clock::now();
+      opts[m].step(models[m]);
+      const auto t3 = Clock::now();
+      if (k < warmup) continue;
+      auto ms = [](auto a, auto b) { return 1e3 * std::chrono::duration<double>(b - a).count(); };
+      fwd[m].push_back(ms(t0, t1));
+      bwd[m].push_back(ms(t1, t2));
+      opt_t[m].push_back(ms(t2, t3));
+      total[m].push_back(ms(t0, t3));
+    }
+  }
+  const char* names[2] = {"dense", "sparse"};
+  std::printf("step times over %lld alternating steps, batch %lld (ms: median [p10, p90]):\n",
+              static_cast<long long>(cfg.compare_steps), static_cast<long long>(cfg.batch));
+  for (int m = 0; m < 2; ++m) {
+    const auto q = quantiles(total[m]), f = quantiles(fwd[m]), b = quantiles(bwd[m]), o = quantiles(opt_t[m]);
+    std::printf("  %-6s step %8.3f [%.3f, %.3f]  forward+loss %.3f  backward %.3f  optimizer %.3f\n", names[m], q.median,
+                q.p10, q.p90, f.median, b.median, o.median);
+  }
+  const double dense_ms = quantiles(total[0]).median, sparse_ms = quantiles(total[1]).median;
+  std::printf("STEP_TIMES dense_ms=%.3f sparse_ms=%.3f speedup=%.2f sparsity=%g batch=%lld\n", dense_ms, sparse_ms,
+              dense_ms / sparse_ms, cfg.sparsity, static_cast<long long>(cfg.batch));
+  return 0;
+}
 
 struct Evaluation {
   double loss = 0.0;
@@ -138,32 +238,13 @@ int run(const Config& cfg) {
               static_cast<long long>(data.train.height), static_cast<long long>(data.train.width),
               cfg.data_dir.c_str(), seconds_since(t_load));
 
-  // Model: input -> hidden widths (sparse unless sparsity == 0, ReLU) -> 10 (dense).
-  sprig::Sequential<T, Index> model;
+  std::string shape;
+  sprig::Sequential<T, Index> model = build_model(cfg, cfg.sparsity, data.train.features(), shape);
   const double density = 1.0 - cfg.sparsity;
-  std::int64_t in = data.train.features();
-  std::uint64_t key = 0;
-  std::string shape = std::to_string(in);
-  for (std::int64_t w : cfg.widths) {
-    if (cfg.sparsity > 0.0)
-      model.add(sprig::SparseLinear<T, Index>(in, w, density, cfg.seed, key++));
-    else
-      model.add(sprig::Linear<T>(in, w, cfg.seed, key++));
-    model.add(sprig::ReLU<T>{});
-    in = w;
-    shape += "-" + std::to_string(w);
-  }
-  model.add(sprig::Linear<T>(in, sprig::FashionMNIST<T>::num_classes, cfg.seed, key++));
-  shape += "-10";
   std::printf("model: %s, hidden layers %s (density %.3f), output dense; batch %lld, %s, %d thread(s)%s\n",
               shape.c_str(), cfg.sparsity > 0.0 ? "sparse" : "dense", density, static_cast<long long>(cfg.batch),
-              cfg.optimizer.c_str(), threads,
-#if defined(SPRIG_OPENBLAS)
-              ", dense GEMM: OpenBLAS"
-#else
-              ", dense GEMM: portable"
-#endif
-  );
+              cfg.optimizer.c_str(), threads, kGemmName);
+  if (cfg.compare_steps > 0) return compare_step_times(cfg, data, mean, inv_std);
 
   sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
                                 {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
@@ -186,6 +267,25 @@ int run(const Config& cfg) {
   std::printf("optimizer: %s lr %g (cosine, %lld warmup steps) weight decay %g; %d epochs x %lld steps\n",
               cfg.optimizer.c_str(), lr, static_cast<long long>(warmup), wd, cfg.epochs,
               static_cast<long long>(steps_per_epoch));
+
+  // Dynamic sparse training: the algorithm takes over the optimizer step (dst::apply_step:
+  // RigL skips it on update steps) and changes the topology every delta_t steps until 75%.
+  std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> algorithm;
+  if (cfg.algorithm != "none") {
+    if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --algorithm needs --sparsity > 0");
+    const auto dst_schedule = sprig::dst::UpdateSchedule::for_run(total_steps, cfg.delta_t, cfg.alpha);
+    if (cfg.algorithm == "static")
+      algorithm = std::make_unique<sprig::dst::Static<T, Index>>(dst_schedule, cfg.seed);
+    else if (cfg.algorithm == "set")
+      algorithm = std::make_unique<sprig::dst::SET<T, Index>>(dst_schedule, cfg.seed);
+    else if (cfg.algorithm == "rigl")
+      algorithm = std::make_unique<sprig::dst::RigL<T, Index>>(dst_schedule, cfg.seed);
+    else
+      algorithm = std::make_unique<sprig::dst::SNFS<T, Index>>(dst_schedule, cfg.seed);
+    std::printf("topology: %s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)\n",
+                cfg.algorithm.c_str(), static_cast<long long>(dst_schedule.delta_t),
+                static_cast<long long>(dst_schedule.t_end), dst_schedule.alpha);
+  }
 
   std::ofstream csv;
   if (!cfg.csv.empty()) {
@@ -219,8 +319,11 @@ int run(const Config& cfg) {
       model.backward();
       std::visit(
           [&](auto& opt) {
-            opt.set_lr(schedule(opt.step_count()));
-            opt.step(model);
+            opt.set_lr(schedule(steps_done));  // the global step: RigL skips some optimizer steps
+            if (algorithm)
+              sprig::dst::apply_step(*algorithm, opt, model, steps_done);
+            else
+              opt.step(model);
           },
           optimizer);
       loss_sum += loss;
@@ -244,6 +347,17 @@ int run(const Config& cfg) {
           << '\n';
   }
 
+  if (algorithm) {
+    // Topology updates leave relocated rows' old slots dead and storage vectors grown
+    // geometrically; compact() (as before saving a model) restores a tight padded layout.
+    std::printf("weights as held at the end of training: %lld bytes; compacting\n",
+                static_cast<long long>(model.weight_bytes()));
+    for (auto& ref : model.sparse_layers()) {
+      sprig::SlotLog log;
+      ref.layer->weight.weight.compact(&log);
+      ref.layer->weight.apply(log);
+    }
+  }
   const std::int64_t weight_bytes = model.weight_bytes();
   const std::int64_t dense_bytes = model.dense_weight_bytes();
   const double ms_per_step = 1e3 * train_seconds / static_cast<double>(std::max<std::int64_t>(1, steps_done));
@@ -253,6 +367,10 @@ int run(const Config& cfg) {
               static_cast<long long>(dense_bytes));
   std::printf("time: %.2f s per epoch, %.3f ms per step (forward, backward, optimizer; batch %lld)\n",
               train_seconds / cfg.epochs, ms_per_step, static_cast<long long>(cfg.batch));
+  if (algorithm)
+    std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
+                static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
+                100.0 * algorithm->total_seconds() / train_seconds);
   std::printf("RESULT test_accuracy=%.4f weight_bytes=%lld dense_weight_bytes=%lld ms_per_step=%.3f\n", test.accuracy,
               static_cast<long long>(weight_bytes), static_cast<long long>(dense_bytes), ms_per_step);
   return 0;
@@ -284,6 +402,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the per-epoch curves to this CSV file");
+  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
+      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
+      ->capture_default_str();
+  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--alpha", cfg.alpha, "Initial drop fraction of the topology updates")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--compare-steps", cfg.compare_steps,
+                 "Instead of training: time this many steps of the dense and the sparse model, alternating")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-steps", cfg.max_steps, "Stop each epoch after this many steps (0 = full epochs)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
