@@ -2,7 +2,7 @@
 // matrix at density 0.1 (90% sparse), int32 and int16 column indices.
 //
 // InsertDelete/*: one iteration = 10^6 random operations, alternating a delete and an
-// insert so the density stays at 0.1. The "ns_per_op" counter is the time per single
+// insert so the density stays at 0.1. The "per_op" counter is the CPU time of a single
 // operation. Variants:
 //   O1          erase_slot(row, random live slot) and insert_new(row, col) of a position
 //               the caller knows is absent (a 2 MB bit mask plays the DST algorithm's
@@ -97,7 +97,7 @@ void InsertDelete(benchmark::State& state) {
     }
   }
   benchmark::DoNotOptimize(W.values().data());
-  state.counters["ns_per_op"] = benchmark::Counter(static_cast<double>(kOps) * 1e-9,
+  state.counters["per_op"] = benchmark::Counter(static_cast<double>(kOps),
                                                    benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.counters["dead_slot_%"] = 100.0 * static_cast<double>(W.dead_slots()) / static_cast<double>(W.storage_size());
 }

@@ -250,6 +250,21 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: more columns than Index can address are reje
       const M r = M::random_per_row(3, limit, 100, 9);
       REQUIRE_NOTHROW(r.check_invariants());
       REQUIRE(M::random_total(2, limit, 1000, 9).nnz() == 1000);
+      REQUIRE(M::random_density(2, limit, 0.01, 9).nnz() == 655);  // round(655.36)
+      const std::vector<std::int64_t> ptr1{0, 1};
+      const std::vector<std::int64_t> col1{limit - 1};
+      const std::vector<T> val1{T(2)};
+      const M csr1 = M::from_csr(1, limit, std::span<const std::int64_t>(ptr1), std::span<const std::int64_t>(col1),
+                                 std::span<const T>(val1));
+      REQUIRE(csr1.find(0, limit - 1) >= 0);
+      // Column 32768 does not exist at 32768 columns.
+      const std::vector<std::int64_t> col_out{limit};
+      require_error<sprig::ArgumentError>(
+          [&] {
+            M::from_csr(1, limit, std::span<const std::int64_t>(ptr1), std::span<const std::int64_t>(col_out),
+                        std::span<const T>(val1));
+          },
+          {"column 32768"});
     }
   }
 }
@@ -746,4 +761,25 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: check_invariants reports a corrupted padding
   const std::int64_t pad = m.row_start(1) + m.row_nnz(1);
   m.values()[static_cast<std::size_t>(pad)] = T(1);  // padding must hold 0
   require_error<sprig::Error>([&] { m.check_invariants(); }, {"padding slot", std::to_string(pad).c_str()});
+}
+
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: to_dense rejects an output of the wrong shape", "[padded_csr][dense][errors]",
+                        AllPairs) {
+  using T = typename TestType::first_type;
+  using Index = typename TestType::second_type;
+  using M = sprig::PaddedCSR<T, Index>;
+  const M m = M::random_per_row(3, 5, 2, 1);
+  sprig::Matrix<T> wrong(5, 3, T(7));
+  require_error<sprig::ShapeError>([&] { m.to_dense(wrong.view()); }, {"5x3", "3x5"});
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) REQUIRE(wrong(i, j) == T(7));  // untouched
+  // Operations on a matrix without rows reject every slot and row.
+  M none(0, 4);
+  const std::vector<std::int64_t> zero{0};
+  require_error<sprig::ArgumentError>([&] { none.erase_slots(zero); }, {"slot 0"});
+  require_error<sprig::ArgumentError>([&] { none.erase_slot(0, 0); }, {"row 0"});
+  require_error<sprig::ArgumentError>([&] { none.insert(0, 0, T(1)); }, {"(0, 0)", "0x4"});
+  none.compact();
+  REQUIRE_NOTHROW(none.check_invariants());
+  REQUIRE(none.storage_size() == 0);
 }
