@@ -57,17 +57,27 @@ struct DirectValues {
   };
   Cursor at(std::int64_t s) const noexcept { return {values + s}; }
 };
+// The gathered values are prefetched SPRIG_SPMM_T_PREFETCH slots further ahead than the X rows:
+// after other work evicted W, they come from L3 or memory.
+#ifndef SPRIG_SPMM_T_PREFETCH
+#  define SPRIG_SPMM_T_PREFETCH 128
+#endif
 template <class T>
 struct PermutedValues {
-  const T* values;            // W.values()
+  const T* values;             // W.values()
   const std::int64_t* source;  // slot of W^T -> slot of W
+  const std::int64_t* source_end;
   struct Cursor {
     const T* v;
     const std::int64_t* src;
+    const std::int64_t* end;
     SPRIG_ALWAYS_INLINE T operator[](std::int64_t q) const noexcept { return v[src[q]]; }
-    SPRIG_ALWAYS_INLINE void prefetch(std::int64_t q) const noexcept { detail::prefetch(v + src[q]); }
+    SPRIG_ALWAYS_INLINE void prefetch(std::int64_t q) const noexcept {
+      const std::int64_t* p = src + q + SPRIG_SPMM_T_PREFETCH;
+      if (p < end && *p >= 0) detail::prefetch(v + *p);
+    }
   };
-  Cursor at(std::int64_t s) const noexcept { return {values, source + s}; }
+  Cursor at(std::int64_t s) const noexcept { return {values, source + s, source_end}; }
 };
 
 // Work below which a kernel runs on the calling thread: a parallel region costs a few

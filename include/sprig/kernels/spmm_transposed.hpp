@@ -38,7 +38,8 @@ void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cac
                                  detail::kMaxPanelRegs);
     if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS) {
       const auto& t = cache.sync_topology(W);
-      detail::spmm_simd(t.matrix, detail::PermutedValues<T>{W.values().data(), t.source_slot.data()}, dY, dX, mode,
+      detail::spmm_simd(t.matrix, detail::PermutedValues<T>{W.values().data(), t.source_slot.data(),
+                                                   t.source_slot.data() + t.source_slot.size()}, dY, dX, mode,
                         workspace);
       return;
     }
