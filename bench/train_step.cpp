@@ -504,7 +504,8 @@ struct Result {
   double peak_rss_mb = std::nan("");
   double steady_rss_mb = std::nan("");    // peak before the first topology update
   double baseline_rss_mb = std::nan("");
-  double final_loss = 0.0;
+  double first_loss = 0.0;  // after the first warm-up step
+  double final_loss = 0.0;  // after the timed steps (the step is training, not spinning)
   bool has_profile = false;
   ProfileResult profile;
 
@@ -529,8 +530,11 @@ std::vector<Result> time_configs(const Options& o, int threads) {
       r.threads = threads;
       res.push_back(std::move(r));
     }
-  for (auto& run : runs)
-    for (int i = 0; i < o.warmup; ++i) run->step();
+  for (std::size_t k = 0; k < runs.size(); ++k)
+    for (int i = 0; i < o.warmup; ++i) {
+      runs[k]->step();
+      if (i == 0) res[k].first_loss = runs[k]->last_loss;
+    }
   std::vector<std::int64_t> allocs(runs.size(), 0);
   for (int round = 0; round < o.rounds; ++round)
     for (std::size_t q = 0; q < runs.size(); ++q) {
@@ -692,8 +696,8 @@ void write_csv(std::ostream& os, const std::vector<Result>& all) {
 void write_table(std::ostream& os, const std::vector<Result>& all, const Options& o) {
   os << "| model | sparsity | threads | impl | ms/step (median) | IQR ms | min-max ms | steady step ms | SET update ms"
         " | post-update rebuild ms | amortised ms/step | speedup vs dense | peak RSS MB | RSS vs dense"
-        " | peak RSS before 1st update MB | model MB | new/step |\n";
-  os << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        " | peak RSS before 1st update MB | model MB | new/step | loss first -> last |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : all) {
     const Result* d = dense_of(all, r);
     os << "| " << kind_name(r.kind) << " | " << r.sparsity << " | " << r.threads << " | " << impl_of(r) << " | "
@@ -705,7 +709,7 @@ void write_table(std::ostream& os, const std::vector<Result>& all, const Options
        << (d ? fmt("%.2fx", d->median_ms() / r.median_ms()) : "-") << " | " << fmt("%.1f", r.peak_rss_mb) << " | "
        << (d ? fmt("%.0f%%", 100.0 * r.peak_rss_mb / d->peak_rss_mb) : "-") << " | "
        << fmt("%.1f", r.steady_rss_mb) << " | " << fmt("%.1f", static_cast<double>(r.model_bytes) / (1 << 20)) << " | " << fmt("%.1f", r.allocs_per_step)
-       << " |\n";
+       << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.final_loss) << " |\n";
   }
   os << "\nsteps timed per configuration: " << o.rounds * o.steps_per_round << " (" << o.rounds << " interleaved rounds of "
      << o.steps_per_round << ", after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every "
@@ -849,7 +853,10 @@ int main(int argc, char** argv) {
         measure_memory(o, r);
       }
     std::ostringstream head;
-    head << "# train_step\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
+    head << "# train_step\n\ncommand:";
+    for (int i = 0; i < argc; ++i) head << ' ' << argv[i];
+    if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) head << " (OPENBLAS_CORETYPE=" << ct << ")";
+    head << "\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
          << "; parallel mode " << openblas_get_parallel() << " = "
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
          << "); cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
