@@ -11,7 +11,7 @@ set ylabel "test accuracy (%)"
 set y2label "weight memory (% of dense)"
 set ytics nomirror
 set y2tics
-set y2range [0:110]
+set y2range [0:*]
 set xrange [-0.02:1.0]
 set grid
 set key bottom left

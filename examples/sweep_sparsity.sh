@@ -34,13 +34,14 @@ for s in "${sparsities[@]}"; do
   echo "$s $acc $wb $dwb $ms" >> "$dat"
 done
 
-model_line="$(grep '^model:' "$out/sweep_0.9.log" | head -1)"
+# "model: 784-1024-1024-10, hidden layers sparse (density 0.100), output dense; batch 128, adamw, 1 thread(s), ..."
+model_line="$(grep '^model:' "$out/sweep_0.9.log" | head -1 | sed -E 's/^model: ([^,]+), hidden layers [^;]*; /MLP \1; /')"
 opt_line="$(grep '^optimizer:' "$out/sweep_0.9.log" | head -1)"
 {
   echo "# Fashion-MNIST sparsity sweep"
   echo
   echo "\`examples/sweep_sparsity.sh $*\` on $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) core(s)."
-  echo "${model_line#model: }; ${opt_line#optimizer: }."
+  echo "${model_line}; ${opt_line#optimizer: }."
   echo "Sparsity 0 is the same model with every layer dense (OpenBLAS GEMM); otherwise the"
   echo "hidden layers are PaddedCSR (int32 indices, 20% row padding) and the output layer is dense."
   echo "Weight memory counts every byte the weights occupy (values, column indices, row arrays,"
