@@ -6,8 +6,10 @@
 //   over its rows, so the K x panel slice of X stays in L2.
 // - For row i and one panel, dY[i, panel] is loaded once into registers; N slots of the row
 //   are in flight at a time, each one accumulator fed by `regs` FMAs that share those dY
-//   registers; xsimd::haddp reduces the N accumulators at once into one register whose lanes
-//   are the N partial dots (simd.hpp: batched_hsum), stored straight into grad (the slots of a row are contiguous).
+//   registers; a batched horizontal sum (simd.hpp: batched_hsum, xsimd::haddp) reduces the N
+//   accumulators at once into one register whose lanes are the N partial dots, stored
+//   straight into grad (the slots of a row are contiguous). 8 dots in flight instead of one
+//   at a time took a prototype from 2.5x to 3.65x of the dense rate.
 // - Panels after the first add their partial dot to grad.
 // Every grad[s] is summed in an order fixed by its row and B alone, so the result is bitwise
 // identical for every thread count.
@@ -30,6 +32,15 @@
 #include "spmm.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
+
+// Bytes of X one weight-gradient panel may span (see panels.hpp). Twice the spmm budget:
+// every panel re-reads the row's indices, re-adds into grad and pays a batched horizontal sum
+// per N slots, so wide panels pay off even when they spill from L2. Geometric mean over the
+// compare_kernels grid, 1 thread: density 0.02 13.5-14.3x at 512 KiB, 14.8x at 1 MiB,
+// 16.0-16.8x at 2 MiB; density 0.1 4.4x / 4.5x / 4.6x.
+#ifndef SPRIG_SDDMM_PANEL_BUDGET_BYTES
+#  define SPRIG_SDDMM_PANEL_BUDGET_BYTES (2 * SPRIG_PANEL_BUDGET_BYTES)
+#endif
 
 namespace sprig {
 
@@ -109,7 +120,7 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
   // N accumulators + R dY registers + a load must fit the register file: 32 registers
   // with AVX-512 (64-byte registers), 16 on SSE/AVX2; NEON has 32 but 4 lanes, R <= 8 is fine.
   constexpr std::int64_t max_regs = (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
-  const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, max_regs);
+  const PanelPlan plan(Bw, K, N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, max_regs);
   const bool in_place = plan.in_place();
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
   ws.partition.update(W);
