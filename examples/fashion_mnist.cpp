@@ -47,7 +47,6 @@
 namespace {
 
 using T = float;
-using Index = std::int32_t;
 using Clock = std::chrono::steady_clock;
 
 struct Config {
@@ -68,6 +67,7 @@ struct Config {
   std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
   std::int64_t delta_t = 100;
   double alpha = 0.3;
+  int index_bits = 32;  // column index width of the sparse layers: 16 or 32
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
 };
 
@@ -105,6 +105,7 @@ constexpr const char* kGemmName = ", dense GEMM: portable";
 
 // input -> hidden widths (SparseLinear at density 1 - sparsity, or Linear when sparsity is
 // 0; each followed by ReLU) -> 10 (Linear).
+template <class Index>
 sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
   sprig::Sequential<T, Index> model;
   std::int64_t in = inputs;
@@ -137,11 +138,12 @@ Quantiles quantiles(std::vector<double> v) {
 // alternating step by step on the same batches (so machine drift hits both alike), and
 // prints the medians with the 10th/90th percentiles, split into forward (with the loss),
 // backward and optimizer.
+template <class Index>
 int compare_step_times(const Config& cfg, const sprig::FashionMNIST<T>& data, T mean, T inv_std) {
   if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   std::string shape;
-  sprig::Sequential<T, Index> models[2] = {build_model(cfg, 0.0, data.train.features(), shape),
-                                           build_model(cfg, cfg.sparsity, data.train.features(), shape)};
+  sprig::Sequential<T, Index> models[2] = {build_model<Index>(cfg, 0.0, data.train.features(), shape),
+                                           build_model<Index>(cfg, cfg.sparsity, data.train.features(), shape)};
   sprig::AdamW<T> opts[2] = {sprig::AdamW<T>({.lr = 1e-3}), sprig::AdamW<T>({.lr = 1e-3})};
   sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
                                 {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
@@ -193,6 +195,7 @@ struct Evaluation {
 };
 
 // Accuracy and mean loss over a whole set, in chunks of 1000 columns.
+template <class Index>
 Evaluation evaluate(sprig::Sequential<T, Index>& model, const sprig::LabeledImages<T>& data, T mean, T inv_std) {
   sprig::MiniBatches<T> chunks(data.images.view(), sprig::DataLayout::example_major, data.labels,
                                {.batch_size = 1000, .shuffle = false});
@@ -213,6 +216,7 @@ Evaluation evaluate(sprig::Sequential<T, Index>& model, const sprig::LabeledImag
   return {loss / static_cast<double>(data.size()), static_cast<double>(correct) / static_cast<double>(data.size())};
 }
 
+template <class Index>
 int run(const Config& cfg) {
 #if defined(_OPENMP)
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
@@ -239,12 +243,13 @@ int run(const Config& cfg) {
               cfg.data_dir.c_str(), seconds_since(t_load));
 
   std::string shape;
-  sprig::Sequential<T, Index> model = build_model(cfg, cfg.sparsity, data.train.features(), shape);
+  sprig::Sequential<T, Index> model = build_model<Index>(cfg, cfg.sparsity, data.train.features(), shape);
   const double density = 1.0 - cfg.sparsity;
-  std::printf("model: %s, hidden layers %s (density %.3f), output dense; batch %lld, %s, %d thread(s)%s\n",
-              shape.c_str(), cfg.sparsity > 0.0 ? "sparse" : "dense", density, static_cast<long long>(cfg.batch),
-              cfg.optimizer.c_str(), threads, kGemmName);
-  if (cfg.compare_steps > 0) return compare_step_times(cfg, data, mean, inv_std);
+  std::printf("model: %s, hidden layers %s (density %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
+              "thread(s)%s\n",
+              shape.c_str(), cfg.sparsity > 0.0 ? "sparse" : "dense", density, static_cast<int>(8 * sizeof(Index)),
+              static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName);
+  if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);
 
   sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
                                 {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
@@ -402,6 +407,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the per-epoch curves to this CSV file");
+  app.add_option("--index-bits", cfg.index_bits,
+                 "Column index width of the sparse layers (16 needs layer inputs <= 32768)")
+      ->check(CLI::IsMember({16, 32}))
+      ->capture_default_str();
   app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
       ->capture_default_str();
@@ -423,7 +432,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   try {
-    return run(cfg);
+    return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
   } catch (const sprig::Error& e) {
     std::cerr << "fashion_mnist: " << e.what() << "\n";
     return 1;
