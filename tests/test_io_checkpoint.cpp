@@ -266,6 +266,20 @@ TEST_CASE("PaddedCSR file: checksummed but invalid content is rejected with what
   rejects(patched(sec[0].header + 4, 1, 4), "unsupported section flags 1");
   rejects(patched(sec[0].header + 8, std::uint64_t{1} << 62, 8), "payload is declared as");
   rejects(patched(sec[0].header, sprig::binary::tag("MODL"), 4), "expected section 'CSR '");
+
+  // a duplicate in a row of a very wide matrix (the sorted-row path, no per-column marker)
+  const std::vector<std::int64_t> wrp = {0, 2};
+  const std::vector<Index> wci = {5, 70000};
+  const std::vector<T> wva = {1.f, 2.f};
+  const auto wide = PaddedCSR<T, Index>::from_csr(1, 100000, std::span<const std::int64_t>(wrp),
+                                                  std::span<const Index>(wci), std::span<const T>(wva), 0.0);
+  auto f = encode_padded_csr(wide);
+  REQUIRE_NOTHROW((decode_padded_csr<T, Index>(f)));
+  const std::size_t wci_at = sprig_test::sections_of(f)[0].payload + 40 + 24;
+  REQUIRE(sprig_test::load_le(f.data() + wci_at + 4, 4) == 70000);
+  sprig_test::store_le(f.data() + wci_at + 4, 5, 4);
+  sprig_test::reseal(f);
+  rejects(f, "row 0 holds column 5 twice");
 }
 
 // ---- training state ----------------------------------------------------------------------

@@ -302,22 +302,31 @@ SparseImage<T, Index> get_sparse(binary::Reader& r) {
   (void)at_rows;
   const std::int64_t at_cols = r.offset();
   r.get_array<Index>(s.nnz, s.col_indices, "col_indices");
+  // Duplicates: a per-column marker (O(nnz + cols)) when cols is small against the data
+  // read, else a sorted copy of each row (O(nnz log)), so a huge declared width costs nothing.
+  const bool marker = s.cols <= std::max<std::int64_t>(std::int64_t{1} << 16, 4 * s.nnz);
+  std::vector<std::int64_t> seen(marker ? static_cast<std::size_t>(s.cols) : 0, -1);
   std::vector<Index> row;
   std::int64_t q = 0;
   for (std::int64_t i = 0; i < s.rows; ++i) {
     const std::int64_t n = s.row_nnz[i];
     for (std::int64_t e = 0; e < n; ++e) {
       const auto c = static_cast<std::int64_t>(s.col_indices[static_cast<std::size_t>(q + e)]);
-      if (c < 0 || c >= s.cols)
-        r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * (q + e), "row ", i, " has column ", c,
-                  " outside [0, ", s.cols, ")");
+      const std::int64_t at = at_cols + static_cast<std::int64_t>(sizeof(Index)) * (q + e);
+      if (c < 0 || c >= s.cols) r.fail_at(at, "row ", i, " has column ", c, " outside [0, ", s.cols, ")");
+      if (marker) {
+        if (seen[static_cast<std::size_t>(c)] == i) r.fail_at(at, "row ", i, " holds column ", c, " twice");
+        seen[static_cast<std::size_t>(c)] = i;
+      }
     }
-    row.assign(s.col_indices.begin() + q, s.col_indices.begin() + q + n);
-    std::sort(row.begin(), row.end());
-    const auto dup = std::adjacent_find(row.begin(), row.end());
-    if (dup != row.end())
-      r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * q, "row ", i, " holds column ",
-                static_cast<std::int64_t>(*dup), " twice");
+    if (!marker) {
+      row.assign(s.col_indices.begin() + q, s.col_indices.begin() + q + n);
+      std::sort(row.begin(), row.end());
+      const auto dup = std::adjacent_find(row.begin(), row.end());
+      if (dup != row.end())
+        r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * q, "row ", i, " holds column ",
+                  static_cast<std::int64_t>(*dup), " twice");
+    }
     q += n;
   }
   r.get_array<T>(s.nnz, s.values, "values");
@@ -472,9 +481,10 @@ struct StagedDense {
   bool decay = true;
 };
 
-// Calls fn(param) for every parameter of a (const) layer, in for_each_parameter order.
+// Calls fn(param) for every parameter of a layer (const or not), weight then bias, as the
+// layers' own for_each_parameter does (which exists for non-const layers only).
 template <class L, class Fn>
-void for_each_parameter_of(const L& layer, Fn&& fn) {
+void for_each_parameter_of(L& layer, Fn&& fn) {
   if constexpr (requires { layer.weight; layer.bias; }) {
     fn(layer.weight);
     fn(layer.bias);
@@ -801,8 +811,8 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   for (std::size_t k = 0; k < model.size(); ++k)
     std::visit(
         [&](auto& l) {
-          if constexpr (requires { l.for_each_parameter([](auto&) {}); }) {
-            l.for_each_parameter([&](auto& p) {
+          if constexpr (requires { l.weight; l.bias; }) {
+            ck::for_each_parameter_of(l, [&](auto& p) {
               if constexpr (requires { p.weight.storage_size(); }) {
                 auto& s = sparse[si++];
                 p.weight = std::move(s.weight);
