@@ -1,6 +1,8 @@
 """Merges sprig's train_step CSV with the PyTorch/sparselab results into one markdown table.
 
-usage: report.py sprig.csv python.jsonl
+usage: report.py sprig.csv python.jsonl [python.csv]
+The optional third argument receives the Python results in train_step's CSV columns
+(speedup_vs_dense: against PyTorch dense at the same thread count).
 """
 from __future__ import annotations
 
@@ -64,6 +66,15 @@ def main() -> None:
     for model, t, vt, vs in bars:
         print(f"| {model} | {t} | {f(vt, '{:.2f}x')} | {'yes' if vt and vt >= 3 else 'NO'} "
               f"| {f(vs, '{:.2f}x')} | {'yes' if vs and vs >= 5 else 'NO'} |")
+    if len(sys.argv) > 3:
+        with open(sys.argv[3], "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["model", "sparsity", "threads", "impl", "median_ms", "spread", "speedup_vs_dense", "peak_rss_mb"])
+            for k, r in sorted(list(torch_dense.items()) + list(sparselab.items()), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+                td = torch_dense.get(key(r["model"], 0, r["threads"]))
+                w.writerow([r["model"], r["sparsity"], r["threads"], r["impl"], f"{r['median_ms']:.3f}",
+                            f"{r['p25_ms']:.3f}-{r['p75_ms']:.3f}", f"{ms(td) / r['median_ms']:.2f}" if td else "",
+                            f"{r['peak_rss_mb']:.1f}"])
     versions = {r.get("torch") for r in list(torch_dense.values()) + list(sparselab.values())}
     print(f"\ntorch {', '.join(sorted(v for v in versions if v))}; sparselab "
           f"{', '.join(sorted({r.get('sparselab', '') for r in sparselab.values()}))}; ms/step = median step + "

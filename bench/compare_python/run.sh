@@ -68,4 +68,4 @@ for t in $THREADS; do
 done
 
 # 4. One table.
-"$PY" "$HERE/report.py" "$OUT/sprig.csv" "$OUT/python.jsonl" | tee "$OUT/comparison.md"
+"$PY" "$HERE/report.py" "$OUT/sprig.csv" "$OUT/python.jsonl" "$OUT/python.csv" | tee "$OUT/comparison.md"
