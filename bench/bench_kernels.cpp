@@ -1,9 +1,10 @@
 // bench_kernels — Google Benchmark timings of sprig's kernels on a few shapes: spmm (forward),
-// spmm on the cached transpose (dX, with the value refresh), sddmm (weight gradient), and
-// the transpose rebuild and value refresh on their own. Counters: GFLOP/s of useful work
+// dX on the cached transpose (spmm_transposed, and cache.get + spmm), sddmm (weight
+// gradient), and the transpose rebuild and value refresh on their own. Counters: GFLOP/s of useful work
 // (2 * nnz * B) and nnz. Threads follow OMP_NUM_THREADS.
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/spmm.hpp>
+#include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
 
 #include <cstdint>
@@ -59,7 +60,25 @@ void BM_spmm(benchmark::State& state) {
   set_counters(state, W, B);
 }
 
+// dX = W^T dY through spmm_transposed (W's values read through the permutation).
 void BM_spmm_transposed(benchmark::State& state) {
+  const auto& W = weights(state.range(0), state.range(1), state.range(2));
+  const std::int64_t B = state.range(3);
+  const auto dY = random_matrix(W.rows(), B, 2);
+  sprig::Matrix<float> dX(W.cols(), B);
+  sprig::TransposeCache<float, std::int32_t> cache;
+  cache.get(W);
+  sprig::KernelWorkspace<float> ws;
+  for (auto _ : state) {
+    sprig::spmm_transposed(W, cache, dY, dX.view(), ws);
+    benchmark::DoNotOptimize(dX.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, W, B);
+}
+
+// dX = W^T dY the plain way: cache.get(W) (value refresh) then spmm.
+void BM_spmm_cache_get(benchmark::State& state) {
   const auto& W = weights(state.range(0), state.range(1), state.range(2));
   const std::int64_t B = state.range(3);
   const auto dY = random_matrix(W.rows(), B, 2);
@@ -136,6 +155,7 @@ void transpose_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_spmm)->Apply(kernel_args);
 BENCHMARK(BM_spmm_transposed)->Apply(kernel_args);
+BENCHMARK(BM_spmm_cache_get)->Apply(kernel_args);
 BENCHMARK(BM_sddmm)->Apply(kernel_args);
 BENCHMARK(BM_transpose_rebuild)->Apply(transpose_args);
 BENCHMARK(BM_transpose_refresh)->Apply(transpose_args);
