@@ -10,7 +10,7 @@
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
-//   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x>
+//   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
@@ -376,8 +376,11 @@ int run(const Config& cfg) {
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
                 100.0 * algorithm->total_seconds() / train_seconds);
-  std::printf("RESULT test_accuracy=%.4f weight_bytes=%lld dense_weight_bytes=%lld ms_per_step=%.3f\n", test.accuracy,
-              static_cast<long long>(weight_bytes), static_cast<long long>(dense_bytes), ms_per_step);
+  // The four fields the issue names come first; topology_seconds (time in DST updates) is
+  // appended for dst_compare.
+  std::printf("RESULT test_accuracy=%.4f weight_bytes=%lld dense_weight_bytes=%lld ms_per_step=%.3f topology_seconds=%.3f\n",
+              test.accuracy, static_cast<long long>(weight_bytes), static_cast<long long>(dense_bytes), ms_per_step,
+              algorithm ? algorithm->total_seconds() : 0.0);
   return 0;
 }
 

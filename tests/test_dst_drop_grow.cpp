@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 
-#include <sprig/dst/top_k.hpp>
 
 using namespace sprig;
 using namespace sprig::dst;
@@ -13,28 +12,30 @@ using namespace sprig::dst;
 using Pairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
                          std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
 
-TEST_CASE("TopK equals a brute-force sort, independent of push order", "[dst][topk]") {
-  CounterRng rng(7);
-  for (int trial = 0; trial < 50; ++trial) {
-    const std::int64_t rows = 1 + rng.uniform_below(9), cols = 1 + rng.uniform_below(9);
-    const std::int64_t k = rng.uniform_below(rows * cols + 2);
-    std::vector<ScoredPosition> all;
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t c = 0; c < cols; ++c) all.push_back({static_cast<double>(rng.uniform_below(5)), i, c});  // many ties
-    auto expected = all;
-    std::sort(expected.begin(), expected.end(), [&](auto& a, auto& b) {
-      return a.score != b.score ? a.score > b.score : a.row * cols + a.col < b.row * cols + b.col;
-    });
-    expected.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, rows * cols)));
-    std::reverse(all.begin(), all.end());  // a different streaming order
-    TopK top(k, cols);
-    for (auto& p : all) top.push(p.score, p.row, p.col);
-    const auto got = top.sorted();
-    REQUIRE(got.size() == expected.size());
-    for (std::size_t q = 0; q < got.size(); ++q) {
-      CHECK(got[q].row == expected[q].row);
-      CHECK(got[q].col == expected[q].col);
-    }
+TEST_CASE("random_free_positions is uniform over the free positions", "[dst][set]") {
+  // 6 x 5 layer with 8 live weights, 2 of them dropped: 24 free positions, draw 5 each time
+  auto W = PaddedCSR<double, std::int32_t>::random_total(6, 5, 8, 4);
+  const DropSet drop = select_drop(W, 2);
+  const std::int64_t free = 30 - (8 - 2), k = 5, trials = 20000;
+  std::vector<std::int64_t> hits(30, 0);
+  for (std::int64_t t = 0; t < trials; ++t) {
+    CounterRng rng(1, 2, static_cast<std::uint64_t>(t));
+    const auto got = random_free_positions(W, drop, k, rng);
+    REQUIRE(std::ssize(got) == k);
+    std::set<std::int64_t> distinct;
+    for (auto& p : got) distinct.insert(p.row * 5 + p.col);
+    REQUIRE(std::ssize(distinct) == k);
+    for (auto p : distinct) ++hits[p];
+  }
+  // each free position is chosen with probability k / free; 6 binomial standard deviations
+  const double p = double(k) / double(free), mean = trials * p, sd = std::sqrt(trials * p * (1 - p));
+  for (std::int64_t pos = 0; pos < 30; ++pos) {
+    const bool kept = W.find(pos / 5, pos % 5) >= 0 &&
+                      !std::binary_search(drop.positions.begin(), drop.positions.end(), pos);
+    if (kept)
+      CHECK(hits[pos] == 0);
+    else
+      CHECK(std::abs(double(hits[pos]) - mean) < 6 * sd);
   }
 }
 
@@ -76,19 +77,27 @@ TEMPLATE_LIST_TEST_CASE("drop/grow keeps the live count, zeroes new state, keeps
     const std::int64_t k = live_before / 4;
     std::map<std::int64_t, T> before;
     W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { before[i * W.cols() + c] = v; });
-    const auto drop = smallest_magnitude_slots(W, k);
-    const auto dropped_vec = positions_of(W, drop);
-    const std::unordered_set<std::int64_t> dropped(dropped_vec.begin(), dropped_vec.end());
-    // grow: half random free positions, plus (every other round) a just-dropped one
-    auto grow = random_free_positions(W, dropped, k, rng);
+    const DropSet drop = select_drop(W, k);
+    const std::set<std::int64_t> dropped(drop.positions.begin(), drop.positions.end());
+    CHECK(positions_of(W, drop.slots) == [&] {  // rows/positions agree with the slot lookup
+      std::vector<std::int64_t> p;
+      for (std::size_t q = 0; q < drop.slots.size(); ++q) p.push_back(drop.rows[q] * W.cols() + W.col_indices()[drop.slots[q]]);
+      return p;
+    }());
+    // grow: random free positions, plus (every other round) a just-dropped one
+    auto grow = random_free_positions(W, drop, k, rng);
+    for (auto& p : grow) {
+      const bool live = W.find(p.row, p.col) >= 0;
+      CHECK((!live || dropped.count(p.row * W.cols() + p.col)));  // never a kept position
+    }
     if (round % 2 == 0 && k > 0) {
-      const std::int64_t pos = dropped_vec.front();
+      const std::int64_t pos = drop.positions.front();
       bool present = false;
       for (auto& p : grow) present |= p.row * W.cols() + p.col == pos;
       if (!present) grow.back() = {0.0, pos / W.cols(), pos % W.cols()};
     }
     SlotLog log;
-    const auto stats = apply_drop_grow(W, std::span<const std::int64_t>(drop), std::span<const ScoredPosition>(grow), log);
+    const auto stats = apply_drop_grow(W, drop, std::span<const ScoredPosition>(grow), log);
     log.apply(state);
     W.check_invariants();
     CHECK(W.nnz() == live_before);
@@ -125,10 +134,9 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
     Matrix<T> G(M, K);
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t c = 0; c < K; ++c) G(i, c) = T(static_cast<double>(rng.uniform_below(7)) - 3.0);  // ties
-    const auto drop = smallest_magnitude_slots(W, W.nnz() / 3);
-    const auto dv = positions_of(W, drop);
-    const std::unordered_set<std::int64_t> dropped(dv.begin(), dv.end());
-    const std::int64_t k = std::ssize(drop);
+    const DropSet drop = select_drop(W, W.nnz() / 3);
+    const std::set<std::int64_t> dropped(drop.positions.begin(), drop.positions.end());
+    const std::int64_t k = drop.size();
     // brute force: every not-kept position, sorted by |g| desc then position
     std::vector<ScoredPosition> all;
     for (std::int64_t i = 0; i < M; ++i)
@@ -140,7 +148,7 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
     all.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, std::ssize(all))));
     Matrix<T> block;
     const std::int64_t block_rows = 1 + rng.uniform_below(7);
-    const auto got = top_gradient_positions(W, dropped, k, block_rows,
+    const auto got = top_gradient_positions(W, drop, k, block_rows,
         [&](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
           for (std::int64_t i = 0; i < n; ++i)
             for (std::int64_t c = 0; c < K; ++c) out(i, c) = G(r0 + i, c);

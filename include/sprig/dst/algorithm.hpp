@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "../core/rng.hpp"
@@ -66,7 +65,7 @@ public:
   std::uint64_t seed() const noexcept { return seed_; }
   // A layer whose dead slots (left behind by relocated rows) exceed this fraction of its
   // storage is compacted after the update.
-  double compact_threshold = 0.5;
+  double compact_threshold = 0.2;
 
   // Total time spent in topology updates and how many there were.
   double total_seconds() const noexcept { return total_seconds_; }
@@ -79,15 +78,12 @@ public:
     report.step = t;
     report.drop_fraction = schedule_.drop_fraction(t);
     const std::size_t n = layers.size();
-    std::vector<std::vector<std::int64_t>> drops(n);
-    std::vector<std::unordered_set<std::int64_t>> dropped(n);
+    std::vector<DropSet> drops(n);
     std::vector<std::int64_t> drop_counts(n);
     for (std::size_t l = 0; l < n; ++l) {
       const auto& W = layers[l].layer->weight.weight;
       const auto k = static_cast<std::int64_t>(std::floor(report.drop_fraction * static_cast<double>(W.nnz())));
-      drops[l] = smallest_magnitude_slots(W, k);
-      const auto positions = positions_of(W, drops[l]);
-      dropped[l] = std::unordered_set<std::int64_t>(positions.begin(), positions.end());
+      drops[l] = select_drop(W, k);
       drop_counts[l] = k;
     }
     const std::vector<std::int64_t> grow = grow_counts(layers, drop_counts);
@@ -97,10 +93,9 @@ public:
       LayerUpdate& u = report.layers[l];
       u.live_before = param.weight.nnz();
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
-      const std::vector<ScoredPosition> where = grow_positions(layers[l], dropped[l], grow[l], rng);
+      const std::vector<ScoredPosition> where = grow_positions(layers[l], drops[l], grow[l], rng);
       SlotLog log;
-      u.stats = apply_drop_grow(param.weight, std::span<const std::int64_t>(drops[l]),
-                                std::span<const ScoredPosition>(where), log);
+      u.stats = apply_drop_grow(param.weight, drops[l], std::span<const ScoredPosition>(where), log);
       if (param.weight.dead_slots() > compact_threshold * static_cast<double>(param.weight.storage_size())) {
         param.weight.compact(&log);
         u.compacted = true;
@@ -121,12 +116,12 @@ protected:
     return drop_counts;
   }
   // k positions, distinct, none of them kept (live and not in `dropped`), for this layer.
-  virtual std::vector<ScoredPosition> grow_positions(const LayerRef& layer, const std::unordered_set<std::int64_t>& dropped,
+  virtual std::vector<ScoredPosition> grow_positions(const LayerRef& layer, const DropSet& dropped,
                                                      std::int64_t k, CounterRng& rng) = 0;
 
   // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed block by block
   // with a dense GEMM and never stored whole): RigL's grow rule, reused by others.
-  std::vector<ScoredPosition> top_dense_gradient(const LayerRef& layer, const std::unordered_set<std::int64_t>& dropped,
+  std::vector<ScoredPosition> top_dense_gradient(const LayerRef& layer, const DropSet& dropped,
                                                  std::int64_t k) {
     const auto& W = layer.layer->weight.weight;
     // about 1 MiB of block: large enough for an efficient GEMM, small against the layer

@@ -13,22 +13,39 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <unordered_set>
+#include <iterator>
+#include <limits>
 #include <vector>
 
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/rng.hpp"
 #include "../core/slot_log.hpp"
-#include "top_k.hpp"
 
 namespace sprig::dst {
 
-// The k live slots with the smallest |w|; ties broken by smaller (row, col) first. O(nnz).
+// A matrix position with the score that selected it (|gradient| for RigL, 0 for random).
+struct ScoredPosition {
+  double score;
+  std::int64_t row;
+  std::int64_t col;
+};
+
+// The weights a drop step removes from one layer: the k live slots of smallest |w| (ties:
+// smaller (row, col) first), with their rows and linear positions (row * cols + col), and a
+// per-slot flag for O(1) "is this slot dropped" tests. Built in O(nnz) without hashing.
+struct DropSet {
+  std::vector<std::int64_t> slots;      // descending slot order (the order erase needs)
+  std::vector<std::int64_t> rows;       // rows[q] owns slots[q]
+  std::vector<std::int64_t> positions;  // ascending
+  std::vector<std::uint8_t> slot_flag;  // 1 at dropped slots, size storage_size()
+  std::int64_t size() const noexcept { return std::ssize(slots); }
+};
+
 template <Value T, ColumnIndex Index>
-std::vector<std::int64_t> smallest_magnitude_slots(const PaddedCSR<T, Index>& W, std::int64_t k) {
+DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
   if (k < 0 || k > W.nnz())
-    throw ArgumentError(sprig::detail::message("smallest_magnitude_slots: k = ", k, " outside [0, nnz = ", W.nnz(), "]"));
+    throw ArgumentError(sprig::detail::message("select_drop: k = ", k, " outside [0, nnz = ", W.nnz(), "]"));
   struct Entry {
     T magnitude;
     std::int64_t position;
@@ -41,9 +58,24 @@ std::vector<std::int64_t> smallest_magnitude_slots(const PaddedCSR<T, Index>& W,
     return a.magnitude != b.magnitude ? a.magnitude < b.magnitude : a.position < b.position;
   };
   if (k < std::ssize(live)) std::nth_element(live.begin(), live.begin() + k, live.end(), less);
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(k));
-  for (std::int64_t q = 0; q < k; ++q) slots[q] = live[q].slot;
-  return slots;
+  live.resize(static_cast<std::size_t>(k));
+  DropSet d;
+  d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
+  std::sort(live.begin(), live.end(), [](const Entry& a, const Entry& b) { return a.slot > b.slot; });
+  for (const Entry& e : live) {
+    d.slots.push_back(e.slot);
+    d.rows.push_back(e.position / W.cols());
+    d.positions.push_back(e.position);
+    d.slot_flag[static_cast<std::size_t>(e.slot)] = 1;
+  }
+  std::sort(d.positions.begin(), d.positions.end());
+  return d;
+}
+
+// The k live slots with the smallest |w| (see select_drop), in descending slot order.
+template <Value T, ColumnIndex Index>
+std::vector<std::int64_t> smallest_magnitude_slots(const PaddedCSR<T, Index>& W, std::int64_t k) {
+  return select_drop(W, k).slots;
 }
 
 // Linear positions (row * cols + col) of the given live slots, in the same order.
@@ -70,138 +102,168 @@ struct DropGrowStats {
   std::int64_t regrown = 0;   // dropped and chosen again: kept with value and state
 };
 
-// Removes `drop_slots` and adds `grow` (positions not live after the drop, distinct), logging
-// every slot move in `log`. A grow position that is among the dropped ones cancels that drop.
+// Removes the dropped weights and adds `grow` (distinct positions, none kept), logging every
+// slot move in `log`. A grow position among the dropped ones cancels that drop (the weight
+// stays with its value and state). Rows that need more room are given capacity for their new
+// count plus the matrix's padding ratio first, so each relocates at most once.
 template <Value T, ColumnIndex Index>
-DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, std::span<const std::int64_t> drop_slots,
-                              std::span<const ScoredPosition> grow, SlotLog& log) {
-  const std::vector<std::int64_t> drop_positions = positions_of(W, drop_slots);
-  std::unordered_set<std::int64_t> grow_positions;
-  grow_positions.reserve(grow.size() * 2);
-  for (const ScoredPosition& p : grow) grow_positions.insert(p.row * W.cols() + p.col);
-  std::vector<std::int64_t> really_drop;
-  std::unordered_set<std::int64_t> regrow;
-  really_drop.reserve(drop_slots.size());
-  for (std::size_t q = 0; q < drop_slots.size(); ++q) {
-    if (grow_positions.count(drop_positions[q]))
-      regrow.insert(drop_positions[q]);
-    else
-      really_drop.push_back(drop_slots[q]);
-  }
-  W.erase_slots(really_drop, &log);
+DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, const DropSet& drop, std::span<const ScoredPosition> grow,
+                              SlotLog& log) {
+  const std::int64_t cols = W.cols();
+  std::vector<std::int64_t> grow_pos(grow.size());
+  for (std::size_t q = 0; q < grow.size(); ++q) grow_pos[q] = grow[q].row * cols + grow[q].col;
+  std::sort(grow_pos.begin(), grow_pos.end());
+  std::vector<std::int64_t> regrow;
+  std::set_intersection(drop.positions.begin(), drop.positions.end(), grow_pos.begin(), grow_pos.end(),
+                        std::back_inserter(regrow));
   DropGrowStats stats;
-  stats.dropped = std::ssize(really_drop);
   stats.regrown = std::ssize(regrow);
-  for (const ScoredPosition& p : grow) {
-    if (regrow.count(p.row * W.cols() + p.col)) continue;
-    W.insert_new(p.row, p.col, T(0), &log);
+  // drops in descending slot order: each erase moves the row's last live slot (never one
+  // still to be erased) into the hole
+  for (std::size_t q = 0; q < drop.slots.size(); ++q) {
+    const std::int64_t s = drop.slots[q];
+    const std::int64_t pos = drop.rows[q] * cols + static_cast<std::int64_t>(W.col_indices()[s]);
+    if (std::binary_search(regrow.begin(), regrow.end(), pos)) continue;
+    W.erase_slot(drop.rows[q], s, &log);
+    ++stats.dropped;
+  }
+  std::vector<std::int64_t> need(static_cast<std::size_t>(W.rows()), 0);
+  for (std::int64_t p : grow_pos)
+    if (!std::binary_search(regrow.begin(), regrow.end(), p)) ++need[static_cast<std::size_t>(p / cols)];
+  for (std::int64_t i = 0; i < W.rows(); ++i)
+    if (need[i] > 0 && W.row_nnz(i) + need[i] > W.row_capacity(i))
+      W.reserve_row(i, PaddedCSR<T, Index>::capacity_for(W.row_nnz(i) + need[i], W.padding_ratio()), &log);
+  for (std::int64_t p : grow_pos) {
+    if (std::binary_search(regrow.begin(), regrow.end(), p)) continue;
+    W.insert_new(p / cols, p % cols, T(0), &log);
     ++stats.grown;
   }
   return stats;
 }
 
-// Per row, a marker of the columns that are kept (live and not in the drop set): the
-// positions a grow step must skip. kept_cols(row) is valid until the next call for another row.
+// Marks, row by row, the columns that are kept (live and not dropped): the positions a grow
+// step must skip. Valid for one row at a time, in any row order.
 template <Value T, ColumnIndex Index>
 class KeptColumns {
 public:
-  KeptColumns(const PaddedCSR<T, Index>& W, const std::unordered_set<std::int64_t>& dropped_positions)
-      : W_(W), dropped_(dropped_positions), mark_(static_cast<std::size_t>(W.cols()), -1) {}
+  KeptColumns(const PaddedCSR<T, Index>& W, const DropSet& drop)
+      : W_(W), drop_(drop), mark_(static_cast<std::size_t>(W.cols()), -1) {}
 
   bool kept(std::int64_t row, std::int64_t col) {
     if (row != current_) load(row);
     return mark_[static_cast<std::size_t>(col)] == row;
   }
+  // Calls fn(col) for every kept column of `row`.
+  template <class Fn>
+  void for_each_kept(std::int64_t row, Fn&& fn) const {
+    const std::int64_t start = W_.row_start(row);
+    const auto cols = W_.col_indices();
+    for (std::int64_t s = start, e = start + W_.row_nnz(row); s < e; ++s)
+      if (!drop_.slot_flag[static_cast<std::size_t>(s)]) fn(static_cast<std::int64_t>(cols[s]));
+  }
 
 private:
   void load(std::int64_t row) {
     current_ = row;
-    const auto r = W_.row(row);
-    for (std::size_t q = 0; q < r.cols.size(); ++q) {
-      const std::int64_t c = r.cols[q];
-      if (!dropped_.count(row * W_.cols() + c)) mark_[static_cast<std::size_t>(c)] = row;
-    }
+    for_each_kept(row, [&](std::int64_t c) { mark_[static_cast<std::size_t>(c)] = row; });
   }
   const PaddedCSR<T, Index>& W_;
-  const std::unordered_set<std::int64_t>& dropped_;
+  const DropSet& drop_;
   std::vector<std::int64_t> mark_;
   std::int64_t current_ = -1;
 };
 
-// k positions uniformly at random (without replacement) among those not kept, by rejection
-// from the counter-based stream `rng`. Expected O(k) draws while the kept fraction is small;
-// falls back to enumerating free positions when it is not.
+// k positions uniformly at random (without replacement) among those not kept. Rounds of
+// uniform draws for exactly the number still missing, sorted, filtered row by row against
+// the kept columns and merged: when to stop depends only on how many distinct free positions
+// were found, so the result is a uniform random subset. Expected O(k log k + nnz) per round
+// and few rounds while the kept fraction is small; falls back to enumerating the free
+// positions (O(rows * cols) time) when the layer is more than half full.
 template <Value T, ColumnIndex Index>
-std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W,
-                                                  const std::unordered_set<std::int64_t>& dropped_positions,
-                                                  std::int64_t k, CounterRng& rng) {
-  const std::int64_t total = W.rows() * W.cols();
-  const std::int64_t kept = W.nnz() - std::ssize(dropped_positions);
+std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
+                                                  CounterRng& rng) {
+  const std::int64_t cols = W.cols();
+  const std::int64_t total = W.rows() * cols;
+  const std::int64_t kept = W.nnz() - drop.size();
   const std::int64_t free = total - kept;
-  if (k > free)
-    throw ArgumentError(sprig::detail::message("random_free_positions: k = ", k, " exceeds the ", free, " free positions"));
-  std::vector<ScoredPosition> out;
-  out.reserve(static_cast<std::size_t>(k));
-  if (free >= 4 * k + 64 && 2 * kept <= total) {
-    // rejection: live positions as a hash set for O(1) lookups
-    std::unordered_set<std::int64_t> live;
-    live.reserve(static_cast<std::size_t>(W.nnz()) * 2);
-    W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t) { live.insert(i * W.cols() + c); });
-    std::unordered_set<std::int64_t> chosen;
-    while (std::ssize(out) < k) {
-      const auto pos = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(total)));
-      if ((live.count(pos) && !dropped_positions.count(pos)) || !chosen.insert(pos).second) continue;
-      out.push_back({0.0, pos / W.cols(), pos % W.cols()});
+  if (k < 0 || k > free)
+    throw ArgumentError(sprig::detail::message("random_free_positions: k = ", k, " outside [0, ", free, " free positions]"));
+  KeptColumns<T, Index> kept_cols(W, drop);
+  std::vector<std::int64_t> chosen;
+  if (2 * kept <= total) {
+    std::vector<std::int64_t> fresh, merged;
+    while (std::ssize(chosen) < k) {
+      fresh.resize(static_cast<std::size_t>(k - std::ssize(chosen)));
+      for (auto& p : fresh) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(total)));
+      std::sort(fresh.begin(), fresh.end());
+      std::erase_if(fresh, [&](std::int64_t p) { return kept_cols.kept(p / cols, p % cols); });
+      merged.clear();
+      std::set_union(chosen.begin(), chosen.end(), fresh.begin(), fresh.end(), std::back_inserter(merged));
+      merged.erase(std::unique(merged.begin(), merged.end()), merged.end());
+      chosen.swap(merged);
     }
   } else {
-    // enumerate the free positions, then a partial Fisher-Yates shuffle picks k of them
     std::vector<std::int64_t> candidates;
     candidates.reserve(static_cast<std::size_t>(free));
-    KeptColumns<T, Index> kept_cols(W, dropped_positions);
     for (std::int64_t i = 0; i < W.rows(); ++i)
-      for (std::int64_t c = 0; c < W.cols(); ++c)
-        if (!kept_cols.kept(i, c)) candidates.push_back(i * W.cols() + c);
-    for (std::int64_t q = 0; q < k; ++q) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        if (!kept_cols.kept(i, c)) candidates.push_back(i * cols + c);
+    for (std::int64_t q = 0; q < k; ++q) {  // partial Fisher-Yates
       const auto j = q + static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(free - q)));
       std::swap(candidates[q], candidates[j]);
-      out.push_back({0.0, candidates[q] / W.cols(), candidates[q] % W.cols()});
     }
+    chosen.assign(candidates.begin(), candidates.begin() + k);
+    std::sort(chosen.begin(), chosen.end());
   }
+  std::vector<ScoredPosition> out;
+  out.reserve(chosen.size());
+  for (std::int64_t p : chosen) out.push_back({0.0, p / cols, p % cols});
   return out;
 }
 
-}  // namespace sprig::dst
-
-namespace sprig::dst {
-
 // The k positions with the largest |dense gradient| among those not kept, streaming the
 // gradient in blocks of `block_rows` rows: `block_gradient(r0, n, out)` must write rows
-// [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus k entries,
-// never rows x cols.
+// [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus O(k)
+// candidates, never rows x cols. Selection is linear: candidates at or above the running
+// k-th score are buffered and cut back to k with nth_element whenever the buffer doubles.
+// Order (and ties) as TopK: larger score, then smaller position.
 template <Value T, ColumnIndex Index, class BlockGradient>
-std::vector<ScoredPosition> top_gradient_positions(const PaddedCSR<T, Index>& W,
-                                                   const std::unordered_set<std::int64_t>& dropped_positions,
-                                                   std::int64_t k, std::int64_t block_rows,
-                                                   BlockGradient&& block_gradient, Matrix<T>& block) {
+std::vector<ScoredPosition> top_gradient_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
+                                                   std::int64_t block_rows, BlockGradient&& block_gradient,
+                                                   Matrix<T>& block) {
   if (block_rows < 1) throw ArgumentError(sprig::detail::message("top_gradient_positions: block_rows ", block_rows, " < 1"));
-  TopK top(k, W.cols());
-  KeptColumns<T, Index> kept(W, dropped_positions);
+  const std::int64_t cols = W.cols();
+  if (k <= 0) return {};
+  auto better = [cols](const ScoredPosition& a, const ScoredPosition& b) {
+    return a.score != b.score ? a.score > b.score : a.row * cols + a.col < b.row * cols + b.col;
+  };
+  std::vector<ScoredPosition> cand;
+  cand.reserve(static_cast<std::size_t>(2 * k + cols));
+  double threshold = -INFINITY;
+  auto shrink = [&] {
+    std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), better);
+    threshold = cand[static_cast<std::size_t>(k - 1)].score;
+    cand.resize(static_cast<std::size_t>(k));
+  };
+  KeptColumns<T, Index> kept(W, drop);
   for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
     const std::int64_t n = std::min(block_rows, W.rows() - r0);
-    if (block.rows() < n || block.cols() != W.cols()) block.resize(block_rows, W.cols());
-    MatrixView<T> out = block.view().block(0, 0, n, W.cols());
+    if (block.rows() < n || block.cols() != cols) block.resize(block_rows, cols);
+    MatrixView<T> out = block.view().block(0, 0, n, cols);
     block_gradient(r0, n, out);
     for (std::int64_t i = 0; i < n; ++i) {
-      const T* g = out.row(i);
-      const double threshold = top.threshold();
-      for (std::int64_t c = 0; c < W.cols(); ++c) {
+      T* g = out.row(i);
+      kept.for_each_kept(r0 + i, [&](std::int64_t c) { g[c] = std::numeric_limits<T>::quiet_NaN(); });
+      for (std::int64_t c = 0; c < cols; ++c) {
         const double score = std::abs(static_cast<double>(g[c]));
-        if (score < threshold) continue;  // cannot enter; equal scores may still win on position
-        if (!kept.kept(r0 + i, c)) top.push(score, r0 + i, c);
+        if (score >= threshold) cand.push_back({score, r0 + i, c});  // NaN (kept) never passes
       }
+      if (std::ssize(cand) >= 2 * k + cols) shrink();
     }
   }
-  return top.sorted();
+  if (std::ssize(cand) > k) shrink();
+  std::sort(cand.begin(), cand.end(), better);
+  return cand;
 }
 
 }  // namespace sprig::dst

@@ -16,7 +16,7 @@ public:
 
 protected:
   std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
-                                             const std::unordered_set<std::int64_t>& dropped, std::int64_t k,
+                                             const DropSet& dropped, std::int64_t k,
                                              CounterRng& rng) override {
     return random_free_positions(layer.layer->weight.weight, dropped, k, rng);
   }

@@ -44,7 +44,7 @@ protected:
   }
 
   std::vector<ScoredPosition> grow_positions(const typename Base::LayerRef& layer,
-                                             const std::unordered_set<std::int64_t>& dropped, std::int64_t k,
+                                             const DropSet& dropped, std::int64_t k,
                                              CounterRng&) override {
     return this->top_dense_gradient(layer, dropped, k);
   }

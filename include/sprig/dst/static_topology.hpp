@@ -15,7 +15,7 @@ public:
 
 protected:
   std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
-                                             const std::unordered_set<std::int64_t>&, std::int64_t,
+                                             const DropSet&, std::int64_t,
                                              CounterRng&) override {
     return {};
   }

@@ -1,0 +1,104 @@
+// dst_update — the cost of one topology update (SET, RigL) on one sparse layer against the
+// cost of one training step of that layer, measured in the same process, plus the split of
+// an update into its phases (drop selection, grow selection, storage changes).
+//
+//   dst_update [--rows 4096] [--cols 4096] [--density 0.1] [--batch 128] [--reps 7] [--threads 1]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <sprig/dst/rigl.hpp>
+#include <sprig/dst/set.hpp>
+#include <sprig/optim/sgd.hpp>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(SPRIG_OPENBLAS)
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+using T = float;
+using Index = std::int32_t;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Cost of one SET / RigL topology update against one training step of the layer"};
+  std::int64_t rows = 4096, cols = 4096, batch = 128;
+  double density = 0.1;
+  int reps = 7, threads = 1;
+  app.add_option("--rows", rows)->capture_default_str();
+  app.add_option("--cols", cols)->capture_default_str();
+  app.add_option("--density", density)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str();
+  app.add_option("--reps", reps)->capture_default_str();
+  app.add_option("--threads", threads)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+#if defined(_OPENMP)
+  omp_set_num_threads(threads);
+#endif
+#if defined(SPRIG_OPENBLAS)
+  openblas_set_num_threads(threads);
+#endif
+
+  sprig::SparseLinear<T, Index> layer(cols, rows, density, 1);
+  sprig::Matrix<T> X(cols, batch), Y(rows, batch), dY(rows, batch), dX(cols, batch);
+  sprig::CounterRng rng(3);
+  for (std::int64_t i = 0; i < cols; ++i)
+    for (std::int64_t b = 0; b < batch; ++b) X(i, b) = static_cast<T>(rng.uniform(-1, 1));
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t b = 0; b < batch; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1e-3, 1e-3));
+  sprig::SGD<T> opt({.lr = 0.01, .momentum = 0.9});
+  auto step = [&] {
+    layer.forward(X, Y);
+    layer.backward(X, dY, dX);
+    opt.update(layer.weight);
+    opt.update(layer.bias);
+  };
+  sprig::dst::UpdateSchedule schedule;
+  schedule.delta_t = 100;
+  schedule.t_end = 1000;
+  sprig::dst::SET<T, Index> set(schedule, 1);
+  sprig::dst::RigL<T, Index> rigl(schedule, 1);
+  const std::vector<sprig::SparseLayerRef<T, Index>> refs{{0, 0, &layer, X.view(), dY.view()}};
+
+  std::vector<double> step_ms, set_ms, rigl_ms;
+  step();  // warm-up: creates optimizer state and kernel workspaces
+  for (int r = 0; r < reps; ++r) {
+    auto t = Clock::now();
+    step();
+    step_ms.push_back(ms_since(t));
+    t = Clock::now();
+    set.update(refs, 100);  // drop fraction f(100) of the cosine schedule
+    set_ms.push_back(ms_since(t));
+    step();  // rebuild caches after the topology change outside the timed region
+    t = Clock::now();
+    rigl.update(refs, 100);
+    rigl_ms.push_back(ms_since(t));
+    step();
+  }
+  std::printf("layer %lld x %lld, density %.3f (nnz %lld), batch %lld, %d thread(s), drop fraction %.3f\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), density,
+              static_cast<long long>(layer.weight.weight.nnz()), static_cast<long long>(batch), threads,
+              schedule.drop_fraction(100));
+  const double s = median(step_ms);
+  std::printf("training step (fwd + bwd incl. dX + SGD): median %.2f ms [%.2f - %.2f]\n", s,
+              *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()));
+  std::printf("SET update:  median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
+              median(set_ms), *std::min_element(set_ms.begin(), set_ms.end()), *std::max_element(set_ms.begin(), set_ms.end()),
+              median(set_ms) / s, median(set_ms) / s / 100);
+  std::printf("RigL update: median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
+              median(rigl_ms), *std::min_element(rigl_ms.begin(), rigl_ms.end()),
+              *std::max_element(rigl_ms.begin(), rigl_ms.end()), median(rigl_ms) / s, median(rigl_ms) / s / 100);
+  return 0;
+}
