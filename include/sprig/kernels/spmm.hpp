@@ -74,14 +74,14 @@ struct PermutedValues {
   struct Cursor {
     const T* v;
     const std::int64_t* src;
-    const std::int64_t* end;
+    std::int64_t left;  // entries of source from src on
     SPRIG_ALWAYS_INLINE T operator[](std::int64_t q) const noexcept { return v[src[q]]; }
     SPRIG_ALWAYS_INLINE void prefetch(std::int64_t q) const noexcept {
-      const std::int64_t* p = src + q + SPRIG_SPMM_T_PREFETCH;
-      if (p < end && *p >= 0) detail::prefetch(v + *p);
+      const std::int64_t a = q + SPRIG_SPMM_T_PREFETCH;
+      if (a < left && src[a] >= 0) detail::prefetch(v + src[a]);
     }
   };
-  Cursor at(std::int64_t s) const noexcept { return {values, source + s, source_end}; }
+  Cursor at(std::int64_t s) const noexcept { return {values, source + s, (source_end - source) - s}; }
 };
 
 // Work below which a kernel runs on the calling thread: a parallel region costs a few
