@@ -1,4 +1,5 @@
-// sprig/sprig.hpp — umbrella header: everything sprig offers.
+// sprig/sprig.hpp — umbrella header: everything sprig offers except io/idx.hpp, which needs
+// zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets).
 #pragma once
 
 #include "core/aligned_allocator.hpp"
@@ -9,8 +10,36 @@
 #include "core/padded_csr.hpp"
 #include "core/rng.hpp"
 #include "core/slot_log.hpp"
+
 #include "kernels/reference.hpp"
 #include "kernels/sddmm.hpp"
 #include "kernels/spmm.hpp"
+#include "kernels/spmm_transposed.hpp"
 #include "kernels/transpose.hpp"
 #include "kernels/update_mode.hpp"
+
+#include "nn/gelu.hpp"
+#include "nn/gemm.hpp"
+#include "nn/linear.hpp"
+#include "nn/parameter.hpp"
+#include "nn/relu.hpp"
+#include "nn/sequential.hpp"
+#include "nn/softmax_cross_entropy.hpp"
+#include "nn/sparse_linear.hpp"
+
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "optim/sgd.hpp"
+
+#include "dst/algorithm.hpp"
+#include "dst/density.hpp"
+#include "dst/drop_grow.hpp"
+#include "dst/rigl.hpp"
+#include "dst/schedule.hpp"
+#include "dst/set.hpp"
+#include "dst/snfs.hpp"
+#include "dst/static_topology.hpp"
+
+#include "io/batches.hpp"
+#include "io/checkpoint.hpp"
+#include "io/text.hpp"
