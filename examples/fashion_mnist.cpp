@@ -14,6 +14,7 @@
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
+#include <sprig/dst/model_builder.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/batches.hpp>
 #include <sprig/io/idx.hpp>
@@ -64,6 +65,7 @@ struct Config {
   std::string data_dir = sprig::kFashionMNISTDir;
   std::string csv;
   std::int64_t max_steps = 0;  // > 0: stop each epoch after this many steps (smoke runs)
+  std::string distribution = "uniform";  // how the sparsity is spread over the hidden layers: uniform|erk
   std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
   std::int64_t delta_t = 100;
   double alpha = 0.3;
@@ -103,26 +105,21 @@ constexpr const char* kGemmName = ", dense GEMM: OpenBLAS";
 constexpr const char* kGemmName = ", dense GEMM: portable";
 #endif
 
-// input -> hidden widths (SparseLinear at density 1 - sparsity, or Linear when sparsity is
-// 0; each followed by ReLU) -> 10 (Linear).
+// input -> hidden widths (SparseLinear, the global sparsity spread uniformly or by ERK; Linear
+// when the sparsity is 0; each followed by ReLU) -> 10 (Linear).
 template <class Index>
 sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
-  sprig::Sequential<T, Index> model;
-  std::int64_t in = inputs;
-  std::uint64_t key = 0;
-  shape = std::to_string(in);
-  for (std::int64_t w : cfg.widths) {
-    if (sparsity > 0.0)
-      model.add(sprig::SparseLinear<T, Index>(in, w, 1.0 - sparsity, cfg.seed, key++));
-    else
-      model.add(sprig::Linear<T>(in, w, cfg.seed, key++));
-    model.add(sprig::ReLU<T>{});
-    in = w;
-    shape += "-" + std::to_string(w);
-  }
-  model.add(sprig::Linear<T>(in, sprig::FashionMNIST<T>::num_classes, cfg.seed, key++));
-  shape += "-10";
-  return model;
+  sprig::dst::MLPSpec spec;
+  spec.widths.push_back(inputs);
+  spec.widths.insert(spec.widths.end(), cfg.widths.begin(), cfg.widths.end());
+  spec.widths.push_back(sprig::FashionMNIST<T>::num_classes);
+  spec.sparsity = sparsity;
+  spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
+  spec.dense_output = true;
+  spec.seed = cfg.seed;
+  shape.clear();
+  for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
+  return sprig::dst::build_mlp<T, Index>(spec);
 }
 
 struct Quantiles {
@@ -413,6 +410,9 @@ int main(int argc, char** argv) {
   app.add_option("--index-bits", cfg.index_bits,
                  "Column index width of the sparse layers (16 needs layer inputs <= 32768)")
       ->check(CLI::IsMember({16, 32}))
+      ->capture_default_str();
+  app.add_option("--distribution", cfg.distribution, "Layer densities from the global sparsity: uniform or erk")
+      ->check(CLI::IsMember({"uniform", "erk"}))
       ->capture_default_str();
   app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))

@@ -33,6 +33,7 @@
 
 #include "dst/algorithm.hpp"
 #include "dst/density.hpp"
+#include "dst/model_builder.hpp"
 #include "dst/drop_grow.hpp"
 #include "dst/rigl.hpp"
 #include "dst/schedule.hpp"

@@ -1,0 +1,42 @@
+#include <sprig/dst/model_builder.hpp>
+
+#include <catch2/catch.hpp>
+#include <variant>
+
+using namespace sprig;
+using namespace sprig::dst;
+
+TEST_CASE("build_mlp: uniform sparsity on the hidden layers, dense output", "[dst][builder]") {
+  MLPSpec spec{.widths = {784, 300, 100, 10}, .sparsity = 0.9, .seed = 3};
+  CHECK(mlp_sparsities(spec) == std::vector<double>{0.9, 0.9, 0.0});
+  auto model = build_mlp<float, std::int32_t>(spec);
+  REQUIRE(model.size() == 5);  // sparse, relu, sparse, relu, dense
+  const auto sparse = model.sparse_layers();
+  REQUIRE(sparse.size() == 2);
+  CHECK(sparse[0].layer->weight.weight.nnz() == live_count(784 * 300, 0.9));
+  CHECK(sparse[1].layer->weight.weight.nnz() == live_count(300 * 100, 0.9));
+  CHECK(std::holds_alternative<Linear<float>>(model.layer(4)));
+  CHECK(std::holds_alternative<ReLU<float>>(model.layer(1)));
+}
+
+TEST_CASE("build_mlp: ERK over every layer follows RigL's oracle", "[dst][builder][erk]") {
+  MLPSpec spec{.widths = {784, 300, 100, 10}, .sparsity = 0.9, .distribution = Distribution::erk,
+               .dense_output = false, .activation = Activation::gelu, .seed = 1};
+  const auto s = mlp_sparsities(spec);
+  CHECK(s[0] == Approx(0.9204).margin(5e-5));
+  CHECK(s[1] == Approx(0.7698).margin(5e-5));
+  CHECK(s[2] == 0.0);
+  auto model = build_mlp<double, std::int16_t>(spec);
+  const auto sparse = model.sparse_layers();
+  REQUIRE(sparse.size() == 2);  // the ERK-dense output layer is a dense Linear
+  CHECK(std::holds_alternative<Linear<double>>(model.layer(4)));
+  CHECK(std::holds_alternative<GELU<double>>(model.layer(1)));
+  // the global live count: (1 - S) of all parameters, up to per-layer rounding
+  const double live = static_cast<double>(sparse[0].layer->weight.weight.nnz() + sparse[1].layer->weight.weight.nnz() + 1000);
+  CHECK(live == Approx(0.1 * (784 * 300 + 300 * 100 + 1000)).margin(2.0));
+}
+
+TEST_CASE("build_mlp rejects bad specs", "[dst][builder]") {
+  CHECK_THROWS_AS(mlp_sparsities({.widths = {5}}), ShapeError);
+  CHECK_THROWS_AS(mlp_sparsities({.widths = {5, 4, 3}, .sparsity = 1.0}), ArgumentError);
+}
