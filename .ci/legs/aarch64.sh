@@ -35,7 +35,8 @@ install_missing g++-aarch64-linux-gnu libc6-dev-arm64-cross libgomp1-arm64-cross
 
 cxx=aarch64-linux-gnu-g++
 sysroot=/usr/aarch64-linux-gnu
-run() { qemu-aarch64 -L "$sysroot" "$@"; }
+# Passive OpenMP waits: spinning idle threads are emulated instruction by instruction.
+run() { OMP_WAIT_POLICY=passive qemu-aarch64 -L "$sysroot" "$@"; }
 
 # The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
 # the oracle test.
