@@ -67,5 +67,9 @@ for t in $THREADS; do
   done
 done
 
-# 4. One table.
-"$PY" "$HERE/report.py" "$OUT/sprig.csv" "$OUT/python.jsonl" "$OUT/python.csv" | tee "$OUT/comparison.md"
+# 4. One table, with the load average (another process on a core wrecks 2-thread numbers).
+{
+  "$PY" "$HERE/report.py" "$OUT/sprig.csv" "$OUT/python.jsonl" "$OUT/python.csv"
+  echo
+  echo "Load average at the end of the Python runs: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores."
+} | tee "$OUT/comparison.md"
