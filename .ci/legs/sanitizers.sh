@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# .ci/legs/sanitizers.sh — the whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (gcc, -fno-sanitize-recover=all: the first report fails the test), Debug at -O1 so that
+# SPRIG_ASSERT and libstdc++ assertions stay on while the build and run stay within ~15 minutes
+# on 2 cores. SPRIG_NATIVE ON (the kernels' SIMD paths are what needs checking), benchmarks and
+# examples OFF.
+#
+# Needs (installed here when missing): cmake ninja-build g++ libxsimd-dev catch2 zlib1g-dev
+# libopenblas-openmp-dev libeigen3-dev libcli11-dev.
+# Build directory: build-asan-leg (override with SPRIG_LEG_BUILD_DIR). SPRIG_LEG_JOBS sets the
+# parallelism (default 2). SPRIG_ASAN_EXCLUDE, a ctest -E regex, skips tests (none by default).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+leg=sanitizers
+start=$SECONDS
+say() { printf '[%s leg] %s\n' "$leg" "$*"; }
+fail() { say "FAILED: $*"; exit 1; }
+
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    local sudo=""
+    [[ $(id -u) == 0 ]] || sudo=sudo
+    say "installing: ${missing[*]}"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "packages present: $*"
+  fi
+}
+install_missing cmake ninja-build g++ libxsimd-dev catch2 zlib1g-dev libopenblas-openmp-dev libeigen3-dev libcli11-dev
+
+build=${SPRIG_LEG_BUILD_DIR:-build-asan-leg}
+jobs=${SPRIG_LEG_JOBS:-2}
+san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug
+            "-DCMAKE_CXX_FLAGS=$san -D_GLIBCXX_ASSERTIONS" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g"
+            "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
+            -DSPRIG_NATIVE=ON -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
+say "configure: cmake ${cmake_args[*]}"
+mkdir -p "$build"
+cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
+say "build: cmake --build $build -j $jobs"
+cmake --build "$build" -j "$jobs" || fail "build"
+built=$SECONDS
+say "built in $((built - start)) s"
+
+# detect_leaks: every test must free what it allocates. halt_on_error/abort: the first
+# report ends the test with a failure (ctest sees the non-zero exit).
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export OMP_NUM_THREADS=2
+ctest_args=(--test-dir "$build" --output-on-failure -j "$jobs" --timeout 900)
+[[ -n ${SPRIG_ASAN_EXCLUDE:-} ]] && ctest_args+=(-E "$SPRIG_ASAN_EXCLUDE") && say "excluding tests matching: $SPRIG_ASAN_EXCLUDE"
+say "ctest ${ctest_args[*]}"
+ctest "${ctest_args[@]}" || fail "ctest (a test failed or a sanitizer reported an error; see above)"
+say "PASS: the test suite is clean under ASan + UBSan (build $((built - start)) s, tests $((SECONDS - built)) s, total $((SECONDS - start)) s)"
