@@ -749,3 +749,43 @@ TEST_CASE("files: missing, not regular, and written atomically", "[io][checkpoin
     CHECK(dir.names() == std::vector<std::string>{"state.sprig"});
   }
 }
+
+TEST_CASE("resume across processes: a child trains and saves, the parent loads and finishes", "[io][checkpoint][resume]") {
+  using T = float;
+  using Index = std::int32_t;
+  TempDir dir;
+  const fs::path p = dir.path / "state.sprig";
+  const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 1, .t_end = 22, .alpha = 0.4};
+  const SGD<T> opt0({.lr = 0.2, .momentum = 0.9});
+  const dst::RigL<T, Index> algo0(schedule, 99);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 1;
+    try {
+      auto model = mlp<T, Index>(7);
+      SGD<T> opt = opt0;
+      dst::RigL<T, Index> algo = algo0;
+      const TrainingProgress mid = train(model, opt, algo, {.seed = 31}, 11);
+      save_training_state(p, model, opt, mid, &algo);
+      code = 0;
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  auto resumed = mlp<T, Index>(1);
+  SGD<T> opt1 = opt0;
+  dst::RigL<T, Index> algo1 = algo0;
+  const TrainingProgress mid = load_training_state(p, resumed, opt1, &algo1);
+  CHECK(mid.step == 11);
+  train(resumed, opt1, algo1, mid, 26);
+  auto whole = mlp<T, Index>(7);
+  SGD<T> opt2 = opt0;
+  dst::RigL<T, Index> algo2 = algo0;
+  train(whole, opt2, algo2, {.seed = 31}, 26);
+  require_same_state(whole, opt2, resumed, opt1);
+}
