@@ -35,5 +35,12 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
+    # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates
+    # and a checkpoint in between (the test loss is printed with 4 decimals; the state itself
+    # is compared bitwise by test_io_checkpoint).
+    add_test(NAME example:fashion_mnist_resume
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/resume_test
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/fashion_mnist_resume.cmake)
+    set_tests_properties(example:fashion_mnist_resume PROPERTIES LABELS example)
   endif()
 endif()

@@ -15,6 +15,7 @@
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
 #include <sprig/dst/model_builder.hpp>
+#include <sprig/io/checkpoint.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/batches.hpp>
 #include <sprig/io/idx.hpp>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -65,6 +67,10 @@ struct Config {
   std::string data_dir = sprig::kFashionMNISTDir;
   std::string csv;
   std::int64_t max_steps = 0;  // > 0: stop each epoch after this many steps (smoke runs)
+  std::string checkpoint_dir;       // save the training state here (empty: no checkpoints)
+  std::int64_t checkpoint_every = 200;
+  bool resume = false;
+  std::int64_t stop_after_steps = 0;  // testing: exit after this many steps, as if killed
   std::string distribution = "uniform";  // how the sparsity is spread over the hidden layers: uniform|erk
   std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
   std::int64_t delta_t = 100;
@@ -303,12 +309,44 @@ int run(const Config& cfg) {
   double train_seconds = 0.0;
   std::int64_t steps_done = 0;
   Evaluation test{};
-  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+
+  // Checkpoints: the whole training state (weights and topology, optimizer state and step,
+  // DST schedule position, data order) saved atomically to DIR/state.sprig every
+  // --checkpoint-every steps and at the end of each epoch; --resume continues from it, and
+  // the result equals the uninterrupted run bitwise (same thread count).
+  const std::filesystem::path state_file =
+      cfg.checkpoint_dir.empty() ? std::filesystem::path() : std::filesystem::path(cfg.checkpoint_dir) / "state.sprig";
+  sprig::TrainingProgress start{.seed = cfg.seed};
+  if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
+  if (cfg.resume) {
+    if (state_file.empty()) throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
+    if (std::filesystem::exists(state_file)) {
+      std::visit([&](auto& opt) { start = sprig::load_training_state(state_file, model, opt, algorithm.get()); },
+                 optimizer);
+      if (start.seed != cfg.seed)
+        throw sprig::ArgumentError("fashion_mnist: the checkpoint was made with --seed " + std::to_string(start.seed));
+      std::printf("resumed from %s at step %lld (epoch %llu, batch %lld)\n", state_file.c_str(),
+                  static_cast<long long>(start.step), static_cast<unsigned long long>(start.epoch + 1),
+                  static_cast<long long>(start.batch));
+    } else {
+      std::printf("no checkpoint in %s yet: starting from scratch\n", cfg.checkpoint_dir.c_str());
+    }
+  }
+  steps_done = start.step;
+  auto save = [&](std::uint64_t epoch, std::int64_t next_batch) {
+    if (state_file.empty()) return;
+    const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
+    std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
+               optimizer);
+  };
+
+  for (int epoch = static_cast<int>(start.epoch); epoch < cfg.epochs; ++epoch) {
     batches.start_epoch(static_cast<std::uint64_t>(epoch));
     double loss_sum = 0.0, smooth = 0.0;
     std::int64_t correct = 0;
     const auto t_epoch = Clock::now();
-    for (std::int64_t k = 0; k < steps_per_epoch; ++k) {
+    const std::int64_t first = epoch == static_cast<int>(start.epoch) ? start.batch : 0;
+    for (std::int64_t k = first; k < steps_per_epoch; ++k) {
       auto batch = batches.gather(k, x, y);
       for (std::int64_t f = 0; f < batch.x.rows(); ++f) {
         T* row = batch.x.row(f);
@@ -332,13 +370,20 @@ int run(const Config& cfg) {
       smooth = k == 0 ? loss : 0.95 * smooth + 0.05 * loss;
       ++steps_done;
       progress.update(epoch, cfg.epochs, k, steps_per_epoch, smooth,
-                      static_cast<double>((k + 1) * cfg.batch) / seconds_since(t_epoch));
+                      static_cast<double>((k + 1 - first) * cfg.batch) / seconds_since(t_epoch));
+      if (cfg.checkpoint_every > 0 && steps_done % cfg.checkpoint_every == 0 && k + 1 < steps_per_epoch)
+        save(static_cast<std::uint64_t>(epoch), k + 1);
+      if (cfg.stop_after_steps > 0 && steps_done == cfg.stop_after_steps) {
+        std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(steps_done));
+        return 3;
+      }
     }
+    save(static_cast<std::uint64_t>(epoch + 1), 0);
     const double epoch_seconds = seconds_since(t_epoch);
     train_seconds += epoch_seconds;
     test = evaluate(model, data.test, mean, inv_std);
-    const double train_loss = loss_sum / static_cast<double>(steps_per_epoch);
-    const double train_acc = static_cast<double>(correct) / static_cast<double>(steps_per_epoch * cfg.batch);
+    const double train_loss = loss_sum / static_cast<double>(steps_per_epoch - first);
+    const double train_acc = static_cast<double>(correct) / static_cast<double>((steps_per_epoch - first) * cfg.batch);
     std::printf("epoch %d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.2f s (%.2f ms/step)\n", epoch + 1,
                 train_loss, train_acc, test.loss, test.accuracy, epoch_seconds,
                 1e3 * epoch_seconds / static_cast<double>(steps_per_epoch));
@@ -349,6 +394,7 @@ int run(const Config& cfg) {
           << '\n';
   }
 
+  if (start.epoch >= static_cast<std::uint64_t>(cfg.epochs)) test = evaluate(model, data.test, mean, inv_std);
   if (algorithm) {
     // Topology updates leave relocated rows' old slots dead and storage vectors grown
     // geometrically; compact() (as before saving a model) restores a tight padded layout.
@@ -362,13 +408,14 @@ int run(const Config& cfg) {
   }
   const std::int64_t weight_bytes = model.weight_bytes();
   const std::int64_t dense_bytes = model.dense_weight_bytes();
-  const double ms_per_step = 1e3 * train_seconds / static_cast<double>(std::max<std::int64_t>(1, steps_done));
+  const double ms_per_step =
+      1e3 * train_seconds / static_cast<double>(std::max<std::int64_t>(1, steps_done - start.step));
   std::printf("test accuracy %.4f\n", test.accuracy);
   std::printf("weights: %lld bytes, %.1f%% of the same model dense (%lld bytes)\n",
               static_cast<long long>(weight_bytes), 100.0 * static_cast<double>(weight_bytes) / static_cast<double>(dense_bytes),
               static_cast<long long>(dense_bytes));
   std::printf("time: %.2f s per epoch, %.3f ms per step (forward, backward, optimizer; batch %lld)\n",
-              train_seconds / cfg.epochs, ms_per_step, static_cast<long long>(cfg.batch));
+              1e-3 * ms_per_step * static_cast<double>(steps_per_epoch), ms_per_step, static_cast<long long>(cfg.batch));
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
@@ -411,6 +458,13 @@ int main(int argc, char** argv) {
                  "Column index width of the sparse layers (16 needs layer inputs <= 32768)")
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
+  app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (and one per epoch)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
+  app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--distribution", cfg.distribution, "Layer densities from the global sparsity: uniform or erk")
       ->check(CLI::IsMember({"uniform", "erk"}))
       ->capture_default_str();
