@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <bit>
 
 #include <csignal>
 #include <cstdint>
@@ -415,6 +416,8 @@ bool check_resume(const Opt& opt0, const Algo& algo0, std::int64_t steps, std::i
   const TrainingProgress loaded = load_training_state(dir.path / "state.sprig", second, opt2, &algo2);
   REQUIRE(loaded == mid);
   require_same_state(first, opt1, second, opt2);
+  CHECK(algo2.updates() == algo1.updates());                                  // statistics restored too
+  CHECK(std::bit_cast<std::uint64_t>(algo2.total_seconds()) == std::bit_cast<std::uint64_t>(algo1.total_seconds()));
   bool relaid = false;
   {
     std::vector<std::vector<std::int64_t>> a, b;

@@ -70,6 +70,11 @@ public:
   // Total time spent in topology updates and how many there were.
   double total_seconds() const noexcept { return total_seconds_; }
   std::int64_t updates() const noexcept { return updates_; }
+  // Restores the two statistics above (a checkpoint saves them).
+  void restore_counters(std::int64_t updates, double seconds) noexcept {
+    updates_ = updates;
+    total_seconds_ = seconds;
+  }
 
   // Drops and grows in every layer at step t (call only on update steps).
   UpdateReport update(std::span<const LayerRef> layers, std::int64_t t) {

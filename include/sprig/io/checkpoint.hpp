@@ -61,9 +61,6 @@
 // naming the file, the section and the byte offset. No allocation is sized from a field
 // before that field is checked against the bytes that remain.
 //
-// Not restored (no setter exists): SparsityAlgorithm::updates() and total_seconds()
-// (statistics, not inputs of training); they are saved for information.
-//
 // Writes are atomic: the file is written to "<name>.tmp.XXXXXX" beside the target,
 // flushed with fsync, renamed over the target, and the directory is fsynced. A crash at any
 // point leaves either the previous file or the new one (and possibly a stale temporary,
@@ -756,6 +753,8 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
 
   // DST algorithm.
   double compact_threshold = 0;
+  std::int64_t dst_updates = 0;
+  double dst_seconds = 0.0;
   {
     binary::Reader r = ck::section(c, next++, ck::kDST, "DST algorithm");
     const bool present = r.get_bool("DST present flag");
@@ -772,8 +771,10 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
       const auto seed = r.get<std::uint64_t>("seed");
       const std::int64_t at_ct = r.offset();
       compact_threshold = r.get<double>("compact_threshold");
-      r.get<std::int64_t>("updates");
-      r.get<double>("total_seconds");
+      dst_updates = r.get_count("updates");
+      dst_seconds = r.get<double>("total_seconds");
+      if (!(dst_seconds >= 0.0) || !std::isfinite(dst_seconds))
+        r.fail_at(r.offset() - 8, "total_seconds ", dst_seconds, " is not a finite non-negative time");
       r.expect_end();
       if (algorithm) {
         const auto& m = algorithm->schedule();
@@ -833,7 +834,10 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
         model.layer(k));
   optimizer.set_step_count(saved.step);
   optimizer.set_lr(saved.lr);
-  if (algorithm) algorithm->compact_threshold = compact_threshold;
+  if (algorithm) {
+    algorithm->compact_threshold = compact_threshold;
+    algorithm->restore_counters(dst_updates, dst_seconds);
+  }
   return progress;
 }
 
