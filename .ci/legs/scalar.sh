@@ -9,24 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 leg=scalar
 start=$SECONDS
-say() { printf '[%s leg] %s\n' "$leg" "$*"; }
-fail() { say "FAILED: $*"; exit 1; }
-
-install_missing() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    local sudo=""
-    [[ $(id -u) == 0 ]] || sudo=sudo
-    say "installing: ${missing[*]}"
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    say "packages present: $*"
-  fi
-}
+# say, fail, install_missing (as root, or through sudo)
+source .ci/leg_common.sh
 # libxsimd-dev: the top-level CMakeLists finds xsimd even when the kernels do not use it.
 install_missing cmake ninja-build g++ libxsimd-dev catch2
 
