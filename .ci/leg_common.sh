@@ -1,6 +1,7 @@
 # .ci/leg_common.sh — helpers sourced by every .ci/legs/*.sh (set `leg` before sourcing):
 # say/fail print with the leg's name; install_missing installs the given Debian packages
-# that are not installed yet (apt-get update only then), as root or through sudo.
+# that are not installed yet (apt-get update only then), as root or through sudo;
+# kernel_tests prints the kernel test names, one per line.
 say() { printf '[%s leg] %s\n' "$leg" "$*"; }
 fail() { say "FAILED: $*"; exit 1; }
 
@@ -18,4 +19,17 @@ install_missing() {
   else
     say "packages present: $*"
   fi
+}
+
+# The kernel tests: test_<name> for every include/sprig/kernels/<name>.hpp that has a
+# tests/test_<name>.cpp, plus the oracle test, so new kernel test files are picked up.
+kernel_tests() {
+  local h n found=0
+  for h in include/sprig/kernels/*.hpp; do
+    n=$(basename "$h" .hpp)
+    [[ -f tests/test_$n.cpp ]] || continue
+    echo "test_$n"
+    [[ $n == reference ]] && found=1
+  done
+  ((found)) || echo test_reference
 }

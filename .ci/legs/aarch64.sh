@@ -22,14 +22,7 @@ sysroot=/usr/aarch64-linux-gnu
 # Passive OpenMP waits: spinning idle threads are emulated instruction by instruction.
 run() { OMP_WAIT_POLICY=passive qemu-aarch64 -L "$sysroot" "$@"; }
 
-# The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
-# the oracle test.
-tests=()
-for h in include/sprig/kernels/*.hpp; do
-  n=$(basename "$h" .hpp)
-  [[ -f tests/test_$n.cpp ]] && tests+=("test_$n")
-done
-[[ " ${tests[*]} " == *" test_reference "* ]] || tests+=(test_reference)
+mapfile -t tests < <(kernel_tests)
 say "kernel tests: ${tests[*]}"
 
 build=${SPRIG_LEG_BUILD_DIR:-build-ktests-aarch64}

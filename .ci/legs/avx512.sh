@@ -19,14 +19,7 @@ source .ci/leg_common.sh
 install_missing cmake ninja-build g++ libxsimd-dev catch2
 
 # ---- which tests ---------------------------------------------------------------------------
-# The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
-# the oracle test. New kernel headers with a test file are picked up automatically.
-targets=()
-for h in include/sprig/kernels/*.hpp; do
-  n=$(basename "$h" .hpp)
-  [[ -f tests/test_$n.cpp ]] && targets+=("test_$n")
-done
-[[ " ${targets[*]} " == *" test_reference "* ]] || targets+=(test_reference)
+mapfile -t targets < <(kernel_tests)
 say "kernel test targets: ${targets[*]}"
 
 arch_flags="-mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma"

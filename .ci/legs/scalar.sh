@@ -14,14 +14,7 @@ source .ci/leg_common.sh
 # libxsimd-dev: the top-level CMakeLists finds xsimd even when the kernels do not use it.
 install_missing cmake ninja-build g++ libxsimd-dev catch2
 
-# The kernel tests: tests/test_<name>.cpp for every include/sprig/kernels/<name>.hpp, plus
-# the oracle test.
-targets=()
-for h in include/sprig/kernels/*.hpp; do
-  n=$(basename "$h" .hpp)
-  [[ -f tests/test_$n.cpp ]] && targets+=("test_$n")
-done
-[[ " ${targets[*]} " == *" test_reference "* ]] || targets+=(test_reference)
+mapfile -t targets < <(kernel_tests)
 say "kernel test targets: ${targets[*]}"
 
 build=${SPRIG_LEG_BUILD_DIR:-build-ktests-scalar}
