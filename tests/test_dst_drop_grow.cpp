@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -160,4 +162,52 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
     }
     CHECK(block.rows() <= block_rows);  // memory bounded by the block
   }
+}
+
+TEMPLATE_LIST_TEST_CASE("select_drop equals the sorted (|w|, position) oracle, ties and relocated rows included",
+                        "[dst][drop]", Pairs) {
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  CounterRng rng(21);
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::int64_t M = 1 + rng.uniform_below(30), K = 1 + rng.uniform_below(30);
+    auto W = PaddedCSR<T, I>::random_density(M, K, 0.1 + 0.1 * (trial % 5), 300 + trial, 0.0);
+    // grow a few rows past their capacity so regions leave row order, then few magnitudes
+    // (many ties, both signs)
+    for (int g = 0; g < 5; ++g) {
+      const std::int64_t i = rng.uniform_below(M), c = rng.uniform_below(K);
+      if (W.find(i, c) < 0) W.insert(i, c, T(1));
+    }
+    W.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
+      W.values()[s] = T(static_cast<double>(rng.uniform_below(5)) - 2.0);
+    });
+    std::vector<std::pair<T, std::int64_t>> all;  // (|w|, position)
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * K + c}); });
+    std::sort(all.begin(), all.end());
+    for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, W.nnz() / 3, W.nnz()}) {
+      const DropSet d = select_drop(W, k);
+      std::vector<std::int64_t> want;
+      for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
+      std::sort(want.begin(), want.end());
+      REQUIRE(d.positions == want);
+      REQUIRE(d.size() == k);
+      REQUIRE(std::is_sorted(d.slots.begin(), d.slots.end(), std::greater<>()));
+      std::int64_t flagged = 0;
+      for (auto f : d.slot_flag) flagged += f;
+      CHECK(flagged == k);
+      for (std::size_t q = 0; q < d.slots.size(); ++q) {
+        const std::int64_t s = d.slots[q], r = d.rows[q];
+        CHECK(d.slot_flag[static_cast<std::size_t>(s)] == 1);
+        CHECK(s >= W.row_start(r));
+        CHECK(s < W.row_start(r) + W.row_nnz(r));
+        CHECK(std::binary_search(want.begin(), want.end(), r * K + W.col_indices()[s]));
+      }
+    }
+  }
+}
+
+TEST_CASE("select_drop rejects NaN weights with their position", "[dst][drop]") {
+  auto W = PaddedCSR<float, std::int32_t>::random_density(8, 8, 0.5, 3);
+  W.values()[W.row_start(2)] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(select_drop(W, 3), Catch::Contains("NaN") && Catch::Contains("(2, "));
 }

@@ -498,3 +498,55 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: one log accumulated over many operations rep
     h.verify();
   }
 }
+
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: reserve_rows moves the rows that lack room in one step, storage grows by exactly "
+                        "their capacities", "[padded_csr][ops][slots]", AllPairs) {
+  using T = typename TestType::first_type;
+  using Index = typename TestType::second_type;
+  Harness<T, Index> h(sprig::PaddedCSR<T, Index>::random_per_row(6, 40, 5, 3), 17);
+  h.verify();
+  const std::int64_t storage = h.m.storage_size();
+  const std::int64_t cap1 = h.m.row_capacity(1), cap4 = h.m.row_capacity(4), start2 = h.m.row_start(2);
+  // row 1 and 4 need more room, row 2 already has it, row 3 asks for more than cols (clamped)
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want = {
+      {1, cap1 + 7}, {2, h.m.row_capacity(2)}, {4, cap4 + 1}, {3, 1000}};
+  sprig::SlotLog log;
+  h.m.reserve_rows(want, &log);
+  h.expect_version_bumped();
+  REQUIRE(h.m.row_capacity(1) == cap1 + 7);
+  REQUIRE(h.m.row_capacity(4) == cap4 + 1);
+  REQUIRE(h.m.row_capacity(3) == 40);
+  REQUIRE(h.m.row_start(2) == start2);
+  REQUIRE(h.m.storage_size() == storage + (cap1 + 7) + (cap4 + 1) + 40);
+  // no geometric over-allocation: exactly the new storage
+  REQUIRE(h.m.memory().values == h.m.storage_size() * static_cast<std::int64_t>(sizeof(T)));
+  std::int64_t resizes = 0;
+  for (const auto& e : log.events()) resizes += e.kind == sprig::SlotLog::Kind::Resize;
+  REQUIRE(resizes == 1);
+  h.replay(log);
+  h.verify();
+  // nothing to do: no change, no version bump
+  sprig::SlotLog none;
+  h.m.reserve_rows(std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 2}}, &none);
+  REQUIRE(none.empty());
+  h.expect_version_same();
+  // bad input: row out of range, a row listed twice; the matrix is left as it was
+  using List = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  REQUIRE_THROWS_AS(h.m.reserve_rows(List{{6, 3}}), sprig::ArgumentError);
+  REQUIRE_THROWS_AS(h.m.reserve_rows(List{{-1, 3}}), sprig::ArgumentError);
+  REQUIRE_THROWS_WITH(h.m.reserve_rows(List{{0, 30}, {0, 31}}), Catch::Contains("listed twice"));
+  h.expect_version_same();
+  h.verify();
+}
+
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: relocating rows one by one grows storage by about 1/8, not 2x",
+                        "[padded_csr][ops]", AllPairs) {
+  using T = typename TestType::first_type;
+  using Index = typename TestType::second_type;
+  auto m = sprig::PaddedCSR<T, Index>::random_per_row(400, 64, 10, 5);
+  const std::int64_t storage = m.storage_size();
+  m.reserve_row(7, 20);  // one small relocation
+  REQUIRE(m.storage_size() == storage + 20);
+  REQUIRE(m.memory().values <= static_cast<std::int64_t>((storage + storage / 8 + 20) * sizeof(T)));
+  m.check_invariants();
+}

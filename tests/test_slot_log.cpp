@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -109,4 +110,52 @@ TEMPLATE_TEST_CASE("SlotLog: each event kind replays as specified", "[slot_log]"
     log.apply(s);
     REQUIRE(s == make<Vec>({5, 6}));
   }
+}
+
+TEST_CASE("SlotLog: a sink receives the events in chunks and the state ends as with one whole replay", "[slot_log]") {
+  // a long random log on a growing array
+  std::vector<sprig::SlotLog::Event> events;
+  sprig::SlotLog whole;
+  std::uint64_t x = 12345;
+  auto next = [&](std::uint64_t n) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::int64_t>((x >> 33) % n);
+  };
+  std::int64_t size = 50;
+  std::vector<std::vector<std::int64_t>> ops;  // kind, a, b
+  for (int q = 0; q < 1000; ++q) {
+    const std::int64_t kind = next(10);
+    if (kind < 5) ops.push_back({0, next(size), next(size)});
+    else if (kind < 9) ops.push_back({1, next(size), 0});
+    else ops.push_back({2, size += 1 + next(5), 0});
+  }
+  std::vector<double> base(50);
+  for (std::size_t i = 0; i < base.size(); ++i) base[i] = 1.0 + static_cast<double>(i);
+  auto record = [&](sprig::SlotLog& log, bool flush_between) {
+    for (const auto& op : ops) {
+      if (op[0] == 0) log.move(op[1], op[2]);
+      else if (op[0] == 1) log.clear(op[1]);
+      else log.resize(op[1]);
+      if (flush_between) log.flush_if_full();
+    }
+    log.flush();
+  };
+  record(whole, false);  // no sink: flush does nothing, the log keeps everything
+  REQUIRE(whole.size() == ops.size());
+  std::vector<double> expect = base;
+  whole.apply(expect);
+
+  std::vector<double> streamed = base;
+  std::size_t chunks = 0, largest = 0;
+  sprig::SlotLog log;
+  log.set_sink(64, [&](const sprig::SlotLog& chunk) {
+    ++chunks;
+    largest = std::max(largest, chunk.size());
+    chunk.apply(streamed);
+  });
+  record(log, true);
+  CHECK(log.empty());
+  CHECK(chunks == (ops.size() + 63) / 64);
+  CHECK(largest == 64);
+  CHECK(streamed == expect);
 }

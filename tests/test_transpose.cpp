@@ -194,7 +194,7 @@ TEMPLATE_LIST_TEST_CASE("TransposeCache refreshes values, rebuilds on topology c
   const std::uint64_t version = W.topology_version();
   const std::vector<Index> cols_before(cache.transposed().matrix.col_indices().begin(),
                                        cache.transposed().matrix.col_indices().end());
-  const std::vector<std::int64_t> source_before = cache.transposed().source_slot;
+  const std::vector<SourceSlot> source_before = cache.transposed().source_slot;
   for (T& v : W.values()) v = v * T(-3) + T(0.25) * (v != T(0));  // padding stays 0
   REQUIRE(W.topology_version() == version);
   REQUIRE_NOTHROW(W.check_invariants());

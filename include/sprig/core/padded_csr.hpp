@@ -25,6 +25,7 @@
 #include <numeric>
 #include <span>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include "aligned_allocator.hpp"
@@ -454,6 +455,34 @@ public:
     }
   }
 
+  // Gives each listed row (distinct, valid) room for at least its requested capacity, moving
+  // the rows that lack it to the end of storage in one go: storage grows by exactly their new
+  // capacities, where relocating them one by one (reserve_row) lets the arrays grow
+  // geometrically, up to twice the weights' memory after a topology update.
+  void reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity, SlotLog* log = nullptr) {
+    std::int64_t extra = 0;
+    std::vector<bool> seen(static_cast<std::size_t>(rows_), false);
+    for (const auto& [row, capacity] : row_capacity) {
+      if (row < 0 || row >= rows_)
+        throw ArgumentError(detail::message("PaddedCSR::reserve_rows: row ", row, " outside [0, ", rows_, ")"));
+      if (seen[static_cast<std::size_t>(row)])
+        throw ArgumentError(detail::message("PaddedCSR::reserve_rows: row ", row, " listed twice"));
+      seen[static_cast<std::size_t>(row)] = true;
+      const std::int64_t c = std::min<std::int64_t>(capacity, std::max<std::int64_t>(cols_, row_capacity_[row]));
+      if (c > row_capacity_[row]) extra += c;
+    }
+    if (extra == 0) return;
+    const std::size_t total = values_.size() + static_cast<std::size_t>(extra);
+    values_.reserve(total);
+    col_indices_.reserve(total);
+    if (log) log->resize(static_cast<std::int64_t>(total));  // one resize event: state arrays grow once
+    for (const auto& [row, capacity] : row_capacity) {
+      const std::int64_t c = std::min<std::int64_t>(capacity, std::max<std::int64_t>(cols_, row_capacity_[row]));
+      if (c > row_capacity_[row]) relocate_row(row, c, log, /*log_resize=*/false);
+    }
+    ++topology_version_;
+  }
+
   // Rebuilds a tight layout in row order with capacity max(1, ceil(row_nnz * (1 + ratio)))
   // per row, dropping dead slots. Live entries keep their order within each row.
   void compact(double padding_ratio, SlotLog* log = nullptr) {
@@ -671,14 +700,21 @@ private:
   }
 
   // Moves row `row` to the end of storage with the given capacity (>= its nnz). Storage
-  // grows geometrically (std::vector), so relocation costs amortised O(row capacity).
-  void relocate_row(std::int64_t row, std::int64_t capacity, SlotLog* log) {
+  // grows geometrically by at least 1/8, so relocation costs amortised O(row capacity) and
+  // the arrays hold at most 1/8 unused capacity.
+  void relocate_row(std::int64_t row, std::int64_t capacity, SlotLog* log, bool log_resize = true) {
     SPRIG_ASSERT(capacity >= row_nnz_[row], "relocate_row capacity");
     const std::int64_t old_start = row_start_[row], old_cap = row_capacity_[row];
     const std::int64_t new_start = std::ssize(values_);
+    if (static_cast<std::size_t>(new_start + capacity) > values_.capacity()) {  // grow by >= 1/8, not 2x
+      const std::size_t grown = std::max(static_cast<std::size_t>(new_start + capacity),
+                                         values_.capacity() + values_.capacity() / 8);
+      values_.reserve(grown);
+      col_indices_.reserve(grown);
+    }
     values_.resize(static_cast<std::size_t>(new_start + capacity), T(0));
     col_indices_.resize(static_cast<std::size_t>(new_start + capacity), kPadding);
-    if (log) log->resize(new_start + capacity);
+    if (log && log_resize) log->resize(new_start + capacity);
     for (std::int64_t q = 0; q < row_nnz_[row]; ++q) {
       put(new_start + q, col_indices_[old_start + q], values_[old_start + q]);
       put(old_start + q, kPadding, T(0));

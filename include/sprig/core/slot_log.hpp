@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -41,6 +42,25 @@ public:
     remap_sources_.insert(remap_sources_.end(), sources.begin(), sources.end());
   }
 
+  // Streaming: with a sink set, flush_if_full() hands the events recorded so far to
+  // sink(*this) once there are max_events of them and starts an empty log, so a large
+  // structural change (a topology update logs ~3 events per dropped weight, 24 bytes each)
+  // is replayed in bounded memory. The caller calls it between whole operations and flush()
+  // at the end.
+  void set_sink(std::size_t max_events, std::function<void(const SlotLog&)> sink) {
+    max_events_ = max_events;
+    sink_ = std::move(sink);
+  }
+  void flush_if_full() {
+    if (sink_ && events_.size() >= max_events_) flush();
+  }
+  void flush() {
+    if (sink_ && !events_.empty()) {
+      sink_(*this);
+      reset();
+    }
+  }
+
   bool empty() const noexcept { return events_.empty(); }
   std::size_t size() const noexcept { return events_.size(); }
   std::span<const Event> events() const noexcept { return events_; }
@@ -67,6 +87,10 @@ public:
           state[static_cast<std::size_t>(e.a)] = V{};
           break;
         case Kind::Resize:
+          // grows by at least 1/8 (amortised O(1) per slot over many small relocations), not the
+          // vector's default doubling, which would hold up to twice the state after an update
+          if (static_cast<std::size_t>(e.a) > state.capacity())
+            state.reserve(std::max(static_cast<std::size_t>(e.a), state.capacity() + state.capacity() / 8));
           state.resize(static_cast<std::size_t>(e.a), V{});
           break;
         case Kind::Remap: {
@@ -83,6 +107,8 @@ public:
   }
 
 private:
+  std::size_t max_events_ = 0;
+  std::function<void(const SlotLog&)> sink_;
   std::vector<Event> events_;
   std::vector<std::int64_t> remap_sources_;
 };

@@ -83,29 +83,31 @@ public:
     report.step = t;
     report.drop_fraction = schedule_.drop_fraction(t);
     const std::size_t n = layers.size();
-    std::vector<DropSet> drops(n);
     std::vector<std::int64_t> drop_counts(n);
-    for (std::size_t l = 0; l < n; ++l) {
-      const auto& W = layers[l].layer->weight.weight;
-      const auto k = static_cast<std::int64_t>(std::floor(report.drop_fraction * static_cast<double>(W.nnz())));
-      drops[l] = select_drop(W, k);
-      drop_counts[l] = k;
-    }
+    for (std::size_t l = 0; l < n; ++l)
+      drop_counts[l] = static_cast<std::int64_t>(
+          std::floor(report.drop_fraction * static_cast<double>(layers[l].layer->weight.weight.nnz())));
     const std::vector<std::int64_t> grow = grow_counts(layers, drop_counts);
     report.layers.resize(n);
+    // One layer at a time, and its slot moves replayed on its state in chunks of
+    // kLogChunk events: the update's scratch is that of one layer, not of the model.
+    constexpr std::size_t kLogChunk = std::size_t{1} << 15;
     for (std::size_t l = 0; l < n; ++l) {
       auto& param = layers[l].layer->weight;
       LayerUpdate& u = report.layers[l];
       u.live_before = param.weight.nnz();
+      const DropSet drop = select_drop(param.weight, drop_counts[l]);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
-      const std::vector<ScoredPosition> where = grow_positions(layers[l], drops[l], grow[l], rng);
+      std::vector<std::int64_t> grow_at = sorted_positions(param.weight, grow_positions(layers[l], drop, grow[l], rng));
       SlotLog log;
-      u.stats = apply_drop_grow(param.weight, drops[l], std::span<const ScoredPosition>(where), log);
+      log.set_sink(kLogChunk, [&param](const SlotLog& chunk) { param.apply(chunk); });
+      u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
+      log.flush();
       if (param.weight.dead_slots() > compact_threshold * static_cast<double>(param.weight.storage_size())) {
         param.weight.compact(&log);
+        log.flush();
         u.compacted = true;
       }
-      param.apply(log);
       u.live_after = param.weight.nnz();
     }
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

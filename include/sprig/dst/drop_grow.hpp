@@ -42,31 +42,61 @@ struct DropSet {
   std::int64_t size() const noexcept { return std::ssize(slots); }
 };
 
+// Two passes over the live weights with one magnitude array as scratch (sizeof(T) bytes per
+// live weight; a sort of (magnitude, position, slot) records took 24): nth_element finds the
+// k-th smallest magnitude m, then every weight below m is dropped and, of those equal to m,
+// the ones of smallest position, as many as k still needs.
 template <Value T, ColumnIndex Index>
 DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
   if (k < 0 || k > W.nnz())
     throw ArgumentError(sprig::detail::message("select_drop: k = ", k, " outside [0, nnz = ", W.nnz(), "]"));
-  struct Entry {
-    T magnitude;
-    std::int64_t position;
-    std::int64_t slot;
-  };
-  std::vector<Entry> live;
-  live.reserve(static_cast<std::size_t>(W.nnz()));
-  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t s) { live.push_back({std::abs(v), i * W.cols() + c, s}); });
-  auto less = [](const Entry& a, const Entry& b) {
-    return a.magnitude != b.magnitude ? a.magnitude < b.magnitude : a.position < b.position;
-  };
-  if (k < std::ssize(live)) std::nth_element(live.begin(), live.begin() + k, live.end(), less);
-  live.resize(static_cast<std::size_t>(k));
   DropSet d;
   d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
-  std::sort(live.begin(), live.end(), [](const Entry& a, const Entry& b) { return a.slot > b.slot; });
-  for (const Entry& e : live) {
-    d.slots.push_back(e.slot);
-    d.rows.push_back(e.position / W.cols());
-    d.positions.push_back(e.position);
-    d.slot_flag[static_cast<std::size_t>(e.slot)] = 1;
+  if (k == 0) return d;
+  const std::int64_t cols = W.cols();
+  T threshold;  // the k-th smallest magnitude
+  {
+    std::vector<T> magnitude;
+    magnitude.reserve(static_cast<std::size_t>(W.nnz()));
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
+      if (std::isnan(v))
+        throw ArgumentError(sprig::detail::message("select_drop: the weight at (", i, ", ", c,
+                                                   ") is NaN; magnitudes cannot be ranked"));
+      magnitude.push_back(std::abs(v));
+    });
+    std::nth_element(magnitude.begin(), magnitude.begin() + (k - 1), magnitude.end());
+    threshold = magnitude[static_cast<std::size_t>(k - 1)];
+  }
+  std::int64_t below = 0;
+  std::vector<std::int64_t> ties;  // positions at the threshold magnitude
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
+    const T m = std::abs(v);
+    if (m < threshold) ++below;
+    else if (m == threshold) ties.push_back(i * cols + c);
+  });
+  std::sort(ties.begin(), ties.end());
+  ties.resize(static_cast<std::size_t>(k - below));  // ties dropped: the smallest positions
+  d.slots.reserve(static_cast<std::size_t>(k));
+  d.positions.reserve(static_cast<std::size_t>(k));
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t s) {
+    const T m = std::abs(v);
+    if (m < threshold || (m == threshold && std::binary_search(ties.begin(), ties.end(), i * cols + c))) {
+      d.positions.push_back(i * cols + c);
+      d.slot_flag[static_cast<std::size_t>(s)] = 1;
+    }
+  });
+  // slots in descending order with their rows: scan the flags from the top of storage, rows
+  // taken in descending order of their region's start (regions need not be in row order)
+  std::vector<std::int64_t> by_start(static_cast<std::size_t>(W.rows()));
+  for (std::int64_t i = 0; i < W.rows(); ++i) by_start[static_cast<std::size_t>(i)] = i;
+  std::sort(by_start.begin(), by_start.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) > W.row_start(b); });
+  d.rows.reserve(static_cast<std::size_t>(k));
+  std::size_t r = 0;
+  for (std::int64_t s = W.storage_size() - 1; s >= 0; --s) {
+    if (!d.slot_flag[static_cast<std::size_t>(s)]) continue;
+    while (W.row_start(by_start[r]) > s) ++r;
+    d.slots.push_back(s);
+    d.rows.push_back(by_start[r]);
   }
   std::sort(d.positions.begin(), d.positions.end());
   return d;
@@ -102,17 +132,27 @@ struct DropGrowStats {
   std::int64_t regrown = 0;   // dropped and chosen again: kept with value and state
 };
 
-// Removes the dropped weights and adds `grow` (distinct positions, none kept), logging every
-// slot move in `log`. A grow position among the dropped ones cancels that drop (the weight
-// stays with its value and state). Rows that need more room are given capacity for their new
-// count plus the matrix's padding ratio first, so each relocates at most once.
+// Linear positions (row * cols + col) of scored positions, ascending: 8 bytes per grown
+// weight where a ScoredPosition takes 24, so the list is converted before the layer changes.
 template <Value T, ColumnIndex Index>
-DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, const DropSet& drop, std::span<const ScoredPosition> grow,
-                              SlotLog& log) {
+std::vector<std::int64_t> sorted_positions(const PaddedCSR<T, Index>& W, std::vector<ScoredPosition> grow) {
+  std::vector<std::int64_t> pos(grow.size());
+  for (std::size_t q = 0; q < grow.size(); ++q) pos[q] = grow[q].row * W.cols() + grow[q].col;
+  grow = {};
+  std::sort(pos.begin(), pos.end());
+  return pos;
+}
+
+// Removes the dropped weights and adds weights at `grow_pos` (ascending, distinct linear
+// positions row * cols + col, none kept), logging every slot move in `log` and flushing it
+// (SlotLog::flush_if_full) between whole operations. A grow position among the dropped ones
+// cancels that drop (the weight stays with its value and state). Rows that need more room
+// are given capacity for their new count plus the matrix's padding ratio first, all in one
+// reserve_rows, so each relocates at most once and storage grows by exactly their room.
+template <Value T, ColumnIndex Index>
+DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, std::vector<std::int64_t> grow_pos,
+                                 SlotLog& log) {
   const std::int64_t cols = W.cols();
-  std::vector<std::int64_t> grow_pos(grow.size());
-  for (std::size_t q = 0; q < grow.size(); ++q) grow_pos[q] = grow[q].row * cols + grow[q].col;
-  std::sort(grow_pos.begin(), grow_pos.end());
   std::vector<std::int64_t> regrow;
   std::set_intersection(drop.positions.begin(), drop.positions.end(), grow_pos.begin(), grow_pos.end(),
                         std::back_inserter(regrow));
@@ -126,19 +166,31 @@ DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, const DropSet& drop, std::
     if (std::binary_search(regrow.begin(), regrow.end(), pos)) continue;
     W.erase_slot(drop.rows[q], s, &log);
     ++stats.dropped;
+    log.flush_if_full();
   }
   std::vector<std::int64_t> need(static_cast<std::size_t>(W.rows()), 0);
   for (std::int64_t p : grow_pos)
     if (!std::binary_search(regrow.begin(), regrow.end(), p)) ++need[static_cast<std::size_t>(p / cols)];
+  std::vector<std::pair<std::int64_t, std::int64_t>> room;  // rows that must relocate, new capacity
   for (std::int64_t i = 0; i < W.rows(); ++i)
     if (need[i] > 0 && W.row_nnz(i) + need[i] > W.row_capacity(i))
-      W.reserve_row(i, PaddedCSR<T, Index>::capacity_for(W.row_nnz(i) + need[i], W.padding_ratio()), &log);
+      room.emplace_back(i, PaddedCSR<T, Index>::capacity_for(W.row_nnz(i) + need[i], W.padding_ratio()));
+  W.reserve_rows(room, &log);
+  log.flush_if_full();
   for (std::int64_t p : grow_pos) {
     if (std::binary_search(regrow.begin(), regrow.end(), p)) continue;
     W.insert_new(p / cols, p % cols, T(0), &log);
     ++stats.grown;
+    log.flush_if_full();
   }
   return stats;
+}
+
+// The same with the grow positions as (row, col) records, in any order.
+template <Value T, ColumnIndex Index>
+DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, const DropSet& drop, std::span<const ScoredPosition> grow,
+                              SlotLog& log) {
+  return apply_drop_grow_at(W, drop, sorted_positions(W, std::vector<ScoredPosition>(grow.begin(), grow.end())), log);
 }
 
 // Marks, row by row, the columns that are kept (live and not dropped): the positions a grow

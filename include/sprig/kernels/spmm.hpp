@@ -69,11 +69,11 @@ struct DirectValues {
 template <class T>
 struct PermutedValues {
   const T* values;             // W.values()
-  const std::int64_t* source;  // slot of W^T -> slot of W
-  const std::int64_t* source_end;
+  const std::int32_t* source;  // slot of W^T -> slot of W (transpose.hpp: SourceSlot)
+  const std::int32_t* source_end;
   struct Cursor {
     const T* v;
-    const std::int64_t* src;
+    const std::int32_t* src;
     std::int64_t left;  // entries of source from src on
     SPRIG_ALWAYS_INLINE T operator[](std::int64_t q) const noexcept { return v[src[q]]; }
     SPRIG_ALWAYS_INLINE void prefetch(std::int64_t q) const noexcept {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -43,10 +44,15 @@ struct PaddedCSRAccess {
 
 // W^T and, for each of its slots, the slot of W it came from (-1 for padding), so that a
 // value-only change of W is carried over with one gather: T.values[s] = W.values[source[s]].
+// 32-bit slots: the permutation is the largest array of the cache, and a layer with 2^31
+// slots (16 GiB of float weights and indices) is far beyond what a CPU step can train.
+using SourceSlot = std::int32_t;
+inline constexpr std::int64_t kMaxTransposeSlots = std::numeric_limits<SourceSlot>::max();
+
 template <Value T, ColumnIndex Index>
 struct Transposed {
   PaddedCSR<T, Index> matrix;
-  std::vector<std::int64_t> source_slot;
+  std::vector<SourceSlot> source_slot;
 };
 
 // Builds W^T (K x M; rows sorted by column of W, entries of each row in ascending row of W).
@@ -55,6 +61,9 @@ template <Value T, ColumnIndex Index>
 Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_ratio = 0.0) {
   using Access = detail::PaddedCSRAccess;
   const std::int64_t M = W.rows(), K = W.cols();
+  if (W.storage_size() > kMaxTransposeSlots)
+    throw ArgumentError(detail::message("sprig::transpose: W has ", W.storage_size(), " slots; the transpose indexes ",
+                                        "them with 32 bits (at most ", kMaxTransposeSlots, ")"));
   std::vector<std::int64_t> counts(static_cast<std::size_t>(K), 0);
   const auto cols = W.col_indices();
   for (std::int64_t i = 0; i < M; ++i)
@@ -71,7 +80,7 @@ Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_rati
       const std::int64_t t = next[cols[s]]++;
       tcols[t] = static_cast<Index>(i);
       tvals[t] = vals[s];
-      out.source_slot[t] = s;
+      out.source_slot[t] = static_cast<SourceSlot>(s);
     }
   return out;
 }
@@ -92,6 +101,8 @@ public:
   }
 
   void rebuild(const PaddedCSR<T, Index>& W) {
+    valid_ = false;
+    cached_ = Transposed<T, Index>{};  // the old W^T is freed first: never two in memory
     cached_ = transpose(W);
     version_ = W.topology_version();
     valid_ = true;
@@ -103,7 +114,7 @@ public:
   void refresh_values(const PaddedCSR<T, Index>& W) {
     T* tvals = detail::PaddedCSRAccess::values(cached_.matrix).data();
     const T* vals = W.values().data();
-    const std::int64_t* src = cached_.source_slot.data();
+    const SourceSlot* src = cached_.source_slot.data();
     const auto n = std::ssize(cached_.source_slot);
     constexpr std::int64_t kRefreshPrefetch = SPRIG_REFRESH_PREFETCH;
 #if SPRIG_HAS_OPENMP
@@ -135,7 +146,7 @@ public:
   const Transposed<T, Index>& transposed() const noexcept { return cached_; }
   // Bytes owned: the cached W^T and its permutation.
   std::int64_t memory_bytes() const noexcept {
-    return cached_.matrix.memory_bytes() + static_cast<std::int64_t>(cached_.source_slot.capacity() * sizeof(std::int64_t));
+    return cached_.matrix.memory_bytes() + static_cast<std::int64_t>(cached_.source_slot.capacity() * sizeof(SourceSlot));
   }
 
 private:
