@@ -211,3 +211,17 @@ TEST_CASE("select_drop rejects NaN weights with their position", "[dst][drop]") 
   W.values()[W.row_start(2)] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_WITH(select_drop(W, 3), Catch::Contains("NaN") && Catch::Contains("(2, "));
 }
+
+TEST_CASE("sort_positions sorts like std::sort (counting sort by row, then within rows)", "[dst]") {
+  CounterRng rng(77);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t rows = 1 + rng.uniform_below(50), cols = 1 + rng.uniform_below(50);
+    const std::int64_t n = rng.uniform_below(static_cast<std::uint64_t>(3 * rows * cols));  // duplicates too
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(n));
+    for (auto& p : pos) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(rows * cols)));
+    auto want = pos;
+    std::sort(want.begin(), want.end());
+    sort_positions(pos, rows, cols);
+    REQUIRE(pos == want);
+  }
+}
