@@ -1,32 +1,52 @@
 // sprig/nn/bias.hpp — per-feature bias on feature-major activations [features x batch].
+// Both passes run over rows on OpenMP threads for large activations (rows.hpp); a row's
+// result never depends on the thread count.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 #include "../core/matrix.hpp"
+#include "../kernels/simd.hpp"
+#include "rows.hpp"
 
 namespace sprig::detail {
 
 // Y[i, :] += b[i].
 template <class T>
 void add_bias(std::span<const T> b, MatrixView<T> Y) noexcept {
-  for (std::int64_t i = 0; i < Y.rows(); ++i) {
+  for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) {
     T* __restrict y = Y.row(i);
     const T bi = b[static_cast<std::size_t>(i)];
     for (std::int64_t j = 0; j < Y.cols(); ++j) y[j] += bi;
-  }
+  });
 }
 
-// g[i] = sum_j dY[i, j]  (the bias gradient).
+// g[i] = sum_j dY[i, j]  (the bias gradient). With SIMD the row is summed lane-wise (lane l
+// adds elements l, l + N, l + 2N, ...), the lanes are reduced, then the tail added in order:
+// a fixed order per (row, batch width), 8-16 independent additions per cycle instead of one
+// dependent chain.
 template <class T>
 void sum_rows(ConstMatrixView<T> dY, std::span<T> g) noexcept {
-  for (std::int64_t i = 0; i < dY.rows(); ++i) {
+  for_rows(dY.rows(), dY.cols(), [&](std::int64_t i) {
     const T* __restrict d = dY.row(i);
+    const std::int64_t n = dY.cols();
+    std::int64_t j = 0;
     T acc = T(0);
-    for (std::int64_t j = 0; j < dY.cols(); ++j) acc += d[j];
+#if SPRIG_KERNEL_SIMD
+    if constexpr (kSimdFor<T>) {
+      using B = Batch<T>;
+      constexpr std::int64_t N = B::size;
+      if (n >= N) {
+        B lanes(T(0));
+        for (; j + N <= n; j += N) lanes += B::load_unaligned(d + j);
+        acc = reduce_add(lanes);
+      }
+    }
+#endif
+    for (; j < n; ++j) acc += d[j];
     g[static_cast<std::size_t>(i)] = acc;
-  }
+  });
 }
 
 }  // namespace sprig::detail

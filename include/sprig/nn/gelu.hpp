@@ -16,6 +16,7 @@
 #include "../core/matrix.hpp"
 #include "../kernels/simd.hpp"
 #include "relu.hpp"
+#include "rows.hpp"
 
 namespace sprig {
 
@@ -29,7 +30,7 @@ public:
 
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("GELU::forward", "X", X, "Y", Y);
-    for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
+    detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* x = X.row(i);
       T* y = Y.row(i);
       std::int64_t j = 0;
@@ -46,7 +47,7 @@ public:
                 std::type_identity_t<MatrixView<T>> dX) const {
     detail::check_same_shape<T>("GELU::backward", "X", X, "dY", dY);
     detail::check_same_shape<T>("GELU::backward", "X", X, "dX", dX);
-    for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
+    detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* x = X.row(i);
       const T* d = dY.row(i);
       T* g = dX.row(i);
@@ -82,13 +83,6 @@ private:
            V(T(0.5)) * x * (V(T(1)) - t * t) * V(kSqrt2OverPi) * (V(T(1)) + V(T(3) * kCubic) * x2);
   }
   // Runs fn(row) for every row, threaded when there is enough work to pay for it.
-  template <class Fn>
-  static void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (rows * cols >= 65536)
-#endif
-    for (std::int64_t i = 0; i < rows; ++i) fn(i);
-  }
 
   static constexpr T kSqrt2OverPi = T(0.7978845608028654);
   static constexpr T kCubic = T(0.044715);

@@ -1,5 +1,5 @@
 // sprig/nn/relu.hpp — ReLU<T>: y = max(x, 0), elementwise on [features x batch].
-// backward uses the subgradient 0 at x == 0.
+// backward uses the subgradient 0 at x == 0. OpenMP over rows for large inputs.
 #pragma once
 
 #include <type_traits>
@@ -9,6 +9,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "rows.hpp"
 
 namespace sprig {
 
@@ -28,11 +29,11 @@ public:
 
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("ReLU::forward", "X", X, "Y", Y);
-    for (std::int64_t i = 0; i < X.rows(); ++i) {
+    detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* __restrict x = X.row(i);
       T* __restrict y = Y.row(i);
       for (std::int64_t j = 0; j < X.cols(); ++j) y[j] = x[j] > T(0) ? x[j] : T(0);
-    }
+    });
   }
 
   // dX = dY where X > 0, else 0.
@@ -40,12 +41,12 @@ public:
                 std::type_identity_t<MatrixView<T>> dX) const {
     detail::check_same_shape<T>("ReLU::backward", "X", X, "dY", dY);
     detail::check_same_shape<T>("ReLU::backward", "X", X, "dX", dX);
-    for (std::int64_t i = 0; i < X.rows(); ++i) {
+    detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* __restrict x = X.row(i);
       const T* __restrict d = dY.row(i);
       T* __restrict g = dX.row(i);
       for (std::int64_t j = 0; j < X.cols(); ++j) g[j] = x[j] > T(0) ? d[j] : T(0);
-    }
+    });
   }
 };
 

@@ -1,0 +1,24 @@
+// sprig/nn/rows.hpp — runs a per-row function over a [features x batch] activation, split
+// over OpenMP threads when the activation is large enough to pay for a parallel region.
+// Each row is handled by one thread, so results never depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "../core/config.hpp"
+
+namespace sprig::detail {
+
+// Elements below which the rows run on the calling thread (a parallel region costs a few
+// microseconds, about as much as one pass over 64k floats).
+inline constexpr std::int64_t kRowsParallelMinElements = 65536;
+
+template <class Fn>
+void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (rows * cols >= kRowsParallelMinElements)
+#endif
+  for (std::int64_t i = 0; i < rows; ++i) fn(i);
+}
+
+}  // namespace sprig::detail
