@@ -63,7 +63,7 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
     if (q + 2 * N <= n)
       for (std::int64_t k = 0; k < N; ++k) {
         const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
-        for (std::int64_t off = 0; off < row_bytes; off += 64) prefetch(p + off);
+        for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
       }
     for (std::int64_t k = 0; k < N; ++k) {
       const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
