@@ -14,14 +14,24 @@ find_path(SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE cblas.h
   NO_DEFAULT_PATH)
 
 if(SPRIG_TRAIN_STEP_OPENBLAS AND SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE AND CLI11_FOUND AND OpenMP_CXX_FOUND)
-  add_executable(train_step ${CMAKE_CURRENT_LIST_DIR}/train_step.cpp)
-  target_include_directories(train_step SYSTEM PRIVATE ${SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE})
-  target_compile_definitions(train_step PRIVATE SPRIG_USE_CBLAS=1)
-  target_link_libraries(train_step PRIVATE sprig::sprig sprig_dev_flags OpenMP::OpenMP_CXX
-                        ${SPRIG_TRAIN_STEP_OPENBLAS})
-  if(TARGET CLI11::CLI11)
-    target_link_libraries(train_step PRIVATE CLI11::CLI11)
-  endif()
+  # train_step: 16-bit column indices (all layers are at most 4096 wide); train_step_i32: 32-bit
+  foreach(variant IN ITEMS train_step train_step_i32)
+    add_executable(${variant} ${CMAKE_CURRENT_LIST_DIR}/train_step.cpp)
+    target_include_directories(${variant} SYSTEM PRIVATE ${SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE})
+    target_compile_definitions(${variant} PRIVATE SPRIG_USE_CBLAS=1)
+    target_link_libraries(${variant} PRIVATE sprig::sprig sprig_dev_flags OpenMP::OpenMP_CXX
+                          ${SPRIG_TRAIN_STEP_OPENBLAS})
+    if(TARGET CLI11::CLI11)
+      target_link_libraries(${variant} PRIVATE CLI11::CLI11)
+    endif()
+  endforeach()
+  target_compile_definitions(train_step_i32 PRIVATE SPRIG_TRAIN_STEP_INDEX_BITS=32)
+  # smoke: every phase (dense and sparse steps, SET update, profile, one memory process) runs
+  foreach(variant IN ITEMS train_step train_step_i32)
+    add_test(NAME bench:${variant}_smoke
+             COMMAND ${variant} --models mlp,ffn --sparsities 0,0.9 --threads 1 --rounds 1 --steps-per-round 2
+                     --warmup 1 --set-updates 1 --delta-t 4 --profile 0.9 --profile-steps 2 --batch 16)
+  endforeach()
 else()
   message(STATUS "sprig: train_step skipped (needs CLI11, OpenMP and the OpenMP build of OpenBLAS)")
 endif()

@@ -68,6 +68,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -134,8 +135,15 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 
 namespace {
 
+// Column index width of the sparse layers: 16 bits by default (every layer here is at most
+// 4096 wide, and 2-byte indices cut the bytes each kernel streams); the train_step_i32 target
+// builds the same program with 32-bit indices.
+#ifndef SPRIG_TRAIN_STEP_INDEX_BITS
+#  define SPRIG_TRAIN_STEP_INDEX_BITS 16
+#endif
+static_assert(SPRIG_TRAIN_STEP_INDEX_BITS == 16 || SPRIG_TRAIN_STEP_INDEX_BITS == 32);
 using T = float;
-using Index = std::int32_t;
+using Index = std::conditional_t<SPRIG_TRAIN_STEP_INDEX_BITS == 16, std::int16_t, std::int32_t>;
 using Clock = std::chrono::steady_clock;
 using Model = sprig::Sequential<T, Index>;
 
@@ -681,7 +689,9 @@ const Result* dense_of(const std::vector<Result>& all, const Result& r) {
   return nullptr;
 }
 
-std::string impl_of(const Result& r) { return r.sparsity <= 0.0 ? "sprig-dense-openblas" : "sprig-sparse"; }
+std::string impl_of(const Result& r) {
+  return r.sparsity <= 0.0 ? "sprig-dense-openblas" : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS);
+}
 
 void write_csv(std::ostream& os, const std::vector<Result>& all) {
   os << "model,sparsity,threads,impl,median_ms,spread,speedup_vs_dense,peak_rss_mb\n";
@@ -860,6 +870,7 @@ int main(int argc, char** argv) {
          << "; parallel mode " << openblas_get_parallel() << " = "
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
          << "); cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
+         << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
     std::ostringstream body;
     write_table(body, all, o);

@@ -8,23 +8,53 @@
 #include <cstdint>
 
 #include "../core/concepts.hpp"
+#include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../nn/parameter.hpp"
 
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
+
 namespace sprig::detail {
 
-// Calls fn(begin, end) for every maximal run of live slots.
+// Slots below which an optimizer step runs on the calling thread (a parallel region costs a
+// few microseconds, about one pass over 64k slots).
+inline constexpr std::int64_t kOptimizerParallelMinSlots = 65536;
+
+// Calls fn(begin, end) for every maximal run of live slots (one per non-empty row), on
+// OpenMP threads for large parameters: fn is called concurrently on disjoint ranges and must
+// only touch its own slots. Each slot is updated by one call, so the result does not depend
+// on the thread count.
 template <Value T, ColumnIndex Index, class Fn>
 void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
   const auto& w = p.weight;
-  for (std::int64_t i = 0; i < w.rows(); ++i) {
+  const std::int64_t rows = w.rows();
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (w.storage_size() >= kOptimizerParallelMinSlots)
+#endif
+  for (std::int64_t i = 0; i < rows; ++i) {
     const std::int64_t n = w.row_nnz(i);
     if (n > 0) fn(w.row_start(i), w.row_start(i) + n);
   }
 }
+// A dense parameter: [0, size) in one range, or one contiguous chunk per thread.
 template <Value T, class Fn>
 void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
-  if (p.size() > 0) fn(std::int64_t{0}, p.size());
+  const std::int64_t n = p.size();
+  if (n <= 0) return;
+#if SPRIG_HAS_OPENMP
+  if (n >= kOptimizerParallelMinSlots) {
+#  pragma omp parallel
+    {
+      const std::int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+      const std::int64_t b = n * t / k, e = n * (t + 1) / k;
+      if (b < e) fn(b, e);
+    }
+    return;
+  }
+#endif
+  fn(std::int64_t{0}, n);
 }
 
 template <class P>
