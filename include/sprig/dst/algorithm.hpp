@@ -98,7 +98,7 @@ public:
       u.live_before = param.weight.nnz();
       const DropSet drop = select_drop(param.weight, drop_counts[l]);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
-      std::vector<std::int64_t> grow_at = sorted_positions(param.weight, grow_positions(layers[l], drop, grow[l], rng));
+      std::vector<std::int64_t> grow_at = grow_linear_positions(layers[l], drop, grow[l], rng);
       SlotLog log;
       log.set_sink(kLogChunk, [&param](const SlotLog& chunk) { param.apply(chunk); });
       u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
@@ -125,6 +125,13 @@ protected:
   // k positions, distinct, none of them kept (live and not in `dropped`), for this layer.
   virtual std::vector<ScoredPosition> grow_positions(const LayerRef& layer, const DropSet& dropped,
                                                      std::int64_t k, CounterRng& rng) = 0;
+  // The same as ascending linear positions (row * cols + col), what the update consumes.
+  // An algorithm that finds them in that form (SET) overrides this and skips the 24-byte
+  // ScoredPosition records.
+  virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
+                                                          CounterRng& rng) {
+    return sorted_positions(layer.layer->weight.weight, grow_positions(layer, dropped, k, rng));
+  }
 
   // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed block by block
   // with a dense GEMM and never stored whole): RigL's grow rule, reused by others.

@@ -253,8 +253,8 @@ private:
 // and few rounds while the kept fraction is small; falls back to enumerating the free
 // positions (O(rows * cols) time) when the layer is more than half full.
 template <Value T, ColumnIndex Index>
-std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
-                                                  CounterRng& rng) {
+std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
+                                                       CounterRng& rng) {
   const std::int64_t cols = W.cols();
   const std::int64_t total = W.rows() * cols;
   const std::int64_t kept = W.nnz() - drop.size();
@@ -264,16 +264,17 @@ std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, 
   KeptColumns<T, Index> kept_cols(W, drop);
   std::vector<std::int64_t> chosen;
   if (2 * kept <= total) {
-    std::vector<std::int64_t> fresh, merged;
+    std::vector<std::int64_t> fresh;
     while (std::ssize(chosen) < k) {
       fresh.resize(static_cast<std::size_t>(k - std::ssize(chosen)));
       for (auto& p : fresh) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(total)));
       sort_positions(fresh, W.rows(), cols);
       std::erase_if(fresh, [&](std::int64_t p) { return kept_cols.kept(p / cols, p % cols); });
-      merged.clear();
-      std::set_union(chosen.begin(), chosen.end(), fresh.begin(), fresh.end(), std::back_inserter(merged));
-      merged.erase(std::unique(merged.begin(), merged.end()), merged.end());
-      chosen.swap(merged);
+      // merged in place (the sorted union of both lists, duplicates dropped)
+      const auto middle = static_cast<std::ptrdiff_t>(chosen.size());
+      chosen.insert(chosen.end(), fresh.begin(), fresh.end());
+      std::inplace_merge(chosen.begin(), chosen.begin() + middle, chosen.end());
+      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
     }
   } else {
     std::vector<std::int64_t> candidates;
@@ -288,9 +289,17 @@ std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, 
     chosen.assign(candidates.begin(), candidates.begin() + k);
     std::sort(chosen.begin(), chosen.end());
   }
+  return chosen;
+}
+
+// The same positions as (row, col) records with score 0.
+template <Value T, ColumnIndex Index>
+std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
+                                                  CounterRng& rng) {
+  const std::vector<std::int64_t> chosen = random_free_linear_positions(W, drop, k, rng);
   std::vector<ScoredPosition> out;
   out.reserve(chosen.size());
-  for (std::int64_t p : chosen) out.push_back({0.0, p / cols, p % cols});
+  for (std::int64_t p : chosen) out.push_back({0.0, p / W.cols(), p % W.cols()});
   return out;
 }
 
