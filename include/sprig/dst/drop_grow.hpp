@@ -179,19 +179,37 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
                         std::back_inserter(regrow));
   DropGrowStats stats;
   stats.regrown = std::ssize(regrow);
+  // regrown weights stay: their slots, descending like drop.slots, so one walk skips them
+  // (a binary search per dropped weight was a third of the update)
+  std::vector<std::int64_t> regrow_slots;
+  regrow_slots.reserve(regrow.size());
+  for (std::int64_t p : regrow) regrow_slots.push_back(W.find(p / cols, p % cols));
+  std::sort(regrow_slots.begin(), regrow_slots.end(), std::greater<>());
   // drops in descending slot order: each erase moves the row's last live slot (never one
   // still to be erased) into the hole
+  std::size_t skip = 0;
   for (std::size_t q = 0; q < drop.slots.size(); ++q) {
     const std::int64_t s = drop.slots[q];
-    const std::int64_t pos = drop.rows[q] * cols + static_cast<std::int64_t>(W.col_indices()[s]);
-    if (std::binary_search(regrow.begin(), regrow.end(), pos)) continue;
+    if (skip < regrow_slots.size() && regrow_slots[skip] == s) {
+      ++skip;
+      continue;
+    }
     W.erase_slot(drop.rows[q], s, &log);
     ++stats.dropped;
     log.flush_if_full();
   }
+  // grow positions without the regrown ones (both lists ascending)
+  {
+    std::size_t r = 0, out = 0;
+    for (std::int64_t p : grow_pos) {
+      while (r < regrow.size() && regrow[r] < p) ++r;
+      if (r < regrow.size() && regrow[r] == p) continue;
+      grow_pos[out++] = p;
+    }
+    grow_pos.resize(out);
+  }
   std::vector<std::int64_t> need(static_cast<std::size_t>(W.rows()), 0);
-  for (std::int64_t p : grow_pos)
-    if (!std::binary_search(regrow.begin(), regrow.end(), p)) ++need[static_cast<std::size_t>(p / cols)];
+  for (std::int64_t p : grow_pos) ++need[static_cast<std::size_t>(p / cols)];
   std::vector<std::pair<std::int64_t, std::int64_t>> room;  // rows that must relocate, new capacity
   for (std::int64_t i = 0; i < W.rows(); ++i)
     if (need[i] > 0 && W.row_nnz(i) + need[i] > W.row_capacity(i))
@@ -199,7 +217,6 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
   W.reserve_rows(room, &log);
   log.flush_if_full();
   for (std::int64_t p : grow_pos) {
-    if (std::binary_search(regrow.begin(), regrow.end(), p)) continue;
     W.insert_new(p / cols, p % cols, T(0), &log);
     ++stats.grown;
     log.flush_if_full();
