@@ -28,7 +28,10 @@
 //
 // Memory: each configuration also runs in its own process (this program re-executed with
 // --single), which reports its peak resident set (VmHWM) after warm-up, timed steps and one
-// SET update. The process baseline (libraries, OpenMP/OpenBLAS runtime) is in that number.
+// SET update. The process baseline (libraries, OpenMP/OpenBLAS runtime) is in that number,
+// and so is what glibc's allocator keeps resident after blocks are freed; with
+// --malloc-mmap-threshold 131072 large blocks go back to the OS when freed, which separates
+// the two (the update's scratch is freed, its peak is not).
 //
 // Allocations: this binary replaces the global operator new; the table reports operator-new
 // calls per timed step (mallocs made by OpenBLAS or libgomp themselves are not seen).
@@ -48,6 +51,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cblas.h>
+#ifdef __GLIBC__
+#  include <malloc.h>
+#endif
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -256,6 +262,7 @@ struct Options {
   std::string md;
   std::string single;
   std::string openblas_coretype;
+  long mmap_threshold = 0;  // > 0: mallopt(M_MMAP_THRESHOLD) in this and the memory processes
 };
 
 // One model with its data, loss, optimizer and topology algorithm.
@@ -666,7 +673,8 @@ void measure_memory(const Options& o, Result& r) {
   std::ostringstream cmd;
   cmd << '"' << exe << "\" --single " << kind_name(r.kind) << ',' << r.sparsity << ',' << r.threads
       << " --batch " << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round
-      << " --delta-t " << o.delta_t << " --seed " << o.seed << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
+      << " --delta-t " << o.delta_t << " --seed " << o.seed << " --malloc-mmap-threshold " << o.mmap_threshold
+      << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
   FILE* p = popen(cmd.str().c_str(), "r");
   if (!p) return;
   char line[512];
@@ -825,7 +833,17 @@ int main(int argc, char** argv) {
   app.add_option("--single", o.single, "internal: run model,sparsity,threads alone and print its peak RSS");
   app.add_option("--openblas-coretype", o.openblas_coretype,
                  "OpenBLAS kernel family (OPENBLAS_CORETYPE, e.g. SkylakeX); the program re-executes itself with it");
+  app.add_option("--malloc-mmap-threshold", o.mmap_threshold,
+                 "bytes; > 0 fixes glibc's mmap threshold (mallopt M_MMAP_THRESHOLD), so large blocks are "
+                 "mapped and go back to the OS when freed (0: glibc's default, a threshold that rises to the "
+                 "largest block freed, up to 32 MiB, after which freed blocks stay resident)");
   CLI11_PARSE(app, argc, argv);
+#ifdef __GLIBC__
+  if (o.mmap_threshold > 0 && mallopt(M_MMAP_THRESHOLD, static_cast<int>(o.mmap_threshold)) != 1) {
+    std::fprintf(stderr, "train_step: mallopt(M_MMAP_THRESHOLD, %ld) failed\n", o.mmap_threshold);
+    return 1;
+  }
+#endif
 
   // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: set it and start again.
   // (0.3.21 does not know Zen 5 and picks its AVX2 Haswell kernels there by default.)
@@ -871,6 +889,7 @@ int main(int argc, char** argv) {
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
          << "); cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
+         << "; malloc mmap threshold " << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)" : std::string("glibc default (dynamic)"))
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
     std::ostringstream body;
     write_table(body, all, o);

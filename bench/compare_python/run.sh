@@ -41,10 +41,9 @@ PY="$VENV/bin/python"
 # 2. sprig's numbers, same shapes, batch and threads.
 csv_list() { echo "$*" | tr ' ' ','; }
 if [[ "${SKIP_SPRIG:-0}" != 1 ]]; then
-  if [[ ! -x "$BUILD/bench/train_step" ]]; then
-    cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
-    cmake --build "$BUILD" --target train_step -j 2
-  fi
+  # configured once, rebuilt (incrementally) every time: the table must be of this source tree
+  [[ -f "$BUILD/CMakeCache.txt" ]] || cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build "$BUILD" --target train_step -j 2
   "$BUILD/bench/train_step" --csv --threads "$(csv_list $THREADS)" --models "$(csv_list $MODELS)" \
     --sparsities "0,$(csv_list $SPARSITIES)" --delta-t "$DELTA_T" --set-updates "$SET_UPDATES" \
     --md "$OUT/sprig.md" > "$OUT/sprig.csv"
