@@ -455,10 +455,11 @@ public:
     }
   }
 
-  // Gives each listed row (distinct, valid) room for at least its requested capacity, moving
-  // the rows that lack it to the end of storage in one go: storage grows by exactly their new
-  // capacities, where relocating them one by one (reserve_row) lets the arrays grow
-  // geometrically, up to twice the weights' memory after a topology update.
+  // Gives each listed row (distinct, valid) room for at least its requested capacity (at most
+  // cols), moving the rows that lack it to the end of storage in one go: storage grows once,
+  // by exactly their new capacities, and the log holds one resize, so every state array also
+  // grows once. (Relocating them one by one, reserve_row, grows by steps of >= 1/8 with slack.)
+  // Throws ArgumentError for a row out of range or listed twice, before changing anything.
   void reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity, SlotLog* log = nullptr) {
     std::int64_t extra = 0;
     std::vector<bool> seen(static_cast<std::size_t>(rows_), false);

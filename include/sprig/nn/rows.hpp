@@ -17,6 +17,8 @@ template <class Fn>
 void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
 #if SPRIG_HAS_OPENMP
 #  pragma omp parallel for schedule(static) if (rows * cols >= kRowsParallelMinElements)
+#else
+  (void)cols;
 #endif
   for (std::int64_t i = 0; i < rows; ++i) fn(i);
 }

@@ -65,7 +65,7 @@ public:
   template <class Model>
   void step(Model& model) {
     begin_step();
-    model.for_each_parameter([this](auto& p) { update(p); });
+    model.for_each_parameter([this](auto& p) { this->update(p); });
   }
 
   // Updates one parameter with its current gradient at step step_count() (>= 1).

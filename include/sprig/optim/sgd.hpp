@@ -62,7 +62,7 @@ public:
   template <class Model>
   void step(Model& model) {
     begin_step();
-    model.for_each_parameter([this](auto& p) { update(p); });
+    model.for_each_parameter([this](auto& p) { this->update(p); });
   }
 
   // Updates one parameter with its current gradient (begin_step() is the caller's job).
