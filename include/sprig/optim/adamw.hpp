@@ -19,6 +19,7 @@
 #include "../core/error.hpp"
 #include "../nn/parameter.hpp"
 #include "live_ranges.hpp"
+#include "optimizer_base.hpp"
 
 namespace sprig {
 
@@ -31,9 +32,10 @@ struct AdamWOptions {
 };
 
 template <Value T>
-class AdamW {
+class AdamW : public detail::OptimizerBase<AdamW<T>> {
 public:
   using value_type = T;
+  static constexpr const char* kName = "AdamW";
 
   explicit AdamW(AdamWOptions options = {}) : options_(options) {
     if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("AdamW: lr ", options.lr, " must be >= 0"));
@@ -47,41 +49,22 @@ public:
   }
 
   const AdamWOptions& options() const noexcept { return options_; }
-  double lr() const noexcept { return options_.lr; }
-  void set_lr(double lr) {
-    if (!(lr >= 0.0)) throw ArgumentError(detail::message("AdamW::set_lr: lr ", lr, " must be >= 0"));
-    options_.lr = lr;
-  }
-
-  // Steps taken so far; the t of the bias corrections. Part of the optimizer's state: a
-  // checkpoint saves it and restores it with set_step_count().
-  std::int64_t step_count() const noexcept { return step_; }
-  void set_step_count(std::int64_t t) {
-    if (t < 0) throw ArgumentError(detail::message("AdamW::set_step_count: ", t, " < 0"));
-    step_ = t;
-  }
-  void begin_step() noexcept { ++step_; }
-
-  template <class Model>
-  void step(Model& model) {
-    begin_step();
-    model.for_each_parameter([this](auto& p) { this->update(p); });
-  }
 
   // Updates one parameter with its current gradient at step step_count() (>= 1).
   template <class P>
     requires requires(P& p) { p.state; p.grad; }
   void update(P& p) {
-    if (step_ < 1) throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");
+    if (this->step_count() < 1)
+      throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");
     detail::ensure_state("AdamW::update", p, 2);
-    const double t = static_cast<double>(step_);
+    const double t = static_cast<double>(this->step_count());
     const T lr = static_cast<T>(options_.lr);
     const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
     const T eps = static_cast<T>(options_.eps);
     const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, t)));
     const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, t)));
     const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
-    T* __restrict wp = values(p).data();
+    T* __restrict wp = Base::template values<T>(p).data();
     const T* __restrict gp = p.grad.data();
     T* __restrict mp = p.state[0].data();
     T* __restrict vp = p.state[1].data();
@@ -96,16 +79,10 @@ public:
   }
 
 private:
-  template <class P>
-  static auto values(P& p) {
-    if constexpr (requires { p.weight.values(); })
-      return p.weight.values();
-    else
-      return std::span<T>(p.value);
-  }
+  friend class detail::OptimizerBase<AdamW<T>>;
+  using Base = detail::OptimizerBase<AdamW<T>>;
 
   AdamWOptions options_;
-  std::int64_t step_ = 0;
 };
 
 }  // namespace sprig

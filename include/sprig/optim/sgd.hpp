@@ -17,6 +17,7 @@
 #include "../core/error.hpp"
 #include "../nn/parameter.hpp"
 #include "live_ranges.hpp"
+#include "optimizer_base.hpp"
 
 namespace sprig {
 
@@ -28,9 +29,10 @@ struct SGDOptions {
 };
 
 template <Value T>
-class SGD {
+class SGD : public detail::OptimizerBase<SGD<T>> {
 public:
   using value_type = T;
+  static constexpr const char* kName = "SGD";
 
   explicit SGD(SGDOptions options = {}) : options_(options) {
     if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("SGD: lr ", options.lr, " must be >= 0"));
@@ -43,27 +45,6 @@ public:
   }
 
   const SGDOptions& options() const noexcept { return options_; }
-  double lr() const noexcept { return options_.lr; }
-  void set_lr(double lr) {
-    if (!(lr >= 0.0)) throw ArgumentError(detail::message("SGD::set_lr: lr ", lr, " must be >= 0"));
-    options_.lr = lr;
-  }
-
-  // Steps taken so far (begin_step() calls). Part of the optimizer's state: a checkpoint
-  // saves it and restores it with set_step_count().
-  std::int64_t step_count() const noexcept { return step_; }
-  void set_step_count(std::int64_t t) {
-    if (t < 0) throw ArgumentError(detail::message("SGD::set_step_count: ", t, " < 0"));
-    step_ = t;
-  }
-  void begin_step() noexcept { ++step_; }
-
-  // One step on every parameter of a model (anything with for_each_parameter).
-  template <class Model>
-  void step(Model& model) {
-    begin_step();
-    model.for_each_parameter([this](auto& p) { this->update(p); });
-  }
 
   // Updates one parameter with its current gradient (begin_step() is the caller's job).
   template <class P>
@@ -71,7 +52,7 @@ public:
   void update(P& p) {
     const bool use_momentum = options_.momentum != 0.0;
     detail::ensure_state("SGD::update", p, use_momentum ? 1 : 0);
-    const std::span<T> w = values(p);
+    const std::span<T> w = Base::template values<T>(p);
     const T lr = static_cast<T>(options_.lr), mu = static_cast<T>(options_.momentum);
     const T wd = p.decay ? static_cast<T>(options_.weight_decay) : T(0);
     const bool nesterov = options_.nesterov;
@@ -98,16 +79,10 @@ public:
   }
 
 private:
-  template <class P>
-  static auto values(P& p) {
-    if constexpr (requires { p.weight.values(); })
-      return p.weight.values();
-    else
-      return std::span<T>(p.value);
-  }
+  friend class detail::OptimizerBase<SGD<T>>;
+  using Base = detail::OptimizerBase<SGD<T>>;
 
   SGDOptions options_;
-  std::int64_t step_ = 0;
 };
 
 }  // namespace sprig
