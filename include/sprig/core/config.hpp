@@ -31,3 +31,12 @@
 #else
 #  define SPRIG_HAS_OPENMP 0
 #endif
+
+#include <cstdint>
+
+namespace sprig::detail {
+// Work (elements of a pass, or multiply-adds of a kernel) below which a loop runs on the
+// calling thread: an OpenMP parallel region costs a few microseconds, about that much work.
+// One value for every threaded loop in the library.
+inline constexpr std::int64_t kParallelMinWork = std::int64_t{1} << 16;
+}  // namespace sprig::detail

@@ -447,8 +447,7 @@ public:
   void reserve_row(std::int64_t row, std::int64_t capacity, SlotLog* log = nullptr) {
     if (row < 0 || row >= rows_)
       throw ArgumentError(detail::message("PaddedCSR::reserve_row: row ", row, " outside [0, ", rows_, ")"));
-    if (capacity > cols_)
-      capacity = std::max<std::int64_t>(cols_, row_capacity_[row]);  // a row never needs more than cols slots
+    capacity = wanted_capacity(row, capacity);
     if (capacity > row_capacity_[row]) {
       relocate_row(row, capacity, log);
       ++topology_version_;
@@ -469,7 +468,7 @@ public:
       if (seen[static_cast<std::size_t>(row)])
         throw ArgumentError(detail::message("PaddedCSR::reserve_rows: row ", row, " listed twice"));
       seen[static_cast<std::size_t>(row)] = true;
-      const std::int64_t c = std::min<std::int64_t>(capacity, std::max<std::int64_t>(cols_, row_capacity_[row]));
+      const std::int64_t c = wanted_capacity(row, capacity);
       if (c > row_capacity_[row]) extra += c;
     }
     if (extra == 0) return;
@@ -478,7 +477,7 @@ public:
     col_indices_.reserve(total);
     if (log) log->resize(static_cast<std::int64_t>(total));  // one resize event: state arrays grow once
     for (const auto& [row, capacity] : row_capacity) {
-      const std::int64_t c = std::min<std::int64_t>(capacity, std::max<std::int64_t>(cols_, row_capacity_[row]));
+      const std::int64_t c = wanted_capacity(row, capacity);
       if (c > row_capacity_[row]) relocate_row(row, c, log, /*log_resize=*/false);
     }
     ++topology_version_;
@@ -698,6 +697,12 @@ private:
       owner[q] = r;
     }
     return owner;
+  }
+
+  // The capacity a reserve for `row` asks for, capped at cols (a row never needs more slots),
+  // though never below what the row already has; relocation happens only if it exceeds that.
+  std::int64_t wanted_capacity(std::int64_t row, std::int64_t capacity) const noexcept {
+    return std::min<std::int64_t>(capacity, std::max<std::int64_t>(cols_, row_capacity_[row]));
   }
 
   // Moves row `row` to the end of storage with the given capacity (>= its nnz). Storage

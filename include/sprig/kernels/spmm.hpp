@@ -84,10 +84,6 @@ struct PermutedValues {
   Cursor at(std::int64_t s) const noexcept { return {values, source + s, (source_end - source) - s}; }
 };
 
-// Work below which a kernel runs on the calling thread: a parallel region costs a few
-// microseconds, about 50k multiply-adds.
-inline constexpr std::int64_t kParallelMinWork = 1 << 16;
-
 // Most registers a panel tile may span (the kernels are instantiated for 1..kMaxPanelRegs).
 // spmm holds C * R <= 8 accumulators plus a broadcast: fits 16-register ISAs.
 inline constexpr std::int64_t kMaxPanelRegs = 8;

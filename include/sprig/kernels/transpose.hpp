@@ -118,7 +118,7 @@ public:
     const auto n = std::ssize(cached_.source_slot);
     constexpr std::int64_t kRefreshPrefetch = SPRIG_REFRESH_PREFETCH;
 #if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (n >= (std::int64_t{1} << 16) && !omp_in_parallel())
+#  pragma omp parallel for schedule(static) if (n >= detail::kParallelMinWork && !omp_in_parallel())
 #endif
     for (std::int64_t t = 0; t < n; ++t) {
       // Consecutive slots of W^T read from different rows of W, a pattern the hardware

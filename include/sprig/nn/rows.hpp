@@ -9,14 +9,10 @@
 
 namespace sprig::detail {
 
-// Elements below which the rows run on the calling thread (a parallel region costs a few
-// microseconds, about as much as one pass over 64k floats).
-inline constexpr std::int64_t kRowsParallelMinElements = 65536;
-
 template <class Fn>
 void for_rows(std::int64_t rows, std::int64_t cols, Fn&& fn) {
 #if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (rows * cols >= kRowsParallelMinElements)
+#  pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinWork)
 #else
   (void)cols;
 #endif

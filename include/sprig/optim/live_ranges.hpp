@@ -18,10 +18,6 @@
 
 namespace sprig::detail {
 
-// Slots below which an optimizer step runs on the calling thread (a parallel region costs a
-// few microseconds, about one pass over 64k slots).
-inline constexpr std::int64_t kOptimizerParallelMinSlots = 65536;
-
 // Calls fn(begin, end) for every maximal run of live slots (one per non-empty row), on
 // OpenMP threads for large parameters: fn is called concurrently on disjoint ranges and must
 // only touch its own slots. Each slot is updated by one call, so the result does not depend
@@ -31,7 +27,7 @@ void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
   const auto& w = p.weight;
   const std::int64_t rows = w.rows();
 #if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (w.storage_size() >= kOptimizerParallelMinSlots)
+#  pragma omp parallel for schedule(static) if (w.storage_size() >= kParallelMinWork)
 #endif
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::int64_t n = w.row_nnz(i);
@@ -44,7 +40,7 @@ void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
   const std::int64_t n = p.size();
   if (n <= 0) return;
 #if SPRIG_HAS_OPENMP
-  if (n >= kOptimizerParallelMinSlots) {
+  if (n >= kParallelMinWork) {
 #  pragma omp parallel
     {
       const std::int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
