@@ -5,7 +5,7 @@
 // - random_matrix: PaddedCSR with empty, full and random rows; scramble(): the same kind of
 //   matrix after the structural operations of training (erase moves a row's last slot into
 //   the hole, inserts fill padding, a full row relocates to the end and leaves dead slots),
-//   so storage is no longer in row order.
+//   so storage is no longer in row order; scrambled_matrix(): both, with that layout required.
 // - Operand: a dense view placed inside a larger buffer whose other elements hold a guard
 //   value: a row stride larger than cols, optionally an unaligned first element. Outputs
 //   check that nothing outside the view was written; inputs put NaN there so that a kernel
@@ -28,6 +28,8 @@
 #include <tuple>
 #include <type_traits>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/padded_csr.hpp"
@@ -147,6 +149,21 @@ bool rows_out_of_storage_order(const PaddedCSR<T, Index>& W) {
   return false;
 }
 
+// random_matrix(rows, cols, density, seed) scrambled, with the layout a scrambled-matrix test
+// is about required to be really there: rows relocated out of row order, dead slots, and
+// the invariants holding.
+template <Value T, ColumnIndex Index>
+PaddedCSR<T, Index> scrambled_matrix(std::int64_t rows, std::int64_t cols, double density, std::uint64_t seed) {
+  auto W = random_matrix<T, Index>(rows, cols, density, seed);
+  const std::int64_t relocations = scramble(W, seed);
+  CAPTURE(seed, relocations);
+  REQUIRE(relocations > 0);
+  REQUIRE(W.dead_slots() > 0);
+  REQUIRE(rows_out_of_storage_order(W));
+  REQUIRE_NOTHROW(W.check_invariants());
+  return W;
+}
+
 // For every slot, the row that holds it live, or -1 (padding or dead).
 template <Value T, ColumnIndex Index>
 std::vector<std::int64_t> slot_rows(const PaddedCSR<T, Index>& W) {
@@ -178,6 +195,8 @@ enum class Placement {
   strided,    // stride > cols, every row 64-byte aligned, guard columns to the right
   unaligned,  // starts at (1, 1) of the buffer (off alignment), stride == cols + 5
 };
+inline const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accumulate"; }
+
 inline const char* name(Placement p) {
   switch (p) {
     case Placement::tight: return "tight";

@@ -22,8 +22,6 @@ namespace st = sprig::test;
 
 namespace {
 
-const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accumulate"; }
-
 template <Value T>
 std::vector<T> random_vector(std::int64_t n, CounterRng& rng) {
   std::vector<T> v(static_cast<std::size_t>(n));
@@ -69,7 +67,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm matches the reference on random shapes, placement
   using Index = typename TestType::Index;
   for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>()))
     for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(c, name(mode));
+      CAPTURE(c, st::name(mode));
       check_case<T, Index>(c, mode);
     }
 }
@@ -81,7 +79,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm with one workspace reused across all shapes and m
   KernelWorkspace<T> ws;
   for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>()))
     for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(c, name(mode));
+      CAPTURE(c, st::name(mode));
       check_case<T, Index>(c, mode, &ws);
     }
 }
@@ -90,17 +88,12 @@ TEMPLATE_LIST_TEST_CASE("sddmm on a scrambled matrix: storage out of row order, 
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    auto W = st::random_matrix<T, Index>(40, 30, 0.2, seed);
-    const std::int64_t relocations = st::scramble(W, seed);
-    CAPTURE(seed, relocations);
-    REQUIRE(relocations > 0);
-    REQUIRE(W.dead_slots() > 0);
-    REQUIRE(st::rows_out_of_storage_order(W));
-    REQUIRE_NOTHROW(W.check_invariants());
+    const auto W = st::scrambled_matrix<T, Index>(40, 30, 0.2, seed);
+    CAPTURE(seed);
     for (std::int64_t B : {1, 7, 16, 33}) {
       CAPTURE(B);
       for (Update mode : {Update::overwrite, Update::accumulate}) {
-        CAPTURE(name(mode));
+        CAPTURE(st::name(mode));
         CounterRng rng(seed, static_cast<std::uint64_t>(B));
         st::Operand<T> dY(W.rows(), B, st::Placement::unaligned, st::quiet_nan<T>());
         st::Operand<T> X(W.cols(), B, st::Placement::strided, st::quiet_nan<T>());
@@ -185,7 +178,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm is bitwise identical for 1, 2 and 3 threads", "[s
     X.fill_random(rng);
     const std::vector<T> g0 = random_vector<T>(W.storage_size(), rng);
     for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(name(mode));
+      CAPTURE(st::name(mode));
       std::vector<std::vector<T>> results;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
@@ -266,7 +259,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm rejects mismatched shapes with ShapeError and lea
   std::vector<T> grad(static_cast<std::size_t>(W.storage_size()), T(7));
   std::vector<T> short_grad(grad.size() - 1, T(7)), long_grad(grad.size() + 1, T(7));
   for (Update mode : {Update::overwrite, Update::accumulate}) {
-    CAPTURE(name(mode));
+    CAPTURE(st::name(mode));
     CHECK_THROWS_AS(sddmm(W, dY_rows.view(), X.view(), std::span<T>(grad), mode), ShapeError);  // dY rows != M
     CHECK_THROWS_AS(sddmm(W, dY.view(), X_rows.view(), std::span<T>(grad), mode), ShapeError);  // X rows != K
     CHECK_THROWS_AS(sddmm(W, dY.view(), X_cols.view(), std::span<T>(grad), mode), ShapeError);  // batch differs
