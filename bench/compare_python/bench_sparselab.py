@@ -28,13 +28,7 @@ def main() -> None:
     model = sc.build(torch, args.model, lambda i, o: sparselab.SparseLinear(i, o, sparsity=args.sparsity))
     algo = sparselab.SET(sparsity=args.sparsity, drop_fraction=0.3, update_freq=args.delta_t, seed=args.seed)
     model.apply(algo)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+    step = sc.sgd_step(torch, model, x, y, loss_fn)
 
     for _ in range(args.warmup):
         step()

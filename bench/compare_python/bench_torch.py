@@ -15,13 +15,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     x, y, loss_fn = sc.make_data(torch, args.model, args.batch, args.seed)
     model = sc.build(torch, args.model, lambda i, o: torch.nn.Linear(i, o))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+    step = sc.sgd_step(torch, model, x, y, loss_fn)
 
     for _ in range(args.warmup):
         step()

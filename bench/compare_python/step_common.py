@@ -52,6 +52,20 @@ def build(torch, model: str, linear_hidden):
     return nn.Sequential(linear_hidden(1024, 4096), nn.GELU(approximate="tanh"), linear_hidden(4096, 1024))
 
 
+def sgd_step(torch, model, x, y, loss_fn):
+    """The step every implementation times: SGD, momentum 0.9, lr 0.01 (sprig's train_step
+    defaults), over zero_grad, forward, loss, backward and the optimizer step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 def time_steps(step, n: int) -> list[float]:
     out = []
     for _ in range(n):
