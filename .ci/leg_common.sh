@@ -1,7 +1,10 @@
 # .ci/leg_common.sh — helpers sourced by every .ci/legs/*.sh (set `leg` before sourcing):
 # say/fail print with the leg's name; install_missing installs the given Debian packages
 # that are not installed yet (apt-get update only then), as root or through sudo;
-# kernel_tests prints the kernel test names, one per line.
+# kernel_tests prints the kernel test names, one per line; build_tests configures a build
+# directory with the caller's cmake_args and builds the caller's targets;
+# compile_command prints a test's compile command from compile_commands.json (fails if
+# absent); run_tests runs the given test targets with ctest.
 say() { printf '[%s leg] %s\n' "$leg" "$*"; }
 fail() { say "FAILED: $*"; exit 1; }
 
@@ -32,4 +35,31 @@ kernel_tests() {
     [[ $n == reference ]] && found=1
   done
   ((found)) || echo test_reference
+}
+
+# build_tests BUILD_DIR: configures with the caller's cmake_args array and builds the
+# caller's targets array.
+build_tests() {
+  local build=$1
+  mkdir -p "$build"
+  say "configure: cmake ${cmake_args[*]}"
+  cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
+  say "build: cmake --build $build --target ${targets[*]} -j 2"
+  cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+}
+
+compile_command() {
+  local build=$1 t=$2 cmd
+  cmd=$(grep "\"command\".*tests/$t.cpp" "$build/compile_commands.json" || true)
+  # (called as cmd=$(compile_command ...): the message goes to stderr, the exit ends the leg)
+  [[ -n $cmd ]] || { say "FAILED: no compile command for $t in compile_commands.json" >&2; exit 1; }
+  printf '%s\n' "$cmd"
+}
+
+run_tests() {
+  local build=$1
+  shift
+  local regex
+  regex="^($(IFS='|'; echo "$*")):"
+  ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
 }

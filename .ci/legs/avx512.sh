@@ -53,15 +53,11 @@ if ((!cpu_ok)); then
   # without AVX-512 that is SIGILL. A no-op "emulator" skips the listing: compile only.
   cmake_args+=(-DCMAKE_CROSSCOMPILING_EMULATOR=/bin/true)
 fi
-say "configure: cmake ${cmake_args[*]}"
-cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
-say "build: cmake --build $build --target ${targets[*]} -j 2"
-cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+build_tests "$build"
 
 # The flags really reached the test compiles, and -march=native did not.
 for t in "${targets[@]}"; do
-  cmd=$(grep "\"command\".*tests/$t.cpp" "$build/compile_commands.json" || true)
-  [[ -n $cmd ]] || fail "no compile command for $t in compile_commands.json"
+  cmd=$(compile_command "$build" "$t")
   for f in $arch_flags; do [[ $cmd == *" $f"* ]] || fail "$t was compiled without $f"; done
   [[ $cmd != *"-march=native"* ]] || fail "$t was compiled with -march=native"
 done
@@ -73,6 +69,5 @@ if ((!cpu_ok)); then
 fi
 
 say "CPU has AVX-512: default_arch = $("$build/arch_check"); running the kernel tests"
-regex="^($(IFS='|'; echo "${targets[*]}")):"
-ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
+run_tests "$build" "${targets[@]}"
 say "PASS (built and ran ${#targets[@]} kernel test executables with AVX-512) in $((SECONDS - start)) s"

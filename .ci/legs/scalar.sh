@@ -21,19 +21,13 @@ build=${SPRIG_LEG_BUILD_DIR:-build-ktests-scalar}
 cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
             -DSPRIG_SIMD=OFF -DSPRIG_NATIVE=OFF
             -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
-say "configure: cmake ${cmake_args[*]}"
-mkdir -p "$build"
-cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
-say "build: cmake --build $build --target ${targets[*]} -j 2"
-cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+build_tests "$build"
 
 for t in "${targets[@]}"; do
-  cmd=$(grep "\"command\".*tests/$t.cpp" "$build/compile_commands.json" || true)
-  [[ -n $cmd ]] || fail "no compile command for $t in compile_commands.json"
+  cmd=$(compile_command "$build" "$t")
   [[ $cmd == *"-DSPRIG_NO_SIMD=1"* ]] || fail "$t was compiled without -DSPRIG_NO_SIMD=1"
 done
 say "compiled with -DSPRIG_NO_SIMD=1: ${targets[*]}"
 
-regex="^($(IFS='|'; echo "${targets[*]}")):"
-ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
+run_tests "$build" "${targets[@]}"
 say "PASS (built and ran ${#targets[@]} kernel test executables on the scalar path) in $((SECONDS - start)) s"
