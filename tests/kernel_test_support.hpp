@@ -149,6 +149,13 @@ bool rows_out_of_storage_order(const PaddedCSR<T, Index>& W) {
   return false;
 }
 
+// Fills m with values uniform in [-1, 1), row by row.
+template <class T>
+void fill_uniform(Matrix<T>& m, CounterRng& rng) {
+  for (std::int64_t i = 0; i < m.rows(); ++i)
+    for (std::int64_t j = 0; j < m.cols(); ++j) m(i, j) = static_cast<T>(rng.uniform(-1.0, 1.0));
+}
+
 // random_matrix(rows, cols, density, seed) scrambled, with the layout a scrambled-matrix test
 // is about required to be really there: rows relocated out of row order, dead slots, and
 // the invariants holding.

@@ -149,8 +149,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm of a one-hot batch picks single products exactly"
   const std::int64_t B = 37;
   CounterRng rng(8, 1);
   Matrix<T> X(W.cols(), B);
-  for (std::int64_t k = 0; k < X.rows(); ++k)
-    for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  st::fill_uniform(X, rng);
   std::int64_t wrong = 0;
   for (std::int64_t hot = 0; hot < B; ++hot) {
     Matrix<T> dY(W.rows(), B, T(0));
@@ -228,10 +227,8 @@ TEMPLATE_LIST_TEST_CASE("sddmm through a workspace last used by another matrix w
   REQUIRE(W1.storage_size() == W2.storage_size());
   CounterRng rng(13, 0);
   Matrix<T> dY(M, B), X(K, B);
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  st::fill_uniform(dY, rng);
+  st::fill_uniform(X, rng);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
   KernelWorkspace<T> ws;

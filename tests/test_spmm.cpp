@@ -131,10 +131,8 @@ TEMPLATE_LIST_TEST_CASE("spmm overwrite replaces Y, accumulate adds to it", "[sp
     CAPTURE(B);
     CounterRng rng(7, static_cast<std::uint64_t>(B));
     Matrix<T> X(W.cols(), B), Z(W.rows(), B);
-    for (std::int64_t k = 0; k < X.rows(); ++k)
-      for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
-    for (std::int64_t i = 0; i < Z.rows(); ++i)
-      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    st::fill_uniform(X, rng);
+    st::fill_uniform(Z, rng);
     Matrix<T> over(W.rows(), B, std::numeric_limits<T>::infinity());
     spmm(W, X.view(), over.view(), Update::overwrite);
     Matrix<T> acc = Z;
@@ -174,8 +172,7 @@ TEMPLATE_LIST_TEST_CASE("spmm is bitwise identical for 1, 2 and 3 threads", "[sp
     st::Operand<T> X(W.cols(), B, st::Placement::strided, st::quiet_nan<T>());
     X.fill_random(rng);
     Matrix<T> Z(W.rows(), B);
-    for (std::int64_t i = 0; i < Z.rows(); ++i)
-      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    st::fill_uniform(Z, rng);
     for (Update mode : {Update::overwrite, Update::accumulate}) {
       CAPTURE(st::name(mode));
       std::vector<Matrix<T>> results;
@@ -226,8 +223,7 @@ TEMPLATE_LIST_TEST_CASE("spmm through a workspace last used by another matrix wi
   REQUIRE(W1.storage_size() == W2.storage_size());
   CounterRng rng(12, 0);
   Matrix<T> X(K, B);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t b = 0; b < B; ++b) X(k, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+  st::fill_uniform(X, rng);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
   KernelWorkspace<T> ws;

@@ -255,8 +255,7 @@ TEMPLATE_LIST_TEST_CASE("dX = spmm(cache.get(W), dY) equals the dense W^T dY, be
       CAPTURE(B);
       CounterRng rng(23, static_cast<std::uint64_t>(B));
       Matrix<T> dY(W.rows(), B);
-      for (std::int64_t i = 0; i < W.rows(); ++i)
-        for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+      st::fill_uniform(dY, rng);
       Matrix<T> dX(W.cols(), B, st::quiet_nan<T>());
       spmm(cache.get(W), dY.view(), dX.view());
       std::vector<long double> exact, S;
@@ -279,8 +278,6 @@ TEMPLATE_LIST_TEST_CASE("dX = spmm(cache.get(W), dY) equals the dense W^T dY, be
 }
 
 namespace {
-
-const char* name(Update m) { return m == Update::overwrite ? "overwrite" : "accumulate"; }
 
 // dX from spmm_transposed against reference::spmm on a freshly built transpose(W), with the
 // spmm error bound (each element sums the live entries of one column of W).
@@ -319,7 +316,7 @@ TEMPLATE_LIST_TEST_CASE("spmm_transposed matches the reference W^T dY, with stal
   for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
     if (c.M > st::max_cols_for<Index>()) continue;  // W^T would have more columns than Index holds
     for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(c, name(mode));
+      CAPTURE(c, st::name(mode));
       auto W = st::case_matrix<T, Index>(c);
       TransposeCache<T, Index> cache;
       KernelWorkspace<T>* ws = (k++ % 2) ? &shared_ws : nullptr;
@@ -367,12 +364,10 @@ TEMPLATE_LIST_TEST_CASE("spmm_transposed is bitwise identical for 1, 2 and 3 thr
     CAPTURE(B);
     CounterRng rng(31, static_cast<std::uint64_t>(B));
     Matrix<T> dY(W.rows(), B), Z(W.cols(), B);
-    for (std::int64_t i = 0; i < dY.rows(); ++i)
-      for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
-    for (std::int64_t i = 0; i < Z.rows(); ++i)
-      for (std::int64_t b = 0; b < B; ++b) Z(i, b) = static_cast<T>(rng.uniform(-1.0, 1.0));
+    st::fill_uniform(dY, rng);
+    st::fill_uniform(Z, rng);
     for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(name(mode));
+      CAPTURE(st::name(mode));
       std::vector<Matrix<T>> results;
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
@@ -426,7 +421,7 @@ TEMPLATE_LIST_TEST_CASE("spmm_transposed rejects mismatched shapes with ShapeErr
   Matrix<T> dY(6, 5, T(1)), dX(4, 5, T(7));
   Matrix<T> dY_rows(4, 5), dX_rows(6, 5), dX_cols(4, 6), dX_empty(0, 5);
   for (Update mode : {Update::overwrite, Update::accumulate}) {
-    CAPTURE(name(mode));
+    CAPTURE(st::name(mode));
     CHECK_THROWS_AS(spmm_transposed(W, cache, dY_rows.view(), dX.view(), mode), ShapeError);
     CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dX_rows.view(), mode), ShapeError);
     CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dX_cols.view(), mode), ShapeError);
