@@ -60,8 +60,9 @@ void BM_spmm(benchmark::State& state) {
   set_counters(state, W, B);
 }
 
-// dX = W^T dY through spmm_transposed (W's values read through the permutation).
-void BM_spmm_transposed(benchmark::State& state) {
+// dX = W^T dY on a warm transpose cache, computed by dx(W, cache, dY, dX, ws).
+template <class Dx>
+void dx_benchmark(benchmark::State& state, Dx&& dx) {
   const auto& W = weights(state.range(0), state.range(1), state.range(2));
   const std::int64_t B = state.range(3);
   const auto dY = random_matrix(W.rows(), B, 2);
@@ -70,28 +71,25 @@ void BM_spmm_transposed(benchmark::State& state) {
   cache.get(W);
   sprig::KernelWorkspace<float> ws;
   for (auto _ : state) {
-    sprig::spmm_transposed(W, cache, dY, dX.view(), ws);
+    dx(W, cache, dY, dX.view(), ws);
     benchmark::DoNotOptimize(dX.data());
     benchmark::ClobberMemory();
   }
   set_counters(state, W, B);
 }
 
-// dX = W^T dY the plain way: cache.get(W) (value refresh) then spmm.
+// Through spmm_transposed (W's values read through the permutation).
+void BM_spmm_transposed(benchmark::State& state) {
+  dx_benchmark(state, [](const auto& W, auto& cache, const auto& dY, auto dX, auto& ws) {
+    sprig::spmm_transposed(W, cache, dY, dX, ws);
+  });
+}
+
+// The plain way: cache.get(W) (value refresh) then spmm.
 void BM_spmm_cache_get(benchmark::State& state) {
-  const auto& W = weights(state.range(0), state.range(1), state.range(2));
-  const std::int64_t B = state.range(3);
-  const auto dY = random_matrix(W.rows(), B, 2);
-  sprig::Matrix<float> dX(W.cols(), B);
-  sprig::TransposeCache<float, std::int32_t> cache;
-  cache.get(W);
-  sprig::KernelWorkspace<float> ws;
-  for (auto _ : state) {
-    sprig::spmm(cache.get(W), dY, dX.view(), ws);  // value refresh + spmm
-    benchmark::DoNotOptimize(dX.data());
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, W, B);
+  dx_benchmark(state, [](const auto& W, auto& cache, const auto& dY, auto dX, auto& ws) {
+    sprig::spmm(cache.get(W), dY, dX, ws);
+  });
 }
 
 void BM_sddmm(benchmark::State& state) {
