@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "observed_new.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,35 +19,9 @@ std::atomic<bool> g_count{false};
 std::atomic<long> g_allocations{0};
 }  // namespace
 
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // new is malloc here
-#endif
-void* operator new(std::size_t n) {
+void sprig_test_observe_new(std::size_t) noexcept {
   if (g_count.load(std::memory_order_relaxed)) ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
 }
-// Every non-aligned form is replaced so allocation and release always pair (the
-// sanitizer's own nothrow new would otherwise meet this free).
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t& tag) noexcept { return operator new(n, tag); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic pop
-#endif
 
 namespace {
 

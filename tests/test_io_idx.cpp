@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "observed_new.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,41 +27,13 @@ std::atomic<bool> g_track{false};
 std::atomic<std::size_t> g_largest{0};
 }  // namespace
 
-// GCC 12 flags free() on memory from a replaced operator new once both are inlined
-// (-Wmismatched-new-delete); here new is malloc, so the pairing is right.
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
+void sprig_test_observe_new(std::size_t n) noexcept {
   if (g_track.load(std::memory_order_relaxed)) {
     std::size_t prev = g_largest.load(std::memory_order_relaxed);
     while (n > prev && !g_largest.compare_exchange_weak(prev, n)) {
     }
   }
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
 }
-// Every non-aligned form is replaced so allocation and release always pair (the
-// sanitizer's own nothrow new would otherwise meet this free).
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t& tag) noexcept { return operator new(n, tag); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic pop
-#endif
 
 namespace {
 
