@@ -81,9 +81,11 @@ TEMPLATE_LIST_TEST_CASE("drop/grow keeps the live count, zeroes new state, keeps
     W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { before[i * W.cols() + c] = v; });
     const DropSet drop = select_drop(W, k);
     const std::set<std::int64_t> dropped(drop.positions.begin(), drop.positions.end());
-    CHECK(positions_of(W, drop.slots) == [&] {  // rows/positions agree with the slot lookup
+    const DropSlots listed = drop_slots(W, drop);
+    CHECK(positions_of(W, listed.slots) == [&] {  // rows/positions agree with the slot lookup
       std::vector<std::int64_t> p;
-      for (std::size_t q = 0; q < drop.slots.size(); ++q) p.push_back(drop.rows[q] * W.cols() + W.col_indices()[drop.slots[q]]);
+      for (std::size_t q = 0; q < listed.slots.size(); ++q)
+        p.push_back(listed.rows[q] * W.cols() + W.col_indices()[listed.slots[q]]);
       return p;
     }());
     // grow: random free positions, plus (every other round) a just-dropped one
@@ -191,12 +193,14 @@ TEMPLATE_LIST_TEST_CASE("select_drop equals the sorted (|w|, position) oracle, t
       std::sort(want.begin(), want.end());
       REQUIRE(d.positions == want);
       REQUIRE(d.size() == k);
-      REQUIRE(std::is_sorted(d.slots.begin(), d.slots.end(), std::greater<>()));
+      const DropSlots listed = drop_slots(W, d);
+      REQUIRE(std::ssize(listed.slots) == k);
+      REQUIRE(std::is_sorted(listed.slots.begin(), listed.slots.end(), std::greater<>()));
       std::int64_t flagged = 0;
       for (auto f : d.slot_flag) flagged += f;
       CHECK(flagged == k);
-      for (std::size_t q = 0; q < d.slots.size(); ++q) {
-        const std::int64_t s = d.slots[q], r = d.rows[q];
+      for (std::size_t q = 0; q < listed.slots.size(); ++q) {
+        const std::int64_t s = listed.slots[q], r = listed.rows[q];
         CHECK(d.slot_flag[static_cast<std::size_t>(s)] == 1);
         CHECK(s >= W.row_start(r));
         CHECK(s < W.row_start(r) + W.row_nnz(r));

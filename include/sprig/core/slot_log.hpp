@@ -46,10 +46,12 @@ public:
   // sink(*this) once there are max_events of them and starts an empty log, so a large
   // structural change (a topology update logs ~3 events per dropped weight, 24 bytes each)
   // is replayed in bounded memory. The caller calls it between whole operations and flush()
-  // at the end.
+  // at the end. The event buffer is reserved once for max_events plus a quarter for the
+  // operation that crosses the mark (growing it by doubling held up to twice the chunk).
   void set_sink(std::size_t max_events, std::function<void(const SlotLog&)> sink) {
     max_events_ = max_events;
     sink_ = std::move(sink);
+    events_.reserve(max_events + max_events / 4);
   }
   void flush_if_full() {
     if (sink_ && events_.size() >= max_events_) flush();

@@ -53,15 +53,51 @@ struct ScoredPosition {
 };
 
 // The weights a drop step removes from one layer: the k live slots of smallest |w| (ties:
-// smaller (row, col) first), with their rows and linear positions (row * cols + col), and a
+// smaller (row, col) first), as their linear positions (row * cols + col, ascending) and a
 // per-slot flag for O(1) "is this slot dropped" tests. Built in O(nnz) without hashing.
+// 9 bytes per dropped weight plus 1 per slot: the slots themselves are found again by a walk
+// over the flags (for_each_dropped_slot), so the update's peak holds no slot or row lists.
 struct DropSet {
-  std::vector<std::int64_t> slots;      // descending slot order (the order erase needs)
-  std::vector<std::int64_t> rows;       // rows[q] owns slots[q]
   std::vector<std::int64_t> positions;  // ascending
   std::vector<std::uint8_t> slot_flag;  // 1 at dropped slots, size storage_size()
-  std::int64_t size() const noexcept { return std::ssize(slots); }
+  std::int64_t size() const noexcept { return std::ssize(positions); }
 };
+
+// Calls fn(slot, row) for every dropped slot of `drop` in descending slot order (the order
+// erase_slot needs: erasing a slot moves its row's last live slot, which lies above it and
+// was visited already, so the flags below stay valid while fn erases). W must have the layout
+// select_drop saw, up to erasures made by fn. Rows are found by a walk over the row regions
+// in descending start order (regions need not be in row order).
+template <Value T, ColumnIndex Index, class Fn>
+void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn&& fn) {
+  if (drop.size() == 0) return;
+  std::vector<std::int64_t> by_start(static_cast<std::size_t>(W.rows()));
+  for (std::int64_t i = 0; i < W.rows(); ++i) by_start[static_cast<std::size_t>(i)] = i;
+  std::sort(by_start.begin(), by_start.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) > W.row_start(b); });
+  std::size_t r = 0;
+  for (std::int64_t s = std::ssize(drop.slot_flag) - 1; s >= 0; --s) {
+    if (!drop.slot_flag[static_cast<std::size_t>(s)]) continue;
+    while (W.row_start(by_start[r]) > s) ++r;
+    fn(s, by_start[r]);
+  }
+}
+
+// The dropped slots and their rows as lists, in descending slot order.
+struct DropSlots {
+  std::vector<std::int64_t> slots;
+  std::vector<std::int64_t> rows;  // rows[q] owns slots[q]
+};
+template <Value T, ColumnIndex Index>
+DropSlots drop_slots(const PaddedCSR<T, Index>& W, const DropSet& drop) {
+  DropSlots out;
+  out.slots.reserve(static_cast<std::size_t>(drop.size()));
+  out.rows.reserve(static_cast<std::size_t>(drop.size()));
+  for_each_dropped_slot(W, drop, [&](std::int64_t s, std::int64_t row) {
+    out.slots.push_back(s);
+    out.rows.push_back(row);
+  });
+  return out;
+}
 
 // Two passes over the live weights with one magnitude array as scratch (sizeof(T) bytes per
 // live weight; a sort of (magnitude, position, slot) records took 24): nth_element finds the
@@ -97,7 +133,6 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
   });
   std::sort(ties.begin(), ties.end());
   ties.resize(static_cast<std::size_t>(k - below));  // ties dropped: the smallest positions
-  d.slots.reserve(static_cast<std::size_t>(k));
   d.positions.reserve(static_cast<std::size_t>(k));
   W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t s) {
     const T m = std::abs(v);
@@ -106,19 +141,6 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
       d.slot_flag[static_cast<std::size_t>(s)] = 1;
     }
   });
-  // slots in descending order with their rows: scan the flags from the top of storage, rows
-  // taken in descending order of their region's start (regions need not be in row order)
-  std::vector<std::int64_t> by_start(static_cast<std::size_t>(W.rows()));
-  for (std::int64_t i = 0; i < W.rows(); ++i) by_start[static_cast<std::size_t>(i)] = i;
-  std::sort(by_start.begin(), by_start.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) > W.row_start(b); });
-  d.rows.reserve(static_cast<std::size_t>(k));
-  std::size_t r = 0;
-  for (std::int64_t s = W.storage_size() - 1; s >= 0; --s) {
-    if (!d.slot_flag[static_cast<std::size_t>(s)]) continue;
-    while (W.row_start(by_start[r]) > s) ++r;
-    d.slots.push_back(s);
-    d.rows.push_back(by_start[r]);
-  }
   sort_positions(d.positions, W.rows(), cols);
   return d;
 }
@@ -126,7 +148,7 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
 // The k live slots with the smallest |w| (see select_drop), in descending slot order.
 template <Value T, ColumnIndex Index>
 std::vector<std::int64_t> smallest_magnitude_slots(const PaddedCSR<T, Index>& W, std::int64_t k) {
-  return select_drop(W, k).slots;
+  return drop_slots(W, select_drop(W, k)).slots;
 }
 
 // Linear positions (row * cols + col) of the given live slots, in the same order.
@@ -179,8 +201,8 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
                         std::back_inserter(regrow));
   DropGrowStats stats;
   stats.regrown = std::ssize(regrow);
-  // regrown weights stay: their slots, descending like drop.slots, so one walk skips them
-  // (a binary search per dropped weight was a third of the update)
+  // regrown weights stay: their slots, descending like the walk over the dropped ones, so
+  // the walk skips them in step (a binary search per dropped weight was a third of the update)
   std::vector<std::int64_t> regrow_slots;
   regrow_slots.reserve(regrow.size());
   for (std::int64_t p : regrow) regrow_slots.push_back(W.find(p / cols, p % cols));
@@ -188,16 +210,15 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
   // drops in descending slot order: each erase moves the row's last live slot (never one
   // still to be erased) into the hole
   std::size_t skip = 0;
-  for (std::size_t q = 0; q < drop.slots.size(); ++q) {
-    const std::int64_t s = drop.slots[q];
+  for_each_dropped_slot(W, drop, [&](std::int64_t s, std::int64_t row) {
     if (skip < regrow_slots.size() && regrow_slots[skip] == s) {
       ++skip;
-      continue;
+      return;
     }
-    W.erase_slot(drop.rows[q], s, &log);
+    W.erase_slot(row, s, &log);
     ++stats.dropped;
     log.flush_if_full();
-  }
+  });
   // grow positions without the regrown ones (both lists ascending)
   {
     std::size_t r = 0, out = 0;
@@ -281,12 +302,20 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
   KeptColumns<T, Index> kept_cols(W, drop);
   std::vector<std::int64_t> chosen;
   if (2 * kept <= total) {
+    // the first round's draws (k of them, the list's capacity) become `chosen`: later rounds
+    // add only the missing ones, so it never reallocates and no second k-sized list is held
     std::vector<std::int64_t> fresh;
     while (std::ssize(chosen) < k) {
       fresh.resize(static_cast<std::size_t>(k - std::ssize(chosen)));
       for (auto& p : fresh) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(total)));
       sort_positions(fresh, W.rows(), cols);
       std::erase_if(fresh, [&](std::int64_t p) { return kept_cols.kept(p / cols, p % cols); });
+      if (chosen.empty()) {
+        fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+        chosen.swap(fresh);
+        fresh = {};
+        continue;
+      }
       // merged in place (the sorted union of both lists, duplicates dropped)
       const auto middle = static_cast<std::ptrdiff_t>(chosen.size());
       chosen.insert(chosen.end(), fresh.begin(), fresh.end());
