@@ -72,4 +72,8 @@ TEMPLATE_TEST_CASE("GELU: the vectorised rows equal the scalar formula on wide s
       REQUIRE(std::abs(dXbuf(i, j + 3) - dY(i, j) * GELU<T>::derivative(x)) <= tol * (T(1) + std::abs(x)));
     }
   CHECK(Ybuf(0, 0) == T(0));  // outside the view: untouched
+  // in place (dX over dY, as Sequential runs it): bitwise the out-of-place result
+  gelu.backward(X, dY, dYbuf.view().block(0, 3, 7, 133));
+  for (std::int64_t i = 0; i < 7; ++i)
+    for (std::int64_t j = 3; j < 136; ++j) REQUIRE(dYbuf(i, j) == dXbuf(i, j));
 }

@@ -22,6 +22,11 @@ TEMPLATE_TEST_CASE("ReLU forward and backward", "[nn][relu]", float, double) {
       REQUIRE(Y(i, j) == (X(i, j) > 0 ? X(i, j) : T(0)));
       REQUIRE(dX(i, j) == (X(i, j) > 0 ? dY(i, j) : T(0)));
     }
+  // in place (dX over dY, as Sequential runs it): the same values
+  Matrix<T> inplace = dY;
+  relu.backward(X.view(), inplace.view(), inplace.view());
+  for (std::int64_t i = 0; i < 7; ++i)
+    for (std::int64_t j = 0; j < 19; ++j) REQUIRE(inplace(i, j) == dX(i, j));
   Matrix<T> bad(6, 19);
   CHECK_THROWS_AS(relu.forward(X.view(), bad.view()), ShapeError);
   CHECK_THROWS_AS(relu.backward(X.view(), dY.view(), bad.view()), ShapeError);

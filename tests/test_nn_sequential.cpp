@@ -156,6 +156,55 @@ TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[
   for (std::size_t s = 0; s < g.size(); ++s) CHECK(g[s] == Approx(refs[1].layer->weight.grad[s]).margin(1e-6));
   CHECK(model.dense_weight_bytes() == (6 * 8 + 8 + 8 * 3 + 3) * 4);
   CHECK(model.weight_bytes() > 0);
+  // the ReLU computed its dX over its dY: one buffer holds both, now the sparse layer's dY
+  CHECK(model.grad(1).data() == model.grad(0).data());
+  CHECK(model.grad(2).data() != model.grad(1).data());
+}
+
+TEST_CASE("Sequential: element-wise layers share their gradient buffer with the layer below", "[nn][sequential]") {
+  // GELU, ReLU, ReLU in a row: one buffer carries all four gradients below the last linear
+  Sequential<double> shared;
+  shared.add(Linear<double>(5, 7, 3));
+  shared.add(GELU<double>{});
+  shared.add(ReLU<double>{});
+  shared.add(Linear<double>(7, 4, 4));
+  shared.add(ReLU<double>{});  // ends element-wise: its dX goes over output_grad()
+  const auto X = random_matrix<double>(5, 6, 5);
+  const auto dOut = random_matrix<double>(4, 6, 6);
+  shared.forward(X.view());
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) shared.output_grad()(i, j) = dOut(i, j);
+  CHECK(shared.grad(0).data() == shared.grad(1).data());
+  CHECK(shared.grad(1).data() == shared.grad(2).data());
+  CHECK(shared.grad(3).data() == shared.grad(4).data());
+  CHECK(shared.grad(2).data() != shared.grad(3).data());  // below a linear layer: its own
+  shared.backward();
+  // the same parameters' gradients as a chain computed out of place by hand
+  Linear<double> l0(5, 7, 3), l3(7, 4, 4);
+  GELU<double> gelu;
+  ReLU<double> relu;
+  Matrix<double> z0(7, 6), a1(7, 6), a2(7, 6), z3(4, 6), d3(4, 6), d2(7, 6), d1(7, 6), d0(7, 6);
+  l0.forward(X.view(), z0.view());
+  gelu.forward(z0.view(), a1.view());
+  relu.forward(a1.view(), a2.view());
+  l3.forward(a2.view(), z3.view());
+  relu.backward(z3.view(), dOut.view(), d3.view());
+  l3.backward(a2.view(), d3.view(), d2.view());
+  relu.backward(a1.view(), d2.view(), d1.view());
+  gelu.backward(z0.view(), d1.view(), d0.view());
+  l0.backward(X.view(), d0.view());
+  std::int64_t compared = 0;
+  std::vector<const double*> got, want;
+  shared.for_each_parameter([&](auto& p) { got.push_back(p.grad.data()); });
+  l0.for_each_parameter([&](auto& p) { want.push_back(p.grad.data()); });
+  l3.for_each_parameter([&](auto& p) { want.push_back(p.grad.data()); });
+  REQUIRE(got.size() == want.size());
+  const std::int64_t sizes[] = {7 * 5, 7, 4 * 7, 4};
+  for (std::size_t q = 0; q < got.size(); ++q)
+    for (std::int64_t e = 0; e < sizes[q]; ++e, ++compared) REQUIRE(got[q][e] == want[q][e]);
+  CHECK(compared == 7 * 5 + 7 + 4 * 7 + 4);
+  for (std::int64_t i = 0; i < 7; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) CHECK(shared.grad(0)(i, j) == d0(i, j));
 }
 
 TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% training accuracy; steady steps allocate nothing",

@@ -42,7 +42,8 @@ public:
     });
   }
 
-  // dX = dY * gelu'(X).
+  // dX = dY * gelu'(X). dX may be dY (element by element, in place).
+  static constexpr bool backward_in_place = true;
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX) const {
     detail::check_same_shape<T>("GELU::backward", "X", X, "dY", dY);

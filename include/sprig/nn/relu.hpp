@@ -36,15 +36,16 @@ public:
     });
   }
 
-  // dX = dY where X > 0, else 0.
+  // dX = dY where X > 0, else 0. dX may be dY (element by element, in place).
+  static constexpr bool backward_in_place = true;
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX) const {
     detail::check_same_shape<T>("ReLU::backward", "X", X, "dY", dY);
     detail::check_same_shape<T>("ReLU::backward", "X", X, "dX", dX);
     detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* __restrict x = X.row(i);
-      const T* __restrict d = dY.row(i);
-      T* __restrict g = dX.row(i);
+      const T* d = dY.row(i);  // may alias g
+      T* g = dX.row(i);
       for (std::int64_t j = 0; j < X.cols(); ++j) g[j] = x[j] > T(0) ? d[j] : T(0);
     });
   }
