@@ -351,6 +351,52 @@ TEMPLATE_LIST_TEST_CASE("spmm_transposed matches the reference W^T dY, with stal
   }
 }
 
+TEMPLATE_LIST_TEST_CASE("TransposeCache: structure only under spmm_transposed, values on get(), rebuilds in place",
+                        "[transpose][cache][spmm_transposed]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto W = st::random_matrix<T, Index>(40, 24, 0.3, 9);
+  TransposeCache<T, Index> cache;
+  Matrix<T> dY(40, 16), dX(24, 16);
+  CounterRng fill(4);
+  st::fill_uniform(dY, fill);
+  spmm_transposed(W, cache, ConstMatrixView<T>(dY.view()), dX.view());  // one batch panel: the fused path
+  REQUIRE(cache.rebuilds() == 1);
+  CHECK(cache.transposed().matrix.values().empty());  // no W^T values were needed
+  CHECK(std::ssize(cache.transposed().source_slot) == cache.transposed().matrix.storage_size());
+  const std::int64_t structure_bytes = cache.memory_bytes();
+  // get(): the values appear, current, and the cache is exactly W^T
+  cache.get(W);
+  CHECK(cache.rebuilds() == 1);
+  check_transposed(W, cache.transposed());
+  CHECK(cache.memory_bytes() >= structure_bytes + cache.transposed().matrix.storage_size() * std::int64_t(sizeof(T)));
+  // A topology change that keeps nnz (a drop and a grow, as in a DST update): the rebuild
+  // refills the same arrays, values included since get() has been used
+  const T* values_before = cache.transposed().matrix.values().data();
+  const Index* cols_before = cache.transposed().matrix.col_indices().data();
+  const SourceSlot* source_before = cache.transposed().source_slot.data();
+  CounterRng pick(5);
+  std::int64_t r = 0;
+  while (W.row_nnz(r) == 0) ++r;
+  W.erase_slot(r, W.row_start(r));
+  std::int64_t g = 0, col = -1;
+  while ((col = st::absent_column(W, g, pick)) < 0) ++g;
+  W.insert(g, col, T(0.5));
+  spmm_transposed(W, cache, ConstMatrixView<T>(dY.view()), dX.view());
+  CHECK(cache.rebuilds() == 2);
+  CHECK(cache.transposed().matrix.values().data() == values_before);
+  CHECK(cache.transposed().matrix.col_indices().data() == cols_before);
+  CHECK(cache.transposed().source_slot.data() == source_before);
+  check_transposed(W, cache.transposed());  // values kept current by the rebuild
+  // and the result equals the dense W^T dY
+  std::vector<double> want(24 * 16, 0.0);
+  W.for_each_live([&](std::int64_t i, std::int64_t k, T v, std::int64_t) {
+    for (std::int64_t b = 0; b < 16; ++b) want[k * 16 + b] += double(v) * double(dY(i, b));
+  });
+  for (std::int64_t k = 0; k < 24; ++k)
+    for (std::int64_t b = 0; b < 16; ++b) CHECK(double(dX(k, b)) == Approx(want[k * 16 + b]).margin(1e-5));
+}
+
 #ifdef _OPENMP
 TEMPLATE_LIST_TEST_CASE("spmm_transposed is bitwise identical for 1, 2 and 3 threads",
                         "[transpose][spmm_transposed][threads]", st::AllTypes) {

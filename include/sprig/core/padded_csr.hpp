@@ -271,8 +271,9 @@ public:
   }
   double padding_ratio() const noexcept { return padding_ratio_; }
   std::uint64_t topology_version() const noexcept { return topology_version_; }
-  // Total slots in storage (live + padding + dead).
-  std::int64_t storage_size() const noexcept { return std::ssize(values_); }
+  // Total slots in storage (live + padding + dead): the length of col_indices() and of
+  // values() (which only a transpose cache's structure-only W^T leaves empty).
+  std::int64_t storage_size() const noexcept { return std::ssize(col_indices_); }
   // Slots owned by no row (left behind by relocations); compact() reclaims them.
   std::int64_t dead_slots() const noexcept { return dead_slots_; }
 
@@ -605,8 +606,11 @@ private:
       throw ArgumentError(detail::message(fn, ": (", row, ", ", col, ") outside ", rows_, "x", cols_));
   }
 
-  // Tight padded layout for the given per-row counts; all slots padding.
-  void layout_from_counts(const std::vector<std::int64_t>& counts) {
+  // Tight padded layout for the given per-row counts; all slots padding. Arrays whose
+  // capacity is too small are released before they are refilled (never old and new at once);
+  // with_values = false leaves values_ empty, a structure-only state that only the transpose
+  // cache uses (through PaddedCSRAccess) and that check_invariants() rejects.
+  void layout_from_counts(const std::vector<std::int64_t>& counts, bool with_values = true) {
     row_start_.resize(static_cast<std::size_t>(rows_));
     row_nnz_.assign(counts.begin(), counts.end());
     row_capacity_.resize(static_cast<std::size_t>(rows_));
@@ -616,8 +620,11 @@ private:
       row_capacity_[i] = capacity_for(counts[i], padding_ratio_);
       total += row_capacity_[i];
     }
-    values_.assign(static_cast<std::size_t>(total), T(0));
-    col_indices_.assign(static_cast<std::size_t>(total), kPadding);
+    const auto n = static_cast<std::size_t>(total);
+    if (values_.capacity() < n || !with_values) AlignedVector<T>().swap(values_);
+    if (col_indices_.capacity() < n) AlignedVector<Index>().swap(col_indices_);
+    if (with_values) values_.assign(n, T(0));
+    col_indices_.assign(n, kPadding);
     dead_slots_ = 0;
   }
 

@@ -33,9 +33,9 @@ struct PaddedCSRAccess {
   static auto& row_nnz(M& m) { return m.row_nnz_; }
   template <class M>
   static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
-                     const std::vector<std::int64_t>& counts) {
+                     const std::vector<std::int64_t>& counts, bool with_values = true) {
     m.init_shape(fn, rows, cols, ratio);
-    m.layout_from_counts(counts);
+    m.layout_from_counts(counts, with_values);
     m.nnz_ = 0;
     for (std::int64_t c : counts) m.nnz_ += c;
   }
@@ -55,10 +55,15 @@ struct Transposed {
   std::vector<SourceSlot> source_slot;
 };
 
-// Builds W^T (K x M; rows sorted by column of W, entries of each row in ascending row of W).
-// Throws if M rows of W cannot be indexed as columns by Index.
+// Lays `out` out as W^T (K x M; rows sorted by column of W, entries of each row in ascending
+// row of W), reusing its arrays where they are large enough (a topology update keeps nnz, so
+// a rebuild then allocates nothing) and releasing the others before they are refilled. With
+// with_values = false, out.matrix keeps no values (structure-only: kernels that gather W's
+// values through source_slot need none). Throws if M rows of W cannot be indexed as columns
+// by Index.
 template <Value T, ColumnIndex Index>
-Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_ratio = 0.0) {
+void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, double padding_ratio = 0.0,
+                    bool with_values = true) {
   using Access = detail::PaddedCSRAccess;
   const std::int64_t M = W.rows(), K = W.cols();
   if (W.storage_size() > kMaxTransposeSlots)
@@ -68,9 +73,10 @@ Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_rati
   const auto cols = W.col_indices();
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) ++counts[cols[s]];
-  Transposed<T, Index> out;
-  Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts);
-  out.source_slot.assign(static_cast<std::size_t>(out.matrix.storage_size()), -1);
+  Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts, with_values);
+  const auto slots = static_cast<std::size_t>(out.matrix.storage_size());
+  if (out.source_slot.capacity() < slots) std::vector<SourceSlot>().swap(out.source_slot);
+  out.source_slot.assign(slots, -1);
   auto& tvals = Access::values(out.matrix);
   auto& tcols = Access::col_indices(out.matrix);
   std::vector<std::int64_t> next(out.matrix.row_starts().begin(), out.matrix.row_starts().end());
@@ -79,40 +85,46 @@ Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_rati
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) {
       const std::int64_t t = next[cols[s]]++;
       tcols[t] = static_cast<Index>(i);
-      tvals[t] = vals[s];
+      if (with_values) tvals[t] = vals[s];
       out.source_slot[t] = static_cast<SourceSlot>(s);
     }
+}
+
+// W^T as a new value (see transpose_into).
+template <Value T, ColumnIndex Index>
+Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_ratio = 0.0) {
+  Transposed<T, Index> out;
+  transpose_into(W, out, padding_ratio);
   return out;
 }
 
 // Owns W^T for one W and keeps it current: get(W) rebuilds when W's topology_version has
 // changed since the last call, and otherwise refreshes only the values (one gather pass).
 // One cache per matrix: it is keyed by the version number, not by W's identity.
+// Memory: rebuilds reuse the cache's arrays (a DST update keeps nnz, so W^T keeps its size),
+// and while only sync_topology() is used (spmm_transposed's fused path, which reads W's values
+// through the permutation) the cache holds no values array at all: 4 bytes per weight less.
 template <Value T, ColumnIndex Index>
 class TransposeCache {
 public:
   const PaddedCSR<T, Index>& get(const PaddedCSR<T, Index>& W) {
-    if (!valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
-        cached_.matrix.cols() != W.rows())
+    if (stale(W))
       rebuild(W);
     else
       refresh_values(W);
     return cached_.matrix;
   }
 
-  void rebuild(const PaddedCSR<T, Index>& W) {
-    valid_ = false;
-    cached_ = Transposed<T, Index>{};  // the old W^T is freed first: never two in memory
-    cached_ = transpose(W);
-    version_ = W.topology_version();
-    valid_ = true;
-    ++rebuilds_;
-  }
+  // Rebuilds W^T with its values.
+  void rebuild(const PaddedCSR<T, Index>& W) { rebuild(W, true); }
 
   // One gather pass, split over OpenMP threads when the matrix is large (each slot is copied
   // by one thread, so the result is the same for any thread count).
   void refresh_values(const PaddedCSR<T, Index>& W) {
-    T* tvals = detail::PaddedCSRAccess::values(cached_.matrix).data();
+    auto& values = detail::PaddedCSRAccess::values(cached_.matrix);
+    if (std::ssize(values) != cached_.matrix.storage_size())  // structure-only so far
+      values.assign(static_cast<std::size_t>(cached_.matrix.storage_size()), T(0));
+    T* tvals = values.data();
     const T* vals = W.values().data();
     const SourceSlot* src = cached_.source_slot.data();
     const auto n = std::ssize(cached_.source_slot);
@@ -130,13 +142,12 @@ public:
     ++refreshes_;
   }
 
-  // Brings only the structure up to date: rebuilds when W's topology changed (values then
-  // current), otherwise leaves the values as they are, possibly stale. For kernels that read
-  // W's values through transposed().source_slot themselves (spmm_transposed).
+  // Brings only the structure up to date: rebuilds when W's topology changed, otherwise
+  // leaves the values as they are, possibly stale or absent (after a structure-only rebuild
+  // transposed().matrix.values() is empty until the next get()). For kernels that read W's
+  // values through transposed().source_slot themselves (spmm_transposed).
   const Transposed<T, Index>& sync_topology(const PaddedCSR<T, Index>& W) {
-    if (!valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
-        cached_.matrix.cols() != W.rows())
-      rebuild(W);
+    if (stale(W)) rebuild(W, !detail::PaddedCSRAccess::values(cached_.matrix).empty());
     return cached_;
   }
 
@@ -150,6 +161,19 @@ public:
   }
 
 private:
+  bool stale(const PaddedCSR<T, Index>& W) const noexcept {
+    return !valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
+           cached_.matrix.cols() != W.rows();
+  }
+  // with_values = false: structure and permutation only (see sync_topology).
+  void rebuild(const PaddedCSR<T, Index>& W, bool with_values) {
+    valid_ = false;
+    transpose_into(W, cached_, 0.0, with_values);
+    version_ = W.topology_version();
+    valid_ = true;
+    ++rebuilds_;
+  }
+
   Transposed<T, Index> cached_;
   std::uint64_t version_ = 0;
   bool valid_ = false;
