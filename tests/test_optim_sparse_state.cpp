@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -143,4 +144,49 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t j = 0; j < C; ++j)  // same math; FMA contraction may differ by an ulp
       REQUIRE(back(i, j) == Approx(dp.value[i * C + j]).epsilon(1e-14));
+}
+
+TEST_CASE("SparseParameter reserves growth room: relocations within it reallocate nothing", "[optim][state]") {
+  SparseParameter<float, std::int32_t> p(PaddedCSR<float, std::int32_t>::random_per_row(40, 64, 6, 3));
+  const std::int64_t n = p.weight.storage_size();
+  const auto reserve = static_cast<std::int64_t>(static_cast<double>(n) * SparseParameter<float, std::int32_t>::kGrowthReserve);
+  REQUIRE(reserve > 0);
+  CHECK(p.weight.storage_capacity() == n + reserve);
+  CHECK(std::ssize(p.grad) == n);
+  CHECK(std::ssize(p.grad) <= std::int64_t(p.grad.capacity()));
+  CHECK(std::int64_t(p.grad.capacity()) == p.weight.storage_capacity());
+  CHECK(p.weight.memory().values == p.weight.storage_capacity() * std::int64_t(sizeof(float)));  // counted
+  auto opt = SGD<float>({.lr = 0.1f, .momentum = 0.9f});
+  opt.begin_step();
+  opt.update(p);  // creates the momentum with the same reserve
+  REQUIRE(p.state.size() == 1);
+  CHECK(p.state[0].capacity() == p.grad.capacity());
+  p.state[0][static_cast<std::size_t>(p.weight.row_start(5))] = 2.5f;  // a live slot of row 5 with state
+  const float w5 = p.weight.values()[static_cast<std::size_t>(p.weight.row_start(5))];
+  const std::int32_t c5 = p.weight.col_indices()[static_cast<std::size_t>(p.weight.row_start(5))];
+  const float* values = p.weight.values().data();
+  const std::int32_t* cols = p.weight.col_indices().data();
+  const float* grad = p.grad.data();
+  const float* momentum = p.state[0].data();
+  // rows 5 and 9 outgrow their capacity (relocated to the tail) within the reserve
+  SlotLog log;
+  const std::vector<std::pair<std::int64_t, std::int64_t>> rows = {{5, p.weight.row_capacity(5) + 3},
+                                                                   {9, p.weight.row_capacity(9) + 2}};
+  p.weight.reserve_rows(rows, &log);
+  p.apply(log);
+  REQUIRE(p.weight.storage_size() > n);
+  REQUIRE(p.weight.storage_size() <= n + reserve);
+  CHECK(p.weight.values().data() == values);
+  CHECK(p.weight.col_indices().data() == cols);
+  CHECK(p.grad.data() == grad);
+  CHECK(p.state[0].data() == momentum);
+  REQUIRE_NOTHROW(p.check_aligned("test"));
+  REQUIRE_NOTHROW(p.weight.check_invariants());
+  const std::int64_t s = p.weight.find(5, c5);  // the weight moved with its state
+  REQUIRE(s >= n);
+  CHECK(p.weight.values()[static_cast<std::size_t>(s)] == w5);
+  CHECK(p.state[0][static_cast<std::size_t>(s)] == 2.5f);
+  CHECK_THROWS_AS(p.weight.reserve_storage(-1), ArgumentError);
+  p.weight.reserve_storage(1);  // never shrinks
+  CHECK(p.weight.storage_capacity() == n + reserve);
 }

@@ -444,6 +444,21 @@ public:
     ++topology_version_;
   }
 
+  // Reserves room for `slots` storage slots, like std::vector::reserve: rows relocated later
+  // (reserve_row(s), an insert into a full row) are appended there without reallocating, so a
+  // topology update does not hold old and new arrays at once. The reserved tail is address
+  // space until rows are written into it (the OS backs pages on first touch), but memory()
+  // counts it, as it counts every capacity. Never shrinks; throws ArgumentError if slots < 0.
+  void reserve_storage(std::int64_t slots) {
+    if (slots < 0) throw ArgumentError(detail::message("PaddedCSR::reserve_storage: slots ", slots, " < 0"));
+    values_.reserve(static_cast<std::size_t>(slots));
+    col_indices_.reserve(static_cast<std::size_t>(slots));
+  }
+  // Slots storage can hold without reallocating (>= storage_size()).
+  std::int64_t storage_capacity() const noexcept {
+    return static_cast<std::int64_t>(std::min(values_.capacity(), col_indices_.capacity()));
+  }
+
   // Ensures row `row` can hold `capacity` entries without relocating (relocates now if not).
   void reserve_row(std::int64_t row, std::int64_t capacity, SlotLog* log = nullptr) {
     if (row < 0 || row >= rows_)

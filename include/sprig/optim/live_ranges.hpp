@@ -5,6 +5,7 @@
 // or state arrays hold there. A dense parameter is one range [0, size).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../core/concepts.hpp"
@@ -62,14 +63,18 @@ std::int64_t slot_count(const P& p) {
 }
 
 // Makes sure p.state holds `count` vectors aligned with the parameter's slots, creating
-// zero state on first use. Throws if the parameter's arrays are misaligned.
+// zero state on first use with the gradient's capacity (a sparse parameter's growth reserve,
+// see SparseParameter::kGrowthReserve). Throws if the parameter's arrays are misaligned.
 template <class P>
 void ensure_state(const char* fn, P& p, std::size_t count) {
   p.check_aligned(fn);
   if (p.state.size() < count) p.state.resize(count);
   const auto n = static_cast<std::size_t>(slot_count(p));
   for (std::size_t k = 0; k < count; ++k)
-    if (p.state[k].empty() && n > 0) p.state[k].assign(n, typename P::value_type(0));
+    if (p.state[k].empty() && n > 0) {
+      p.state[k].reserve(std::max(n, p.grad.capacity()));
+      p.state[k].assign(n, typename P::value_type(0));
+    }
 }
 
 }  // namespace sprig::detail
