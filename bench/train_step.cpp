@@ -285,7 +285,10 @@ struct Run {
     std::uint64_t key = 0;
     auto linear = [&](std::int64_t in, std::int64_t out, bool sparse) {
       if (sparse && !dense)
-        model.add(sprig::SparseLinear<T, Index>(in, out, density, o.seed, key++));
+        // SET relocates rows: room for them, reserved as each layer is built (address space
+        // until used); sprig::Sequential::reserve_growth would do it after the fact
+        model.add(sprig::SparseLinear<T, Index>(in, out, density, o.seed, key++, sprig::kDefaultPaddingRatio,
+                                                sprig::SparseParameter<T, Index>::kGrowthReserve));
       else
         model.add(sprig::Linear<T>(in, out, o.seed, key++));
     };

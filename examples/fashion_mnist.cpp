@@ -123,6 +123,9 @@ sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std:
   spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
   spec.dense_output = true;
   spec.seed = cfg.seed;
+  // a changing topology relocates rows: room for them, so no update reallocates the layer
+  if (cfg.algorithm != "none" && cfg.algorithm != "static")
+    spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   shape.clear();
   for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
   return sprig::dst::build_mlp<T, Index>(spec);

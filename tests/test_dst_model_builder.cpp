@@ -36,6 +36,26 @@ TEST_CASE("build_mlp: ERK over every layer follows RigL's oracle", "[dst][builde
   CHECK(live == Approx(0.1 * (784 * 300 + 300 * 100 + 1000)).margin(2.0));
 }
 
+TEST_CASE("build_mlp: growth_reserve reserves room in every sparse layer, none by default", "[dst][builder]") {
+  MLPSpec spec{.widths = {40, 30, 20, 5}, .sparsity = 0.8, .seed = 3};
+  auto plain = build_mlp<float, std::int32_t>(spec);
+  for (const auto& ref : plain.sparse_layers()) {
+    const auto& p = ref.layer->weight;
+    CHECK(p.weight.storage_capacity() == p.weight.storage_size());
+  }
+  spec.growth_reserve = 0.25;
+  auto reserved = build_mlp<float, std::int32_t>(spec);
+  const auto refs = reserved.sparse_layers();
+  REQUIRE(refs.size() == 2);
+  for (const auto& ref : refs) {
+    const auto& p = ref.layer->weight;
+    const std::int64_t n = p.weight.storage_size();
+    CHECK(p.weight.storage_capacity() == n + n / 4);
+    CHECK(std::int64_t(p.grad.capacity()) == n + n / 4);
+    CHECK(std::ssize(p.grad) == n);
+  }
+}
+
 TEST_CASE("build_mlp rejects bad specs", "[dst][builder]") {
   CHECK_THROWS_AS(mlp_sparsities({.widths = {5}}), ShapeError);
   CHECK_THROWS_AS(mlp_sparsities({.widths = {5, 4, 3}, .sparsity = 1.0}), ArgumentError);

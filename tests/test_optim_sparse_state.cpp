@@ -146,9 +146,13 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
       REQUIRE(back(i, j) == Approx(dp.value[i * C + j]).epsilon(1e-14));
 }
 
-TEST_CASE("SparseParameter reserves growth room: relocations within it reallocate nothing", "[optim][state]") {
+TEST_CASE("SparseParameter::reserve_growth: relocations within the reserve reallocate nothing", "[optim][state]") {
   SparseParameter<float, std::int32_t> p(PaddedCSR<float, std::int32_t>::random_per_row(40, 64, 6, 3));
   const std::int64_t n = p.weight.storage_size();
+  CHECK(p.weight.storage_capacity() == n);  // no reserve unless asked for
+  CHECK_THROWS_AS(p.reserve_growth(-0.5), ArgumentError);
+  CHECK_THROWS_AS(p.reserve_growth(std::nan("")), ArgumentError);
+  p.reserve_growth();
   const auto reserve = static_cast<std::int64_t>(static_cast<double>(n) * SparseParameter<float, std::int32_t>::kGrowthReserve);
   REQUIRE(reserve > 0);
   CHECK(p.weight.storage_capacity() == n + reserve);

@@ -27,6 +27,7 @@ struct MLPSpec {
   Activation activation = Activation::relu;
   std::uint64_t seed = 0;
   double padding_ratio = kDefaultPaddingRatio;
+  double growth_reserve = 0.0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth)
 };
 
 // The sparsity of every layer (0 for a dense one) that `spec` leads to.
@@ -52,7 +53,8 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
   for (std::size_t l = 0; l < sparsity.size(); ++l) {
     const std::int64_t in = spec.widths[l], out = spec.widths[l + 1];
     if (sparsity[l] > 0.0)
-      model.add(SparseLinear<T, Index>(in, out, 1.0 - sparsity[l], spec.seed, l, spec.padding_ratio));
+      model.add(SparseLinear<T, Index>(in, out, 1.0 - sparsity[l], spec.seed, l, spec.padding_ratio,
+                                       spec.growth_reserve));
     else
       model.add(Linear<T>(in, out, spec.seed, l));
     if (l + 1 < sparsity.size()) {

@@ -43,20 +43,30 @@ struct SparseParameter {
   std::vector<AlignedVector<T>> state;      // each empty or size weight.storage_size()
   bool decay = true;                        // whether optimizers apply weight decay
 
-  // Room reserved for growth, as a fraction of storage: the weight's arrays, grad and (through
-  // the optimizers) every state array are reserved this much beyond storage_size(), so the
-  // rows a topology update relocates append in place and no array is reallocated (a
-  // reallocation holds old and new at once: on the FFN of bench/train_step, 2 MB of peak,
-  // and glibc then kept ~4 MB of freed blocks resident). Untouched, the reserve is address
-  // space only; weight_bytes() and state_bytes() count it (they count capacities).
+  SparseParameter() = default;
+  explicit SparseParameter(PaddedCSR<T, Index> w)
+      : weight(std::move(w)), grad(static_cast<std::size_t>(weight.storage_size()), T(0)) {}
+
+  // The growth room dynamic sparse training asks for (see reserve_growth).
   static constexpr double kGrowthReserve = 0.125;
 
-  SparseParameter() = default;
-  explicit SparseParameter(PaddedCSR<T, Index> w) : weight(std::move(w)) {
+  // Room for topology growth: reserves `fraction` of storage beyond storage_size() in the
+  // weight's arrays, grad and every state array (state an optimizer creates later takes
+  // grad's capacity). Rows that a topology update relocates then append in place instead of
+  // reallocating four arrays, which held old and new at once (on bench/train_step's FFN 2 MB
+  // of the peak, and glibc then kept ~4 MB of freed blocks resident). Untouched, the reserve
+  // is address space only, but weight_bytes() and state_bytes() count it (they count
+  // capacities). Call once the model is built (it reallocates); never shrinks. Throws
+  // ArgumentError unless 0 <= fraction <= 64.
+  void reserve_growth(double fraction = kGrowthReserve) {
+    if (!(fraction >= 0.0 && fraction <= 64.0))
+      throw ArgumentError(detail::message("SparseParameter::reserve_growth: fraction ", fraction, " outside [0, 64]"));
     const std::int64_t n = weight.storage_size();
-    weight.reserve_storage(n + static_cast<std::int64_t>(static_cast<double>(n) * kGrowthReserve));
-    grad.reserve(static_cast<std::size_t>(weight.storage_capacity()));
-    grad.assign(static_cast<std::size_t>(n), T(0));
+    const auto slots = static_cast<std::size_t>(n + static_cast<std::int64_t>(static_cast<double>(n) * fraction));
+    weight.reserve_storage(static_cast<std::int64_t>(slots));
+    grad.reserve(slots);
+    for (auto& s : state)
+      if (!s.empty()) s.reserve(slots);
   }
 
   // Replays the slot moves of a structural change of `weight` on grad and every state

@@ -124,6 +124,13 @@ public:
     }
   }
 
+  // Reserves room for topology growth in every sparse layer (SparseParameter::reserve_growth):
+  // for dynamic sparse training, once the model is built.
+  void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
+    for (auto& l : layers_)
+      if (auto* s = std::get_if<SparseLinear<T, Index>>(&l)) s->weight.reserve_growth(fraction);
+  }
+
   // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter,
   // in layer order.
   template <class Fn>

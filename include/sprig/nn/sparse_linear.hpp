@@ -43,9 +43,11 @@ public:
   // A random layer: round(density * in * out) live weights at uniformly random positions
   // (per layer, so rows differ in length), Kaiming-uniform with effective fan-in
   // nnz / out = in * density, zero bias. The topology and values are a function of
-  // (seed, layer_key) only.
+  // (seed, layer_key) only. growth_reserve > 0 (dynamic sparse training) reserves that
+  // fraction of storage for rows that topology updates relocate, right away
+  // (SparseParameter::reserve_growth), before later layers allocate.
   SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
-               double padding_ratio = kDefaultPaddingRatio) {
+               double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("SparseLinear: in and out must be > 0, got ", in, " and ", out));
     if (!(density > 0.0 && density <= 1.0))
@@ -58,6 +60,7 @@ public:
     const double bound = kaiming_uniform_bound(static_cast<double>(w.nnz()) / static_cast<double>(out));
     for (T& v : w.values()) v = static_cast<T>(v * bound);  // values in U[-1, 1); padding stays 0
     init(std::move(w));
+    if (growth_reserve > 0.0) weight.reserve_growth(growth_reserve);
   }
 
   // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias.

@@ -64,7 +64,7 @@ std::int64_t slot_count(const P& p) {
 
 // Makes sure p.state holds `count` vectors aligned with the parameter's slots, creating
 // zero state on first use with the gradient's capacity (a sparse parameter's growth reserve,
-// see SparseParameter::kGrowthReserve). Throws if the parameter's arrays are misaligned.
+// see SparseParameter::reserve_growth). Throws if the parameter's arrays are misaligned.
 template <class P>
 void ensure_state(const char* fn, P& p, std::size_t count) {
   p.check_aligned(fn);
