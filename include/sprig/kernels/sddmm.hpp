@@ -60,11 +60,19 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   B acc[N];
   std::int64_t q = 0;
   for (; q + N <= n; q += N) {
+    // The X rows of the next group, asked for ahead. Wide tiles (R >= 4) ask for each one
+    // beside a slot's loads (N slots ahead): all N at once before the group made the weight
+    // gradient 8-12% slower at B = 128 (1 thread, density 0.1, 1024 x 784 to 1024 x 4096;
+    // distances 8 / 24 / 32 no better). Narrow tiles have too little work per slot to hide
+    // a test per slot: there (B = 32, R = 2) asking per slot was 20-50% slower.
+    constexpr bool interleaved = R >= 4;
+    if (!interleaved && q + 2 * N <= n)
+      for (std::int64_t k = 0; k < N; ++k) {
+        const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
+        for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
+      }
     for (std::int64_t k = 0; k < N; ++k) {
-      // the X row N slots ahead, asked for beside each slot's loads: issuing the next group's
-      // N prefetches at once before it made the weight gradient 8-12% slower (1 thread,
-      // B = 128, density 0.1, 1024 x 784 to 1024 x 4096; distances 8 / 24 / 32: no better)
-      if (q + k + N < n) {
+      if (interleaved && q + k + N < n) {
         const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + k + N]) * xs);
         for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
       }
