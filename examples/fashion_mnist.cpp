@@ -111,6 +111,9 @@ constexpr const char* kGemmName = ", dense GEMM: OpenBLAS";
 constexpr const char* kGemmName = ", dense GEMM: portable";
 #endif
 
+// Whether the run's DST algorithm changes the topology (rows then relocate: growth room).
+bool changes_topology(const Config& cfg) { return cfg.algorithm != "none" && cfg.algorithm != "static"; }
+
 // input -> hidden widths (SparseLinear, the global sparsity spread uniformly or by ERK; Linear
 // when the sparsity is 0; each followed by ReLU) -> 10 (Linear).
 template <class Index>
@@ -124,8 +127,7 @@ sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std:
   spec.dense_output = true;
   spec.seed = cfg.seed;
   // a changing topology relocates rows: room for them, so no update reallocates the layer
-  if (cfg.algorithm != "none" && cfg.algorithm != "static")
-    spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
+  if (changes_topology(cfg)) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   shape.clear();
   for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
   return sprig::dst::build_mlp<T, Index>(spec);
@@ -328,6 +330,7 @@ int run(const Config& cfg) {
                  optimizer);
       if (start.seed != cfg.seed)
         throw sprig::ArgumentError("fashion_mnist: the checkpoint was made with --seed " + std::to_string(start.seed));
+      if (changes_topology(cfg)) model.reserve_growth();  // loaded matrices come tight: the room again
       std::printf("resumed from %s at step %lld (epoch %llu, batch %lld)\n", state_file.c_str(),
                   static_cast<long long>(start.step), static_cast<unsigned long long>(start.epoch + 1),
                   static_cast<long long>(start.batch));

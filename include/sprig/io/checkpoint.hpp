@@ -49,7 +49,8 @@
 // PaddedCSR::capacity_for(row_nnz, padding_ratio)): absolute slot numbers and capacities
 // are not part of the result of training, and PaddedCSR has no public way to rebuild an
 // arbitrary layout. A matrix saved in that tight layout (freshly built or just compacted)
-// loads slot for slot.
+// loads slot for slot. Loaded arrays have no spare capacity: a DST run that had reserved
+// growth room (SparseParameter::reserve_growth) reserves it again after loading.
 //
 // Loading validates everything first: the container and every checksum, each section
 // against the target (value and index types, layer kinds and shapes, optimizer kind and
