@@ -39,4 +39,15 @@ struct AlignedAllocator {
 template <class T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
+namespace detail {
+// v = n copies of value, reusing v's buffer when it is large enough; a buffer too small is
+// freed before the new one is allocated (assign would hold both at once, and a rebuild of a
+// large array would briefly double it).
+template <class Vec>
+void refill(Vec& v, std::size_t n, const typename Vec::value_type& value) {
+  if (v.capacity() < n) Vec().swap(v);
+  v.assign(n, value);
+}
+}  // namespace detail
+
 }  // namespace sprig

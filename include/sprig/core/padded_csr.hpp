@@ -636,10 +636,11 @@ private:
       total += row_capacity_[i];
     }
     const auto n = static_cast<std::size_t>(total);
-    if (values_.capacity() < n || !with_values) AlignedVector<T>().swap(values_);
-    if (col_indices_.capacity() < n) AlignedVector<Index>().swap(col_indices_);
-    if (with_values) values_.assign(n, T(0));
-    col_indices_.assign(n, kPadding);
+    if (with_values)
+      detail::refill(values_, n, T(0));
+    else
+      AlignedVector<T>().swap(values_);
+    detail::refill(col_indices_, n, kPadding);
     dead_slots_ = 0;
   }
 

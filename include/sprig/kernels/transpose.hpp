@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "../core/aligned_allocator.hpp"
 #include "../core/config.hpp"
 #include "../core/padded_csr.hpp"
 #include "simd.hpp"
@@ -74,9 +75,7 @@ void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, dou
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) ++counts[cols[s]];
   Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts, with_values);
-  const auto slots = static_cast<std::size_t>(out.matrix.storage_size());
-  if (out.source_slot.capacity() < slots) std::vector<SourceSlot>().swap(out.source_slot);
-  out.source_slot.assign(slots, -1);
+  detail::refill(out.source_slot, static_cast<std::size_t>(out.matrix.storage_size()), SourceSlot{-1});
   auto& tvals = Access::values(out.matrix);
   auto& tcols = Access::col_indices(out.matrix);
   std::vector<std::int64_t> next(out.matrix.row_starts().begin(), out.matrix.row_starts().end());
