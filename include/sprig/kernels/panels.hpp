@@ -37,6 +37,14 @@ namespace sprig::detail {
 inline constexpr std::int64_t kPanelBudgetBytes = SPRIG_PANEL_BUDGET_BYTES;
 inline constexpr std::int64_t kPrefetchRowBytes = SPRIG_PREFETCH_ROW_BYTES;
 
+// Asks for the first min(row_bytes, kPrefetchRowBytes) bytes of an X row segment of
+// row_bytes bytes, one cache line at a time.
+template <std::int64_t row_bytes, class T>
+SPRIG_ALWAYS_INLINE void prefetch_row_start(const T* row) noexcept {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
+}
+
 // Panel p covers batch columns [p * width, min(B, (p + 1) * width)); it is computed with
 // regs(p) registers of N elements, regs(p) * N >= its column count. Packed, panel p starts at
 // offset K * p * width (all earlier panels are full) and its rows are regs(p) * N apart.

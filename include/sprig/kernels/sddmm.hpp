@@ -67,15 +67,11 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
     // a test per slot: there (B = 32, R = 2) asking per slot was 20-50% slower.
     constexpr bool interleaved = R >= 4;
     if (!interleaved && q + 2 * N <= n)
-      for (std::int64_t k = 0; k < N; ++k) {
-        const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
-        for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
-      }
+      for (std::int64_t k = 0; k < N; ++k)
+        prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
     for (std::int64_t k = 0; k < N; ++k) {
-      if (interleaved && q + k + N < n) {
-        const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + k + N]) * xs);
-        for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
-      }
+      if (interleaved && q + k + N < n)
+        prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + k + N]) * xs);
       const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
       B a = dv[0] * B::load_unaligned(x);
       for (int r = 1; r < R; ++r) a = xsimd::fma(dv[r], B::load_unaligned(x + r * N), a);

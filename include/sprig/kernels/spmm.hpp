@@ -137,8 +137,7 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
   for (; q + C <= n; q += C) {
     if (q + D + C <= n)
       for (int k = 0; k < C; ++k) {
-        const char* p = reinterpret_cast<const char*>(xp + static_cast<std::int64_t>(cols[q + D + k]) * xs);
-        for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
+        prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + D + k]) * xs);
         vals.prefetch(q + D + k);
       }
     for (int k = 0; k < C; ++k) {
