@@ -89,15 +89,14 @@ private:
     const V one_minus_s = select_finite(e, e * s);
     return s + V(T(2)) * x * s * one_minus_s * V(kSqrt2OverPi) * (V(T(1)) + V(T(3) * kCubic) * x2);
   }
-  // e * s where e is finite, else 1 (e = inf: s = 0, 1 - s = 1).
-  static T select_finite(T e, T es) noexcept { return std::isfinite(e) ? es : T(1); }
+  // 1 - s: e * s, or 1 where e overflowed to inf (s = 0 there, and inf * 0 is NaN).
+  static T select_finite(T e, T es) noexcept { return std::isinf(e) ? T(1) : es; }
 #if SPRIG_KERNEL_SIMD
   template <class A>
   static xsimd::batch<T, A> select_finite(xsimd::batch<T, A> e, xsimd::batch<T, A> es) noexcept {
     return xsimd::select(xsimd::isinf(e), xsimd::batch<T, A>(T(1)), es);
   }
 #endif
-  // Runs fn(row) for every row, threaded when there is enough work to pay for it.
 
   static constexpr T kSqrt2OverPi = T(0.7978845608028654);
   static constexpr T kCubic = T(0.044715);
