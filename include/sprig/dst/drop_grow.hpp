@@ -313,7 +313,6 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
       if (chosen.empty()) {
         fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
         chosen.swap(fresh);
-        fresh = {};
         continue;
       }
       // merged in place (the sorted union of both lists, duplicates dropped)
