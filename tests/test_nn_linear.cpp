@@ -1,10 +1,12 @@
 #include "sprig/nn/linear.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include <catch2/catch.hpp>
 
+#include "sprig/nn/relu.hpp"
 #include "test_nn_gradcheck.hpp"
 
 using namespace sprig;
@@ -22,6 +24,26 @@ TEST_CASE("Linear forward equals W X + b", "[nn][linear]") {
       for (std::int64_t c = 0; c < 29; ++c) ref += double(layer.weight.view()(i, c)) * X(c, b);
       REQUIRE(std::abs(Y(i, b) - ref) <= 29 * 1.2e-7 * 30);
     }
+}
+
+TEST_CASE("Linear forward with a fused ReLU is bitwise forward, then ReLU", "[nn][linear]") {
+  Linear<float> layer(29, 33, 5, 1);
+  for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.05f * float(i) - 0.8f;
+  for (std::int64_t B : {1, 10, 130}) {
+    const auto X = random_matrix<float>(29, B, 3, -1, 1, B + 2);
+    Matrix<float> Z(33, B), want(33, B), got(33, B, std::nanf(""));
+    layer.forward(X.view(), Z.view());
+    ReLU<float>{}.forward(Z.view(), want.view());
+    layer.forward(X.view(), got.view(), FusedActivation::relu);
+    std::int64_t same = 0, zeros = 0;
+    for (std::int64_t i = 0; i < 33; ++i)
+      for (std::int64_t b = 0; b < B; ++b) {
+        same += std::bit_cast<std::uint32_t>(got(i, b)) == std::bit_cast<std::uint32_t>(want(i, b));
+        zeros += want(i, b) == 0.0f;
+      }
+    CHECK(same == 33 * B);
+    CHECK(zeros > 0);
+  }
 }
 
 TEST_CASE("Linear init is Kaiming-uniform with fan-in = in", "[nn][linear]") {

@@ -178,6 +178,17 @@ TEST_CASE("Sequential: element-wise layers share their gradient buffer with the 
   CHECK(shared.grad(1).data() == shared.grad(2).data());
   CHECK(shared.grad(3).data() == shared.grad(4).data());
   CHECK(shared.grad(2).data() != shared.grad(3).data());  // below a linear layer: its own
+  // the ReLU after a linear layer runs in that layer's store and shares its buffer; the
+  // ReLU after the GELU does not
+  CHECK(shared.act(3).data() == shared.act(4).data());
+  CHECK(shared.act(1).data() != shared.act(2).data());
+  CHECK(shared.act(0).data() != shared.act(1).data());
+  const Matrix<double> out = [&] {
+    Matrix<double> m(4, 6);
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 6; ++j) m(i, j) = shared.act(4)(i, j);
+    return m;
+  }();
   shared.backward();
   // the same parameters' gradients as a chain computed out of place by hand
   Linear<double> l0(5, 7, 3), l3(7, 4, 4);
@@ -205,6 +216,34 @@ TEST_CASE("Sequential: element-wise layers share their gradient buffer with the 
   CHECK(compared == 7 * 5 + 7 + 4 * 7 + 4);
   for (std::int64_t i = 0; i < 7; ++i)
     for (std::int64_t j = 0; j < 6; ++j) CHECK(shared.grad(0)(i, j) == d0(i, j));
+  Matrix<double> a4(4, 6);
+  relu.forward(z3.view(), a4.view());
+  std::int64_t same_out = 0, clamped = 0;
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) {
+      same_out += out(i, j) == a4(i, j);
+      clamped += a4(i, j) == 0.0;
+    }
+  CHECK(same_out == 4 * 6);
+  CHECK(clamped > 0);
+}
+
+TEST_CASE("Sequential: a ReLU fused into the linear layer below holds no buffer of its own", "[nn][sequential]") {
+  auto build = [](bool relu_after_linear) {
+    Sequential<float> m;
+    m.add(Linear<float>(8, 16, 1));
+    if (relu_after_linear) m.add(ReLU<float>{});
+    else m.add(GELU<float>{});
+    m.add(Linear<float>(16, 3, 2));
+    return m;
+  };
+  auto fused = build(true), apart = build(false);
+  const auto X = random_matrix<float>(8, 32, 7);
+  fused.forward(X.view());
+  apart.forward(X.view());
+  // the same layer shapes; the GELU model keeps one 16 x 32 activation more
+  const std::int64_t one_act = 16 * Sequential<float>::activation_stride(32) * std::int64_t(sizeof(float));
+  CHECK(apart.memory_bytes() - fused.memory_bytes() == one_act);
 }
 
 TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% training accuracy; steady steps allocate nothing",

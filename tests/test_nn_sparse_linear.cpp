@@ -1,5 +1,6 @@
 #include "sprig/nn/sparse_linear.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <tuple>
@@ -7,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "sprig/kernels/reference.hpp"
+#include "sprig/nn/relu.hpp"
 #include "test_nn_gradcheck.hpp"
 
 using namespace sprig;
@@ -34,6 +36,29 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear forward equals dense W X + b", "[nn][spars
         }
     }
   }
+}
+
+TEMPLATE_LIST_TEST_CASE("SparseLinear forward with a fused ReLU is bitwise forward, then ReLU", "[nn][sparse_linear]",
+                        Indices) {
+  using Index = TestType;
+  for (double density : {0.05, 0.5, 1.0})
+    for (std::int64_t B : {1, 7, 33, 130}) {
+      SparseLinear<float, Index> layer(37, 23, density, 11, 2);
+      for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1f * float(i) - 1.0f;
+      const auto X = random_matrix<float>(37, B, 5, -1, 1, B + 3);
+      Matrix<float> Z(23, B), want(23, B), got(23, B, B + 1, std::nanf(""));
+      layer.forward(X.view(), Z.view());
+      ReLU<float>{}.forward(Z.view(), want.view());
+      layer.forward(X.view(), got.view(), FusedActivation::relu);
+      std::int64_t same = 0, zeros = 0;
+      for (std::int64_t i = 0; i < 23; ++i)
+        for (std::int64_t b = 0; b < B; ++b) {
+          same += std::bit_cast<std::uint32_t>(got(i, b)) == std::bit_cast<std::uint32_t>(want(i, b));
+          zeros += want(i, b) == 0.0f;
+        }
+      CHECK(same == 23 * B);
+      CHECK(zeros > 0);
+    }
 }
 
 TEST_CASE("SparseLinear init: exact live count, Kaiming bound from the effective fan-in, zero bias",

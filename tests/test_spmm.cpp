@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #ifdef _OPENMP
@@ -260,4 +261,67 @@ TEMPLATE_LIST_TEST_CASE("spmm rejects mismatched shapes with ShapeError and leav
   for (std::int64_t i = 0; i < 7; ++i)
     for (std::int64_t b = 0; b < 5; ++b) untouched = untouched && Y_rows(i, b) == T(7);
   CHECK(untouched);
+}
+
+// The fused epilogue must change nothing but the number of passes: bitwise the unfused
+// sequence (spmm, then y + b[i], then the ReLU's x > 0 ? x : 0), on every case, with a bias
+// that holds a NaN (the ReLU turns it into 0 either way) and values that cancel rows to zero.
+TEMPLATE_LIST_TEST_CASE("spmm with a row epilogue is bitwise spmm, then the bias, then the ReLU", "[spmm][epilogue]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  KernelWorkspace<T> ws;
+  std::int64_t compared = 0, clamped = 0;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
+    CAPTURE(c);
+    const auto W = st::case_matrix<T, Index>(c);
+    CounterRng rng(c.seed, 0xE91);
+    st::Operand<T> X(c.K, c.B, c.px, st::quiet_nan<T>());
+    X.fill_random(rng);
+    std::vector<T> bias(static_cast<std::size_t>(c.M));
+    for (T& b : bias) b = static_cast<T>(rng.uniform(-0.5, 0.5));
+    if (c.M > 1) bias[1] = st::quiet_nan<T>();
+    Matrix<T> want(c.M, c.B);
+    spmm(W, X.cview(), want.view());
+    for (std::int64_t i = 0; i < c.M; ++i)
+      for (std::int64_t b = 0; b < c.B; ++b) want(i, b) += bias[static_cast<std::size_t>(i)];
+    for (FusedActivation act : {FusedActivation::none, FusedActivation::relu}) {
+      CAPTURE(act == FusedActivation::relu);
+      st::Operand<T> Y(c.M, c.B, c.py, T(-12345.5));
+      Y.fill(st::quiet_nan<T>());  // overwrite: never read
+      spmm(W, X.cview(), Y.view(), ws, RowEpilogue<T>{bias, act});
+      bool same = true;
+      for (std::int64_t i = 0; i < c.M; ++i)
+        for (std::int64_t b = 0; b < c.B; ++b, ++compared) {
+          T w = want(i, b);
+          if (act == FusedActivation::relu) {
+            clamped += !(w > T(0));
+            w = w > T(0) ? w : T(0);
+          }
+          const T g = Y(i, b);
+          same = same && (std::isnan(w) ? std::isnan(g) : std::memcmp(&g, &w, sizeof(T)) == 0);
+        }
+      CHECK(same);
+      CHECK(Y.guard_violations() == 0);
+    }
+  }
+  CHECK(compared > 20000);
+  CHECK(clamped > 5000);  // the ReLU branch was exercised
+}
+
+TEMPLATE_LIST_TEST_CASE("spmm with a row epilogue: no bias is plain spmm; a bias of the wrong length is a ShapeError",
+                        "[spmm][epilogue]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  const auto W = st::random_matrix<T, Index>(6, 40, 0.5, 3);
+  CounterRng rng(3, 40);
+  Matrix<T> X(40, 21), plain(6, 21), fused(6, 21), Y(6, 21, T(7));
+  st::fill_uniform(X, rng);
+  KernelWorkspace<T> ws;
+  spmm(W, X.view(), plain.view());
+  spmm(W, X.view(), fused.view(), ws, RowEpilogue<T>{});
+  CHECK(st::bitwise_differences<T>(plain.view(), fused.view()) == 0);
+  const std::vector<T> short_bias(5, T(1));
+  CHECK_THROWS_AS(spmm(W, X.view(), Y.view(), ws, RowEpilogue<T>{short_bias, FusedActivation::relu}), ShapeError);
+  CHECK(Y(0, 0) == T(7));
 }

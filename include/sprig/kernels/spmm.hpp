@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
@@ -30,6 +31,7 @@
 #include "../core/padded_csr.hpp"
 #include "panels.hpp"
 #include "reference.hpp"
+#include "row_epilogue.hpp"
 #include "row_partition.hpp"
 #include "simd.hpp"
 #include "update_mode.hpp"
@@ -118,13 +120,23 @@ void run_partitioned(const RowPartition& part, std::int64_t work, Pre&& pre, Bod
   body(std::int64_t{0}, part.rows());
 }
 
+// The store of one output element, scalar: the old value added (accumulate), then the bias
+// (if any), then the activation; the SIMD store below does the same per lane.
+template <class T>
+SPRIG_ALWAYS_INLINE T finish(T acc, const T* y, bool accumulate, const T* bias, bool relu) noexcept {
+  T v = accumulate ? *y + acc : acc;
+  if (bias) v += *bias;
+  return relu ? (v > T(0) ? v : T(0)) : v;
+}
+
 #if SPRIG_KERNEL_SIMD
 // Y[i, panel] for one row: `n` live weights (cols, vals), X panel rows `xs` elements apart
-// starting at xp; stores the first `valid` columns at y.
+// starting at xp; stores the first `valid` columns at y, each through finish() (bias: the
+// row's bias or nullptr).
 template <class T, class Index, int R, class Vals>
 SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
                                    const T* __restrict xp, std::int64_t xs, T* __restrict y, std::int64_t valid,
-                                   bool accumulate) noexcept {
+                                   bool accumulate, const T* bias, bool relu) noexcept {
   using B = Batch<T>;
   constexpr std::int64_t N = B::size;
   constexpr int C = R >= 8 ? 1 : (R >= 4 ? 2 : (R == 3 ? 3 : 8 / R));  // chains: C * R ~ 8 registers in flight
@@ -158,28 +170,32 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
   for (; r < R && (r + 1) * N <= valid; ++r) {
     B v = acc[0][r];
     if (accumulate) v += B::load_unaligned(y + r * N);
+    if (bias) v += B(*bias);
+    if (relu) v = xsimd::select(v > B(T(0)), v, B(T(0)));
     v.store_unaligned(y + r * N);
   }
   if (r < R && r * N < valid) {
     alignas(64) T tmp[N];
     acc[0][r].store_aligned(tmp);
-    for (std::int64_t j = 0; j < valid - r * N; ++j) y[r * N + j] = accumulate ? y[r * N + j] + tmp[j] : tmp[j];
+    for (std::int64_t j = 0; j < valid - r * N; ++j) y[r * N + j] = finish(tmp[j], y + r * N + j, accumulate, bias, relu);
   }
 }
 
 template <class T, class Index, int R, class Vals>
 void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1, const T* xp,
-                     std::int64_t xs, MatrixView<T> Y, std::int64_t b0, std::int64_t valid, bool accumulate) noexcept {
+                     std::int64_t xs, MatrixView<T> Y, std::int64_t b0, std::int64_t valid, bool accumulate,
+                     const T* bias, bool relu) noexcept {
   const Index* cols = W.col_indices().data();
   for (std::int64_t i = r0; i < r1; ++i) {
     const std::int64_t s = W.row_start(i);
-    spmm_tile<T, Index, R>(cols + s, vals.at(s), W.row_nnz(i), xp, xs, Y.row(i) + b0, valid, accumulate);
+    spmm_tile<T, Index, R>(cols + s, vals.at(s), W.row_nnz(i), xp, xs, Y.row(i) + b0, valid, accumulate,
+                           bias ? bias + i : nullptr, relu);
   }
 }
 
 template <Value T, ColumnIndex Index, class Vals>
 void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T> X, MatrixView<T> Y, Update mode,
-               KernelWorkspace<T>& ws) {
+               KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {}) {
   constexpr std::int64_t N = Batch<T>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
   const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
@@ -187,6 +203,8 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
   ws.partition.update(W);
   const bool accumulate = mode == Update::accumulate;
+  const T* bias = epilogue.bias.empty() ? nullptr : epilogue.bias.data();
+  const bool relu = epilogue.activation == FusedActivation::relu;
   run_partitioned(
       ws.partition, W.nnz() * Bw,
       [&](int t, int n) {
@@ -201,14 +219,14 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
           switch (regs) {
-            case 1: spmm_panel_rows<T, Index, 1>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 2: spmm_panel_rows<T, Index, 2>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 3: spmm_panel_rows<T, Index, 3>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 4: spmm_panel_rows<T, Index, 4>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 5: spmm_panel_rows<T, Index, 5>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 6: spmm_panel_rows<T, Index, 6>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            case 7: spmm_panel_rows<T, Index, 7>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
-            default: spmm_panel_rows<T, Index, 8>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate); break;
+            case 1: spmm_panel_rows<T, Index, 1>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 2: spmm_panel_rows<T, Index, 2>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 3: spmm_panel_rows<T, Index, 3>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 4: spmm_panel_rows<T, Index, 4>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 5: spmm_panel_rows<T, Index, 5>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 6: spmm_panel_rows<T, Index, 6>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 7: spmm_panel_rows<T, Index, 7>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            default: spmm_panel_rows<T, Index, 8>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
           }
         }
       });
@@ -218,8 +236,11 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
 // Scalar path: the same row tiling with a 16-wide tile of plain accumulators.
 template <Value T, ColumnIndex Index, class Vals>
 void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T> X, MatrixView<T> Y, Update mode,
-                 KernelWorkspace<T>& ws) {
+                 KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {}) {
   constexpr std::int64_t tile = 16;
+  const bool accumulate = mode == Update::accumulate;
+  const T* bias = epilogue.bias.empty() ? nullptr : epilogue.bias.data();
+  const bool relu = epilogue.activation == FusedActivation::relu;
   ws.partition.update(W);
   const Index* cols = W.col_indices().data();
   const std::int64_t Bw = X.cols();
@@ -237,7 +258,8 @@ void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView
               const T* x = X.row(cols[s + q]) + b0;
               for (std::int64_t j = 0; j < nb; ++j) acc[j] += w * x[j];
             }
-            for (std::int64_t j = 0; j < nb; ++j) y[b0 + j] = mode == Update::accumulate ? y[b0 + j] + acc[j] : acc[j];
+            for (std::int64_t j = 0; j < nb; ++j)
+              y[b0 + j] = finish(acc[j], y + b0 + j, accumulate, bias ? bias + i : nullptr, relu);
           }
         }
       });
@@ -267,6 +289,27 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
           std::type_identity_t<MatrixView<T>> Y, Update mode = Update::overwrite) {
   KernelWorkspace<T> workspace;
   spmm(W, X, Y, workspace, mode);
+}
+
+// Y = act(W * X + bias) (row_epilogue.hpp): the bias and activation applied in the kernel's
+// store, bitwise the same as spmm followed by a bias pass and a ReLU pass, without those
+// passes over Y. Throws ShapeError as spmm does, and unless the bias is empty (none) or has
+// W.rows() entries.
+template <Value T, ColumnIndex Index>
+void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
+          std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
+  detail::check_spmm_shapes("sprig::spmm", W, X, Y);
+  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
+    throw ShapeError(detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(),
+                                     " rows"));
+  if (Y.rows() == 0 || Y.cols() == 0) return;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (detail::kSimdFor<T>) {
+    detail::spmm_simd(W, detail::DirectValues<T>{W.values().data()}, X, Y, Update::overwrite, workspace, epilogue);
+    return;
+  }
+#endif
+  detail::spmm_scalar(W, detail::DirectValues<T>{W.values().data()}, X, Y, Update::overwrite, workspace, epilogue);
 }
 
 }  // namespace sprig

@@ -7,18 +7,26 @@
 #include <span>
 
 #include "../core/matrix.hpp"
+#include "../kernels/row_epilogue.hpp"
 #include "../kernels/simd.hpp"
 #include "rows.hpp"
 
 namespace sprig::detail {
 
-// Y[i, :] += b[i].
+// Y[i, :] = act(Y[i, :] + b[i]): one pass for the bias and a fused activation (the same
+// arithmetic as spmm's epilogue, row_epilogue.hpp).
 template <class T>
-void add_bias(std::span<const T> b, MatrixView<T> Y) noexcept {
+void add_bias(std::span<const T> b, MatrixView<T> Y, FusedActivation act = FusedActivation::none) noexcept {
   for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) {
     T* __restrict y = Y.row(i);
     const T bi = b[static_cast<std::size_t>(i)];
-    for (std::int64_t j = 0; j < Y.cols(); ++j) y[j] += bi;
+    if (act == FusedActivation::relu)
+      for (std::int64_t j = 0; j < Y.cols(); ++j) {
+        const T v = y[j] + bi;
+        y[j] = v > T(0) ? v : T(0);
+      }
+    else
+      for (std::int64_t j = 0; j < Y.cols(); ++j) y[j] += bi;
   });
 }
 

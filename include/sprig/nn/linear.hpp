@@ -1,7 +1,7 @@
 // sprig/nn/linear.hpp — dense Linear<T>: Y = W X + b, W a dense out x in parameter.
 //
 // Shapes (feature-major): X [in x B], Y and dY [out x B], dX [in x B].
-//   forward:  Y  = W X + b          (gemm NN)
+//   forward:  Y  = W X + b          (gemm NN, then one pass for bias and a fused activation)
 //   backward: dW = dY X^T           (gemm NT), db = sum over the batch of dY,
 //             dX = W^T dY           (gemm TN)
 // backward overwrites the gradients; the two-argument overload skips dX.
@@ -45,12 +45,14 @@ public:
   std::int64_t in_features() const noexcept { return weight.cols; }
   std::int64_t out_features() const noexcept { return weight.rows; }
 
-  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) {
+  // Y = act(W X + b).
+  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none) {
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     gemm<T>(Trans::no, Trans::no, T(1), weight.view(), X, T(0), Y);
-    detail::add_bias<T>(bias.value, Y);
+    detail::add_bias<T>(bias.value, Y, act);
   }
 
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,

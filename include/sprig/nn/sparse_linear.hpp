@@ -1,7 +1,8 @@
 // sprig/nn/sparse_linear.hpp — SparseLinear<T, Index>: Y = W X + b with W a PaddedCSR.
 //
 // Shapes (feature-major): X [in x B], Y and dY [out x B], dX [in x B], W out x in.
-//   forward:  Y = W X + b                                   (spmm)
+//   forward:  Y = W X + b                                   (spmm; bias in its store)
+//             or Y = relu(W X + b) with FusedActivation::relu (ReLU fused; Sequential uses it)
 //   backward: dW[s] = dot(dY[i,:], X[c,:]) at live slots    (sddmm, aligned with W's slots)
 //             db    = sum over the batch of dY
 //             dX    = W^T dY                                (spmm_transposed on the cached W^T)
@@ -74,12 +75,13 @@ public:
   std::int64_t out_features() const noexcept { return weight.weight.rows(); }
   double density() const noexcept { return weight.weight.density(); }
 
-  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) {
+  // Y = act(W X + b); the bias and the activation are applied in the kernel's store.
+  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none) {
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
-    spmm(weight.weight, X, Y, workspace_, Update::overwrite);
-    detail::add_bias<T>(bias.value, Y);
+    spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
   // Weight and bias gradients, and dX = W^T dY.
