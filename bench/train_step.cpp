@@ -362,9 +362,11 @@ struct Run {
 
 // ---------------------------------------------------------------------------------------
 // Profile: the same step as Sequential runs it, phase by phase, calling the kernels the
-// layers call (SparseLinear: spmm + bias, sddmm + bias sum, spmm_transposed on the layer's
-// transpose cache; Linear: three gemms + bias), with this profiler's own activation buffers
-// and kernel workspaces. The phase sum is printed beside the Sequential step time.
+// layers call (SparseLinear: spmm with the bias and a following ReLU in its store, sddmm +
+// bias sum, spmm_transposed on the layer's transpose cache; Linear: three gemms + one
+// bias/ReLU pass; a ReLU after a linear layer then only runs backward), with this
+// profiler's own activation buffers and kernel workspaces. The phase sum is printed beside
+// the Sequential step time.
 enum Phase {
   fwd_spmm,
   fwd_gemm,
@@ -380,8 +382,8 @@ enum Phase {
 };
 constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
-    "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)", "bias add + bias grad",
-    "activation fwd+bwd", "loss", "optimizer (SGD momentum, all layers)"};
+    "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
+    "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused)", "loss", "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
 struct ProfileResult {
@@ -399,6 +401,11 @@ ProfileResult profile_run(Run& run, int steps) {
   if (n > kMaxLayers) throw std::invalid_argument("profile: too many layers");
   const std::int64_t B = run.X.cols();
   std::vector<sprig::Matrix<T>> acts(n), grads(n);
+  std::vector<sprig::MatrixView<T>> outs(n);  // a fused ReLU's output is its linear layer's buffer
+  auto fuses_next_relu = [&](std::size_t k) {
+    return k + 1 < n && std::holds_alternative<sprig::ReLU<T>>(m.layer(k + 1)) &&
+           !std::holds_alternative<sprig::ReLU<T>>(m.layer(k)) && !std::holds_alternative<sprig::GELU<T>>(m.layer(k));
+  };
   std::vector<sprig::KernelWorkspace<T>> ws(n), wst(n);
   std::array<std::array<std::vector<double>, kMaxLayers>, kPhases> samples;
   std::vector<double> sums;
@@ -417,11 +424,16 @@ ProfileResult profile_run(Run& run, int steps) {
             using L = std::decay_t<decltype(l)>;
             std::int64_t out = in.rows();
             if constexpr (requires { l.out_features(); }) out = l.out_features();
-            if (acts[k].rows() != out || acts[k].cols() != B) acts[k].resize(out, B, Model::activation_stride(B));
-            const sprig::MatrixView<T> y = acts[k].view();
+            const bool fused_here = k > 0 && fuses_next_relu(k - 1);
+            if (!fused_here && (acts[k].rows() != out || acts[k].cols() != B))
+              acts[k].resize(out, B, Model::activation_stride(B));
+            const sprig::MatrixView<T> y = fused_here ? outs[k - 1] : acts[k].view();
+            outs[k] = y;
+            const auto act = fuses_next_relu(k) ? sprig::FusedActivation::relu : sprig::FusedActivation::none;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
-              timed(fwd_spmm, k, [&] { sprig::spmm(l.weight.weight, in, y, ws[k], sprig::Update::overwrite); });
-              timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              timed(fwd_spmm, k, [&] {
+                sprig::spmm(l.weight.weight, in, y, ws[k], sprig::RowEpilogue<T>{l.bias.value, act});
+              });
               if (it == 0) {
                 const double f = 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
                 r.flops[fwd_spmm][k] = r.flops[wgrad_sddmm][k] = r.flops[dx_spmm][k] = f;
@@ -432,28 +444,28 @@ ProfileResult profile_run(Run& run, int steps) {
               timed(fwd_gemm, k, [&] {
                 sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y);
               });
-              timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y); });
+              timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y, act); });
               if (it == 0) {
                 const double f = 2.0 * static_cast<double>(l.weight.size() * B);
                 r.flops[fwd_gemm][k] = r.flops[wgrad_gemm][k] = r.flops[dx_gemm][k] = f;
                 r.what[k] = "dense " + std::to_string(out) + "x" + std::to_string(in.rows());
               }
             } else {
-              timed(act_phase, k, [&] { l.forward(in, y); });
+              if (!fused_here) timed(act_phase, k, [&] { l.forward(in, y); });
               if (it == 0)
                 r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) + "x" +
                             std::to_string(B);
             }
           },
           m.layer(k));
-      in = acts[k].view();
+      in = outs[k];
     }
-    if (grads[n - 1].rows() != acts[n - 1].rows() || grads[n - 1].cols() != B)
-      grads[n - 1].resize(acts[n - 1].rows(), B, Model::activation_stride(B));
-    timed(loss_phase, n - 1, [&] { run.last_loss = run.loss_into(acts[n - 1].view(), grads[n - 1].view()); });
+    if (grads[n - 1].rows() != outs[n - 1].rows() || grads[n - 1].cols() != B)
+      grads[n - 1].resize(outs[n - 1].rows(), B, Model::activation_stride(B));
+    timed(loss_phase, n - 1, [&] { run.last_loss = run.loss_into(outs[n - 1], grads[n - 1].view()); });
     for (std::size_t k = n; k-- > 0;) {
       const sprig::ConstMatrixView<T> x =
-          k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(acts[k - 1].view());
+          k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(outs[k - 1]);
       const sprig::ConstMatrixView<T> dy = grads[k].view();
       if (k > 0 && (grads[k - 1].rows() != x.rows() || grads[k - 1].cols() != B))
         grads[k - 1].resize(x.rows(), B, Model::activation_stride(B));
