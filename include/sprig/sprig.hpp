@@ -12,6 +12,7 @@
 #include "core/slot_log.hpp"
 
 #include "kernels/reference.hpp"
+#include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"
 #include "kernels/spmm.hpp"
 #include "kernels/spmm_transposed.hpp"
@@ -43,4 +44,5 @@
 
 #include "io/batches.hpp"
 #include "io/checkpoint.hpp"
+#include "io/padded_csr_file.hpp"
 #include "io/text.hpp"

@@ -1,6 +1,6 @@
-// sprig/io/checkpoint.hpp — save and load a PaddedCSR, or a whole training state (model,
-// optimizer, DST algorithm, progress), so that a run resumed from a checkpoint is bitwise
-// the run that was never interrupted.
+// sprig/io/checkpoint.hpp — save and load a whole training state (model, optimizer, DST
+// algorithm, progress), so that a run resumed from a checkpoint is bitwise the run that was
+// never interrupted. (One PaddedCSR alone: io/padded_csr_file.hpp.)
 //
 //   // every N steps (t = the step just completed, 0-based):
 //   sprig::save_training_state(dir / "state.sprig", model, optimizer,
@@ -10,16 +10,9 @@
 //   // continue with step p.step, epoch p.epoch (batches.start_epoch(p.epoch)), batch p.batch
 //
 // Files use the container of io/binary_format.hpp (magic "SPRIGCKP", version 1, value and
-// index type codes in the header, every section CRC-32 checked). Sections and their payloads
+// index type codes in the header, every section CRC-32 checked); a sparse matrix is encoded
+// as in a PaddedCSR file (io/padded_csr_file.hpp, section "CSR "). Sections and payloads
 // (i64/u64/f64 little-endian; T values and Index columns at their own width):
-//
-//   PaddedCSR file (kind 1): one section "CSR " = a sparse matrix:
-//     rows i64, cols i64, padding_ratio f64, storage_size i64, nnz i64,
-//     row_start i64[rows], row_nnz i64[rows], row_capacity i64[rows],
-//     col_indices Index[nnz], values T[nnz]
-//   The layout is recorded exactly (row regions, capacities, storage size, so dead slots are
-//   implied), but only live slots are stored: rows in order, each row's live entries in slot
-//   order. Padding and dead slots are -1 / 0 by the PaddedCSR invariant.
 //
 //   training-state file (kind 2), sections in this order:
 //     "MODL"  layer count u32; per layer: kind u8 (1 SparseLinear, 2 Linear, 3 ReLU,
@@ -62,15 +55,8 @@
 // naming the file, the section and the byte offset. No allocation is sized from a field
 // before that field is checked against the bytes that remain.
 //
-// Writes are atomic: the file is written to "<name>.tmp.XXXXXX" beside the target,
-// flushed with fsync, renamed over the target, and the directory is fsynced. A crash at any
-// point leaves either the previous file or the new one (and possibly a stale temporary,
-// never read). POSIX only.
+// Writes are atomic (io/atomic_file.hpp).
 #pragma once
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -99,7 +85,9 @@
 #include "../nn/sequential.hpp"
 #include "../optim/adamw.hpp"
 #include "../optim/sgd.hpp"
+#include "atomic_file.hpp"
 #include "binary_format.hpp"
+#include "padded_csr_file.hpp"
 
 namespace sprig {
 
@@ -116,274 +104,12 @@ struct TrainingProgress {
 
 namespace detail::ckpt {
 
-inline constexpr std::uint32_t kCSR = binary::tag("CSR ");
 inline constexpr std::uint32_t kModel = binary::tag("MODL");
 inline constexpr std::uint32_t kSparse = binary::tag("SPAR");
 inline constexpr std::uint32_t kDense = binary::tag("DENS");
 inline constexpr std::uint32_t kOptimizer = binary::tag("OPTM");
 inline constexpr std::uint32_t kDST = binary::tag("DST ");
 inline constexpr std::uint32_t kProgress = binary::tag("PROG");
-
-template <class T>
-constexpr std::uint8_t value_code() {
-  return std::is_same_v<T, float> ? 1 : 2;
-}
-template <class I>
-constexpr std::uint8_t index_code() {
-  return sizeof(I) == 2 ? 1 : sizeof(I) == 4 ? 2 : 3;
-}
-inline std::string value_name(std::uint8_t c) {
-  return c == 1 ? "float32" : c == 2 ? "float64" : c == 0 ? "none" : message("unknown value type code ", int(c));
-}
-inline std::string index_name(std::uint8_t c) {
-  return c == 1 ? "int16" : c == 2 ? "int32" : c == 3 ? "int64" : c == 0 ? "none" : message("unknown index type code ", int(c));
-}
-inline std::string kind_name(binary::FileKind k) {
-  return k == binary::FileKind::padded_csr       ? "a PaddedCSR file"
-         : k == binary::FileKind::training_state ? "a training-state file"
-                                                 : message("an unknown kind of file (", int(k), ")");
-}
-
-// ---- reading and writing whole files -----------------------------------------------------
-
-inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw FormatError(message(path.string(), ": cannot open: no such file"));
-  if (!std::filesystem::is_regular_file(status))
-    throw FormatError(message(path.string(), ": not a regular file"));
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FormatError(message(path.string(), ": cannot open: ", std::strerror(errno)));
-  std::vector<std::byte> bytes;
-  std::byte buffer[1 << 16];
-  for (;;) {
-    const std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
-    bytes.insert(bytes.end(), buffer, buffer + n);  // grows with the bytes really read
-    if (n < sizeof buffer) break;
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw FormatError(message(path.string(), ": read error after ", bytes.size(), " bytes"));
-  return bytes;
-}
-
-// Writes `bytes` to `path` atomically (see the header comment). Throws sprig::Error with
-// errno's text; on failure the temporary is removed and `path` is untouched.
-inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes,
-                                  const char* fn) {
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string tmp = (dir / (path.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw Error(message(fn, ": cannot create a temporary file beside ", path.string(), ": ", std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(message(fn, ": ", what, " ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
-  };
-  const std::byte* p = bytes.data();
-  std::size_t left = bytes.size();
-  while (left > 0) {
-    const ::ssize_t n = ::write(fd, p, std::min<std::size_t>(left, std::size_t{1} << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("writing");
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  if (::fchmod(fd, 0644) != 0) fail("setting permissions of");
-  if (::fsync(fd) != 0) fail("flushing");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(message(fn, ": closing ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(message(fn, ": renaming ", tmp, " to ", path.string(), " failed: ", std::strerror(err), "; ",
-                        path.string(), " is unchanged"));
-  }
-  // Make the rename durable. A failure here cannot be undone (the new file is in place).
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-// ---- sparse matrices -----------------------------------------------------------------------
-
-template <Value T, ColumnIndex Index>
-void put_sparse(binary::Writer& w, const PaddedCSR<T, Index>& m) {
-  w.put(m.rows());
-  w.put(m.cols());
-  w.put(m.padding_ratio());
-  w.put(m.storage_size());
-  w.put(m.nnz());
-  w.put_array(m.row_starts());
-  w.put_array(m.row_nnzs());
-  w.put_array(m.row_capacities());
-  for (std::int64_t i = 0; i < m.rows(); ++i) w.put_array(m.row(i).cols);
-  for (std::int64_t i = 0; i < m.rows(); ++i) w.put_array(std::span<const T>(m.row(i).values));
-}
-
-// Live entries of m in file order (rows in order, slot order within a row) -> slots.
-template <Value T, ColumnIndex Index>
-void put_live(binary::Writer& w, const PaddedCSR<T, Index>& m, const AlignedVector<T>& per_slot) {
-  for (std::int64_t i = 0; i < m.rows(); ++i)
-    w.put_array(std::span<const T>(per_slot.data() + m.row_start(i), static_cast<std::size_t>(m.row_nnz(i))));
-}
-
-// A decoded, fully validated sparse matrix (live entries in file order).
-template <Value T, ColumnIndex Index>
-struct SparseImage {
-  std::int64_t rows = 0, cols = 0, storage = 0, nnz = 0;
-  double padding_ratio = 0;
-  std::vector<std::int64_t> row_start, row_nnz, row_capacity;
-  std::vector<Index> col_indices;
-  AlignedVector<T> values;
-};
-
-template <Value T, ColumnIndex Index>
-SparseImage<T, Index> get_sparse(binary::Reader& r) {
-  SparseImage<T, Index> s;
-  const std::int64_t at_rows = r.offset();
-  s.rows = r.get_count("rows", static_cast<std::int64_t>(r.remaining() / 24));  // 3 row arrays of i64
-  // cols - 1 must be a valid Index (PaddedCSR's own limit)
-  constexpr std::int64_t max_cols = sizeof(Index) < 8 ? static_cast<std::int64_t>(std::numeric_limits<Index>::max()) + 1
-                                                      : std::numeric_limits<std::int64_t>::max();
-  s.cols = r.get_count("cols", max_cols);
-  const std::int64_t at_ratio = r.offset();
-  s.padding_ratio = r.get<double>("padding_ratio");
-  if (!(s.padding_ratio >= 0.0 && s.padding_ratio <= 64.0))
-    r.fail_at(at_ratio, "padding ratio ", s.padding_ratio, " outside [0, 64]");
-  s.storage = r.get_count("storage_size");
-  const std::int64_t at_nnz = r.offset();
-  s.nnz = r.get_count("nnz");
-  if (s.rows > 0 && s.cols > 0 && s.nnz / s.rows > s.cols)
-    r.fail_at(at_nnz, "nnz ", s.nnz, " exceeds rows x cols = ", s.rows, " x ", s.cols);
-  if (s.rows == 0 || s.cols == 0) {
-    if (s.nnz != 0) r.fail_at(at_nnz, "nnz ", s.nnz, " in a ", s.rows, "x", s.cols, " matrix");
-  }
-  const std::int64_t at_start = r.offset();
-  r.get_array<std::int64_t>(s.rows, s.row_start, "row_start");
-  const std::int64_t at_nnzs = r.offset();
-  r.get_array<std::int64_t>(s.rows, s.row_nnz, "row_nnz");
-  const std::int64_t at_caps = r.offset();
-  r.get_array<std::int64_t>(s.rows, s.row_capacity, "row_capacity");
-  std::int64_t live = 0;
-  for (std::int64_t i = 0; i < s.rows; ++i) {
-    const std::int64_t st = s.row_start[i], n = s.row_nnz[i], cap = s.row_capacity[i];
-    if (cap < 1) r.fail_at(at_caps + 8 * i, "row ", i, " has capacity ", cap, " < 1");
-    if (n < 0 || n > cap || n > s.cols)
-      r.fail_at(at_nnzs + 8 * i, "row ", i, " has nnz ", n, " outside [0, min(capacity ", cap, ", cols ", s.cols, ")]");
-    if (st < 0 || st > s.storage || cap > s.storage - st)
-      r.fail_at(at_start + 8 * i, "row ", i, " region [", st, ", ", st, " + ", cap, ") exceeds the storage of ",
-                s.storage, " slots");
-    if (n > s.nnz - live) r.fail_at(at_nnzs + 8 * i, "row nnz add up to more than nnz = ", s.nnz);
-    live += n;
-  }
-  if (live != s.nnz) r.fail_at(at_nnz, "nnz is ", s.nnz, " but the rows hold ", live);
-  {
-    std::vector<std::int64_t> order(static_cast<std::size_t>(s.rows));
-    std::iota(order.begin(), order.end(), std::int64_t{0});
-    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return s.row_start[a] < s.row_start[b]; });
-    for (std::size_t q = 1; q < order.size(); ++q) {
-      const std::int64_t a = order[q - 1], b = order[q];
-      if (s.row_start[a] + s.row_capacity[a] > s.row_start[b])
-        r.fail_at(at_start + 8 * b, "the regions of rows ", a, " and ", b, " overlap");
-    }
-  }
-  (void)at_rows;
-  const std::int64_t at_cols = r.offset();
-  r.get_array<Index>(s.nnz, s.col_indices, "col_indices");
-  // Duplicates: a per-column marker (O(nnz + cols)) when cols is small against the data
-  // read, else a sorted copy of each row (O(nnz log)), so a huge declared width costs nothing.
-  const bool marker = s.cols <= std::max<std::int64_t>(std::int64_t{1} << 16, 4 * s.nnz);
-  std::vector<std::int64_t> seen(marker ? static_cast<std::size_t>(s.cols) : 0, -1);
-  std::vector<Index> row;
-  std::int64_t q = 0;
-  for (std::int64_t i = 0; i < s.rows; ++i) {
-    const std::int64_t n = s.row_nnz[i];
-    for (std::int64_t e = 0; e < n; ++e) {
-      const auto c = static_cast<std::int64_t>(s.col_indices[static_cast<std::size_t>(q + e)]);
-      const std::int64_t at = at_cols + static_cast<std::int64_t>(sizeof(Index)) * (q + e);
-      if (c < 0 || c >= s.cols) r.fail_at(at, "row ", i, " has column ", c, " outside [0, ", s.cols, ")");
-      if (marker) {
-        if (seen[static_cast<std::size_t>(c)] == i) r.fail_at(at, "row ", i, " holds column ", c, " twice");
-        seen[static_cast<std::size_t>(c)] = i;
-      }
-    }
-    if (!marker) {
-      row.assign(s.col_indices.begin() + q, s.col_indices.begin() + q + n);
-      std::sort(row.begin(), row.end());
-      const auto dup = std::adjacent_find(row.begin(), row.end());
-      if (dup != row.end())
-        r.fail_at(at_cols + static_cast<std::int64_t>(sizeof(Index)) * q, "row ", i, " holds column ",
-                  static_cast<std::int64_t>(*dup), " twice");
-    }
-    q += n;
-  }
-  r.get_array<T>(s.nnz, s.values, "values");
-  return s;
-}
-
-// The PaddedCSR of a validated image: tight row-order layout, each row's live entries in
-// their saved order (the saved layout itself when that was tight). Allocates at most
-// capacity_for(nnz_i, ratio <= 64) per row, all backed by file bytes.
-template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> build(const SparseImage<T, Index>& s) {
-  PaddedCSR<T, Index> m;
-  PaddedCSRAccess::layout(m, "sprig::load (PaddedCSR)", s.rows, s.cols, s.padding_ratio, s.row_nnz);
-  auto& values = PaddedCSRAccess::values(m);
-  auto& cols = PaddedCSRAccess::col_indices(m);
-  std::int64_t q = 0;
-  for (std::int64_t i = 0; i < s.rows; ++i) {
-    const std::int64_t st = m.row_start(i);
-    for (std::int64_t e = 0; e < s.row_nnz[i]; ++e, ++q) {
-      cols[static_cast<std::size_t>(st + e)] = s.col_indices[static_cast<std::size_t>(q)];
-      values[static_cast<std::size_t>(st + e)] = s.values[static_cast<std::size_t>(q)];
-    }
-  }
-  return m;
-}
-
-// Per-slot vector of m (storage_size entries, zero off the live slots) from live-packed values.
-template <Value T, ColumnIndex Index>
-AlignedVector<T> scatter_live(const PaddedCSR<T, Index>& m, const AlignedVector<T>& packed) {
-  AlignedVector<T> out(static_cast<std::size_t>(m.storage_size()), T(0));
-  std::int64_t q = 0;
-  for (std::int64_t i = 0; i < m.rows(); ++i)
-    for (std::int64_t s = m.row_start(i), e = s + m.row_nnz(i); s < e; ++s) out[static_cast<std::size_t>(s)] = packed[q++];
-  return out;
-}
-
-inline void check_types(const binary::Container& c, binary::FileKind kind, std::uint8_t value, std::uint8_t index,
-                        const char* target) {
-  binary::Reader r({}, c.source, "file header", 0);
-  if (c.kind != kind) r.fail_at(12, "this is ", kind_name(c.kind), ", expected ", kind_name(kind));
-  if (c.value_type != value)
-    r.fail_at(14, "type mismatch: the file holds ", value_name(c.value_type), " values but the ", target, " uses ",
-              value_name(value));
-  if (c.index_type != index)
-    r.fail_at(15, "type mismatch: the file holds ", index_name(c.index_type), " column indices but the ", target,
-              " uses ", index_name(index));
-}
-
-// Section k must exist and carry tag t.
-inline binary::Reader section(const binary::Container& c, std::size_t k, std::uint32_t t, const char* what) {
-  if (k >= c.sections.size())
-    throw FormatError(message(c.source, ": the file ends after ", c.sections.size(), " sections; expected section ", k,
-                              " ", binary::tag_name(t), " (", what, ")"));
-  if (c.sections[k].tag != t) {
-    binary::Reader r = c.reader(k);
-    r.fail_at(c.sections[k].payload_offset - 24, "expected section ", binary::tag_name(t), " (", what, ") here");
-  }
-  return c.reader(k);
-}
 
 // ---- per-slot state ---------------------------------------------------------------------
 
@@ -490,47 +216,6 @@ void for_each_parameter_of(L& layer, Fn&& fn) {
 }
 
 }  // namespace detail::ckpt
-
-// ---- PaddedCSR ------------------------------------------------------------------------------
-
-// The bytes of a PaddedCSR file holding W.
-template <Value T, ColumnIndex Index>
-std::vector<std::byte> encode_padded_csr(const PaddedCSR<T, Index>& W) {
-  namespace ck = detail::ckpt;
-  binary::Writer w;
-  w.header(binary::FileKind::padded_csr, ck::value_code<T>(), ck::index_code<Index>());
-  w.begin_section(ck::kCSR);
-  ck::put_sparse(w, W);
-  w.end_section();
-  return w.finish();
-}
-
-// Decodes a PaddedCSR file from memory; `source` names it in error messages. Throws
-// FormatError for any input that is not a valid PaddedCSR<T, Index> file.
-template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> decode_padded_csr(std::span<const std::byte> bytes, std::string source = "<memory>") {
-  namespace ck = detail::ckpt;
-  const binary::Container c = binary::parse_container(bytes, std::move(source));
-  ck::check_types(c, binary::FileKind::padded_csr, ck::value_code<T>(), ck::index_code<Index>(), "target PaddedCSR");
-  binary::Reader r = ck::section(c, 0, ck::kCSR, "the matrix");
-  const auto image = ck::get_sparse<T, Index>(r);
-  r.expect_end();
-  if (c.sections.size() != 1)
-    throw FormatError(detail::message(c.source, ": ", c.sections.size(), " sections, a PaddedCSR file has exactly 1"));
-  return ck::build(image);
-}
-
-template <Value T, ColumnIndex Index>
-void save_padded_csr(const std::filesystem::path& path, const PaddedCSR<T, Index>& W) {
-  const auto bytes = encode_padded_csr(W);
-  detail::ckpt::write_file_atomically(path, bytes, "sprig::save_padded_csr");
-}
-
-template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> load_padded_csr(const std::filesystem::path& path) {
-  const auto bytes = detail::ckpt::read_file(path);
-  return decode_padded_csr<T, Index>(bytes, path.string());
-}
 
 // ---- training state ---------------------------------------------------------------------
 
