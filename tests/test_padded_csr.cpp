@@ -783,3 +783,31 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: to_dense rejects an output of the wrong shap
   REQUIRE_NOTHROW(none.check_invariants());
   REQUIRE(none.storage_size() == 0);
 }
+
+TEST_CASE("PaddedCSR::topology_key names one topology of one object for the whole process", "[padded_csr]") {
+  using M = sprig::PaddedCSR<float, std::int32_t>;
+  // Two matrices built alike: the same topology_version, different keys.
+  M a = M::random_density(20, 30, 0.2, 1), b = M::random_density(20, 30, 0.2, 2);
+  REQUIRE(a.topology_version() == b.topology_version());
+  CHECK_FALSE(a.topology_key() == b.topology_key());
+  // A copy is a new object: a new key (the two may diverge through equal version numbers).
+  const M c = a;
+  CHECK_FALSE(c.topology_key() == a.topology_key());
+  M d;
+  d = a;
+  CHECK_FALSE(d.topology_key() == a.topology_key());
+  // A move hands the key over; the source gets a fresh one.
+  const auto key_a = a.topology_key();
+  M e = std::move(a);
+  CHECK(e.topology_key() == key_a);
+  CHECK_FALSE(a.topology_key() == key_a);  // NOLINT(bugprone-use-after-move): the contract under test
+  M f;
+  f = std::move(e);
+  CHECK(f.topology_key() == key_a);
+  CHECK_FALSE(e.topology_key() == key_a);  // NOLINT(bugprone-use-after-move)
+  // A structural change makes a new key; a value change does not.
+  f.values()[static_cast<std::size_t>(f.row_start(0))] = 3.0f;
+  CHECK(f.topology_key() == key_a);
+  f.insert(0, f.find(0, 29) < 0 ? 29 : 28, 1.0f);
+  CHECK_FALSE(f.topology_key() == key_a);
+}

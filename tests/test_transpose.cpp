@@ -483,3 +483,40 @@ TEMPLATE_LIST_TEST_CASE("spmm_transposed rejects mismatched shapes with ShapeErr
     for (std::int64_t b = 0; b < 5; ++b) untouched = untouched && dX(i, b) == T(7);
   CHECK(untouched);
 }
+
+TEMPLATE_LIST_TEST_CASE("TransposeCache rebuilds for another matrix with the same version, shape and nnz",
+                        "[transpose][cache]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  // A layer's weight replaced by another of the same shape and density: equal
+  // topology_version, rows, cols and nnz, different topology. A cache keyed on those would
+  // keep the old W^T and compute a wrong dX (PaddedCSR::topology_key tells them apart).
+  auto W1 = PaddedCSR<T, Index>::random_density(40, 50, 0.2, 1);
+  auto W2 = PaddedCSR<T, Index>::random_density(40, 50, 0.2, 2);
+  REQUIRE(W1.topology_version() == W2.topology_version());
+  REQUIRE(W1.nnz() == W2.nnz());
+  CounterRng rng(3, 4);
+  Matrix<T> dY(40, 9);
+  st::fill_uniform(dY, rng);
+  TransposeCache<T, Index> cache;
+  {
+    KernelWorkspace<T> ws;
+    Matrix<T> dX(50, 9);
+    const std::int64_t before = cache.rebuilds();
+    spmm_transposed(W1, cache, dY.view(), dX.view(), ws);
+    spmm_transposed(W2, cache, dY.view(), dX.view(), ws);
+    CHECK(cache.rebuilds() == before + 2);
+    const Matrix<T> D = W2.to_dense();
+    std::int64_t off = 0;
+    for (std::int64_t c = 0; c < 50; ++c)
+      for (std::int64_t b = 0; b < 9; ++b) {
+        double want = 0.0, mag = 0.0;
+        for (std::int64_t i = 0; i < 40; ++i) {
+          want += double(D(i, c)) * double(dY(i, b));
+          mag += std::abs(double(D(i, c)) * double(dY(i, b)));
+        }
+        off += std::abs(double(dX(c, b)) - want) > 1e-5 * (1.0 + mag);
+      }
+    CHECK(off == 0);
+  }
+}

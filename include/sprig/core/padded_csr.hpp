@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -43,7 +44,43 @@ inline constexpr double kDefaultPaddingRatio = 0.2;
 namespace detail {
 // Grants kernels that build a PaddedCSR in linear time (transpose) access to the arrays.
 struct PaddedCSRAccess;
+
+// A number no other live or past PaddedCSR object has had: a fresh one for every object
+// constructed or copied, and for the source of a move (which keeps its own no longer), so
+// (instance, topology_version) names one topology for the whole process.
+class InstanceId {
+public:
+  InstanceId() noexcept : id_(next()) {}
+  InstanceId(const InstanceId&) noexcept : id_(next()) {}
+  InstanceId(InstanceId&& other) noexcept : id_(other.id_) { other.id_ = next(); }
+  InstanceId& operator=(const InstanceId&) noexcept {
+    id_ = next();
+    return *this;
+  }
+  InstanceId& operator=(InstanceId&& other) noexcept {
+    id_ = other.id_;
+    other.id_ = next();
+    return *this;
+  }
+  std::uint64_t value() const noexcept { return id_; }
+
+private:
+  static std::uint64_t next() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  std::uint64_t id_;
+};
 }  // namespace detail
+
+// Names one topology of one PaddedCSR object for the whole process: caches keyed on it
+// (row partition, W^T, column-block bounds) can never mistake another matrix, or an earlier
+// topology of this one, for the one they were built from.
+struct TopologyKey {
+  std::uint64_t instance = 0;
+  std::uint64_t version = 0;
+  bool operator==(const TopologyKey&) const = default;
+};
 
 // A tight CSR export: row_ptr has rows + 1 entries, columns sorted within each row.
 template <Value T, ColumnIndex Index>
@@ -271,6 +308,8 @@ public:
   }
   double padding_ratio() const noexcept { return padding_ratio_; }
   std::uint64_t topology_version() const noexcept { return topology_version_; }
+  // This object's current topology, unique in the process (see TopologyKey).
+  TopologyKey topology_key() const noexcept { return {instance_.value(), topology_version_}; }
   // Total slots in storage (live + padding + dead): the length of col_indices() and of
   // values() (which only a transpose cache's structure-only W^T leaves empty).
   std::int64_t storage_size() const noexcept { return std::ssize(col_indices_); }
@@ -530,6 +569,7 @@ public:
   }
   void compact(SlotLog* log = nullptr) { compact(padding_ratio_, log); }
 
+
   // ---- checks and accounting ----------------------------------------------------------
 
   // Throws sprig::Error naming the first violated invariant; returns normally if all hold.
@@ -763,6 +803,7 @@ private:
   std::int64_t dead_slots_ = 0;
   double padding_ratio_ = kDefaultPaddingRatio;
   std::uint64_t topology_version_ = 0;
+  detail::InstanceId instance_;
   AlignedVector<T> values_;
   AlignedVector<Index> col_indices_;
   std::vector<std::int64_t> row_start_;

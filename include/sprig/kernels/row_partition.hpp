@@ -20,14 +20,11 @@ public:
   // row segment costs about as much as two weights.
   static constexpr std::int64_t kRowOverhead = 2;
 
-  // Rebuilds the work prefix when W's topology may have changed. The key is
-  // (topology_version, rows, nnz, storage_size); a stale prefix (for example a cached W^T
-  // rebuilt to the same key) can only unbalance the threads, never change a result.
+  // Rebuilds the work prefix when W's topology changed (PaddedCSR::topology_key). Even a
+  // stale prefix could only unbalance the threads, never change a result.
   template <Value T, ColumnIndex Index>
   void update(const PaddedCSR<T, Index>& W) {
-    if (valid_ && version_ == W.topology_version() && std::ssize(prefix_) == W.rows() + 1 && nnz_ == W.nnz() &&
-        storage_ == W.storage_size())
-      return;
+    if (valid_ && key_ == W.topology_key() && std::ssize(prefix_) == W.rows() + 1) return;
     build(W);
   }
 
@@ -38,9 +35,7 @@ public:
     prefix_[0] = 0;
     const auto nnz = W.row_nnzs();
     for (std::int64_t i = 0; i < M; ++i) prefix_[i + 1] = prefix_[i] + nnz[i] + kRowOverhead;
-    version_ = W.topology_version();
-    nnz_ = W.nnz();
-    storage_ = W.storage_size();
+    key_ = W.topology_key();
     valid_ = true;
   }
 
@@ -62,9 +57,7 @@ public:
 
 private:
   std::vector<std::int64_t> prefix_;
-  std::uint64_t version_ = 0;
-  std::int64_t nnz_ = 0;
-  std::int64_t storage_ = 0;
+  TopologyKey key_;
   bool valid_ = false;
 };
 

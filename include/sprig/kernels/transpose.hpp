@@ -35,6 +35,7 @@ struct PaddedCSRAccess {
   template <class M>
   static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
                      const std::vector<std::int64_t>& counts, bool with_values = true) {
+    ++m.topology_version_;  // the caller writes a new topology into m's arrays next
     m.init_shape(fn, rows, cols, ratio);
     m.layout_from_counts(counts, with_values);
     m.nnz_ = 0;
@@ -161,20 +162,19 @@ public:
 
 private:
   bool stale(const PaddedCSR<T, Index>& W) const noexcept {
-    return !valid_ || version_ != W.topology_version() || cached_.matrix.rows() != W.cols() ||
-           cached_.matrix.cols() != W.rows();
+    return !valid_ || key_ != W.topology_key() || cached_.matrix.rows() != W.cols() || cached_.matrix.cols() != W.rows();
   }
   // with_values = false: structure and permutation only (see sync_topology).
   void rebuild(const PaddedCSR<T, Index>& W, bool with_values) {
     valid_ = false;
     transpose_into(W, cached_, 0.0, with_values);
-    version_ = W.topology_version();
+    key_ = W.topology_key();
     valid_ = true;
     ++rebuilds_;
   }
 
   Transposed<T, Index> cached_;
-  std::uint64_t version_ = 0;
+  TopologyKey key_;
   bool valid_ = false;
   std::int64_t rebuilds_ = 0;
   std::int64_t refreshes_ = 0;
