@@ -92,6 +92,22 @@ struct SparseParameter {
                                          " entries but the weight has ", n, " slots"));
   }
 
+  // Orders each row of the weight by column block (PaddedCSR::group_columns), grad and every
+  // state vector permuted with their weights. Returns whether anything moved.
+  bool group_columns(int shift) {
+    check_aligned("SparseParameter::group_columns");
+    AlignedVector<T> row;
+    auto permute = [&](AlignedVector<T>& a, std::int64_t start, std::span<const std::int64_t> order) {
+      if (a.empty()) return;
+      row.assign(a.begin() + start, a.begin() + start + std::ssize(order));
+      for (std::size_t j = 0; j < order.size(); ++j) a[static_cast<std::size_t>(start) + j] = row[static_cast<std::size_t>(order[j])];
+    };
+    return weight.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
+      permute(grad, start, order);
+      for (auto& st : state) permute(st, start, order);
+    });
+  }
+
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
   std::int64_t live_count() const noexcept { return weight.nnz(); }
   // Bytes owned by the weight (all PaddedCSR arrays), not counting grad and state.
