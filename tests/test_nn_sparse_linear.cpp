@@ -175,3 +175,77 @@ TEST_CASE("SparseLinear dX follows a topology change (transpose cache rebuilt)",
       REQUIRE(dX(c, b) == Approx(ref).margin(1e-12));
     }
 }
+
+TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by column block; state moves with its weights",
+                        "[nn][sparse_linear][blocks]", Indices) {
+  using Index = TestType;
+  const std::int64_t in = 4096, out = 24, B = 128;
+  const auto blocks = detail::spmm_column_blocks<float>(in, B);
+  SparseLinear<float, Index> layer(in, out, 0.05, 7);
+  // Momentum-like state and a gradient tagged with the weight they belong to.
+  auto retag = [&] {
+    auto& w = layer.weight;
+    w.state.assign(1, AlignedVector<float>(w.grad.size(), 0.0f));
+    for (std::size_t s = 0; s < w.grad.size(); ++s) {
+      w.state[0][s] = 2.0f * w.weight.values()[s];
+      w.grad[s] = -3.0f * w.weight.values()[s];
+    }
+  };
+  // A topology change that leaves rows out of block order: erase the first live entry of
+  // each row (the last one moves into its place) and insert one in the first block.
+  SlotLog log;
+  CounterRng rng(7, 1);
+  for (std::int64_t i = 0; i < out; ++i) {
+    auto& W = layer.weight.weight;
+    W.erase_slot(i, W.row_start(i), &log);
+    std::int64_t c = static_cast<std::int64_t>(rng.uniform_below(blocks.width));
+    while (W.find(i, c) >= 0) c = (c + 1) % blocks.width;
+    W.insert_new(i, c, 0.25f + static_cast<float>(i), &log);
+  }
+  layer.weight.apply(log);
+  retag();
+  const PaddedCSR<float, Index> before = layer.weight.weight;
+  auto grouped_rows = [&] {
+    const auto& W = layer.weight.weight;
+    std::vector<std::int64_t> bounds(static_cast<std::size_t>(out * (blocks.count + 1)));
+    blocks.bounds(W.col_indices().data(), W.row_starts(), W.row_nnzs(), 0, out, bounds.data());
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < out; ++i) n += bounds[static_cast<std::size_t>(i * (blocks.count + 1))] >= 0;
+    return n;
+  };
+  const bool blocked = blocks.count > 1;  // not with the scalar kernels
+  if (blocked) REQUIRE(grouped_rows() == 0);
+
+  const auto X = random_matrix<float>(in, B, 9);
+  Matrix<float> Y(out, B);
+  layer.forward(X.view(), Y.view());
+  if (blocked) CHECK(grouped_rows() == out);
+  CHECK(layer.weight.weight.nnz() == before.nnz());
+  // the same entries, and the state and gradient still beside their weights
+  std::int64_t same = 0, live = 0;
+  layer.weight.weight.for_each_live([&](std::int64_t i, std::int64_t c, float v, std::int64_t s) {
+    ++live;
+    same += before.values()[static_cast<std::size_t>(before.find(i, c))] == v &&
+            layer.weight.state[0][static_cast<std::size_t>(s)] == 2.0f * v &&
+            layer.weight.grad[static_cast<std::size_t>(s)] == -3.0f * v;
+  });
+  CHECK(same == live);
+  REQUIRE_NOTHROW(layer.weight.weight.check_invariants());
+  // forward computed W X + b with the grouped layout (checked densely in double)
+  const Matrix<float> D = before.to_dense();
+  std::int64_t off = 0;
+  for (std::int64_t i = 0; i < out; ++i)
+    for (std::int64_t b = 0; b < B; b += 7) {
+      double want = 0.0, mag = 0.0;
+      for (std::int64_t c = 0; c < in; ++c) {
+        want += double(D(i, c)) * X(c, b);
+        mag += std::abs(double(D(i, c)) * X(c, b));
+      }
+      off += std::abs(Y(i, b) - want) > 1e-6 * (1.0 + mag);
+    }
+  CHECK(off == 0);
+  // a second forward with no topology change regroups nothing
+  const auto key = layer.weight.weight.topology_key();
+  layer.forward(X.view(), Y.view());
+  CHECK(layer.weight.weight.topology_key() == key);
+}

@@ -202,8 +202,9 @@ TEMPLATE_LIST_TEST_CASE("spmm through a workspace last used by another matrix wi
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   // W1 has its first half of rows full and the rest empty, W2 the opposite: same topology
-  // version, rows, nnz and storage size, so a partition cached for W1 may be reused for W2.
-  // That may unbalance the threads but must not drop or repeat a row.
+  // version, rows, nnz and storage size, which a cache keyed on those could not tell apart.
+  // Nothing cached for W1 (row partition, column-block bounds: the small block budget makes
+  // the kernel use them) may serve W2.
   const std::int64_t M = 2000, K = 64, B = 16;
   auto half_full = [&](bool first_half) {
     std::vector<std::int64_t> r, c;
@@ -228,6 +229,8 @@ TEMPLATE_LIST_TEST_CASE("spmm through a workspace last used by another matrix wi
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
   KernelWorkspace<T> ws;
+  ws.column_block_bytes = 16 * static_cast<std::int64_t>(sizeof(T) * detail::simd_width<T>());
+  REQUIRE((detail::simd_width<T>() == 1 || detail::spmm_column_blocks<T>(K, B, ws.column_block_bytes).count > 1));
   Matrix<T> Y1(M, B), Y2(M, B, st::quiet_nan<T>());
   spmm(W1, X.view(), Y1.view(), ws);
   spmm(W2, X.view(), Y2.view(), ws);
@@ -325,3 +328,94 @@ TEMPLATE_LIST_TEST_CASE("spmm with a row epilogue: no bias is plain spmm; a bias
   CHECK_THROWS_AS(spmm(W, X.view(), Y.view(), ws, RowEpilogue<T>{short_bias, FusedActivation::relu}), ShapeError);
   CHECK(Y(0, 0) == T(7));
 }
+
+// Column blocks (panels.hpp: ColumnBlocks), forced onto small shapes by a small block budget:
+// every case, with its rows grouped by block and as built (scrambled cases have rows that
+// are not, which are done whole), both modes, against the reference.
+TEMPLATE_LIST_TEST_CASE("spmm over column blocks matches the reference, grouped rows or not", "[spmm][blocks]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  std::int64_t blocked = 0, ungrouped_rows = 0;
+  for (const std::int64_t budget : {64, 1024, 8192}) {
+    KernelWorkspace<T> ws;
+    ws.column_block_bytes = budget;
+    for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
+      CAPTURE(c, budget);
+      const auto blocks = detail::spmm_column_blocks<T>(c.K, c.B, budget);
+      if (blocks.count == 1) continue;
+      ++blocked;
+      auto grouped = st::case_matrix<T, Index>(c);
+      const auto as_built = grouped;
+      grouped.group_columns(blocks.shift);
+      std::vector<std::int64_t> bounds(static_cast<std::size_t>(as_built.rows() * (blocks.count + 1)));
+      blocks.bounds(as_built.col_indices().data(), as_built.row_starts(), as_built.row_nnzs(), 0, as_built.rows(),
+                    bounds.data());
+      for (std::int64_t i = 0; i < as_built.rows(); ++i) ungrouped_rows += bounds[i * (blocks.count + 1)] < 0;
+      const PaddedCSR<T, Index>* both[] = {&grouped, &as_built};
+      for (const PaddedCSR<T, Index>* W : both) {
+        CounterRng rng(c.seed, 0xB10C);
+        st::Operand<T> X(c.K, c.B, c.px, st::quiet_nan<T>());
+        X.fill_random(rng);
+        for (Update mode : {Update::overwrite, Update::accumulate}) {
+          st::Operand<T> Y(c.M, c.B, c.py, T(-12345.5));
+          if (mode == Update::overwrite)
+            Y.fill(st::quiet_nan<T>());
+          else
+            Y.fill_random(rng);
+          const Matrix<T> Y0 = Y.copy();
+          Matrix<T> want = Y0;
+          reference::spmm(*W, X.cview(), want.view(), mode);
+          spmm(*W, X.cview(), Y.view(), ws, mode);
+          const auto m = st::compare_spmm(*W, X.cview(), Y0, mode, Y.cview(), want.view(), 2.0);
+          INFO(m.first);
+          CHECK(m.count == 0);
+          CHECK(Y.guard_violations() == 0);
+        }
+      }
+    }
+  }
+  if (detail::simd_width<T>() > 1) {  // the scalar kernels never block
+    CHECK(blocked > 60);
+    CHECK(ungrouped_rows > 20);  // the whole-row path ran too
+  }
+}
+
+#ifdef _OPENMP
+TEMPLATE_LIST_TEST_CASE("spmm over column blocks, with the epilogue, is bitwise identical for 1, 2 and 3 threads",
+                        "[spmm][blocks][threads]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto W = st::random_matrix<T, Index>(900, 700, 0.05, 9);
+  st::scramble(W, 9);
+  const std::int64_t B = 40, budget = 4096;
+  W.group_columns(detail::spmm_column_blocks<T>(W.cols(), B, budget).shift);
+  CounterRng rng(9, 1);
+  Matrix<T> X(W.cols(), B);
+  st::fill_uniform(X, rng);
+  std::vector<T> bias(static_cast<std::size_t>(W.rows()));
+  for (T& b : bias) b = static_cast<T>(rng.uniform(-0.5, 0.5));
+  const int saved = omp_get_max_threads();
+  std::vector<Matrix<T>> results;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    KernelWorkspace<T> ws;
+    ws.column_block_bytes = budget;
+    Matrix<T> Y(W.rows(), B, st::quiet_nan<T>());
+    spmm(W, X.view(), Y.view(), ws, RowEpilogue<T>{bias, FusedActivation::relu});
+    results.push_back(std::move(Y));
+  }
+  omp_set_num_threads(saved);
+  CHECK(st::bitwise_differences<T>(results[0].view(), results[1].view()) == 0);
+  CHECK(st::bitwise_differences<T>(results[0].view(), results[2].view()) == 0);
+  Matrix<T> want(W.rows(), B);
+  reference::spmm(W, X.view(), want.view());
+  std::int64_t off = 0;
+  for (std::int64_t i = 0; i < W.rows(); ++i)
+    for (std::int64_t b = 0; b < B; ++b) {
+      const double w = std::max(0.0, double(want(i, b)) + double(bias[static_cast<std::size_t>(i)]));
+      off += std::abs(double(results[1](i, b)) - w) > 1e-4 * (1.0 + std::abs(w));
+    }
+  CHECK(off == 0);
+}
+#endif

@@ -499,8 +499,10 @@ TEMPLATE_LIST_TEST_CASE("TransposeCache rebuilds for another matrix with the sam
   Matrix<T> dY(40, 9);
   st::fill_uniform(dY, rng);
   TransposeCache<T, Index> cache;
-  {
+  for (const std::int64_t budget : {std::int64_t{1} << 40, std::int64_t{256}}) {  // W^T in one block, in many
+    CAPTURE(budget);
     KernelWorkspace<T> ws;
+    ws.column_block_bytes = budget;
     Matrix<T> dX(50, 9);
     const std::int64_t before = cache.rebuilds();
     spmm_transposed(W1, cache, dY.view(), dX.view(), ws);

@@ -3,7 +3,8 @@
 //
 // Kernel (written once over xsimd::batch<T, default_arch>, N elements per register):
 // - X is cut into panels of `regs` registers (panels.hpp) and each thread runs panel by panel
-//   over its rows, so the K x panel slice of X stays in L2.
+//   over its rows, so the K x panel slice of X stays in L2; where it would not, over spmm's
+//   column blocks (panels.hpp: ColumnBlocks), which leave every dot as it is.
 // - For row i and one panel, dY[i, panel] is loaded once into registers; N slots of the row
 //   are in flight at a time, each one accumulator fed by `regs` FMAs that share those dY
 //   registers; a batched horizontal sum (simd.hpp: batched_hsum, xsimd::haddp) reduces the N
@@ -99,23 +100,39 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   }
 }
 
+// Rows [r0, r1) over one panel. Without bounds each row is one tile; with column-block
+// bounds (panels.hpp: ColumnBlocks) block by block, each block's slots of the row (a dot does
+// not depend on the block it is done in: the same bits either way); a row whose columns do
+// not ascend is done whole with the first block.
 template <class T, class Index, int R>
 void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_t r1, ConstMatrixView<T> dY,
-                      std::int64_t b0, std::int64_t valid, const T* xp, std::int64_t xs, T* grad, bool add) noexcept {
+                      std::int64_t b0, std::int64_t valid, const T* xp, std::int64_t xs, T* grad, bool add,
+                      const std::int64_t* bounds, std::int64_t blocks) noexcept {
   constexpr std::int64_t N = Batch<T>::size;
   const Index* cols = W.col_indices().data();
   alignas(64) T dpad[R * N];
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t s = W.row_start(i), n = W.row_nnz(i);
-    if (n == 0) continue;
-    const T* d = dY.row(i) + b0;
-    if (valid < R * N) {  // batch tail: zero-padded copy, so no load reads past the row
-      std::copy_n(d, valid, dpad);
-      std::fill(dpad + valid, dpad + R * N, T(0));
-      d = dpad;
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const std::int64_t s = W.row_start(i);
+      std::int64_t lo = 0, hi = W.row_nnz(i);
+      if (bounds) {
+        const std::int64_t* o = bounds + i * (blocks + 1);
+        if (o[0] >= 0) {
+          lo = o[b];
+          hi = o[b + 1];
+        } else if (b > 0) {
+          continue;
+        }
+      }
+      if (hi == lo) continue;
+      const T* d = dY.row(i) + b0;
+      if (valid < R * N) {  // batch tail: zero-padded copy, so no load reads past the row
+        std::copy_n(d, valid, dpad);
+        std::fill(dpad + valid, dpad + R * N, T(0));
+        d = dpad;
+      }
+      sddmm_tile<T, Index, R>(cols + s + lo, hi - lo, d, xp, xs, grad + s + lo, add);
     }
-    sddmm_tile<T, Index, R>(cols + s, n, d, xp, xs, grad + s, add);
-  }
 }
 
 template <Value T, ColumnIndex Index>
@@ -126,9 +143,13 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
   // N accumulators + R dY registers + a load must fit the register file: 32 registers
   // with AVX-512 (64-byte registers), 16 on SSE/AVX2; NEON has 32 but 4 lanes, R <= 8 is fine.
   constexpr std::int64_t max_regs = (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
-  const PanelPlan plan(Bw, K, N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, max_regs);
+  // Full-width panels over column blocks where K rows of one would overflow L2: spmm's blocks
+  // (the same bounds serve both kernels of a layer).
+  const ColumnBlocks blocks = spmm_column_blocks<T>(K, Bw, ws.column_block_bytes);
+  const PanelPlan plan(Bw, std::min(K, blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, max_regs);
   const bool in_place = plan.in_place();
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  const std::int64_t* bounds = blocks.count > 1 ? ws.column_bounds(W, blocks) : nullptr;
   ws.partition.update(W);
   const bool overwrite = mode == Update::overwrite;
   const bool dead = W.dead_slots() > 0;
@@ -154,14 +175,14 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
           const std::int64_t valid = plan.columns(p);
           const bool add = !overwrite || p > 0;
           switch (regs) {
-            case 1: sddmm_panel_rows<T, Index, 1>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 2: sddmm_panel_rows<T, Index, 2>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 3: sddmm_panel_rows<T, Index, 3>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 4: sddmm_panel_rows<T, Index, 4>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 5: sddmm_panel_rows<T, Index, 5>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 6: sddmm_panel_rows<T, Index, 6>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            case 7: sddmm_panel_rows<T, Index, 7>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
-            default: sddmm_panel_rows<T, Index, 8>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add); break;
+            case 1: sddmm_panel_rows<T, Index, 1>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 2: sddmm_panel_rows<T, Index, 2>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 3: sddmm_panel_rows<T, Index, 3>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 4: sddmm_panel_rows<T, Index, 4>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 5: sddmm_panel_rows<T, Index, 5>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 6: sddmm_panel_rows<T, Index, 6>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            case 7: sddmm_panel_rows<T, Index, 7>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
+            default: sddmm_panel_rows<T, Index, 8>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
           }
         }
       });

@@ -4,7 +4,10 @@
 //
 // Kernel (written once over xsimd::batch<T, default_arch>):
 // - X is cut into panels of `regs` registers (panels.hpp); each thread runs panel by panel
-//   over its rows, so the K x panel slice of X stays in L2 while every row uses it.
+//   over its rows, so the K x panel slice of X stays in L2 while every row uses it. Where K
+//   rows of a full-width panel would not fit (K = 4096 at B = 128), W's columns are cut into
+//   blocks instead and each row's live weights of one block are done for all rows before the
+//   next (panels.hpp: ColumnBlocks; rows grouped by block, PaddedCSR::group_columns).
 // - For row i and one panel, a tile of Y[i, panel] lives in registers across all live weights
 //   of the row and is stored once (a write-through loop is bound by the store port at ~1/5 of
 //   the dense rate). The live weights are dealt round-robin to C independent accumulator
@@ -15,8 +18,9 @@
 // Measured (1 thread, density 0.1, against OpenBLAS sgemm in the same process, see
 // bench/compare_kernels.cpp): 45-85 GFLOP/s of useful work; the X panel loads from L2, one
 // per multiply-add, set that rate.
-// Each element of Y is summed in an order fixed by W's row alone (chain q mod C, then the
-// pairwise sum), so the result is bitwise identical for every thread count.
+// Each element of Y is summed in an order fixed by W's row and the column blocks alone
+// (per block: chain q mod C, then the pairwise sum; blocks added in order), so the result is
+// bitwise identical for every thread count.
 #pragma once
 
 #include <type_traits>
@@ -89,6 +93,17 @@ struct PermutedValues {
 // Most registers a panel tile may span (the kernels are instantiated for 1..kMaxPanelRegs).
 // spmm holds C * R <= 8 accumulators plus a broadcast: fits 16-register ISAs.
 inline constexpr std::int64_t kMaxPanelRegs = 8;
+
+// The column blocks spmm uses for a K-column W and batch B (panels.hpp: ColumnBlocks; one
+// block with the scalar kernels). sddmm's blocks are as wide or wider, so rows grouped for
+// these (PaddedCSR::group_columns(shift)) serve both kernels.
+template <Value T>
+ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
+  constexpr auto N = static_cast<std::int64_t>(simd_width<T>());
+  if constexpr (N == 1) return ColumnBlocks(K, 1, K);
+  const std::int64_t regs = std::min<std::int64_t>((B + N - 1) / N, kMaxPanelRegs);
+  return ColumnBlocks(K, regs * N * static_cast<std::int64_t>(sizeof(T)), budget_bytes);
+}
 
 template <Value T, ColumnIndex Index>
 void check_spmm_shapes(const char* fn, const PaddedCSR<T, Index>& W, const ConstMatrixView<T>& X, const MatrixView<T>& Y) {
@@ -181,16 +196,34 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
   }
 }
 
+// Rows [r0, r1) over one panel. Without bounds each row is one tile; with column-block
+// bounds (panels.hpp: ColumnBlocks) block by block, each tile adding to what the earlier
+// blocks stored and the epilogue applied with the last block; a row whose columns do not
+// ascend is done whole with the first block.
 template <class T, class Index, int R, class Vals>
 void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1, const T* xp,
                      std::int64_t xs, MatrixView<T> Y, std::int64_t b0, std::int64_t valid, bool accumulate,
-                     const T* bias, bool relu) noexcept {
+                     const T* bias, bool relu, const std::int64_t* bounds, std::int64_t blocks) noexcept {
   const Index* cols = W.col_indices().data();
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t s = W.row_start(i);
-    spmm_tile<T, Index, R>(cols + s, vals.at(s), W.row_nnz(i), xp, xs, Y.row(i) + b0, valid, accumulate,
-                           bias ? bias + i : nullptr, relu);
-  }
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const std::int64_t s = W.row_start(i);
+      std::int64_t lo = 0, hi = W.row_nnz(i);
+      bool add = accumulate, last = true;
+      if (bounds) {
+        const std::int64_t* o = bounds + i * (blocks + 1);
+        if (o[0] >= 0) {
+          lo = o[b];
+          hi = o[b + 1];
+          add = accumulate || b > 0;
+          last = b + 1 == blocks;
+        } else if (b > 0) {
+          continue;
+        }
+      }
+      spmm_tile<T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
+                             last && bias ? bias + i : nullptr, last && relu);
+    }
 }
 
 template <Value T, ColumnIndex Index, class Vals>
@@ -198,9 +231,12 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
                KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {}) {
   constexpr std::int64_t N = Batch<T>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
-  const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
+  // Full-width panels over column blocks where K rows of one would overflow L2.
+  const ColumnBlocks blocks = spmm_column_blocks<T>(K, Bw, ws.column_block_bytes);
+  const PanelPlan plan(Bw, std::min(K, blocks.width), N, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
   const bool in_place = plan.in_place();
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  const std::int64_t* bounds = blocks.count > 1 ? ws.column_bounds(W, blocks) : nullptr;
   ws.partition.update(W);
   const bool accumulate = mode == Update::accumulate;
   const T* bias = epilogue.bias.empty() ? nullptr : epilogue.bias.data();
@@ -219,14 +255,14 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
           switch (regs) {
-            case 1: spmm_panel_rows<T, Index, 1>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 2: spmm_panel_rows<T, Index, 2>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 3: spmm_panel_rows<T, Index, 3>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 4: spmm_panel_rows<T, Index, 4>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 5: spmm_panel_rows<T, Index, 5>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 6: spmm_panel_rows<T, Index, 6>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            case 7: spmm_panel_rows<T, Index, 7>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
-            default: spmm_panel_rows<T, Index, 8>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu); break;
+            case 1: spmm_panel_rows<T, Index, 1>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 2: spmm_panel_rows<T, Index, 2>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 3: spmm_panel_rows<T, Index, 3>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 4: spmm_panel_rows<T, Index, 4>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 5: spmm_panel_rows<T, Index, 5>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 6: spmm_panel_rows<T, Index, 6>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            case 7: spmm_panel_rows<T, Index, 7>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
+            default: spmm_panel_rows<T, Index, 8>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
           }
         }
       });

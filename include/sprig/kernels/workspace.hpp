@@ -1,5 +1,5 @@
 // sprig/kernels/workspace.hpp — caller-owned scratch for the fast kernels: the nnz-balanced
-// row partition of one weight matrix and the buffer X is packed into. A training layer keeps
+// row partition of one weight matrix, the buffer X is packed into and the column-block bounds. A training layer keeps
 // one per weight (and one per cached transpose), so a step allocates nothing; the plain kernel
 // overloads build a temporary one per call.
 #pragma once
@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "../core/concepts.hpp"
+#include "../core/padded_csr.hpp"
+#include "panels.hpp"
 #include "row_partition.hpp"
 
 namespace sprig {
@@ -18,6 +21,10 @@ template <Value T>
 class KernelWorkspace {
 public:
   RowPartition partition;
+  // Bytes of X a column block may span (panels.hpp: ColumnBlocks); a tuning knob, and tests
+  // make it small to run the blocked kernels on small shapes. Results depend on it only
+  // through the summation order of spmm (sddmm's are bitwise the same for any value).
+  std::int64_t column_block_bytes = detail::kColumnBlockBytes;
 
   // A 64-byte aligned buffer of at least n elements, uninitialised; grows, never shrinks.
   T* buffer(std::size_t n) {
@@ -28,9 +35,26 @@ public:
     return buffer_.get();
   }
 
-  // Bytes owned: the packing buffer and the partition.
+  // W's column-block bounds for `blocks` (panels.hpp: ColumnBlocks::bounds), computed once per
+  // topology (PaddedCSR::topology_key: never another matrix's, never a stale one).
+  template <class V, class Index>
+  const std::int64_t* column_bounds(const PaddedCSR<V, Index>& W, const detail::ColumnBlocks& blocks) {
+    if (!(bounds_key_ == W.topology_key() && bounds_shift_ == blocks.shift && bounds_count_ == blocks.count &&
+          bounds_rows_ == W.rows())) {
+      bounds_.resize(static_cast<std::size_t>(W.rows() * (blocks.count + 1)));
+      blocks.bounds(W.col_indices().data(), W.row_starts(), W.row_nnzs(), 0, W.rows(), bounds_.data());
+      bounds_key_ = W.topology_key();
+      bounds_shift_ = blocks.shift;
+      bounds_count_ = blocks.count;
+      bounds_rows_ = W.rows();
+    }
+    return bounds_.data();
+  }
+
+  // Bytes owned: the packing buffer, the block bounds and the partition.
   std::int64_t memory_bytes() const noexcept {
-    return static_cast<std::int64_t>(capacity_ * sizeof(T)) + partition.memory_bytes();
+    return static_cast<std::int64_t>(capacity_ * sizeof(T) + bounds_.capacity() * sizeof(std::int64_t)) +
+           partition.memory_bytes();
   }
 
 private:
@@ -39,6 +63,11 @@ private:
   };
   std::unique_ptr<T, AlignedDelete> buffer_;
   std::size_t capacity_ = 0;
+  std::vector<std::int64_t> bounds_;
+  TopologyKey bounds_key_;
+  int bounds_shift_ = -1;
+  std::int64_t bounds_count_ = 0;
+  std::int64_t bounds_rows_ = -1;
 };
 
 }  // namespace sprig

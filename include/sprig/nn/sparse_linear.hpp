@@ -8,6 +8,10 @@
 //             dX    = W^T dY                                (spmm_transposed on the cached W^T)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
+// A layer wide enough that the kernels block its columns (X beyond half an L2:
+// kernels/panels.hpp, ColumnBlocks) keeps each row's live weights grouped by column block, so
+// a block's are contiguous: after a topology change, forward groups them first
+// (SparseParameter::group_columns; gradient and optimizer state move with their weights).
 #pragma once
 
 #include <type_traits>
@@ -81,6 +85,12 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    if (const auto blocks = detail::spmm_column_blocks<T>(in_features(), X.cols(), workspace_.column_block_bytes);
+        blocks.count > 1 && (grouped_key_ != weight.weight.topology_key() || blocks.shift < grouped_shift_)) {
+      weight.group_columns(blocks.shift);
+      grouped_key_ = weight.weight.topology_key();
+      grouped_shift_ = blocks.shift;
+    }
     spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
@@ -140,6 +150,10 @@ private:
   // a steady-state step allocates nothing: one for W (forward, weight gradient), one for W^T.
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
+  // The weight's topology when forward last grouped its rows, and the block shift it grouped
+  // them for (grouped for one width means grouped for wider ones).
+  TopologyKey grouped_key_;
+  int grouped_shift_ = 0;
 };
 
 }  // namespace sprig
