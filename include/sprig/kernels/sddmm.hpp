@@ -117,6 +117,8 @@ void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_
       std::int64_t lo = 0, hi = W.row_nnz(i);
       if (bounds) {
         const std::int64_t* o = bounds + i * (blocks + 1);
+        if (i + 1 < r1)  // the next row's segment starts elsewhere in W: ask for it now
+          prefetch(cols + W.row_start(i + 1) + std::max<std::int64_t>(o[blocks + 1 + b], 0));
         if (o[0] >= 0) {
           lo = o[b];
           hi = o[b + 1];

@@ -66,6 +66,8 @@ struct DirectValues {
     SPRIG_ALWAYS_INLINE void prefetch(std::int64_t) const noexcept {}
   };
   Cursor at(std::int64_t s) const noexcept { return {values + s}; }
+  // Asks for the first values of slot s on (a block's segment of the next row).
+  SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(values + s); }
 };
 // The gathered values are prefetched SPRIG_SPMM_T_PREFETCH slots further ahead than the X rows:
 // after other work evicted W, they come from L3 or memory.
@@ -88,6 +90,7 @@ struct PermutedValues {
     }
   };
   Cursor at(std::int64_t s) const noexcept { return {values, source + s, (source_end - source) - s}; }
+  SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(source + s); }
 };
 
 // Most registers a panel tile may span (the kernels are instantiated for 1..kMaxPanelRegs).
@@ -212,6 +215,11 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
       bool add = accumulate, last = true;
       if (bounds) {
         const std::int64_t* o = bounds + i * (blocks + 1);
+        if (i + 1 < r1) {  // the next row's segment starts elsewhere in W: ask for it now
+          const std::int64_t next = W.row_start(i + 1) + std::max<std::int64_t>(o[blocks + 1 + b], 0);
+          prefetch(cols + next);
+          vals.prefetch_slots(next);
+        }
         if (o[0] >= 0) {
           lo = o[b];
           hi = o[b + 1];
