@@ -10,6 +10,7 @@
 #include "core/padded_csr.hpp"
 #include "core/rng.hpp"
 #include "core/slot_log.hpp"
+#include "core/topology_key.hpp"
 
 #include "kernels/reference.hpp"
 #include "kernels/row_epilogue.hpp"

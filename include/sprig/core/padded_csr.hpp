@@ -19,7 +19,6 @@
 #include <type_traits>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -36,6 +35,7 @@
 #include "matrix.hpp"
 #include "rng.hpp"
 #include "slot_log.hpp"
+#include "topology_key.hpp"
 
 namespace sprig {
 
@@ -44,43 +44,7 @@ inline constexpr double kDefaultPaddingRatio = 0.2;
 namespace detail {
 // Grants kernels that build a PaddedCSR in linear time (transpose) access to the arrays.
 struct PaddedCSRAccess;
-
-// A number no other live or past PaddedCSR object has had: a fresh one for every object
-// constructed or copied, and for the source of a move (which keeps its own no longer), so
-// (instance, topology_version) names one topology for the whole process.
-class InstanceId {
-public:
-  InstanceId() noexcept : id_(next()) {}
-  InstanceId(const InstanceId&) noexcept : id_(next()) {}
-  InstanceId(InstanceId&& other) noexcept : id_(other.id_) { other.id_ = next(); }
-  InstanceId& operator=(const InstanceId&) noexcept {
-    id_ = next();
-    return *this;
-  }
-  InstanceId& operator=(InstanceId&& other) noexcept {
-    id_ = other.id_;
-    other.id_ = next();
-    return *this;
-  }
-  std::uint64_t value() const noexcept { return id_; }
-
-private:
-  static std::uint64_t next() noexcept {
-    static std::atomic<std::uint64_t> counter{0};
-    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
-  }
-  std::uint64_t id_;
-};
 }  // namespace detail
-
-// Names one topology of one PaddedCSR object for the whole process: caches keyed on it
-// (row partition, W^T, column-block bounds) can never mistake another matrix, or an earlier
-// topology of this one, for the one they were built from.
-struct TopologyKey {
-  std::uint64_t instance = 0;
-  std::uint64_t version = 0;
-  bool operator==(const TopologyKey&) const = default;
-};
 
 // A tight CSR export: row_ptr has rows + 1 entries, columns sorted within each row.
 template <Value T, ColumnIndex Index>
