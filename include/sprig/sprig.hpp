@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/aligned_allocator.hpp"
+#include "core/block_order.hpp"
 #include "core/concepts.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "aligned_allocator.hpp"
+#include "block_order.hpp"
 #include "concepts.hpp"
 #include "config.hpp"
 #include "error.hpp"
@@ -551,26 +552,18 @@ public:
     std::vector<std::int64_t> next(static_cast<std::size_t>(blocks) + 1), order;
     AlignedVector<T> v;
     AlignedVector<Index> c;
-    const bool with_values = !values_.empty();  // a structure-only W^T has none
     bool moved = false;
     for (std::int64_t i = 0; i < rows_; ++i) {
       const std::int64_t s = row_start_[i], n = row_nnz_[i];
-      Index* cols = col_indices_.data() + s;
-      std::int64_t descents = 0;
-      for (std::int64_t q = 1; q < n; ++q)
-        descents += (static_cast<std::int64_t>(cols[q]) >> shift) < (static_cast<std::int64_t>(cols[q - 1]) >> shift);
-      if (descents == 0) continue;
+      const Index* cols = col_indices_.data() + s;
+      if (detail::in_block_order(cols, n, shift)) continue;
       std::fill(next.begin(), next.end(), 0);
       for (std::int64_t q = 0; q < n; ++q) ++next[static_cast<std::size_t>((static_cast<std::int64_t>(cols[q]) >> shift) + 1)];
       for (std::int64_t b = 0; b < blocks; ++b) next[b + 1] += next[b];
       order.resize(static_cast<std::size_t>(n));
       for (std::int64_t q = 0; q < n; ++q) order[next[static_cast<std::size_t>(static_cast<std::int64_t>(cols[q]) >> shift)]++] = q;
-      c.assign(cols, cols + n);
-      if (with_values) v.assign(values_.data() + s, values_.data() + s + n);
-      for (std::int64_t j = 0; j < n; ++j) {
-        cols[j] = c[static_cast<std::size_t>(order[j])];
-        if (with_values) values_[s + j] = v[static_cast<std::size_t>(order[j])];
-      }
+      detail::permute_range(col_indices_, s, order, c);
+      if (!values_.empty()) detail::permute_range(values_, s, order, v);  // a structure-only W^T has none
       follow(s, std::span<const std::int64_t>(order));
       moved = true;
     }

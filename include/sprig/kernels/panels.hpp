@@ -9,10 +9,12 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <span>
 
+#include "../core/block_order.hpp"
 #include "../core/matrix.hpp"
 #include "simd.hpp"
 
@@ -36,8 +38,8 @@
 // Bytes of X one column block may span (block columns x panel width): where the K rows of a
 // full-width panel are more than this, the kernels work through W's columns in blocks, so one
 // block's X rows stay in L2 while every row uses them (ColumnBlocks below). Half the L2: W
-// streams through it too. 1024 x 4096 at density 0.1, B = 128, 1 thread (a prototype, min of
-// 200 calls): forward 1.18 -> 1.04 ms at 512 KiB (1.11 at 1 MiB, 1.23 at 256 KiB), weight
+// streams through it too. 1024 x 4096 at density 0.1, B = 128, 1 thread (a prototype, median
+// of 200 calls): forward 1.18 -> 1.04 ms at 512 KiB (1.11 at 1 MiB, 1.23 at 256 KiB), weight
 // gradient 1.59 -> 1.25 ms (1.28 at 1 MiB, 1.39 at 256 KiB).
 #ifndef SPRIG_COLUMN_BLOCK_BYTES
 #  define SPRIG_COLUMN_BLOCK_BYTES (1 << 19)
@@ -137,16 +139,19 @@ struct ColumnBlocks {
       const Index* c = cols + starts[i];
       const std::int64_t n = nnzs[i];
       std::int64_t* o = bounds + i * (count + 1);
-      std::int32_t descents = 0;  // 32-bit counts and Index compares vectorise; 64-bit did not
-      for (std::int64_t q = 1; q < n; ++q) descents += (c[q] >> shift) < (c[q - 1] >> shift);
-      o[0] = descents == 0 ? 0 : -1;
+      o[count] = n;
+      if (n > INT32_MAX) {  // too long for the 32-bit counts below: done whole
+        std::fill(o, o + count, 0);
+        o[0] = -1;
+        continue;
+      }
+      o[0] = in_block_order(c, n, shift) ? 0 : -1;
       for (std::int64_t b = 1; b < count; ++b) {
         const auto edge = static_cast<Index>(b << shift);  // < K, so it fits the Index
-        std::int32_t below = 0;
+        std::int32_t below = 0;  // 32-bit counts and Index compares vectorise; 64-bit did not
         for (std::int64_t q = 0; q < n; ++q) below += c[q] < edge;
         o[b] = below;
       }
-      o[count] = n;
     }
   }
 };

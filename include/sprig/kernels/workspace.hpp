@@ -1,7 +1,7 @@
 // sprig/kernels/workspace.hpp — caller-owned scratch for the fast kernels: the nnz-balanced
-// row partition of one weight matrix, the buffer X is packed into and the column-block bounds. A training layer keeps
-// one per weight (and one per cached transpose), so a step allocates nothing; the plain kernel
-// overloads build a temporary one per call.
+// row partition of one weight matrix, the buffer X is packed into and the column-block
+// bounds. A training layer keeps one per weight (and one per cached transpose), so a step
+// allocates nothing; the plain kernel overloads build a temporary one per call.
 #pragma once
 
 #include <cstddef>
@@ -39,14 +39,12 @@ public:
   // topology (PaddedCSR::topology_key: never another matrix's, never a stale one).
   template <class V, class Index>
   const std::int64_t* column_bounds(const PaddedCSR<V, Index>& W, const detail::ColumnBlocks& blocks) {
-    if (!(bounds_key_ == W.topology_key() && bounds_shift_ == blocks.shift && bounds_count_ == blocks.count &&
-          bounds_rows_ == W.rows())) {
+    // The key fixes W's shape, so the shift fixes the block count.
+    if (!(bounds_key_ == W.topology_key() && bounds_shift_ == blocks.shift)) {
       bounds_.resize(static_cast<std::size_t>(W.rows() * (blocks.count + 1)));
       blocks.bounds(W.col_indices().data(), W.row_starts(), W.row_nnzs(), 0, W.rows(), bounds_.data());
       bounds_key_ = W.topology_key();
       bounds_shift_ = blocks.shift;
-      bounds_count_ = blocks.count;
-      bounds_rows_ = W.rows();
     }
     return bounds_.data();
   }
@@ -66,8 +64,6 @@ private:
   std::vector<std::int64_t> bounds_;
   TopologyKey bounds_key_;
   int bounds_shift_ = -1;
-  std::int64_t bounds_count_ = 0;
-  std::int64_t bounds_rows_ = -1;
 };
 
 }  // namespace sprig

@@ -96,15 +96,11 @@ struct SparseParameter {
   // state vector permuted with their weights. Returns whether anything moved.
   bool group_columns(int shift) {
     check_aligned("SparseParameter::group_columns");
-    AlignedVector<T> row;
-    auto permute = [&](AlignedVector<T>& a, std::int64_t start, std::span<const std::int64_t> order) {
-      if (a.empty()) return;
-      row.assign(a.begin() + start, a.begin() + start + std::ssize(order));
-      for (std::size_t j = 0; j < order.size(); ++j) a[static_cast<std::size_t>(start) + j] = row[static_cast<std::size_t>(order[j])];
-    };
+    AlignedVector<T> scratch;
     return weight.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
-      permute(grad, start, order);
-      for (auto& st : state) permute(st, start, order);
+      detail::permute_range(grad, start, order, scratch);
+      for (auto& st : state)
+        if (!st.empty()) detail::permute_range(st, start, order, scratch);
     });
   }
 
