@@ -34,7 +34,9 @@
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/padded_csr.hpp"
 #include "sprig/core/rng.hpp"
+#include "sprig/kernels/spmm.hpp"
 #include "sprig/kernels/update_mode.hpp"
+#include "sprig/kernels/workspace.hpp"
 
 namespace sprig::test {
 
@@ -442,6 +444,31 @@ PaddedCSR<T, Index> case_matrix(const Case& c) {
   if (c.K > 30000 && c.M > 0 && W.find(0, c.K - 1) < 0) W.insert(0, c.K - 1, T(0.5));
   if (c.scrambled) scramble(W, c.seed);
   return W;
+}
+
+// Column blocks (kernels/panels.hpp: ColumnBlocks) forced onto the small case shapes by small
+// block budgets (64 B, 1 KiB, 8 KiB): for every case a budget cuts into several blocks, calls
+// fn(case, budget, blocks, W, workspace with that budget) twice, with W's rows grouped by
+// block and as built (scrambled cases have rows that are not, which the kernels do whole).
+// Returns how many (case, budget) pairs were blocked (none with the scalar kernels).
+template <Value T, ColumnIndex Index, class Fn>
+std::int64_t for_each_blocked_case(Fn&& fn) {
+  std::int64_t blocked = 0;
+  for (const std::int64_t budget : {64, 1024, 8192}) {
+    KernelWorkspace<T> ws;
+    ws.column_block_bytes = budget;
+    for (const Case& c : kernel_cases(max_cols_for<Index>())) {
+      const auto blocks = detail::spmm_column_blocks<T>(c.K, c.B, budget);
+      if (blocks.count == 1) continue;
+      ++blocked;
+      auto grouped = case_matrix<T, Index>(c);
+      const auto as_built = grouped;
+      grouped.group_columns(blocks.shift);
+      fn(c, budget, blocks, static_cast<const PaddedCSR<T, Index>&>(grouped), ws);
+      fn(c, budget, blocks, as_built, ws);
+    }
+  }
+  return blocked;
 }
 
 }  // namespace sprig::test

@@ -272,50 +272,39 @@ TEMPLATE_LIST_TEST_CASE("sddmm rejects mismatched shapes with ShapeError and lea
   CHECK(untouched);
 }
 
-// Column blocks (panels.hpp: ColumnBlocks), forced onto small shapes by a small block budget:
-// a dot does not depend on the block it is computed in, so the result is bitwise the
-// unblocked one, for rows grouped by block and rows that are not (done whole).
+// Column blocks on every case (kernel_test_support.hpp: for_each_blocked_case): a dot does not
+// depend on the block it is computed in, so the result is bitwise the unblocked one, for rows
+// grouped by block and rows that are not (done whole).
 TEMPLATE_LIST_TEST_CASE("sddmm over column blocks is bitwise sddmm without them, grouped rows or not",
                         "[sddmm][blocks]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
-  std::int64_t blocked = 0, compared = 0;
-  for (const std::int64_t budget : {64, 1024, 8192}) {
-    KernelWorkspace<T> ws;
-    ws.column_block_bytes = budget;
-    for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
-      CAPTURE(c, budget);
-      const auto blocks = detail::spmm_column_blocks<T>(c.K, c.B, budget);
-      if (blocks.count == 1) continue;
-      ++blocked;
-      auto grouped = st::case_matrix<T, Index>(c);
-      const auto as_built = grouped;
-      grouped.group_columns(blocks.shift);
-      const PaddedCSR<T, Index>* both[] = {&grouped, &as_built};
-      for (const PaddedCSR<T, Index>* W : both) {
+  std::int64_t compared = 0;
+  const std::int64_t blocked = st::for_each_blocked_case<T, Index>(
+      [&](const st::Case& c, std::int64_t budget, const detail::ColumnBlocks&, const PaddedCSR<T, Index>& W,
+          KernelWorkspace<T>& ws) {
+        CAPTURE(c, budget);
         CounterRng rng(c.seed, 0xB10D);
         st::Operand<T> dY(c.M, c.B, c.px, st::quiet_nan<T>());
         st::Operand<T> X(c.K, c.B, c.py, st::quiet_nan<T>());
         dY.fill_random(rng);
         X.fill_random(rng);
         for (Update mode : {Update::overwrite, Update::accumulate}) {
-          const std::vector<T> g0 = random_vector<T>(W->storage_size(), rng);
+          const std::vector<T> g0 = random_vector<T>(W.storage_size(), rng);
           std::vector<T> plain = g0, got = g0, want = g0;
-          sddmm(*W, dY.cview(), X.cview(), std::span<T>(plain), mode);  // default budget: one block here
-          sddmm(*W, dY.cview(), X.cview(), std::span<T>(got), ws, mode);
-          reference::sddmm(*W, dY.cview(), X.cview(), std::span<T>(want), mode);
+          sddmm(W, dY.cview(), X.cview(), std::span<T>(plain), mode);  // default budget: one block here
+          sddmm(W, dY.cview(), X.cview(), std::span<T>(got), ws, mode);
+          reference::sddmm(W, dY.cview(), X.cview(), std::span<T>(want), mode);
           bool same = true;
           for (std::size_t q = 0; q < got.size(); ++q, ++compared)
             same = same && std::memcmp(&got[q], &plain[q], sizeof(T)) == 0;
           CHECK(same);
-          const auto m = st::compare_sddmm(*W, dY.cview(), X.cview(), std::span<const T>(g0), mode,
+          const auto m = st::compare_sddmm(W, dY.cview(), X.cview(), std::span<const T>(g0), mode,
                                            std::span<const T>(got), std::span<const T>(want), 2.0);
           INFO(m.first);
           CHECK(m.count == 0);
         }
-      }
-    }
-  }
+      });
   if (detail::simd_width<T>() > 1) CHECK(blocked > 60);
   CHECK(compared > 0);
 }

@@ -22,14 +22,14 @@ namespace st = sprig::test;
 
 namespace {
 
-// Runs one case: X random with NaN around its view, Y NaN (overwrite: must be ignored) or
-// random (accumulate), with a finite guard around its view that must stay untouched.
-// With `ws`, through the overload that takes a caller-owned workspace.
+// Runs W on one case's operands: X random with NaN around its view, Y NaN (overwrite: must be
+// ignored) or random (accumulate), with a finite guard around its view that must stay
+// untouched. With `ws`, through the overload that takes a caller-owned workspace.
 template <Value T, ColumnIndex Index>
-void check_case(const st::Case& c, Update mode, KernelWorkspace<T>* ws = nullptr) {
-  const auto W = st::case_matrix<T, Index>(c);
+void check_matrix(const PaddedCSR<T, Index>& W, const st::Case& c, Update mode, KernelWorkspace<T>* ws,
+                  std::uint64_t salt) {
   REQUIRE_NOTHROW(W.check_invariants());
-  CounterRng rng(c.seed, 0x5833);
+  CounterRng rng(c.seed, salt);
   st::Operand<T> X(c.K, c.B, c.px, st::quiet_nan<T>());
   X.fill_random(rng);
   st::Operand<T> Y(c.M, c.B, c.py, T(-12345.5));
@@ -50,6 +50,12 @@ void check_case(const st::Case& c, Update mode, KernelWorkspace<T>* ws = nullptr
   INFO(m.first);
   CHECK(m.count == 0);
   CHECK(Y.guard_violations() == 0);
+}
+
+// The same on the case's own matrix.
+template <Value T, ColumnIndex Index>
+void check_case(const st::Case& c, Update mode, KernelWorkspace<T>* ws = nullptr) {
+  check_matrix(st::case_matrix<T, Index>(c), c, mode, ws, 0x5833);
 }
 
 }  // namespace
@@ -329,52 +335,22 @@ TEMPLATE_LIST_TEST_CASE("spmm with a row epilogue: no bias is plain spmm; a bias
   CHECK(Y(0, 0) == T(7));
 }
 
-// Column blocks (panels.hpp: ColumnBlocks), forced onto small shapes by a small block budget:
-// every case, with its rows grouped by block and as built (scrambled cases have rows that
-// are not, which are done whole), both modes, against the reference.
+// Column blocks on every case, rows grouped by block and not (kernel_test_support.hpp:
+// for_each_blocked_case), both modes, against the reference.
 TEMPLATE_LIST_TEST_CASE("spmm over column blocks matches the reference, grouped rows or not", "[spmm][blocks]",
                         st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
-  std::int64_t blocked = 0, ungrouped_rows = 0;
-  for (const std::int64_t budget : {64, 1024, 8192}) {
-    KernelWorkspace<T> ws;
-    ws.column_block_bytes = budget;
-    for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
-      CAPTURE(c, budget);
-      const auto blocks = detail::spmm_column_blocks<T>(c.K, c.B, budget);
-      if (blocks.count == 1) continue;
-      ++blocked;
-      auto grouped = st::case_matrix<T, Index>(c);
-      const auto as_built = grouped;
-      grouped.group_columns(blocks.shift);
-      std::vector<std::int64_t> bounds(static_cast<std::size_t>(as_built.rows() * (blocks.count + 1)));
-      blocks.bounds(as_built.col_indices().data(), as_built.row_starts(), as_built.row_nnzs(), 0, as_built.rows(),
-                    bounds.data());
-      for (std::int64_t i = 0; i < as_built.rows(); ++i) ungrouped_rows += bounds[i * (blocks.count + 1)] < 0;
-      const PaddedCSR<T, Index>* both[] = {&grouped, &as_built};
-      for (const PaddedCSR<T, Index>* W : both) {
-        CounterRng rng(c.seed, 0xB10C);
-        st::Operand<T> X(c.K, c.B, c.px, st::quiet_nan<T>());
-        X.fill_random(rng);
-        for (Update mode : {Update::overwrite, Update::accumulate}) {
-          st::Operand<T> Y(c.M, c.B, c.py, T(-12345.5));
-          if (mode == Update::overwrite)
-            Y.fill(st::quiet_nan<T>());
-          else
-            Y.fill_random(rng);
-          const Matrix<T> Y0 = Y.copy();
-          Matrix<T> want = Y0;
-          reference::spmm(*W, X.cview(), want.view(), mode);
-          spmm(*W, X.cview(), Y.view(), ws, mode);
-          const auto m = st::compare_spmm(*W, X.cview(), Y0, mode, Y.cview(), want.view(), 2.0);
-          INFO(m.first);
-          CHECK(m.count == 0);
-          CHECK(Y.guard_violations() == 0);
-        }
-      }
-    }
-  }
+  std::int64_t ungrouped_rows = 0;
+  const std::int64_t blocked = st::for_each_blocked_case<T, Index>(
+      [&](const st::Case& c, std::int64_t budget, const detail::ColumnBlocks& blocks, const PaddedCSR<T, Index>& W,
+          KernelWorkspace<T>& ws) {
+        CAPTURE(c, budget);
+        std::vector<std::int64_t> bounds(static_cast<std::size_t>(W.rows() * (blocks.count + 1)));
+        blocks.bounds(W.col_indices().data(), W.row_starts(), W.row_nnzs(), 0, W.rows(), bounds.data());
+        for (std::int64_t i = 0; i < W.rows(); ++i) ungrouped_rows += bounds[i * (blocks.count + 1)] < 0;
+        for (Update mode : {Update::overwrite, Update::accumulate}) check_matrix(W, c, mode, &ws, 0xB10C);
+      });
   if (detail::simd_width<T>() > 1) {  // the scalar kernels never block
     CHECK(blocked > 60);
     CHECK(ungrouped_rows > 20);  // the whole-row path ran too
