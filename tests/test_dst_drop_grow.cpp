@@ -210,17 +210,63 @@ TEMPLATE_LIST_TEST_CASE("select_drop equals the sorted (|w|, position) oracle, t
   }
 }
 
+TEMPLATE_LIST_TEST_CASE("select_drop on magnitudes spread over many binades equals the sorted oracle", "[dst][drop]",
+                        Pairs) {
+  // Thousands of weights whose magnitudes span 2^-40..2^10 (and zeros, infinities, ties at
+  // a few quantised values): the k-th smallest falls in every kind of histogram bucket,
+  // from one holding a single weight to one holding most of them.
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  CounterRng rng(23);
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::int64_t M = 40 + rng.uniform_below(60), K = 50 + rng.uniform_below(60);
+    auto W = PaddedCSR<T, I>::random_density(M, K, 0.5, 700 + trial);
+    W.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
+      const auto kind = rng.uniform_below(20);
+      T v;
+      if (trial == 5) v = T(1) + T(rng.uniform_below(3)) * std::numeric_limits<T>::epsilon();  // one bucket
+      else if (kind == 0) v = T(0);
+      else if (kind == 1) v = std::numeric_limits<T>::infinity();
+      else if (kind < 5) v = T(rng.uniform_below(4)) / T(8);
+      else v = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(50)) - 40));
+      W.values()[s] = rng.uniform_below(2) ? v : -v;
+    });
+    std::vector<std::pair<T, std::int64_t>> all;
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * K + c}); });
+    std::sort(all.begin(), all.end());
+    for (std::int64_t k : {std::int64_t{1}, W.nnz() / 10, W.nnz() / 2, W.nnz() - 1, W.nnz()}) {
+      const DropSet d = select_drop(W, k);
+      std::vector<std::int64_t> want;
+      for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
+      std::sort(want.begin(), want.end());
+      REQUIRE(d.positions == want);
+      std::int64_t flagged = 0;
+      W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
+        const bool dropped = std::binary_search(want.begin(), want.end(), i * K + c);
+        CHECK(d.slot_flag[static_cast<std::size_t>(s)] == (dropped ? 1 : 0));
+        flagged += d.slot_flag[static_cast<std::size_t>(s)];
+      });
+      CHECK(flagged == k);
+    }
+  }
+}
+
 TEST_CASE("select_drop rejects NaN weights with their position", "[dst][drop]") {
   auto W = PaddedCSR<float, std::int32_t>::random_density(8, 8, 0.5, 3);
   W.values()[W.row_start(2)] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_WITH(select_drop(W, 3), Catch::Contains("NaN") && Catch::Contains("(2, "));
 }
 
-TEST_CASE("sort_positions sorts like std::sort (counting sort by row, then within rows)", "[dst]") {
+TEST_CASE("sort_positions sorts like std::sort (radix passes over the position bits)", "[dst]") {
   CounterRng rng(77);
-  for (int trial = 0; trial < 40; ++trial) {
-    const std::int64_t rows = 1 + rng.uniform_below(50), cols = 1 + rng.uniform_below(50);
-    const std::int64_t n = rng.uniform_below(static_cast<std::uint64_t>(3 * rows * cols));  // duplicates too
+  for (int trial = 0; trial < 60; ++trial) {
+    // small layers (std::sort below 2^11 positions, duplicates too), then 2^11..2^15 positions
+    // in layers of 2^10 to about 2^36 positions: 1 to 4 radix passes, the last one partial
+    const bool large = trial >= 40;
+    const std::int64_t rows = large ? 1 + rng.uniform_below(std::uint64_t{1} << rng.uniform_below(19)) : 1 + rng.uniform_below(50);
+    const std::int64_t cols = large ? (std::int64_t{1} << 10) + rng.uniform_below(std::uint64_t{1} << 17) : 1 + rng.uniform_below(50);
+    const std::int64_t n = large ? (std::int64_t{1} << 11) + rng.uniform_below(std::uint64_t{1} << 15)
+                                 : rng.uniform_below(static_cast<std::uint64_t>(3 * rows * cols));
     std::vector<std::int64_t> pos(static_cast<std::size_t>(n));
     for (auto& p : pos) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(rows * cols)));
     auto want = pos;
