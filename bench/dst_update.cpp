@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   sprig::dst::RigL<T, Index> rigl(schedule, 1);
   const std::vector<sprig::SparseLayerRef<T, Index>> refs{{0, 0, &layer, X.view(), dY.view()}};
 
-  std::vector<double> step_ms, set_ms, rigl_ms;
+  std::vector<double> step_ms, set_ms, rigl_ms, drop_ms, grow_ms, apply_ms;
   step();  // warm-up: creates optimizer state and kernel workspaces
   for (int r = 0; r < reps; ++r) {
     auto t = Clock::now();
@@ -85,6 +85,23 @@ int main(int argc, char** argv) {
     t = Clock::now();
     rigl.update(refs, 100);
     rigl_ms.push_back(ms_since(t));
+    step();
+    // SET's phases, one call each as SET::update makes them for this layer
+    auto& param = layer.weight;
+    const auto k = static_cast<std::int64_t>(schedule.drop_fraction(100) * static_cast<double>(param.weight.nnz()));
+    t = Clock::now();
+    const sprig::dst::DropSet drop = sprig::dst::select_drop(param.weight, k);
+    drop_ms.push_back(ms_since(t));
+    sprig::CounterRng grow_rng(7, 0, static_cast<std::uint64_t>(r));
+    t = Clock::now();
+    std::vector<std::int64_t> grow = sprig::dst::random_free_linear_positions(param.weight, drop, k, grow_rng);
+    grow_ms.push_back(ms_since(t));
+    t = Clock::now();
+    sprig::SlotLog log;
+    log.set_sink(std::size_t{1} << 12, [&param](const sprig::SlotLog& chunk) { param.apply(chunk); });
+    sprig::dst::apply_drop_grow_at(param.weight, drop, std::move(grow), log);
+    log.flush();
+    apply_ms.push_back(ms_since(t));
     step();
   }
   std::printf("layer %lld x %lld, density %.3f (nnz %lld), batch %lld, %d thread(s), drop fraction %.3f\n",
@@ -100,5 +117,8 @@ int main(int argc, char** argv) {
   std::printf("RigL update: median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
               median(rigl_ms), *std::min_element(rigl_ms.begin(), rigl_ms.end()),
               *std::max_element(rigl_ms.begin(), rigl_ms.end()), median(rigl_ms) / s, median(rigl_ms) / s / 100);
+  std::printf("SET phases (medians): drop selection %.2f ms, grow selection %.2f ms, storage changes and state "
+              "replay %.2f ms\n",
+              median(drop_ms), median(grow_ms), median(apply_ms));
   return 0;
 }
