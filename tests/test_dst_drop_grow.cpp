@@ -166,6 +166,67 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
   }
 }
 
+TEMPLATE_LIST_TEST_CASE("streamed gradient top-k: NaN never chosen, kept positions never chosen, many cuts, k above the candidates",
+                        "[dst][rigl]", Pairs) {
+  using T = typename TestType::first_type;
+  using I = typename TestType::second_type;
+  CounterRng rng(31);
+  for (int trial = 0; trial < 8; ++trial) {
+    const std::int64_t M = 20 + rng.uniform_below(100), K = 20 + rng.uniform_below(100);
+    auto W = PaddedCSR<T, I>::random_density(M, K, 0.3, 500 + trial);
+    const DropSet drop = select_drop(W, W.nnz() / 4);
+    std::set<std::int64_t> kept;
+    W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
+      if (!drop.slot_flag[static_cast<std::size_t>(s)]) kept.insert(i * K + c);
+    });
+    // gradients over 60 binades, zeros (whole zero rows too), ties, NaN and infinities, and
+    // the largest magnitudes at kept positions (which must still be skipped)
+    Matrix<T> G(M, K);
+    for (std::int64_t i = 0; i < M; ++i) {
+      const bool zero_row = rng.uniform_below(8) == 0;
+      for (std::int64_t c = 0; c < K; ++c) {
+        const auto kind = rng.uniform_below(30);
+        T g;
+        if (zero_row || kind == 0) g = T(0);
+        else if (kind == 1) g = std::numeric_limits<T>::quiet_NaN();
+        else if (kind == 2) g = -std::numeric_limits<T>::infinity();
+        else if (kind < 6) g = T(rng.uniform_below(3));
+        else g = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(60)) - 50));
+        if (kept.count(i * K + c) && rng.uniform_below(2)) g = T(1e30);
+        G(i, c) = rng.uniform_below(2) ? g : -g;
+      }
+    }
+    std::vector<ScoredPosition> all;  // the oracle: not kept, not NaN, by |g| desc then position
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t c = 0; c < K; ++c)
+        if (!kept.count(i * K + c) && !std::isnan(G(i, c))) all.push_back({std::abs(double(G(i, c))), i, c});
+    std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.score > b.score; });
+    auto gradient = [&](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t c = 0; c < K; ++c) out(i, c) = G(r0 + i, c);
+    };
+    // k from 1 (a cut on every row) to more than there are candidates
+    for (std::int64_t k : {std::int64_t{1}, std::int64_t{7}, drop.size(), std::ssize(all) / 2, std::ssize(all) + 5}) {
+      Matrix<T> block;
+      const std::int64_t block_rows = 1 + rng.uniform_below(9);
+      const auto got = top_gradient_positions(W, drop, k, block_rows, gradient, block);
+      const std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(k, std::ssize(all)));
+      REQUIRE(got.size() == want);
+      for (std::size_t q = 0; q < want; ++q) {
+        REQUIRE(got[q].row == all[q].row);
+        REQUIRE(got[q].col == all[q].col);
+        REQUIRE(got[q].score == all[q].score);
+      }
+      // the linear form: the same positions, ascending
+      const auto linear = top_gradient_linear_positions(W, drop, k, block_rows, gradient, block);
+      std::vector<std::int64_t> expect;
+      for (std::size_t q = 0; q < want; ++q) expect.push_back(all[q].row * K + all[q].col);
+      std::sort(expect.begin(), expect.end());
+      REQUIRE(linear == expect);
+    }
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("select_drop equals the sorted (|w|, position) oracle, ties and relocated rows included",
                         "[dst][drop]", Pairs) {
   using T = typename TestType::first_type;

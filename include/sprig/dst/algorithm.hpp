@@ -139,20 +139,32 @@ protected:
   // with a dense GEMM and never stored whole): RigL's grow rule, reused by others.
   std::vector<ScoredPosition> top_dense_gradient(const LayerRef& layer, const DropSet& dropped,
                                                  std::int64_t k) {
-    const auto& W = layer.layer->weight.weight;
-    // about 1 MiB of block: large enough for an efficient GEMM, small against the layer
-    const std::int64_t block_rows =
-        std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
-    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
-    return top_gradient_positions(
-        W, dropped, k, block_rows,
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
-        },
-        gradient_block_);
+    return with_dense_gradient_blocks(layer, [&](const auto& W, std::int64_t block_rows, auto&& block_gradient) {
+      return top_gradient_positions(W, dropped, k, block_rows, block_gradient, gradient_block_);
+    });
+  }
+  // The same as ascending linear positions (no score order, no records): for
+  // grow_linear_positions.
+  std::vector<std::int64_t> top_dense_gradient_linear(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
+    return with_dense_gradient_blocks(layer, [&](const auto& W, std::int64_t block_rows, auto&& block_gradient) {
+      return top_gradient_linear_positions(W, dropped, k, block_rows, block_gradient, gradient_block_);
+    });
   }
 
 private:
+  // select(W, block_rows, block_gradient) with the layer's dense gradient in row blocks of
+  // about 1 MiB (large enough for an efficient GEMM, small against the layer).
+  template <class Select>
+  auto with_dense_gradient_blocks(const LayerRef& layer, Select&& select) {
+    const auto& W = layer.layer->weight.weight;
+    const std::int64_t block_rows =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
+    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
+    return select(W, block_rows, [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
+      gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+    });
+  }
+
   UpdateSchedule schedule_;
   std::uint64_t seed_;
   double total_seconds_ = 0.0;

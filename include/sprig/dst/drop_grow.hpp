@@ -342,13 +342,16 @@ public:
     if (row != current_) load(row);
     return mark_[static_cast<std::size_t>(col)] == row;
   }
-  // Calls fn(col) for every kept column of `row`.
-  template <class Fn>
-  void for_each_kept(std::int64_t row, Fn&& fn) const {
+  // g[c] = value at every kept column c of `row` (g: one row of a dense rows x cols array).
+  // A dropped slot's write goes to a scratch variable instead: no branch on the drop flags.
+  template <class V>
+  void overwrite_kept(std::int64_t row, V* g, V value) const {
     const std::int64_t start = W_.row_start(row);
-    const auto cols = W_.col_indices();
+    const Index* cols = W_.col_indices().data();
+    const std::uint8_t* flag = drop_.slot_flag.data();
+    V scratch;
     for (std::int64_t s = start, e = start + W_.row_nnz(row); s < e; ++s)
-      if (!drop_.slot_flag[static_cast<std::size_t>(s)]) fn(static_cast<std::int64_t>(cols[s]));
+      *(flag[s] ? &scratch : g + static_cast<std::size_t>(cols[s])) = value;
   }
 
 private:
@@ -435,49 +438,120 @@ std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, 
   return out;
 }
 
-// The k positions with the largest |dense gradient| among those not kept, streaming the
+// A candidate of the gradient top-k: magnitude_key(g) and the linear position.
+template <Value T>
+struct KeyedPosition {
+  decltype(magnitude_key(T(0))) key;
+  std::int64_t position;
+};
+
+// The k positions with the largest |dense gradient| among those not kept (ties: the smaller
+// position), or all of them if fewer, as keyed candidates in ascending position. Streams the
 // gradient in blocks of `block_rows` rows: `block_gradient(r0, n, out)` must write rows
-// [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus O(k)
-// candidates, never rows x cols. Selection is linear: candidates at or above the running
-// k-th score are buffered and cut back to k with nth_element whenever the buffer doubles.
-// Order (and ties) as TopK: larger score, then smaller position.
+// [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus 2k + cols
+// candidates of 16 bytes (T = float), never rows x cols. NaN gradients are never chosen.
+//
+// Linear: candidates are appended without branches (a slot written at every position, kept
+// by advancing past it) while their key is above the running k-th; whenever the buffer is
+// full it is cut back to the best k by a histogram of the keys' top bits and nth_element in
+// the one bucket holding the k-th (select_drop's method), compacting in place, so the buffer
+// stays in position order and equal keys keep the earlier (smaller) positions. Once it has
+// been cut, only keys above the k-th can enter: a later equal key has a larger position.
+template <Value T, ColumnIndex Index, class BlockGradient>
+std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
+                                                      std::int64_t block_rows, BlockGradient&& block_gradient,
+                                                      Matrix<T>& block) {
+  if (block_rows < 1) throw ArgumentError(sprig::detail::message("top_gradient_positions: block_rows ", block_rows, " < 1"));
+  if (k <= 0) return {};
+  using Key = decltype(magnitude_key(T(0)));
+  constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
+  const std::int64_t cols = W.cols();
+  const auto capacity = static_cast<std::size_t>(2 * k + cols);
+  std::vector<KeyedPosition<T>> cand(capacity + 1);  // + 1: the write past the last kept candidate
+  std::size_t n = 0;
+  Key lowest = 0;  // keys in [lowest, kExcluded) enter; above the k-th once the buffer was cut
+  auto cut = [&] {
+    constexpr int kBucketBits = 12;
+    constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
+    std::vector<std::int64_t> count(std::size_t{1} << kBucketBits, 0);
+    for (std::size_t q = 0; q < n; ++q) ++count[static_cast<std::size_t>(cand[q].key >> kShift)];
+    std::int64_t above = 0;  // candidates in the buckets above the one holding the k-th
+    std::size_t bucket = count.size() - 1;
+    while (above + count[bucket] < k) above += count[bucket--];
+    std::vector<Key> inside;
+    inside.reserve(static_cast<std::size_t>(count[bucket]));
+    for (std::size_t q = 0; q < n; ++q)
+      if (static_cast<std::size_t>(cand[q].key >> kShift) == bucket) inside.push_back(cand[q].key);
+    const auto nth = inside.begin() + (k - 1 - above);
+    std::nth_element(inside.begin(), nth, inside.end(), std::greater<>());
+    const Key kth = *nth;
+    std::int64_t ties = k - above;  // of the k-th's key, how many are taken (the first ones)
+    for (Key key : inside) ties -= key > kth;
+    std::size_t out = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      const Key key = cand[q].key;
+      bool take = key > kth;
+      if (key == kth) [[unlikely]] {
+        take = ties > 0;
+        ties -= take;
+      }
+      cand[out] = cand[q];
+      out += take;
+    }
+    n = out;
+    lowest = kth + 1;
+  };
+  KeptColumns<T, Index> kept(W, drop);
+  for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
+    const std::int64_t rows = std::min(block_rows, W.rows() - r0);
+    if (block.rows() < rows || block.cols() != cols) block.resize(block_rows, cols);
+    MatrixView<T> out = block.view().block(0, 0, rows, cols);
+    block_gradient(r0, rows, out);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      T* g = out.row(i);
+      kept.overwrite_kept(r0 + i, g, std::numeric_limits<T>::quiet_NaN());  // never a candidate
+      const std::int64_t base = (r0 + i) * cols;
+      const Key lo = lowest;
+      KeyedPosition<T>* c = cand.data() + n;
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const Key key = magnitude_key(g[j]);
+        *c = {key, base + j};
+        c += key >= lo && key < kExcluded;
+      }
+      n = static_cast<std::size_t>(c - cand.data());
+      if (n + static_cast<std::size_t>(cols) > capacity) cut();  // room for the next row
+    }
+  }
+  if (std::cmp_greater(n, k)) cut();
+  cand.resize(n);
+  return cand;
+}
+
+// The same positions as (|g|, row, col) records, larger score first, ties by smaller
+// position (the order of a TopK).
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<ScoredPosition> top_gradient_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                    std::int64_t block_rows, BlockGradient&& block_gradient,
                                                    Matrix<T>& block) {
-  if (block_rows < 1) throw ArgumentError(sprig::detail::message("top_gradient_positions: block_rows ", block_rows, " < 1"));
   const std::int64_t cols = W.cols();
-  if (k <= 0) return {};
-  auto better = [cols](const ScoredPosition& a, const ScoredPosition& b) {
-    return a.score != b.score ? a.score > b.score : a.row * cols + a.col < b.row * cols + b.col;
-  };
-  std::vector<ScoredPosition> cand;
-  cand.reserve(static_cast<std::size_t>(2 * k + cols));
-  double threshold = -INFINITY;
-  auto shrink = [&] {
-    std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), better);
-    threshold = cand[static_cast<std::size_t>(k - 1)].score;
-    cand.resize(static_cast<std::size_t>(k));
-  };
-  KeptColumns<T, Index> kept(W, drop);
-  for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
-    const std::int64_t n = std::min(block_rows, W.rows() - r0);
-    if (block.rows() < n || block.cols() != cols) block.resize(block_rows, cols);
-    MatrixView<T> out = block.view().block(0, 0, n, cols);
-    block_gradient(r0, n, out);
-    for (std::int64_t i = 0; i < n; ++i) {
-      T* g = out.row(i);
-      kept.for_each_kept(r0 + i, [&](std::int64_t c) { g[c] = std::numeric_limits<T>::quiet_NaN(); });
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const double score = std::abs(static_cast<double>(g[c]));
-        if (score >= threshold) cand.push_back({score, r0 + i, c});  // NaN (kept) never passes
-      }
-      if (std::ssize(cand) >= 2 * k + cols) shrink();
-    }
-  }
-  if (std::ssize(cand) > k) shrink();
-  std::sort(cand.begin(), cand.end(), better);
-  return cand;
+  const auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block);
+  std::vector<ScoredPosition> out;
+  out.reserve(cand.size());
+  for (const auto& c : cand)
+    out.push_back({static_cast<double>(std::bit_cast<T>(c.key)), c.position / cols, c.position % cols});
+  std::stable_sort(out.begin(), out.end(), [](const ScoredPosition& a, const ScoredPosition& b) { return a.score > b.score; });
+  return out;
+}
+
+// The same positions as linear positions, ascending (what a topology update consumes).
+template <Value T, ColumnIndex Index, class BlockGradient>
+std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop,
+                                                        std::int64_t k, std::int64_t block_rows,
+                                                        BlockGradient&& block_gradient, Matrix<T>& block) {
+  auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block);
+  std::vector<std::int64_t> out(cand.size());
+  for (std::size_t q = 0; q < cand.size(); ++q) out[q] = cand[q].position;
+  return out;
 }
 
 }  // namespace sprig::dst

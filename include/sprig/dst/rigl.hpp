@@ -21,6 +21,10 @@ protected:
                                              CounterRng&) override {
     return this->top_dense_gradient(layer, dropped, k);
   }
+  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer, const DropSet& dropped,
+                                                  std::int64_t k, CounterRng&) override {
+    return this->top_dense_gradient_linear(layer, dropped, k);
+  }
 };
 
 }  // namespace sprig::dst

@@ -48,6 +48,10 @@ protected:
                                              CounterRng&) override {
     return this->top_dense_gradient(layer, dropped, k);
   }
+  std::vector<std::int64_t> grow_linear_positions(const typename Base::LayerRef& layer, const DropSet& dropped,
+                                                  std::int64_t k, CounterRng&) override {
+    return this->top_dense_gradient_linear(layer, dropped, k);
+  }
 
 public:
   // Splits sum(drop_counts) over layers in proportion to `weight`, no layer above its `room`
