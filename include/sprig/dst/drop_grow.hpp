@@ -131,13 +131,33 @@ auto magnitude_key(T v) noexcept {
   return std::bit_cast<Key>(std::abs(v));
 }
 
+// The key of rank r (1-based, ascending) among key_of(0), ..., key_of(n - 1), unsigned keys
+// whose top bit is 0 (magnitude_key): a histogram of the keys' next 12 bits finds the bucket
+// that holds it, nth_element over a copy of that bucket alone the exact key (about a
+// thousandth of the keys when magnitudes spread over a few binades; nth_element over all of
+// them had been a quarter of a SET update). O(n) time, O(bucket) extra memory.
+template <class Key, class KeyOf>
+Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
+  constexpr int kBucketBits = 12;
+  constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
+  std::vector<std::int64_t> count(std::size_t{1} << kBucketBits, 0);
+  for (std::size_t q = 0; q < n; ++q) ++count[static_cast<std::size_t>(key_of(q) >> kShift)];
+  std::int64_t before = 0;  // keys in the buckets below the one holding rank r
+  std::size_t bucket = 0;
+  while (before + count[bucket] < r) before += count[bucket++];
+  std::vector<Key> inside;
+  inside.reserve(static_cast<std::size_t>(count[bucket]));
+  for (std::size_t q = 0; q < n; ++q)
+    if (const Key key = key_of(q); static_cast<std::size_t>(key >> kShift) == bucket) inside.push_back(key);
+  const auto nth = inside.begin() + (r - 1 - before);
+  std::nth_element(inside.begin(), nth, inside.end());
+  return *nth;
+}
+
 // Three passes over the live weights with one key array as scratch (sizeof(T) bytes per live
-// weight; a sort of (magnitude, position, slot) records took 24). The k-th smallest magnitude
-// m: a histogram of the keys' top 12 bits below the sign (magnitude_key) finds the bucket
-// that holds it, nth_element over a copy of that bucket alone (about a thousandth of the
-// weights when magnitudes spread over a few binades) the exact key; nth_element over all keys
-// had been a quarter of a SET update. Then every weight below m is dropped and, of those
-// equal to m, the ones of smallest position, as many as k still needs.
+// weight; a sort of (magnitude, position, slot) records took 24): the k-th smallest magnitude
+// m (key_of_rank), then every weight below m is dropped and, of those equal to m, the ones of
+// smallest position, as many as k still needs.
 template <Value T, ColumnIndex Index>
 DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
   if (k < 0 || k > W.nnz())
@@ -157,20 +177,7 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
                                                    ") is NaN; magnitudes cannot be ranked"));
       keys.push_back(magnitude_key(v));
     });
-    constexpr int kBucketBits = 12;
-    constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;  // the sign bit is 0
-    std::vector<std::int64_t> count(std::size_t{1} << kBucketBits, 0);
-    for (Key x : keys) ++count[static_cast<std::size_t>(x >> kShift)];
-    std::int64_t before = 0;  // keys in the buckets below the one holding the k-th
-    std::size_t bucket = 0;
-    while (before + count[bucket] < k) before += count[bucket++];
-    std::vector<Key> inside;
-    inside.reserve(static_cast<std::size_t>(count[bucket]));
-    for (Key x : keys)
-      if (static_cast<std::size_t>(x >> kShift) == bucket) inside.push_back(x);
-    const auto nth = inside.begin() + (k - 1 - before);
-    std::nth_element(inside.begin(), nth, inside.end());
-    threshold = *nth;
+    threshold = key_of_rank<Key>(keys.size(), [&](std::size_t q) { return keys[q]; }, k);
   }
   // The weights below m, without branches on the comparison (it goes either way at random:
   // mispredicted branches were most of these passes); the ties at m are rare.
@@ -453,10 +460,9 @@ struct KeyedPosition {
 //
 // Linear: candidates are appended without branches (a slot written at every position, kept
 // by advancing past it) while their key is above the running k-th; whenever the buffer is
-// full it is cut back to the best k by a histogram of the keys' top bits and nth_element in
-// the one bucket holding the k-th (select_drop's method), compacting in place, so the buffer
-// stays in position order and equal keys keep the earlier (smaller) positions. Once it has
-// been cut, only keys above the k-th can enter: a later equal key has a larger position.
+// full it is cut back to the best k (key_of_rank finds the k-th), compacting in place, so the
+// buffer stays in position order and equal keys keep the earlier (smaller) positions. Once it
+// has been cut, only keys above the k-th can enter: a later equal key has a larger position.
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                       std::int64_t block_rows, BlockGradient&& block_gradient,
@@ -471,22 +477,10 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   std::size_t n = 0;
   Key lowest = 0;  // keys in [lowest, kExcluded) enter; above the k-th once the buffer was cut
   auto cut = [&] {
-    constexpr int kBucketBits = 12;
-    constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
-    std::vector<std::int64_t> count(std::size_t{1} << kBucketBits, 0);
-    for (std::size_t q = 0; q < n; ++q) ++count[static_cast<std::size_t>(cand[q].key >> kShift)];
-    std::int64_t above = 0;  // candidates in the buckets above the one holding the k-th
-    std::size_t bucket = count.size() - 1;
-    while (above + count[bucket] < k) above += count[bucket--];
-    std::vector<Key> inside;
-    inside.reserve(static_cast<std::size_t>(count[bucket]));
-    for (std::size_t q = 0; q < n; ++q)
-      if (static_cast<std::size_t>(cand[q].key >> kShift) == bucket) inside.push_back(cand[q].key);
-    const auto nth = inside.begin() + (k - 1 - above);
-    std::nth_element(inside.begin(), nth, inside.end(), std::greater<>());
-    const Key kth = *nth;
-    std::int64_t ties = k - above;  // of the k-th's key, how many are taken (the first ones)
-    for (Key key : inside) ties -= key > kth;
+    const Key kth = key_of_rank<Key>(n, [&](std::size_t q) { return cand[q].key; },
+                                     static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
+    std::int64_t ties = k;  // of the k-th's key, how many are taken (the first ones)
+    for (std::size_t q = 0; q < n; ++q) ties -= cand[q].key > kth;
     std::size_t out = 0;
     for (std::size_t q = 0; q < n; ++q) {
       const Key key = cand[q].key;
