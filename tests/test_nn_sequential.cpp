@@ -4,11 +4,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "sprig/core/config.hpp"
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
 
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
@@ -263,3 +269,47 @@ TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% trainin
   CHECK(SoftmaxCrossEntropy<float>::count_correct(Z, y) == n);
   for (const auto& ref : model.sparse_layers()) ref.layer->weight.weight.check_invariants();
 }
+
+#if SPRIG_HAS_OPENMP
+TEST_CASE("training steps of a sparse MLP with a dense head give the same bits at 1 and 2 threads", "[nn][sequential][threads]") {
+  // The whole step (fused bias + ReLU forward, loss, weight gradients, dX, AdamW) at sizes
+  // where every kernel and element-wise pass runs on OpenMP threads; the dense head takes the
+  // portable GEMM (the tests do not define SPRIG_USE_CBLAS; OpenBLAS would differ: gemm.hpp).
+  auto train = [](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Sequential<float, std::int32_t> model;
+    model.add(SparseLinear<float, std::int32_t>(300, 700, 0.3, 11, 0));
+    model.add(ReLU<float>{});
+    model.add(SparseLinear<float, std::int32_t>(700, 500, 0.2, 11, 1));
+    model.add(ReLU<float>{});
+    model.add(Linear<float>(500, 10, 11, 2));
+    AdamW<float> opt({.lr = 0.01, .weight_decay = 1e-4});
+    SoftmaxCrossEntropy<float> ce;
+    CounterRng rng(12);
+    const Matrix<float> X = random_matrix<float>(300, 96, 13);
+    std::vector<int> y(96);
+    for (auto& label : y) label = static_cast<int>(rng.uniform_below(10));
+    for (int step = 0; step < 4; ++step) {
+      const auto Z = model.forward(X.view());
+      ce.forward_backward(Z, y, model.output_grad());
+      model.backward();
+      opt.step(model);
+    }
+    omp_set_num_threads(saved);
+    std::vector<float> bits;
+    model.for_each_parameter([&](auto& p) {
+      if constexpr (requires { p.weight.values(); })
+        bits.insert(bits.end(), p.weight.values().begin(), p.weight.values().end());
+      else
+        bits.insert(bits.end(), p.value.begin(), p.value.end());
+    });
+    return bits;
+  };
+  const std::vector<float> one = train(1), two = train(2);
+  REQUIRE(one.size() == two.size());
+  std::size_t differ = 0;
+  for (std::size_t q = 0; q < one.size(); ++q) differ += std::memcmp(&one[q], &two[q], sizeof(float)) != 0;
+  CHECK(differ == 0);
+}
+#endif
