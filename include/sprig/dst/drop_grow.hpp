@@ -14,9 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <span>
 #include <type_traits>
-#include <limits>
 #include <utility>
 #include <vector>
 
