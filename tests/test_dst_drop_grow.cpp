@@ -14,6 +14,53 @@ using namespace sprig::dst;
 using Pairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
                          std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
 
+namespace {
+
+// The live positions (row * cols + col) kept by a drop step: live and not flagged.
+template <class T, class I>
+std::set<std::int64_t> kept_positions(const PaddedCSR<T, I>& W, const DropSet& drop) {
+  std::set<std::int64_t> kept;
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
+    if (!drop.slot_flag[static_cast<std::size_t>(s)]) kept.insert(i * W.cols() + c);
+  });
+  return kept;
+}
+
+// select_drop's oracle: the k live positions of smallest (|w|, position), ascending.
+template <class T, class I>
+std::vector<std::int64_t> smallest_magnitude_positions(const PaddedCSR<T, I>& W, std::int64_t k) {
+  std::vector<std::pair<T, std::int64_t>> all;  // (|w|, position)
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * W.cols() + c}); });
+  std::sort(all.begin(), all.end());
+  std::vector<std::int64_t> want;
+  for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
+  std::sort(want.begin(), want.end());
+  return want;
+}
+
+// The gradient top-k's oracle: every position not kept whose gradient is not NaN, by |g|
+// descending, then position ascending.
+template <class T>
+std::vector<ScoredPosition> gradient_oracle(const Matrix<T>& G, const std::set<std::int64_t>& kept) {
+  std::vector<ScoredPosition> all;
+  for (std::int64_t i = 0; i < G.rows(); ++i)
+    for (std::int64_t c = 0; c < G.cols(); ++c)
+      if (!kept.count(i * G.cols() + c) && !std::isnan(G(i, c))) all.push_back({std::abs(double(G(i, c))), i, c});
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+  return all;
+}
+
+// A block_gradient callback for top_gradient_positions that copies rows of G.
+template <class T>
+auto rows_of(const Matrix<T>& G) {
+  return [&G](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < G.cols(); ++c) out(i, c) = G(r0 + i, c);
+  };
+}
+
+}  // namespace
+
 TEST_CASE("random_free_positions is uniform over the free positions", "[dst][set]") {
   // 6 x 5 layer with 8 live weights, 2 of them dropped: 24 free positions, draw 5 each time
   auto W = PaddedCSR<double, std::int32_t>::random_total(6, 5, 8, 4);
@@ -139,24 +186,13 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t c = 0; c < K; ++c) G(i, c) = T(static_cast<double>(rng.uniform_below(7)) - 3.0);  // ties
     const DropSet drop = select_drop(W, W.nnz() / 3);
-    const std::set<std::int64_t> dropped(drop.positions.begin(), drop.positions.end());
     const std::int64_t k = drop.size();
     // brute force: every not-kept position, sorted by |g| desc then position
-    std::vector<ScoredPosition> all;
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t c = 0; c < K; ++c) {
-        const bool live = W.find(i, c) >= 0;
-        if (!live || dropped.count(i * K + c)) all.push_back({std::abs(double(G(i, c))), i, c});
-      }
-    std::sort(all.begin(), all.end(), [&](auto& a, auto& b) { return a.score != b.score ? a.score > b.score : a.row * K + a.col < b.row * K + b.col; });
+    std::vector<ScoredPosition> all = gradient_oracle(G, kept_positions(W, drop));
     all.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, std::ssize(all))));
     Matrix<T> block;
     const std::int64_t block_rows = 1 + rng.uniform_below(7);
-    const auto got = top_gradient_positions(W, drop, k, block_rows,
-        [&](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
-          for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t c = 0; c < K; ++c) out(i, c) = G(r0 + i, c);
-        }, block);
+    const auto got = top_gradient_positions(W, drop, k, block_rows, rows_of(G), block);
     REQUIRE(got.size() == all.size());
     for (std::size_t q = 0; q < got.size(); ++q) {
       CHECK(got[q].row == all[q].row);
@@ -175,10 +211,7 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k: NaN never chosen, kept positio
     const std::int64_t M = 20 + rng.uniform_below(100), K = 20 + rng.uniform_below(100);
     auto W = PaddedCSR<T, I>::random_density(M, K, 0.3, 500 + trial);
     const DropSet drop = select_drop(W, W.nnz() / 4);
-    std::set<std::int64_t> kept;
-    W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
-      if (!drop.slot_flag[static_cast<std::size_t>(s)]) kept.insert(i * K + c);
-    });
+    const std::set<std::int64_t> kept = kept_positions(W, drop);
     // gradients over 60 binades, zeros (whole zero rows too), ties, NaN and infinities, and
     // the largest magnitudes at kept positions (which must still be skipped)
     Matrix<T> G(M, K);
@@ -196,15 +229,8 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k: NaN never chosen, kept positio
         G(i, c) = rng.uniform_below(2) ? g : -g;
       }
     }
-    std::vector<ScoredPosition> all;  // the oracle: not kept, not NaN, by |g| desc then position
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t c = 0; c < K; ++c)
-        if (!kept.count(i * K + c) && !std::isnan(G(i, c))) all.push_back({std::abs(double(G(i, c))), i, c});
-    std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.score > b.score; });
-    auto gradient = [&](std::int64_t r0, std::int64_t n, MatrixView<T> out) {
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t c = 0; c < K; ++c) out(i, c) = G(r0 + i, c);
-    };
+    const std::vector<ScoredPosition> all = gradient_oracle(G, kept);
+    const auto gradient = rows_of(G);
     // k from 1 (a cut on every row) to more than there are candidates
     for (std::int64_t k : {std::int64_t{1}, std::int64_t{7}, drop.size(), std::ssize(all) / 2, std::ssize(all) + 5}) {
       Matrix<T> block;
@@ -244,14 +270,9 @@ TEMPLATE_LIST_TEST_CASE("select_drop equals the sorted (|w|, position) oracle, t
     W.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
       W.values()[s] = T(static_cast<double>(rng.uniform_below(5)) - 2.0);
     });
-    std::vector<std::pair<T, std::int64_t>> all;  // (|w|, position)
-    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * K + c}); });
-    std::sort(all.begin(), all.end());
     for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, W.nnz() / 3, W.nnz()}) {
       const DropSet d = select_drop(W, k);
-      std::vector<std::int64_t> want;
-      for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
-      std::sort(want.begin(), want.end());
+      const std::vector<std::int64_t> want = smallest_magnitude_positions(W, k);
       REQUIRE(d.positions == want);
       REQUIRE(d.size() == k);
       const DropSlots listed = drop_slots(W, d);
@@ -292,14 +313,9 @@ TEMPLATE_LIST_TEST_CASE("select_drop on magnitudes spread over many binades equa
       else v = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(50)) - 40));
       W.values()[s] = rng.uniform_below(2) ? v : -v;
     });
-    std::vector<std::pair<T, std::int64_t>> all;
-    W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * K + c}); });
-    std::sort(all.begin(), all.end());
     for (std::int64_t k : {std::int64_t{1}, W.nnz() / 10, W.nnz() / 2, W.nnz() - 1, W.nnz()}) {
       const DropSet d = select_drop(W, k);
-      std::vector<std::int64_t> want;
-      for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
-      std::sort(want.begin(), want.end());
+      const std::vector<std::int64_t> want = smallest_magnitude_positions(W, k);
       REQUIRE(d.positions == want);
       std::int64_t flagged = 0;
       W.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
