@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     grow_ms.push_back(ms_since(t));
     t = Clock::now();
     sprig::SlotLog log;
-    log.set_sink(std::size_t{1} << 12, [&param](const sprig::SlotLog& chunk) { param.apply(chunk); });
+    log.set_sink(sprig::dst::SET<T, Index>::kLogChunk, [&param](const sprig::SlotLog& chunk) { param.apply(chunk); });
     sprig::dst::apply_drop_grow_at(param.weight, drop, std::move(grow), log);
     log.flush();
     apply_ms.push_back(ms_since(t));

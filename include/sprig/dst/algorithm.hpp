@@ -3,7 +3,7 @@
 // A SparsityAlgorithm changes the sparsity pattern of a model's sparse layers on the update
 // steps of its UpdateSchedule. Per update and per layer it drops the k = floor(f(t) * live)
 // live weights of smallest magnitude and grows connections at positions a subclass chooses
-// among those not kept (grow_positions), then replays the slot moves on the layer's gradient
+// among those not kept (grow_linear_positions), then replays the slot moves on the layer's gradient
 // and optimizer state (SparseParameter::apply), so a survivor keeps its state and a new weight
 // starts from zero. A subclass is a short class: it names itself, chooses where to grow and,
 // optionally, how many weights each layer grows (grow_counts, for redistribution).
@@ -76,6 +76,11 @@ public:
     total_seconds_ = seconds;
   }
 
+  // Slot moves of an update are replayed on the layer's state in chunks of this many events.
+  // 4096 (96 KiB of log) are as fast as 32768 were and took 0.7 MB off the peak resident
+  // memory of the 90%-sparse 784-1024-1024-10 MLP (bench/train_step).
+  static constexpr std::size_t kLogChunk = std::size_t{1} << 12;
+
   // Drops and grows in every layer at step t (call only on update steps).
   UpdateReport update(std::span<const LayerRef> layers, std::int64_t t) {
     const auto start = std::chrono::steady_clock::now();
@@ -90,10 +95,7 @@ public:
     const std::vector<std::int64_t> grow = grow_counts(layers, drop_counts);
     report.layers.resize(n);
     // One layer at a time, and its slot moves replayed on its state in chunks of
-    // kLogChunk events: the update's scratch is that of one layer, not of the model. 4096
-    // events (96 KiB of log) are as fast as 32768 were and took 0.7 MB off the peak resident
-    // memory of the 90%-sparse 784-1024-1024-10 MLP (bench/train_step).
-    constexpr std::size_t kLogChunk = std::size_t{1} << 12;
+    // kLogChunk events: the update's scratch is that of one layer, not of the model.
     for (std::size_t l = 0; l < n; ++l) {
       auto& param = layers[l].layer->weight;
       LayerUpdate& u = report.layers[l];
@@ -124,47 +126,29 @@ protected:
   virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
     return drop_counts;
   }
-  // k positions, distinct, none of them kept (live and not in `dropped`), for this layer.
-  virtual std::vector<ScoredPosition> grow_positions(const LayerRef& layer, const DropSet& dropped,
-                                                     std::int64_t k, CounterRng& rng) = 0;
-  // The same as ascending linear positions (row * cols + col), what the update consumes.
-  // An algorithm that finds them in that form (SET) overrides this and skips the 24-byte
-  // ScoredPosition records.
+  // k positions, distinct, none of them kept (live and not in `dropped`), for this layer, as
+  // ascending linear positions (row * cols + col): what the update consumes.
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
-                                                          CounterRng& rng) {
-    return sorted_positions(layer.layer->weight.weight, grow_positions(layer, dropped, k, rng));
-  }
+                                                          CounterRng& rng) = 0;
 
-  // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed block by block
-  // with a dense GEMM and never stored whole): RigL's grow rule, reused by others.
-  std::vector<ScoredPosition> top_dense_gradient(const LayerRef& layer, const DropSet& dropped,
-                                                 std::int64_t k) {
-    return with_dense_gradient_blocks(layer, [&](const auto& W, std::int64_t block_rows, auto&& block_gradient) {
-      return top_gradient_positions(W, dropped, k, block_rows, block_gradient, gradient_block_);
-    });
-  }
-  // The same as ascending linear positions (no score order, no records): for
-  // grow_linear_positions.
-  std::vector<std::int64_t> top_dense_gradient_linear(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
-    return with_dense_gradient_blocks(layer, [&](const auto& W, std::int64_t block_rows, auto&& block_gradient) {
-      return top_gradient_linear_positions(W, dropped, k, block_rows, block_gradient, gradient_block_);
-    });
-  }
-
-private:
-  // select(W, block_rows, block_gradient) with the layer's dense gradient in row blocks of
-  // about 1 MiB (large enough for an efficient GEMM, small against the layer).
-  template <class Select>
-  auto with_dense_gradient_blocks(const LayerRef& layer, Select&& select) {
+  // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed in row blocks of
+  // about 1 MiB with a dense GEMM, large enough for an efficient GEMM and small against the
+  // layer, never stored whole), as ascending linear positions: RigL's grow rule, reused by
+  // others.
+  std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
     const auto& W = layer.layer->weight.weight;
     const std::int64_t block_rows =
         std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
     const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
-    return select(W, block_rows, [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-      gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
-    });
+    return top_gradient_linear_positions(
+        W, dropped, k, block_rows,
+        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
+          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+        },
+        gradient_block_);
   }
 
+private:
   UpdateSchedule schedule_;
   std::uint64_t seed_;
   double total_seconds_ = 0.0;

@@ -16,14 +16,9 @@ public:
   bool skips_optimizer_on_update() const override { return true; }
 
 protected:
-  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
-                                             const DropSet& dropped, std::int64_t k,
-                                             CounterRng&) override {
+  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
+                                                  const DropSet& dropped, std::int64_t k, CounterRng&) override {
     return this->top_dense_gradient(layer, dropped, k);
-  }
-  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer, const DropSet& dropped,
-                                                  std::int64_t k, CounterRng&) override {
-    return this->top_dense_gradient_linear(layer, dropped, k);
   }
 };
 

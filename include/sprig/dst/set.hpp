@@ -15,11 +15,6 @@ public:
   std::string_view name() const override { return "set"; }
 
 protected:
-  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
-                                             const DropSet& dropped, std::int64_t k,
-                                             CounterRng& rng) override {
-    return random_free_positions(layer.layer->weight.weight, dropped, k, rng);
-  }
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
                                                   const DropSet& dropped, std::int64_t k, CounterRng& rng) override {
     return random_free_linear_positions(layer.layer->weight.weight, dropped, k, rng);

@@ -43,14 +43,9 @@ protected:
     return redistribute(drop_counts, momentum, room);
   }
 
-  std::vector<ScoredPosition> grow_positions(const typename Base::LayerRef& layer,
-                                             const DropSet& dropped, std::int64_t k,
-                                             CounterRng&) override {
-    return this->top_dense_gradient(layer, dropped, k);
-  }
   std::vector<std::int64_t> grow_linear_positions(const typename Base::LayerRef& layer, const DropSet& dropped,
                                                   std::int64_t k, CounterRng&) override {
-    return this->top_dense_gradient_linear(layer, dropped, k);
+    return this->top_dense_gradient(layer, dropped, k);
   }
 
 public:

@@ -14,9 +14,8 @@ public:
   bool is_update_step(std::int64_t) const override { return false; }
 
 protected:
-  std::vector<ScoredPosition> grow_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
-                                             const DropSet&, std::int64_t,
-                                             CounterRng&) override {
+  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
+                                                  const DropSet&, std::int64_t, CounterRng&) override {
     return {};
   }
 };
