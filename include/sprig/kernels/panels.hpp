@@ -156,4 +156,24 @@ struct ColumnBlocks {
   }
 };
 
+// Row i's live weights of block b, as ColumnBlocks::bounds laid them out (`count` blocks):
+// offsets [lo, hi) from the row's start; for a row not grouped by block, all of it with
+// block 0 (grouped false) and nothing after (skip, at b > 0).
+struct BlockSegment {
+  std::int64_t lo, hi;
+  bool grouped, skip;
+};
+inline BlockSegment block_segment(const std::int64_t* bounds, std::int64_t count, std::int64_t i, std::int64_t b,
+                                  std::int64_t row_nnz) noexcept {
+  const std::int64_t* o = bounds + i * (count + 1);
+  if (o[0] >= 0) return {o[b], o[b + 1], true, false};
+  return {0, row_nnz, false, b > 0};
+}
+// Where row i + 1's weights of block b start, from that row's start: what a kernel asks
+// for while it works on row i (the next row's segment lies elsewhere in W).
+inline std::int64_t next_row_block_offset(const std::int64_t* bounds, std::int64_t count, std::int64_t i,
+                                          std::int64_t b) noexcept {
+  return std::max<std::int64_t>(bounds[(i + 1) * (count + 1) + b], 0);
+}
+
 }  // namespace sprig::detail

@@ -116,15 +116,11 @@ void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_
       const std::int64_t s = W.row_start(i);
       std::int64_t lo = 0, hi = W.row_nnz(i);
       if (bounds) {
-        const std::int64_t* o = bounds + i * (blocks + 1);
-        if (i + 1 < r1)  // the next row's segment starts elsewhere in W: ask for it now
-          prefetch(cols + W.row_start(i + 1) + std::max<std::int64_t>(o[blocks + 1 + b], 0));
-        if (o[0] >= 0) {
-          lo = o[b];
-          hi = o[b + 1];
-        } else if (b > 0) {
-          continue;
-        }
+        if (i + 1 < r1) prefetch(cols + W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b));
+        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
+        if (seg.skip) continue;
+        lo = seg.lo;
+        hi = seg.hi;
       }
       if (hi == lo) continue;
       const T* d = dY.row(i) + b0;

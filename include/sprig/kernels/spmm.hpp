@@ -214,19 +214,18 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
       std::int64_t lo = 0, hi = W.row_nnz(i);
       bool add = accumulate, last = true;
       if (bounds) {
-        const std::int64_t* o = bounds + i * (blocks + 1);
-        if (i + 1 < r1) {  // the next row's segment starts elsewhere in W: ask for it now
-          const std::int64_t next = W.row_start(i + 1) + std::max<std::int64_t>(o[blocks + 1 + b], 0);
+        if (i + 1 < r1) {
+          const std::int64_t next = W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b);
           prefetch(cols + next);
           vals.prefetch_slots(next);
         }
-        if (o[0] >= 0) {
-          lo = o[b];
-          hi = o[b + 1];
+        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
+        if (seg.skip) continue;
+        lo = seg.lo;
+        hi = seg.hi;
+        if (seg.grouped) {
           add = accumulate || b > 0;
           last = b + 1 == blocks;
-        } else if (b > 0) {
-          continue;
         }
       }
       spmm_tile<T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
