@@ -17,21 +17,31 @@
 // resident memory being compared. The input needs no gradient, so the first layer never
 // computes dX (as in PyTorch when the input does not require grad).
 //
-// Timing: every (model, sparsity) of one thread count is built in this process and timed in
-// interleaved rounds (each round: one untimed step to re-warm the caches, then
-// --steps-per-round timed steps per configuration), so machine drift hits all of them alike.
+// Timing: every configuration runs in its own process (this program re-executed with
+// --single), as the Python scripts in bench/compare_python run theirs: it builds the model,
+// takes --warmup untimed steps, times --steps-per-round steps back to back (as training runs
+// them: a step finds the caches as the previous one left them), then times --set-updates SET
+// updates. The driver starts --rounds rounds of these processes, rotating the order of the
+// configurations each round, so machine drift hits all of them alike, and pools the steps.
+// (Timed interleaved in one process, where a round's steps found the caches as another
+// model had left them, the MLP's 90% step took 1.50-1.53 ms in a full run; alone 1.46-1.48.)
 // ms/step = median step + amortised topology cost, where the amortised cost is
 //   (median SET update + median extra time of the first step after an update) / delta_t;
 // the first step after an update rebuilds the transpose caches and row partitions, which
 // belongs to the update, not to the steady state. The update is SET (magnitude drop,
 // uniform random grow) at drop fraction ~0.3 (cosine schedule, first updates of a run).
+// The phase-by-phase profile (--profile) runs in the driver on a freshly warmed-up model.
 //
-// Memory: each configuration also runs in its own process (this program re-executed with
-// --single), which reports its peak resident set (VmHWM) after warm-up, timed steps and one
-// SET update. The process baseline (libraries, OpenMP/OpenBLAS runtime) is in that number,
-// and so is what glibc's allocator keeps resident after blocks are freed; with
-// --malloc-mmap-threshold 131072 large blocks go back to the OS when freed, which separates
-// the two (the update's scratch is freed, its peak is not).
+// Memory: the same processes report their peak resident set (VmHWM) after the warm-up,
+// timed steps and SET updates (median over the rounds). The process baseline (libraries,
+// OpenMP/OpenBLAS runtime) is in that number, and so is what glibc's allocator keeps resident
+// after blocks are freed; with --malloc-mmap-threshold 131072 large blocks go back to the OS
+// when freed, which separates the two (the update's scratch is freed, its peak is not).
+//
+// OpenBLAS: the dense rows run the kernels OpenBLAS picks for this CPU unless
+// OPENBLAS_CORETYPE says otherwise (--openblas-coretype sets it); a value inherited from the
+// environment is named in the report's header, since it can make the dense baseline slower
+// than OpenBLAS's own choice (Haswell instead of Cooperlake on a Zen 4: 11.4 vs 6.3 ms).
 //
 // Allocations: this binary replaces the global operator new; the table reports operator-new
 // calls per timed step (mallocs made by OpenBLAS or libgomp themselves are not seen).
@@ -258,7 +268,6 @@ struct Options {
   double momentum = 0.9;
   std::uint64_t seed = 1;
   bool csv = false;
-  bool memory = true;
   std::string md;
   std::string single;
   std::string openblas_coretype;
@@ -546,82 +555,18 @@ struct Result {
   double max() const { return *std::max_element(step_ms.begin(), step_ms.end()) + amortised_ms; }
 };
 
-// Time every sparsity of `kinds` at one thread count, interleaved.
-std::vector<Result> time_configs(const Options& o, int threads) {
-  set_threads(threads);
-  std::vector<std::unique_ptr<Run>> runs;
-  std::vector<Result> res;
-  for (const auto& name : o.models)
-    for (double s : o.sparsities) {
-      runs.push_back(std::make_unique<Run>(parse_kind(name), s, o));
-      Result r;
-      r.kind = runs.back()->kind;
-      r.sparsity = s;
-      r.threads = threads;
-      res.push_back(std::move(r));
-    }
-  for (std::size_t k = 0; k < runs.size(); ++k)
-    for (int i = 0; i < o.warmup; ++i) {
-      runs[k]->step();
-      if (i == 0) res[k].first_loss = runs[k]->last_loss;
-    }
-  std::vector<std::int64_t> allocs(runs.size(), 0);
-  for (int round = 0; round < o.rounds; ++round)
-    for (std::size_t q = 0; q < runs.size(); ++q) {
-      const std::size_t k = (q + static_cast<std::size_t>(round)) % runs.size();  // rotate the order
-      Run& run = *runs[k];
-      run.step();  // re-warm the caches after the other configurations ran
-      res[k].step_ms.reserve(static_cast<std::size_t>(o.rounds * o.steps_per_round));
-      const std::int64_t a0 = g_new_calls.load();
-      sprig_train_step_timing = true;
-      for (int s = 0; s < o.steps_per_round; ++s) {
-        const auto t0 = Clock::now();
-        run.step();
-        res[k].step_ms.push_back(ms_between(t0, Clock::now()));
-      }
-      sprig_train_step_timing = false;
-      allocs[k] += g_new_calls.load() - a0;
-    }
-  for (std::size_t k = 0; k < runs.size(); ++k) {
-    Run& run = *runs[k];
-    Result& r = res[k];
-    r.allocs_per_step = static_cast<double>(allocs[k]) / static_cast<double>(r.step_ms.size());
-    r.live_weights = run.live_weights();
-    r.final_loss = run.last_loss;
-    const bool profile = std::any_of(o.profile.begin(), o.profile.end(),
-                                     [&](double s) { return std::abs(s - run.sparsity) < 1e-9; });
-    if (profile) {  // before the topology updates, on the same steady-state model
-      r.profile = profile_run(run, o.profile_steps);
-      r.has_profile = true;
-    }
-    if (!run.dense() && o.set_updates > 0) {
-      std::vector<double> upd, extra;
-      for (int u = 0; u < o.set_updates; ++u) {
-        upd.push_back(run.topology_update());
-        auto t0 = Clock::now();
-        run.step();  // rebuilds the transposes and partitions for the new topology
-        const double first = ms_between(t0, Clock::now());
-        std::vector<double> regular;
-        for (int s = 0; s < 3; ++s) {
-          t0 = Clock::now();
-          run.step();
-          regular.push_back(ms_between(t0, Clock::now()));
-        }
-        extra.push_back(std::max(0.0, first - median(regular)));
-      }
-      r.update_ms = median(upd);
-      r.rebuild_ms = median(extra);
-      r.amortised_ms = (r.update_ms + r.rebuild_ms) / static_cast<double>(o.delta_t);
-    }
-    r.model_bytes = run.model.memory_bytes();
-    if (!std::isfinite(run.last_loss))
-      std::fprintf(stderr, "warning: %s sparsity %.2f: loss is %g after the run\n", kind_name(run.kind), run.sparsity,
-                   static_cast<double>(run.last_loss));
-  }
-  return res;
-}
+// What one configuration's own process measured (see run_single): its timed steps, its SET
+// updates with the extra time of the first step after each, and its memory.
+struct ProcessResult {
+  std::vector<double> step_ms;
+  std::vector<double> update_ms, rebuild_ms;
+  std::int64_t peak_kb = -1, steady_kb = -1, baseline_kb = -1, model_bytes = 0, live = 0, allocs = 0;
+  double first_loss = 0.0, final_loss = 0.0;
+};
 
-// --single model,sparsity,threads: the configuration alone in this process; prints one line.
+// --single model,sparsity,threads: the configuration alone in this process, as the Python
+// scripts run theirs: warm-up, steps back to back, then the SET updates. Prints
+// machine-readable lines (STEPS, UPDATE, SINGLE) on stdout for the driver.
 int run_single(const Options& o) {
   std::stringstream ss(o.single);
   std::string model, sp, th;
@@ -631,18 +576,39 @@ int run_single(const Options& o) {
   set_threads(threads);
   const std::int64_t baseline_kb = proc_status_kb("VmRSS");
   Run run(parse_kind(model), std::stod(sp), o);
-  for (int i = 0; i < o.warmup; ++i) run.step();
+  double first_loss = 0.0;
+  for (int i = 0; i < o.warmup; ++i) {
+    run.step();
+    if (i == 0) first_loss = run.last_loss;
+  }
   std::vector<double> ms;
-  for (int i = 0; i < o.steps_per_round * 2; ++i) {
+  ms.reserve(static_cast<std::size_t>(o.steps_per_round));
+  const std::int64_t a0 = g_new_calls.load();
+  sprig_train_step_timing = true;
+  for (int i = 0; i < o.steps_per_round; ++i) {
     const auto t0 = Clock::now();
     run.step();
     ms.push_back(ms_between(t0, Clock::now()));
   }
+  sprig_train_step_timing = false;
+  const std::int64_t allocs = g_new_calls.load() - a0;
+  const double final_loss = run.last_loss;
   const std::int64_t steady_kb = peak_rss_kb();  // before any topology update
-  if (!run.dense()) {
-    run.topology_update();
-    for (int i = 0; i < 3; ++i) run.step();
-  }
+  std::vector<std::pair<double, double>> updates;
+  if (!run.dense())
+    for (int u = 0; u < o.set_updates; ++u) {
+      const double upd = run.topology_update();
+      auto t0 = Clock::now();
+      run.step();  // rebuilds the transposes and partitions for the new topology
+      const double first = ms_between(t0, Clock::now());
+      std::vector<double> regular;
+      for (int s = 0; s < 3; ++s) {
+        t0 = Clock::now();
+        run.step();
+        regular.push_back(ms_between(t0, Clock::now()));
+      }
+      updates.emplace_back(upd, std::max(0.0, first - median(regular)));
+    }
   // Where the model's bytes are (stderr, for the report): per layer weights / grad+state /
   // transpose cache / kernel workspaces; the rest of memory_bytes() is activations+gradients.
   std::int64_t layer_total = 0;
@@ -673,37 +639,123 @@ int run_single(const Options& o) {
   std::fprintf(stderr, "activations + their gradients: %.2f MB; input batch %.2f MB\n",
                (run.model.memory_bytes() - layer_total) / 1048576.0,
                (run.X.memory_bytes() + run.target.memory_bytes()) / 1048576.0);
-  std::printf("SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld median_ms=%.4f\n",
+  std::printf("STEPS");
+  for (double m : ms) std::printf(" %.6f", m);
+  std::printf("\n");
+  for (const auto& [upd, extra] : updates) std::printf("UPDATE %.6f %.6f\n", upd, extra);
+  std::printf("SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld live=%lld allocs=%lld "
+              "first_loss=%.9g final_loss=%.9g\n",
               static_cast<long long>(peak_rss_kb()), static_cast<long long>(steady_kb),
-              static_cast<long long>(baseline_kb), static_cast<long long>(run.model.memory_bytes()), median(ms));
+              static_cast<long long>(baseline_kb), static_cast<long long>(run.model.memory_bytes()),
+              static_cast<long long>(run.live_weights()), static_cast<long long>(allocs), first_loss, final_loss);
   return 0;
 }
 
-// Runs this program with --single for one configuration; fills peak and baseline RSS.
-void measure_memory(const Options& o, Result& r) {
+// Runs this program with --single for one configuration and parses what it printed; throws
+// if the process fails or prints no SINGLE line (its stderr then says why).
+ProcessResult run_process(const Options& o, Kind kind, double sparsity, int threads) {
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (len <= 0) return;
+  if (len <= 0) throw std::runtime_error("cannot read /proc/self/exe");
   exe[len] = '\0';
   std::ostringstream cmd;
-  cmd << '"' << exe << "\" --single " << kind_name(r.kind) << ',' << r.sparsity << ',' << r.threads
-      << " --batch " << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round
-      << " --delta-t " << o.delta_t << " --seed " << o.seed << " --malloc-mmap-threshold " << o.mmap_threshold
+  cmd << '"' << exe << "\" --single " << kind_name(kind) << ',' << sparsity << ',' << threads << " --batch "
+      << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round << " --delta-t "
+      << o.delta_t << " --set-updates " << o.set_updates << " --lr " << o.lr << " --momentum " << o.momentum
+      << " --seed " << o.seed << " --malloc-mmap-threshold " << o.mmap_threshold
       << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
   FILE* p = popen(cmd.str().c_str(), "r");
-  if (!p) return;
-  char line[512];
+  if (!p) throw std::runtime_error("cannot start " + cmd.str());
+  ProcessResult r;
+  bool done = false;
+  char line[1 << 16];
   while (std::fgets(line, sizeof(line), p)) {
-    long long peak = 0, steady = 0, base = 0, bytes = 0;
-    double med = 0;
-    if (std::sscanf(line, "SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld median_ms=%lf",
-                    &peak, &steady, &base, &bytes, &med) == 5) {
-      r.peak_rss_mb = static_cast<double>(peak) / 1024.0;
-      r.steady_rss_mb = static_cast<double>(steady) / 1024.0;
-      r.baseline_rss_mb = static_cast<double>(base) / 1024.0;
+    std::istringstream in(line);
+    std::string tag;
+    in >> tag;
+    if (tag == "STEPS") {
+      for (double v; in >> v;) r.step_ms.push_back(v);
+    } else if (tag == "UPDATE") {
+      double u = 0, e = 0;
+      in >> u >> e;
+      r.update_ms.push_back(u);
+      r.rebuild_ms.push_back(e);
+    } else if (tag == "SINGLE") {
+      long long peak = 0, steady = 0, base = 0, bytes = 0, live = 0, allocs = 0;
+      done = std::sscanf(line,
+                         "SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld live=%lld "
+                         "allocs=%lld first_loss=%lf final_loss=%lf",
+                         &peak, &steady, &base, &bytes, &live, &allocs, &r.first_loss, &r.final_loss) == 8;
+      r.peak_kb = peak;
+      r.steady_kb = steady;
+      r.baseline_kb = base;
+      r.model_bytes = bytes;
+      r.live = live;
+      r.allocs = allocs;
     }
   }
-  pclose(p);
+  const int status = pclose(p);
+  if (status != 0 || !done || r.step_ms.size() != static_cast<std::size_t>(o.steps_per_round))
+    throw std::runtime_error("configuration process failed (exit status " + std::to_string(status) + "): " + cmd.str());
+  return r;
+}
+
+// Times every configuration of one thread count, each in its own process (run_process), in
+// o.rounds rounds that rotate the order of the configurations, so machine drift hits all of
+// them alike. Memory and loss come from the same processes (median peak over the rounds).
+std::vector<Result> time_configs(const Options& o, int threads) {
+  std::vector<Result> res;
+  for (const auto& name : o.models)
+    for (double s : o.sparsities) {
+      Result r;
+      r.kind = parse_kind(name);
+      r.sparsity = s;
+      r.threads = threads;
+      res.push_back(std::move(r));
+    }
+  std::vector<std::vector<double>> peak(res.size()), steady(res.size()), upd(res.size()), extra(res.size());
+  std::vector<std::int64_t> allocs(res.size(), 0);
+  for (int round = 0; round < o.rounds; ++round)
+    for (std::size_t q = 0; q < res.size(); ++q) {
+      const std::size_t k = (q + static_cast<std::size_t>(round)) % res.size();  // rotate the order
+      Result& r = res[k];
+      const ProcessResult pr = run_process(o, r.kind, r.sparsity, threads);
+      r.step_ms.insert(r.step_ms.end(), pr.step_ms.begin(), pr.step_ms.end());
+      upd[k].insert(upd[k].end(), pr.update_ms.begin(), pr.update_ms.end());
+      extra[k].insert(extra[k].end(), pr.rebuild_ms.begin(), pr.rebuild_ms.end());
+      peak[k].push_back(static_cast<double>(pr.peak_kb) / 1024.0);
+      steady[k].push_back(static_cast<double>(pr.steady_kb) / 1024.0);
+      allocs[k] += pr.allocs;
+      r.baseline_rss_mb = static_cast<double>(pr.baseline_kb) / 1024.0;
+      r.model_bytes = pr.model_bytes;
+      r.live_weights = pr.live;
+      r.first_loss = pr.first_loss;  // every process trains the same steps from the same seed
+      r.final_loss = pr.final_loss;
+    }
+  for (std::size_t k = 0; k < res.size(); ++k) {
+    Result& r = res[k];
+    r.allocs_per_step = static_cast<double>(allocs[k]) / static_cast<double>(r.step_ms.size());
+    r.peak_rss_mb = median(peak[k]);
+    r.steady_rss_mb = median(steady[k]);
+    if (!upd[k].empty()) {
+      r.update_ms = median(upd[k]);
+      r.rebuild_ms = median(extra[k]);
+      r.amortised_ms = (r.update_ms + r.rebuild_ms) / static_cast<double>(o.delta_t);
+    }
+    const bool profile = std::any_of(o.profile.begin(), o.profile.end(),
+                                     [&](double s) { return std::abs(s - r.sparsity) < 1e-9; });
+    if (profile) {  // in this process, on a model trained through the same warm-up steps
+      set_threads(threads);
+      Run run(r.kind, r.sparsity, o);
+      for (int i = 0; i < o.warmup; ++i) run.step();
+      r.profile = profile_run(run, o.profile_steps);
+      r.has_profile = true;
+    }
+    if (!std::isfinite(r.final_loss))
+      std::fprintf(stderr, "warning: %s sparsity %.2f: loss is %g after the run\n", kind_name(r.kind), r.sparsity,
+                   r.final_loss);
+  }
+  return res;
 }
 
 const Result* dense_of(const std::vector<Result>& all, const Result& r) {
@@ -744,9 +796,10 @@ void write_table(std::ostream& os, const std::vector<Result>& all, const Options
        << fmt("%.1f", r.steady_rss_mb) << " | " << fmt("%.1f", static_cast<double>(r.model_bytes) / (1 << 20)) << " | " << fmt("%.1f", r.allocs_per_step)
        << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.final_loss) << " |\n";
   }
-  os << "\nsteps timed per configuration: " << o.rounds * o.steps_per_round << " (" << o.rounds << " interleaved rounds of "
-     << o.steps_per_round << ", after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every "
-     << o.delta_t << " steps, " << o.set_updates << " updates timed; RSS baseline before building the model: "
+  os << "\nsteps timed per configuration: " << o.rounds * o.steps_per_round << " (" << o.rounds
+     << " rounds of one process per configuration, order rotated, each timing " << o.steps_per_round
+     << " steps back to back after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every "
+     << o.delta_t << " steps, " << o.set_updates << " updates timed per process; RSS baseline before building the model: "
      << (all.empty() ? std::string("-") : fmt("%.1f MB", all.front().baseline_rss_mb)) << "\n";
 }
 
@@ -834,8 +887,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profile, "sparsities to profile phase by phase (empty: none)")->delimiter(',');
   app.add_option("--batch", o.batch, "batch size");
   app.add_option("--warmup", o.warmup, "untimed steps per configuration");
-  app.add_option("--rounds", o.rounds, "interleaved timing rounds");
-  app.add_option("--steps-per-round", o.steps_per_round, "timed steps per configuration and round");
+  app.add_option("--rounds", o.rounds, "rounds of processes (one per configuration, order rotated each round)");
+  app.add_option("--steps-per-round", o.steps_per_round, "timed steps per configuration process");
   app.add_option("--delta-t", o.delta_t, "steps between topology updates (amortisation)");
   app.add_option("--set-updates", o.set_updates, "SET updates timed per sparse configuration");
   app.add_option("--profile-steps", o.profile_steps, "steps per profiled configuration");
@@ -844,8 +897,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of weights, data and topology");
   app.add_flag("--csv", o.csv, "CSV on stdout (the table goes to stderr)");
   app.add_option("--md", o.md, "also write the table, bars and profile to this markdown file");
-  app.add_flag("!--no-memory", o.memory, "skip the per-configuration memory processes");
-  app.add_option("--single", o.single, "internal: run model,sparsity,threads alone and print its peak RSS");
+  app.add_option("--single", o.single, "run model,sparsity,threads alone in this process and print its measurements");
   app.add_option("--openblas-coretype", o.openblas_coretype,
                  "OpenBLAS kernel family (OPENBLAS_CORETYPE, e.g. SkylakeX); the program re-executes itself with it");
   app.add_option("--malloc-mmap-threshold", o.mmap_threshold,
@@ -890,15 +942,13 @@ int main(int argc, char** argv) {
       auto res = time_configs(o, th);
       all.insert(all.end(), res.begin(), res.end());
     }
-    if (o.memory)
-      for (auto& r : all) {
-        std::cerr << "memory: " << kind_name(r.kind) << " sparsity " << r.sparsity << " threads " << r.threads << "\n";
-        measure_memory(o, r);
-      }
     std::ostringstream head;
     head << "# train_step\n\ncommand:";
     for (int i = 0; i < argc; ++i) head << ' ' << argv[i];
-    if (const char* ct = std::getenv("OPENBLAS_CORETYPE")) head << " (OPENBLAS_CORETYPE=" << ct << ")";
+    if (const char* ct = std::getenv("OPENBLAS_CORETYPE"))
+      head << " (OPENBLAS_CORETYPE=" << ct
+           << (o.openblas_coretype.empty() ? " from the environment: OpenBLAS's own kernel choice overridden" : "")
+           << ")";
     head << "\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
          << "; parallel mode " << openblas_get_parallel() << " = "
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
