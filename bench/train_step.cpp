@@ -41,7 +41,7 @@
 // OpenBLAS: the dense rows run the kernels OpenBLAS picks for this CPU unless
 // OPENBLAS_CORETYPE says otherwise (--openblas-coretype sets it); a value inherited from the
 // environment is named in the report's header, since it can make the dense baseline slower
-// than OpenBLAS's own choice (Haswell instead of Cooperlake on a Zen 4: 11.4 vs 6.3 ms).
+// than OpenBLAS's own choice (Haswell instead of Cooperlake on a Zen 5: 11.4 vs 6.3 ms).
 //
 // Allocations: this binary replaces the global operator new; the table reports operator-new
 // calls per timed step (mallocs made by OpenBLAS or libgomp themselves are not seen).
@@ -913,7 +913,8 @@ int main(int argc, char** argv) {
 #endif
 
   // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: set it and start again.
-  // (0.3.21 does not know Zen 5 and picks its AVX2 Haswell kernels there by default.)
+  // (0.3.21 picks its AVX-512 Cooperlake kernels on a Zen 5 by itself; an OPENBLAS_CORETYPE
+  // set machine-wide for older builds, such as Haswell, takes precedence.)
   if (!o.openblas_coretype.empty()) {
     const char* cur = std::getenv("OPENBLAS_CORETYPE");
     if (!cur || o.openblas_coretype != cur) {

@@ -28,7 +28,7 @@ SET_UPDATES="${SET_UPDATES:-3}"
 mkdir -p "$OUT"
 # OpenBLAS picks its kernels for this CPU unless OPENBLAS_CORETYPE overrides it; some machines
 # set it (with OPENBLAS_L2_SIZE) system-wide for old OpenBLAS builds, which can hand the dense
-# baseline slower kernels (Haswell instead of Cooperlake on a Zen 4: the dense MLP step 11.4
+# baseline slower kernels (Haswell instead of Cooperlake on a Zen 5: the dense MLP step 11.4
 # instead of 6.3 ms). Benchmark against OpenBLAS's own choice; train_step's header names the
 # kernel family that ran.
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
