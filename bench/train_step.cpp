@@ -286,6 +286,8 @@ struct Run {
   std::unique_ptr<sprig::dst::SET<T, Index>> set;
   std::int64_t set_step = 0;  // the schedule step of the next timed update
   T last_loss = T(0);
+  T first_loss = T(0);           // of the first step this run took
+  std::int64_t steps_taken = 0;  // by step()
 
   Run(Kind k, double s, const Options& o)
       : kind(k), sparsity(s), opt(sprig::SGDOptions{o.lr, o.momentum, 0.0, false}) {
@@ -344,6 +346,7 @@ struct Run {
   void step() {
     const auto Z = model.forward(X);
     last_loss = loss_into(Z, model.output_grad());
+    if (steps_taken++ == 0) first_loss = last_loss;
     model.backward();
     opt.step(model);
   }
@@ -576,11 +579,7 @@ int run_single(const Options& o) {
   set_threads(threads);
   const std::int64_t baseline_kb = proc_status_kb("VmRSS");
   Run run(parse_kind(model), std::stod(sp), o);
-  double first_loss = 0.0;
-  for (int i = 0; i < o.warmup; ++i) {
-    run.step();
-    if (i == 0) first_loss = run.last_loss;
-  }
+  for (int i = 0; i < o.warmup; ++i) run.step();
   std::vector<double> ms;
   ms.reserve(static_cast<std::size_t>(o.steps_per_round));
   const std::int64_t a0 = g_new_calls.load();
@@ -647,7 +646,8 @@ int run_single(const Options& o) {
               "first_loss=%.9g final_loss=%.9g\n",
               static_cast<long long>(peak_rss_kb()), static_cast<long long>(steady_kb),
               static_cast<long long>(baseline_kb), static_cast<long long>(run.model.memory_bytes()),
-              static_cast<long long>(run.live_weights()), static_cast<long long>(allocs), first_loss, final_loss);
+              static_cast<long long>(run.live_weights()), static_cast<long long>(allocs),
+              static_cast<double>(run.first_loss), final_loss);
   return 0;
 }
 
