@@ -77,6 +77,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -659,6 +660,7 @@ ProcessResult run_process(const Options& o, Kind kind, double sparsity, int thre
   if (len <= 0) throw std::runtime_error("cannot read /proc/self/exe");
   exe[len] = '\0';
   std::ostringstream cmd;
+  cmd << std::setprecision(17);  // doubles (sparsity, lr, momentum) reach the child exactly
   cmd << '"' << exe << "\" --single " << kind_name(kind) << ',' << sparsity << ',' << threads << " --batch "
       << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round << " --delta-t "
       << o.delta_t << " --set-updates " << o.set_updates << " --lr " << o.lr << " --momentum " << o.momentum
