@@ -334,7 +334,7 @@ TEST_CASE("select_drop rejects NaN weights with their position", "[dst][drop]") 
   CHECK_THROWS_WITH(select_drop(W, 3), Catch::Contains("NaN") && Catch::Contains("(2, "));
 }
 
-TEST_CASE("sort_positions sorts like std::sort (radix passes over the position bits)", "[dst]") {
+TEST_CASE("sort_below sorts like std::sort (radix passes over the position bits)", "[dst]") {
   CounterRng rng(77);
   for (int trial = 0; trial < 60; ++trial) {
     // small layers (std::sort below 2^11 positions, duplicates too), then 2^11..2^15 positions
@@ -348,7 +348,7 @@ TEST_CASE("sort_positions sorts like std::sort (radix passes over the position b
     for (auto& p : pos) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(rows * cols)));
     auto want = pos;
     std::sort(want.begin(), want.end());
-    sort_positions(pos, rows, cols);
+    sort_below(pos, rows * cols);
     REQUIRE(pos == want);
   }
 }

@@ -10,6 +10,7 @@
 #include "core/matrix.hpp"
 #include "core/padded_csr.hpp"
 #include "core/rng.hpp"
+#include "core/sampling.hpp"
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 

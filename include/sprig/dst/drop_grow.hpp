@@ -23,36 +23,10 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/rng.hpp"
+#include "../core/sampling.hpp"
 #include "../core/slot_log.hpp"
 
 namespace sprig::dst {
-
-// Sorts linear positions (row * cols + col, all < rows * cols) ascending: an LSD radix sort,
-// 11 bits of the position per pass (2 passes up to 2^22 positions, 3 up to 2^33), each pass a
-// stable counting sort into a second buffer. Same result as std::sort. The per-row std::sort
-// it replaced (after a counting sort by row) was a quarter of a SET update of a 4096 x 1024
-// layer at density 0.1 (~1.2e5 positions, ~29 per row); std::sort below 2^11 positions.
-inline void sort_positions(std::vector<std::int64_t>& pos, std::int64_t rows, std::int64_t cols) {
-  if (pos.size() < 2 || std::is_sorted(pos.begin(), pos.end())) return;
-  constexpr int kDigitBits = 11;
-  constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
-  if (pos.size() < kBuckets) {
-    std::sort(pos.begin(), pos.end());
-    return;
-  }
-  const auto span = static_cast<std::uint64_t>(std::max<std::int64_t>(rows * cols, 1) - 1);
-  const int bits = std::max(1, static_cast<int>(std::bit_width(span)));
-  std::vector<std::int64_t> out(pos.size());
-  std::vector<std::size_t> start(kBuckets);
-  for (int shift = 0; shift < bits; shift += kDigitBits) {
-    std::fill(start.begin(), start.end(), std::size_t{0});
-    for (std::int64_t p : pos) ++start[(static_cast<std::uint64_t>(p) >> shift) & (kBuckets - 1)];
-    std::size_t sum = 0;
-    for (auto& c : start) sum += std::exchange(c, sum);
-    for (std::int64_t p : pos) out[start[(static_cast<std::uint64_t>(p) >> shift) & (kBuckets - 1)]++] = p;
-    pos.swap(out);
-  }
-}
 
 // A matrix position with the score that selected it (|gradient| for RigL, 0 for random).
 struct ScoredPosition {
@@ -206,7 +180,7 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
     flag[s] = static_cast<std::uint8_t>(drop);
   });
   d.positions.pop_back();
-  sort_positions(d.positions, W.rows(), cols);
+  sort_below(d.positions, W.rows() * cols);
   return d;
 }
 
@@ -247,7 +221,7 @@ std::vector<std::int64_t> sorted_positions(const PaddedCSR<T, Index>& W, std::ve
   std::vector<std::int64_t> pos(grow.size());
   for (std::size_t q = 0; q < grow.size(); ++q) pos[q] = grow[q].row * W.cols() + grow[q].col;
   grow = {};
-  sort_positions(pos, W.rows(), W.cols());
+  sort_below(pos, W.rows() * W.cols());
   return pos;
 }
 
@@ -381,12 +355,11 @@ private:
   std::int64_t current_ = -1;
 };
 
-// k positions uniformly at random (without replacement) among those not kept. Rounds of
-// uniform draws for exactly the number still missing, sorted, filtered row by row against
-// the kept columns and merged: when to stop depends only on how many distinct free positions
-// were found, so the result is a uniform random subset. Expected O(k log k + nnz) per round
-// and few rounds while the kept fraction is small; falls back to enumerating the free
-// positions (O(rows * cols) time) when the layer is more than half full.
+// k positions uniformly at random (without replacement) among those not kept, ascending:
+// draw_distinct_below (sampling.hpp) over all positions, the kept ones filtered row by row
+// against the kept columns. Expected O(k log k + nnz) per round and few rounds while the kept
+// fraction is small; falls back to enumerating the free positions (O(rows * cols) time) when
+// the layer is more than half full.
 template <Value T, ColumnIndex Index>
 std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                        CounterRng& rng) {
@@ -399,25 +372,7 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
   KeptColumns<T, Index> kept_cols(W, drop);
   std::vector<std::int64_t> chosen;
   if (2 * kept <= total) {
-    // the first round's draws (k of them, the list's capacity) become `chosen`: later rounds
-    // add only the missing ones, so it never reallocates and no second k-sized list is held
-    std::vector<std::int64_t> fresh;
-    while (std::ssize(chosen) < k) {
-      fresh.resize(static_cast<std::size_t>(k - std::ssize(chosen)));
-      for (auto& p : fresh) p = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(total)));
-      sort_positions(fresh, W.rows(), cols);
-      std::erase_if(fresh, [&](std::int64_t p) { return kept_cols.kept(p / cols, p % cols); });
-      if (chosen.empty()) {
-        fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
-        chosen.swap(fresh);
-        continue;
-      }
-      // merged in place (the sorted union of both lists, duplicates dropped)
-      const auto middle = static_cast<std::ptrdiff_t>(chosen.size());
-      chosen.insert(chosen.end(), fresh.begin(), fresh.end());
-      std::inplace_merge(chosen.begin(), chosen.begin() + middle, chosen.end());
-      chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
-    }
+    chosen = draw_distinct_below(rng, total, k, [&](std::int64_t p) { return kept_cols.kept(p / cols, p % cols); });
   } else {
     std::vector<std::int64_t> candidates;
     candidates.reserve(static_cast<std::size_t>(free));
