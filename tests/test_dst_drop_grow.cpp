@@ -88,6 +88,38 @@ TEST_CASE("random_free_positions is uniform over the free positions", "[dst][set
   }
 }
 
+TEST_CASE("random_free_positions for more than half the free positions: uniform, and all of them at once", "[dst][set]") {
+  // the same 6 x 5 layer, 17 of its 24 free positions each time (enumerated, not drawn)
+  auto W = PaddedCSR<double, std::int32_t>::random_total(6, 5, 8, 4);
+  const DropSet drop = select_drop(W, 2);
+  const std::int64_t free = 24, k = 17, trials = 20000;
+  std::vector<std::int64_t> hits(30, 0);
+  for (std::int64_t t = 0; t < trials; ++t) {
+    CounterRng rng(1, 3, static_cast<std::uint64_t>(t));
+    const auto got = random_free_linear_positions(W, drop, k, rng);
+    REQUIRE(std::ssize(got) == k);
+    REQUIRE(std::is_sorted(got.begin(), got.end()));
+    REQUIRE(std::adjacent_find(got.begin(), got.end()) == got.end());
+    for (auto p : got) ++hits[static_cast<std::size_t>(p)];
+  }
+  const std::set<std::int64_t> kept = kept_positions(W, drop);
+  const double p = double(k) / double(free), mean = trials * p, sd = std::sqrt(trials * p * (1 - p));
+  for (std::int64_t pos = 0; pos < 30; ++pos) {
+    if (kept.count(pos))
+      CHECK(hits[static_cast<std::size_t>(pos)] == 0);
+    else
+      CHECK(std::abs(double(hits[static_cast<std::size_t>(pos)]) - mean) < 6 * sd);
+  }
+  // every weight of a full 300 x 1000 layer dropped, every position grown again: drawing
+  // them took ever more rounds for the last ones (46 s)
+  auto full = PaddedCSR<float, std::int32_t>::random_density(300, 1000, 1.0, 5);
+  const DropSet all = select_drop(full, full.nnz());
+  CounterRng rng(9);
+  const auto every = random_free_linear_positions(full, all, full.nnz(), rng);
+  REQUIRE(std::ssize(every) == full.nnz());
+  for (std::int64_t q = 0; q < std::ssize(every); ++q) REQUIRE(every[static_cast<std::size_t>(q)] == q);
+}
+
 TEMPLATE_LIST_TEST_CASE("drop removes exactly the k smallest magnitudes", "[dst][drop]", Pairs) {
   using T = typename TestType::first_type;
   using I = typename TestType::second_type;
