@@ -22,6 +22,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/simd.hpp"
 
 #if defined(SPRIG_USE_CBLAS)
 #  include <cblas.h>
@@ -32,6 +33,127 @@ namespace sprig {
 enum class Trans { no, yes };
 
 namespace detail {
+
+#if SPRIG_KERNEL_SIMD
+// C[i0 + r, j + v w ..] += alpha * sum over k in [k0, k1) of a[r][k] B[k, j + v w ..], r < rows,
+// v < regs: a tile of 2 x regs registers that stays in registers over the k loop. a[r] points
+// to op(A)'s row i0 + r (a[1] == a[0] when rows is 1), with element stride a_step.
+template <int regs, class T>
+SPRIG_ALWAYS_INLINE void axpy_tile(T alpha, const T* const* a, std::int64_t a_step, std::int64_t rows, std::int64_t k0,
+                                   std::int64_t k1, ConstMatrixView<T> B, std::int64_t j, T* c0, T* c1) {
+  using V = Batch<T>;
+  constexpr auto w = static_cast<std::int64_t>(V::size);
+  V acc0[regs], acc1[regs];
+  for (int v = 0; v < regs; ++v) acc0[v] = acc1[v] = V(T(0));
+  for (std::int64_t k = k0; k < k1; ++k) {
+    const T* b = B.row(k) + j;
+    const V a0(a[0][k * a_step]), a1(a[1][k * a_step]);
+    for (int v = 0; v < regs; ++v) {
+      const V bv = V::load_unaligned(b + v * w);
+      acc0[v] = xsimd::fma(a0, bv, acc0[v]);
+      acc1[v] = xsimd::fma(a1, bv, acc1[v]);
+    }
+  }
+  const V al(alpha);
+  for (int v = 0; v < regs; ++v) {
+    xsimd::fma(al, acc0[v], V::load_unaligned(c0 + v * w)).store_unaligned(c0 + v * w);
+    if (rows > 1) xsimd::fma(al, acc1[v], V::load_unaligned(c1 + v * w)).store_unaligned(c1 + v * w);
+  }
+}
+#endif
+
+// C[i,:] += alpha * sum_k op(A)(i,k) B[k,:] for op(B) = B. Blocks keep a K-panel of B (kb rows
+// of nb columns) in L2. Inside one, a tile of two C rows by four SIMD registers of columns
+// stays in registers over the panel's k (axpy_tile), so each B load serves two rows and the
+// tile is read and written once per panel rather than once per k (the forward and
+// dX = W^T dY of a 10 x 1024 output layer at batch 128 took 0.05 ms each as plain axpy
+// loops, against 0.031 and 0.015 ms in OpenBLAS). Columns left over, and the scalar build,
+// run the axpy loops.
+template <class T>
+void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
+                         ConstMatrixView<T> B, MatrixView<T> C) {
+  constexpr std::int64_t kb = 128, nb = 512;
+  // op(A)(i, k) = a_row(i)[k * a_step]
+  const std::int64_t a_step = ta == Trans::no ? 1 : A.stride();
+  const auto a_row = [&](std::int64_t i) { return ta == Trans::no ? A.row(i) : A.data() + i; };
+  for (std::int64_t j0 = 0; j0 < N; j0 += nb) {
+    const std::int64_t j1 = std::min(N, j0 + nb);
+    for (std::int64_t k0 = 0; k0 < K; k0 += kb) {
+      const std::int64_t k1 = std::min(K, k0 + kb);
+      for (std::int64_t i0 = 0; i0 < M; i0 += 2) {
+        const std::int64_t rows = std::min<std::int64_t>(2, M - i0);
+        std::int64_t j = j0;
+#if SPRIG_KERNEL_SIMD
+        if constexpr (kSimdFor<T>) {
+          constexpr auto w = static_cast<std::int64_t>(Batch<T>::size);
+          const T* a[2] = {a_row(i0), a_row(i0 + rows - 1)};
+          T* c0 = C.row(i0);
+          T* c1 = C.row(i0 + rows - 1);
+          for (; j + 4 * w <= j1; j += 4 * w) axpy_tile<4>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
+          for (; j + w <= j1; j += w) axpy_tile<1>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
+        }
+#endif
+        for (std::int64_t r = 0; r < rows && j < j1; ++r) {
+          T* __restrict c = C.row(i0 + r);
+          const T* ar = a_row(i0 + r);
+          for (std::int64_t k = k0; k < k1; ++k) {
+            const T a = alpha * ar[k * a_step];
+            if (a == T(0)) continue;
+            const T* __restrict b = B.row(k);
+            for (std::int64_t jj = j; jj < j1; ++jj) c[jj] += a * b[jj];
+          }
+        }
+      }
+    }
+  }
+}
+
+// C[i,j] += alpha * dot(op(A)[i,:], B[j,:]) for op(B) = B^T: every entry is a dot product of
+// two contiguous rows (op(A)'s rows are copied out when A is transposed). Four rows of op(A)
+// share each B row they are dotted with, and the dots run over whole SIMD registers (lane l
+// sums the k = l mod width terms, the tail adds after the lanes): a weight gradient
+// dW = dY X^T of a 10 x 1024 output layer at batch 128 took 0.26 ms with four scalar
+// accumulators per dot, which compilers do not vectorise, against 0.036 ms in OpenBLAS.
+template <class T>
+void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
+                        ConstMatrixView<T> B, MatrixView<T> C) {
+  constexpr std::int64_t kRows = 4;
+  std::vector<T> copied(static_cast<std::size_t>(ta == Trans::yes ? kRows * K : 0));
+  for (std::int64_t i0 = 0; i0 < M; i0 += kRows) {
+    const std::int64_t rows = std::min(kRows, M - i0);
+    const T* a[kRows];
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      const std::int64_t i = i0 + std::min(r, rows - 1);  // a short block repeats its last row
+      if (ta == Trans::no) {
+        a[r] = A.row(i);
+      } else {
+        T* dst = copied.data() + r * K;
+        for (std::int64_t k = 0; k < K; ++k) dst[k] = A(k, i);
+        a[r] = dst;
+      }
+    }
+    for (std::int64_t j = 0; j < N; ++j) {
+      const T* __restrict b = B.row(j);
+      T dot[kRows] = {};
+      std::int64_t k = 0;
+#if SPRIG_KERNEL_SIMD
+      if constexpr (kSimdFor<T>) {
+        using V = Batch<T>;
+        constexpr auto w = static_cast<std::int64_t>(V::size);
+        V acc[kRows] = {V(T(0)), V(T(0)), V(T(0)), V(T(0))};
+        for (; k + w <= K; k += w) {
+          const V bv = V::load_unaligned(b + k);
+          for (std::int64_t r = 0; r < kRows; ++r) acc[r] = xsimd::fma(V::load_unaligned(a[r] + k), bv, acc[r]);
+        }
+        for (std::int64_t r = 0; r < kRows; ++r) dot[r] = reduce_add(acc[r]);
+      }
+#endif
+      for (; k < K; ++k)
+        for (std::int64_t r = 0; r < kRows; ++r) dot[r] += a[r][k] * b[k];
+      for (std::int64_t r = 0; r < rows; ++r) C(i0 + r, j) += alpha * dot[r];
+    }
+  }
+}
 
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is M x K, op(B) is K x N.
 template <class T>
@@ -45,53 +167,10 @@ void gemm_portable(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int6
       for (std::int64_t j = 0; j < N; ++j) c[j] *= beta;
   }
   if (K == 0 || alpha == T(0)) return;
-  // Blocks keep a K-panel of B (kb rows of nb) in L2 while a C block stays in L1.
-  constexpr std::int64_t kb = 128, nb = 512, mb = 32;
   if (tb == Trans::no) {
-    // C[i,:] += alpha * a(i,k) * B[k,:]: contiguous axpy over rows of B.
-    for (std::int64_t j0 = 0; j0 < N; j0 += nb) {
-      const std::int64_t j1 = std::min(N, j0 + nb);
-      for (std::int64_t k0 = 0; k0 < K; k0 += kb) {
-        const std::int64_t k1 = std::min(K, k0 + kb);
-        for (std::int64_t i0 = 0; i0 < M; i0 += mb)
-          for (std::int64_t i = i0; i < std::min(M, i0 + mb); ++i) {
-            T* __restrict c = C.row(i);
-            for (std::int64_t k = k0; k < k1; ++k) {
-              const T a = alpha * (ta == Trans::no ? A(i, k) : A(k, i));
-              if (a == T(0)) continue;
-              const T* __restrict b = B.row(k);
-              for (std::int64_t j = j0; j < j1; ++j) c[j] += a * b[j];
-            }
-          }
-      }
-    }
+    gemm_rows_axpy_rows<T>(ta, M, N, K, alpha, A, B, C);
   } else {
-    // op(B) = B^T: C[i,j] += alpha * dot(op(A)[i,:], B[j,:]); with A not transposed both
-    // rows are contiguous. For A transposed, gather the column once per i.
-    std::vector<T> arow(static_cast<std::size_t>(ta == Trans::yes ? K : 0));
-    for (std::int64_t i = 0; i < M; ++i) {
-      const T* a = nullptr;
-      if (ta == Trans::no) {
-        a = A.row(i);
-      } else {
-        for (std::int64_t k = 0; k < K; ++k) arow[static_cast<std::size_t>(k)] = A(k, i);
-        a = arow.data();
-      }
-      T* c = C.row(i);
-      for (std::int64_t j = 0; j < N; ++j) {
-        const T* __restrict b = B.row(j);
-        T acc0 = T(0), acc1 = T(0), acc2 = T(0), acc3 = T(0);
-        std::int64_t k = 0;
-        for (; k + 4 <= K; k += 4) {
-          acc0 += a[k] * b[k];
-          acc1 += a[k + 1] * b[k + 1];
-          acc2 += a[k + 2] * b[k + 2];
-          acc3 += a[k + 3] * b[k + 3];
-        }
-        for (; k < K; ++k) acc0 += a[k] * b[k];
-        c[j] += alpha * ((acc0 + acc1) + (acc2 + acc3));
-      }
-    }
+    gemm_rows_dot_rows<T>(ta, M, N, K, alpha, A, B, C);
   }
 }
 
