@@ -35,3 +35,17 @@ if(SPRIG_TRAIN_STEP_OPENBLAS AND SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE AND CLI11_FOU
 else()
   message(STATUS "sprig: train_step skipped (needs CLI11, OpenMP and the OpenMP build of OpenBLAS)")
 endif()
+
+# train_step_portable: the same program with no BLAS linked (dense layers on sprig's portable
+# GEMM): the time and resident memory of a process that trains only sparse models.
+if(CLI11_FOUND AND OpenMP_CXX_FOUND)
+  add_executable(train_step_portable ${CMAKE_CURRENT_LIST_DIR}/train_step.cpp)
+  target_compile_definitions(train_step_portable PRIVATE SPRIG_TRAIN_STEP_BLAS=0)
+  target_link_libraries(train_step_portable PRIVATE sprig::sprig sprig_dev_flags OpenMP::OpenMP_CXX)
+  if(TARGET CLI11::CLI11)
+    target_link_libraries(train_step_portable PRIVATE CLI11::CLI11)
+  endif()
+  add_test(NAME bench:train_step_portable_smoke
+           COMMAND train_step_portable --models mlp,ffn --sparsities 0,0.9 --threads 1 --rounds 1 --steps-per-round 2
+                   --warmup 1 --set-updates 1 --delta-t 4 --profile 0.9 --profile-steps 2 --batch 16)
+endif()

@@ -48,6 +48,11 @@
 //
 // CSV columns: model,sparsity,threads,impl,median_ms,spread,speedup_vs_dense,peak_rss_mb
 // where spread is the interquartile range "p25-p75" in ms (amortised cost included).
+//
+// train_step_portable is this program without a BLAS (SPRIG_TRAIN_STEP_BLAS=0): its dense
+// layers (the dense rows, and the MLP's 10-wide output layer in the sparse rows) run sprig's
+// portable GEMM, and no OpenBLAS is mapped into its processes. Its sparse rows are what a
+// program that trains only sparse models costs, in time and in resident memory.
 #include <sprig/dst/set.hpp>
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/spmm.hpp>
@@ -60,7 +65,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cblas.h>
+#ifndef SPRIG_TRAIN_STEP_BLAS
+#  define SPRIG_TRAIN_STEP_BLAS 1
+#endif
+#if SPRIG_TRAIN_STEP_BLAS
+#  include <cblas.h>
+#endif
 #ifdef __GLIBC__
 #  include <malloc.h>
 #endif
@@ -146,6 +156,7 @@ std::int64_t peak_rss_kb() {
   return ru.ru_maxrss;  // KiB on Linux
 }
 
+#if SPRIG_TRAIN_STEP_BLAS
 // The shared object this process mapped for OpenBLAS (the proof that the OpenMP build runs).
 std::string loaded_openblas() {
   std::ifstream in("/proc/self/maps");
@@ -156,6 +167,7 @@ std::string loaded_openblas() {
   }
   return "(not mapped)";
 }
+#endif
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -173,7 +185,9 @@ std::string load_average() {
 
 void set_threads(int n) {
   omp_set_num_threads(n);
+#if SPRIG_TRAIN_STEP_BLAS
   openblas_set_num_threads(n);
+#endif
 }
 
 enum class Kind { mlp, ffn };
@@ -718,7 +732,9 @@ const Result* dense_of(const std::vector<Result>& all, const Result& r) {
 }
 
 std::string impl_of(const Result& r) {
-  return r.sparsity <= 0.0 ? "sprig-dense-openblas" : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS);
+  const std::string blas = SPRIG_TRAIN_STEP_BLAS ? "openblas" : "portable";
+  return r.sparsity <= 0.0 ? "sprig-dense-" + blas
+                           : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) + (SPRIG_TRAIN_STEP_BLAS ? "" : "-noblas");
 }
 
 void write_csv(std::ostream& os, const std::vector<Result>& all) {
@@ -865,6 +881,7 @@ int main(int argc, char** argv) {
   }
 #endif
 
+#if SPRIG_TRAIN_STEP_BLAS
   // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: set it and start again.
   // (0.3.21 picks its AVX-512 Cooperlake kernels on a Zen 5 by itself; an OPENBLAS_CORETYPE
   // set machine-wide for older builds, such as Haswell, takes precedence.)
@@ -877,6 +894,12 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+#else
+  if (!o.openblas_coretype.empty()) {
+    std::fprintf(stderr, "train_step: --openblas-coretype needs the OpenBLAS build (this one has no BLAS)\n");
+    return 1;
+  }
+#endif
 
   try {
     if (o.batch < 1 || o.rounds < 1 || o.steps_per_round < 1 || o.warmup < 0 || o.delta_t < 1)
@@ -903,10 +926,15 @@ int main(int argc, char** argv) {
       head << " (OPENBLAS_CORETYPE=" << ct
            << (o.openblas_coretype.empty() ? " from the environment: OpenBLAS's own kernel choice overridden" : "")
            << ")";
+#if SPRIG_TRAIN_STEP_BLAS
     head << "\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
          << "; parallel mode " << openblas_get_parallel() << " = "
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
-         << "); cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
+         << ")";
+#else
+    head << "\n\nNo BLAS: dense layers on sprig's portable GEMM (nn/gemm.hpp)";
+#endif
+    head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
          << "; malloc mmap threshold " << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)" : std::string("glibc default (dynamic)"))
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
