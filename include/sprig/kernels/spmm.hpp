@@ -147,6 +147,9 @@ SPRIG_ALWAYS_INLINE T finish(T acc, const T* y, bool accumulate, const T* bias, 
   return relu ? (v > T(0) ? v : T(0)) : v;
 }
 
+// Independent accumulator chains of an R-register spmm tile: C * R ~ 8 registers in flight.
+constexpr int spmm_chains(int R) noexcept { return R >= 8 ? 1 : (R >= 4 ? 2 : (R == 3 ? 3 : 8 / R)); }
+
 #if SPRIG_KERNEL_SIMD
 // Y[i, panel] for one row: `n` live weights (cols, vals), X panel rows `xs` elements apart
 // starting at xp; stores the first `valid` columns at y, each through finish() (bias: the
@@ -157,7 +160,7 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
                                    bool accumulate, const T* bias, bool relu) noexcept {
   using B = Batch<T>;
   constexpr std::int64_t N = B::size;
-  constexpr int C = R >= 8 ? 1 : (R >= 4 ? 2 : (R == 3 ? 3 : 8 / R));  // chains: C * R ~ 8 registers in flight
+  constexpr int C = spmm_chains(R);
   constexpr std::int64_t D = SPRIG_SPMM_PREFETCH;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   B acc[C][R];

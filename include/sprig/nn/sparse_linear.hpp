@@ -6,6 +6,7 @@
 //   backward: dW[s] = dot(dY[i,:], X[c,:]) at live slots    (sddmm, aligned with W's slots)
 //             db    = sum over the batch of dY
 //             dX    = W^T dY                                (spmm_transposed on the cached W^T)
+//             (the weight gradient and dX in one pass over W^T where it applies: sddmm_dx)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
 // A layer wide enough that the kernels block its columns (X beyond half an L2:
@@ -26,6 +27,7 @@
 #include "../core/padded_csr.hpp"
 #include "../core/rng.hpp"
 #include "../kernels/sddmm.hpp"
+#include "../kernels/sddmm_dx.hpp"
 #include "../kernels/spmm.hpp"
 #include "../kernels/spmm_transposed.hpp"
 #include "../kernels/transpose.hpp"
@@ -100,8 +102,12 @@ public:
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
-    backward(X, dY);
-    spmm_transposed(weight.weight, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
+    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
+      throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
+                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
+    weight.check_aligned("SparseLinear::backward");
+    sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_);
+    detail::sum_rows<T>(dY, bias.grad);
   }
 
   // Weight and bias gradients only (no dX: the first layer of a network).
