@@ -55,6 +55,7 @@
 // program that trains only sparse models costs, in time and in resident memory.
 #include <sprig/dst/set.hpp>
 #include <sprig/kernels/sddmm.hpp>
+#include <sprig/kernels/sddmm_dx.hpp>
 #include <sprig/kernels/spmm.hpp>
 #include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
@@ -341,7 +342,8 @@ struct Run {
 // ---------------------------------------------------------------------------------------
 // Profile: the same step as Sequential runs it, phase by phase, calling the kernels the
 // layers call (SparseLinear: spmm with the bias and a following ReLU in its store, sddmm +
-// bias sum, spmm_transposed on the layer's transpose cache; Linear: three gemms + one
+// bias sum, spmm_transposed on the layer's transpose cache, or sddmm_dx where it takes its one
+// pass; Linear: three gemms + one
 // bias/ReLU pass; a ReLU after a linear layer then only runs backward), with this
 // profiler's own activation buffers and kernel workspaces. The phase sum is printed beside
 // the Sequential step time.
@@ -352,6 +354,7 @@ enum Phase {
   wgrad_gemm,
   dx_spmm,
   dx_gemm,
+  wgrad_dx_fused,
   bias_phase,
   act_phase,
   loss_phase,
@@ -361,6 +364,7 @@ enum Phase {
 constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
     "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
+    "weight grad + dX in one pass over W^T (sddmm_dx)",
     "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused)", "loss", "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
@@ -415,6 +419,7 @@ ProfileResult profile_run(Run& run, int steps) {
               if (it == 0) {
                 const double f = 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
                 r.flops[fwd_spmm][k] = r.flops[wgrad_sddmm][k] = r.flops[dx_spmm][k] = f;
+                r.flops[wgrad_dx_fused][k] = 2 * f;
                 r.what[k] = "sparse " + std::to_string(out) + "x" + std::to_string(in.rows()) + " d=" +
                             fmt("%.2f", l.density());
               }
@@ -452,6 +457,14 @@ ProfileResult profile_run(Run& run, int steps) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               auto& W = l.weight.weight;
+              if (k > 0 && sprig::detail::sddmm_dx_one_pass(W, B, ws[k], wst[k])) {  // as SparseLinear::backward
+                timed(wgrad_dx_fused, k, [&] {
+                  sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), grads[k - 1].view(),
+                                  ws[k], wst[k]);
+                });
+                timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+                return;
+              }
               timed(wgrad_sddmm, k, [&] {
                 sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite);
               });
@@ -834,7 +847,9 @@ void write_profiles(std::ostream& os, const std::vector<Result>& all) {
            << fmt("%.0f%%", 100.0 * ms / p.sum_ms) << " | "
            << (p.flops[ph][k] > 0 ? fmt("%.1f", p.flops[ph][k] / (ms * 1e6)) : "") << " |";
         if (cmp) {
-          const double dms = d->profile.ms[dense_role(ph)][k];
+          // the one pass against the dense weight-gradient and dX gemms together
+          const double dms = ph == wgrad_dx_fused ? d->profile.ms[wgrad_gemm][k] + d->profile.ms[dx_gemm][k]
+                                                  : d->profile.ms[dense_role(ph)][k];
           if (dms > 0.0)
             os << ' ' << fmt("%.3f", dms) << " | " << fmt("%.2fx", dms / ms) << " |";
           else

@@ -6,8 +6,9 @@
 // Why: the two kernels each read one B-wide row from L2 per live weight: sddmm an X row, the
 // transposed spmm a dY row. Walking W^T row c (the weights of input c) keeps X[c,:] and the
 // dX[c,:] accumulator in registers, so one dY row load per weight serves both the gradient's
-// dot and dX's multiply-add. At density 0.1, B = 128, 1 thread, a 1024 x 4096 layer's two
-// kernels took 2.58 ms, the one pass 2.26 (warm caches, median of 60); in bench/train_step's
+// dot and dX's multiply-add. At density 0.1, B = 128, 1 thread, warm caches, median of 60
+// calls alternating in one process: a 1024 x 4096 layer's two kernels 2.58-2.94 ms, the one
+// pass 2.26-2.59 (-11%); 1024 x 1024: 0.60 against 0.54 ms (-10%). In bench/train_step's
 // whole step the 90% FFN went from 6.34-6.52 to 6.14-6.47 ms and the MLP from 1.43-1.44 to
 // 1.36-1.38 ms (alternating runs of 150 and 300 steps). W's values are gathered through the
 // transpose's permutation as spmm_transposed does; the prefetch 128 weights ahead must cross
