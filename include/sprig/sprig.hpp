@@ -17,6 +17,7 @@
 #include "kernels/reference.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"
+#include "kernels/sddmm_dx.hpp"
 #include "kernels/spmm.hpp"
 #include "kernels/spmm_transposed.hpp"
 #include "kernels/transpose.hpp"
