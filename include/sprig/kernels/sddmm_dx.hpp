@@ -22,7 +22,7 @@
 //
 // Bits: a weight's dot is accumulated lane-wise over the batch registers in sddmm's order and
 // reduced by the same batched horizontal sum (N dots at a time, from an L1 buffer), and dX[c,:]
-// is summed over W^T's row in order on one chain, as spmm_transposed does for one tile.
+// is summed over W^T's row on spmm_tile's chains (spmm_chains), combined pairwise as there.
 #pragma once
 
 #include <type_traits>
@@ -45,8 +45,8 @@ namespace sprig {
 namespace detail {
 
 #if SPRIG_KERNEL_SIMD
-// W^T rows [r0, r1) with R batch registers: T_cols / source are W^T's column indices (rows of
-// W) and slot permutation, values W's values.
+// W^T rows [r0, r1) with R batch registers: Wt is W^T's structure (its column indices are
+// rows of W), source its slot permutation into W (source_size entries), values W's values.
 template <class T, class Index, int R>
 void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std::int64_t source_size, const T* values,
                    ConstMatrixView<T> dY, ConstMatrixView<T> X, T* grad, MatrixView<T> dX, std::int64_t r0,

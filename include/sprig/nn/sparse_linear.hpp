@@ -102,20 +102,14 @@ public:
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
-    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
-      throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
-                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
-    weight.check_aligned("SparseLinear::backward");
+    check_backward(X, dY);
     sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
   // Weight and bias gradients only (no dX: the first layer of a network).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
-    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
-      throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
-                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
-    weight.check_aligned("SparseLinear::backward");
+    check_backward(X, dY);
     sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
@@ -143,6 +137,14 @@ public:
 
 private:
   static constexpr std::uint64_t kInitKey = 0x11A1'7EA2ULL;
+
+  // The checks both backward forms make before writing any gradient.
+  void check_backward(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
+      throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
+                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
+    weight.check_aligned("SparseLinear::backward");
+  }
 
   void init(PaddedCSR<T, Index> w) {
     const std::int64_t out = w.rows();
