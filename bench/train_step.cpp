@@ -364,8 +364,8 @@ enum Phase {
 constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
     "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
-    "weight grad + dX in one pass over W^T (sddmm_dx)",
-    "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused)", "loss", "optimizer (SGD momentum, all layers)"};
+    "weight grad + dX in one pass over W^T (sddmm_dx; + the backward of a ReLU below)",
+    "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused into its linear layer; none if also in sddmm_dx)", "loss", "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
 struct ProfileResult {
@@ -446,7 +446,12 @@ ProfileResult profile_run(Run& run, int steps) {
     if (grads[n - 1].rows() != outs[n - 1].rows() || grads[n - 1].cols() != B)
       grads[n - 1].resize(outs[n - 1].rows(), B, Model::activation_stride(B));
     timed(loss_phase, n - 1, [&] { run.last_loss = run.loss_into(outs[n - 1], grads[n - 1].view()); });
+    bool relu_done = false;  // as Sequential: the one pass below applied the ReLU's backward
     for (std::size_t k = n; k-- > 0;) {
+      if (relu_done) {
+        relu_done = false;
+        continue;
+      }
       const sprig::ConstMatrixView<T> x =
           k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(outs[k - 1]);
       const sprig::ConstMatrixView<T> dy = grads[k].view();
@@ -458,10 +463,16 @@ ProfileResult profile_run(Run& run, int steps) {
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               auto& W = l.weight.weight;
               if (k > 0 && sprig::detail::sddmm_dx_one_pass(W, B, ws[k], wst[k])) {  // as SparseLinear::backward
+                // with the backward of a ReLU below in its store, as Sequential asks for it
+                // (straight into the ReLU's input gradient, where Sequential's shared buffer has it)
+                const bool relu_below = k >= 2 && std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1));
+                sprig::Matrix<T>& dx = grads[relu_below ? k - 2 : k - 1];
+                if (dx.rows() != x.rows() || dx.cols() != B) dx.resize(x.rows(), B, Model::activation_stride(B));
                 timed(wgrad_dx_fused, k, [&] {
-                  sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), grads[k - 1].view(),
-                                  ws[k], wst[k]);
+                  sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), dx.view(), ws[k], wst[k],
+                                  relu_below ? sprig::FusedActivation::relu : sprig::FusedActivation::none);
                 });
+                relu_done = relu_below;
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
               }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -203,6 +204,90 @@ TEST_CASE("Sequential: element-wise layers share their gradient buffer with the 
     }
   CHECK(same_out == 4 * 6);
   CHECK(clamped > 0);
+}
+
+TEST_CASE("Sequential: a sparse layer applies the ReLU's backward below it in its dX store bit for bit",
+          "[nn][sequential]") {
+  // sparse - ReLU - sparse - ReLU - sparse - ReLU - dense: the middle sparse layers mask their
+  // dX for the ReLU below them (sddmm_dx's one pass at 1 thread and a batch of whole
+  // registers; the two kernels and a masking pass otherwise) and the ReLU passes are skipped.
+  // Against the same layers run apart, every ReLU backward its own pass.
+  const std::int64_t N = static_cast<std::int64_t>(detail::simd_width<float>());
+  for (const std::int64_t B : {4 * N, 4 * N + 3}) {
+    for (const int threads : {1, 2}) {
+      CAPTURE(B, threads);
+#if SPRIG_HAS_OPENMP
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+#else
+      if (threads > 1) continue;
+#endif
+      auto sparse = [](std::int64_t in, std::int64_t out, std::uint64_t key) {
+        return SparseLinear<float, std::int32_t>(in, out, 0.3, 21, key);
+      };
+      Sequential<float, std::int32_t> model;
+      model.add(sparse(30, 50, 0));
+      model.add(ReLU<float>{});
+      model.add(sparse(50, 40, 1));
+      model.add(ReLU<float>{});
+      model.add(sparse(40, 60, 2));
+      model.add(ReLU<float>{});
+      model.add(Linear<float>(60, 5, 21, 3));
+      const auto X = random_matrix<float>(30, B, 22);
+      const auto dOut = random_matrix<float>(5, B, 23);
+      model.forward(X.view());
+      for (std::int64_t i = 0; i < 5; ++i)
+        for (std::int64_t j = 0; j < B; ++j) model.output_grad()(i, j) = dOut(i, j);
+      model.backward();
+
+      auto l0 = sparse(30, 50, 0), l2 = sparse(50, 40, 1), l4 = sparse(40, 60, 2);
+      Linear<float> l6(60, 5, 21, 3);
+      ReLU<float> relu;
+      Matrix<float> z0(50, B), a1(50, B), z2(40, B), a3(40, B), z4(60, B), a5(60, B), z6(5, B);
+      Matrix<float> d5(60, B), d4(60, B), d3(40, B), d2(40, B), d1(50, B), d0(50, B);
+      l0.forward(X.view(), z0.view());
+      relu.forward(z0.view(), a1.view());
+      l2.forward(a1.view(), z2.view());
+      relu.forward(z2.view(), a3.view());
+      l4.forward(a3.view(), z4.view());
+      relu.forward(z4.view(), a5.view());
+      l6.forward(a5.view(), z6.view());
+      l6.backward(a5.view(), dOut.view(), d5.view());
+      relu.backward(z4.view(), d5.view(), d4.view());
+      l4.backward(a3.view(), d4.view(), d3.view());
+      relu.backward(z2.view(), d3.view(), d2.view());
+      l2.backward(a1.view(), d2.view(), d1.view());
+      relu.backward(z0.view(), d1.view(), d0.view());
+      l0.backward(X.view(), d0.view());
+#if SPRIG_HAS_OPENMP
+      omp_set_num_threads(saved);
+#endif
+      std::vector<std::span<const float>> got, want;
+      model.for_each_parameter([&](auto& p) { got.emplace_back(p.grad.data(), p.grad.size()); });
+      for (auto* l : {&l0, &l2, &l4})
+        l->for_each_parameter([&](auto& p) { want.emplace_back(p.grad.data(), p.grad.size()); });
+      l6.for_each_parameter([&](auto& p) { want.emplace_back(p.grad.data(), p.grad.size()); });
+      REQUIRE(got.size() == want.size());
+      std::int64_t differ = 0, compared = 0;
+      for (std::size_t q = 0; q < got.size(); ++q) {
+        REQUIRE(got[q].size() == want[q].size());
+        for (std::size_t e = 0; e < got[q].size(); ++e, ++compared)
+          differ += std::memcmp(&got[q][e], &want[q][e], sizeof(float)) != 0;
+      }
+      CHECK(differ == 0);
+      // every live weight, the dense head and the biases were compared
+      CHECK(compared >= l0.weight.weight.nnz() + l2.weight.weight.nnz() + l4.weight.weight.nnz() + 60 * 5 + 50 + 40 +
+                            60 + 5);
+      // the gradient the first layer got (its dY) is the masked one, as the ReLU leaves it
+      std::int64_t zeros = 0;
+      for (std::int64_t i = 0; i < 50; ++i)
+        for (std::int64_t j = 0; j < B; ++j) {
+          CHECK(model.grad(0)(i, j) == d0(i, j));
+          zeros += d0(i, j) == 0.0f && d1(i, j) != 0.0f;
+        }
+      CHECK(zeros > 0);
+    }
+  }
 }
 
 TEST_CASE("Sequential: a ReLU fused into the linear layer below holds no buffer of its own", "[nn][sequential]") {

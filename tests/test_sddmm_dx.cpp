@@ -3,12 +3,14 @@
 // sddmm (overwrite) followed by spmm_transposed (overwrite), within the error bound of the
 // scalar references, padding and dead slots 0, nothing outside dX's view written; the one
 // pass really runs where it should; bitwise identical for 1, 2 and 3 threads; a stale cache
-// after topology changes; shape checks.
+// after topology changes; shape checks; with FusedActivation::relu, dX masked as the ReLU's
+// backward masks it (both paths).
 #include "sprig/kernels/sddmm_dx.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #ifdef _OPENMP
@@ -70,6 +72,40 @@ bool check_case(const st::Case& c) {
   const auto mx = st::compare_spmm(Wt.matrix, dY.cview(), zero, Update::overwrite, dX.cview(), want_dx.view(), 2.0);
   INFO(mx.first);
   CHECK(mx.count == 0);
+
+  // With relu, dX is masked where X <= 0 (X as a ReLU's output: zeros, positives; here also
+  // negatives, -0 and a NaN, which the mask treats as the ReLU's backward does); the weight
+  // gradient is untouched. Bitwise against the unmasked dX masked by hand.
+  st::Operand<T> Xr = X;
+  for (std::int64_t i = 0; i < c.K; ++i)
+    for (std::int64_t j = 0; j < c.B; ++j) {
+      const std::int64_t e = i * c.B + j;
+      if (e % 5 == 0) Xr(i, j) = T(0);
+      else if (e % 7 == 0) Xr(i, j) = -T(0);
+      else if (e == 3) Xr(i, j) = st::quiet_nan<T>();
+    }
+  std::vector<T> got_relu = g0, got_plain = g0;
+  st::Operand<T> dX_relu(c.K, c.B, c.py, T(-7)), dX_plain(c.K, c.B, c.py, T(-7));
+  TransposeCache<T, Index> cache_relu, cache_plain;
+  KernelWorkspace<T> ws_r, wst_r, ws_p, wst_p;
+  sddmm_dx(W, cache_relu, dY.cview(), Xr.cview(), std::span<T>(got_relu), dX_relu.view(), ws_r, wst_r,
+           FusedActivation::relu);
+  sddmm_dx(W, cache_plain, dY.cview(), Xr.cview(), std::span<T>(got_plain), dX_plain.view(), ws_p, wst_p);
+  CHECK(st::bitwise_differences<T>(std::span<const T>(got_relu), std::span<const T>(got_plain)) == 0);
+  std::int64_t masked = 0, kept = 0, wrong = 0;
+  for (std::int64_t i = 0; i < c.K; ++i)
+    for (std::int64_t j = 0; j < c.B; ++j) {
+      const T x = Xr(i, j), d = dX_plain(i, j), r = dX_relu(i, j);
+      const T want_r = x > T(0) ? d : T(0);
+      wrong += std::memcmp(&r, &want_r, sizeof(T)) != 0;
+      (x > T(0) ? kept : masked) += 1;
+    }
+  CHECK(wrong == 0);
+  if (c.K * c.B >= 16) {
+    CHECK(masked > 0);
+    CHECK(kept > 0);
+  }
+  CHECK(dX_relu.guard_violations() == 0);
   return one_pass;
 }
 

@@ -9,6 +9,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/row_epilogue.hpp"
 #include "rows.hpp"
 
 namespace sprig {
@@ -46,7 +47,7 @@ public:
       const T* __restrict x = X.row(i);
       const T* d = dY.row(i);  // may alias g
       T* g = dX.row(i);
-      for (std::int64_t j = 0; j < X.cols(); ++j) g[j] = x[j] > T(0) ? d[j] : T(0);
+      for (std::int64_t j = 0; j < X.cols(); ++j) g[j] = relu_backward(x[j], d[j]);
     });
   }
 };

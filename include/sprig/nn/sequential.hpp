@@ -18,6 +18,9 @@
 // such a linear layer holds the ReLU's output, its pre-activation is not kept (the ReLU's
 // backward needs only the sign, and relu(x) > 0 exactly where x > 0). Bitwise the same
 // results as running the two layers apart, one activation buffer less per pair.
+// In backward, a sparse layer whose input a ReLU produced applies that ReLU's backward in its
+// dX store (SparseLinear::backward with FusedActivation::relu) and the ReLU's pass is skipped:
+// the same bits, one pass over the gradient less per such pair.
 //
 // A training step:
 //     auto Z  = model.forward(X);                          // X [in x B], kept by view
@@ -129,6 +132,7 @@ public:
   // (overwritten, not accumulated). The first layer does not compute dX.
   void backward() {
     if (!forwarded_) throw ArgumentError("Sequential::backward: call forward first");
+    bool relu_done = false;  // layer k's ReLU backward was applied by layer k + 1's dX store
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const ConstMatrixView<T> in = input_of(k);
       const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
@@ -138,8 +142,20 @@ public:
               if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
             },
             layers_[k]);
+      } else if (relu_done) {
+        relu_done = false;
       } else {
-        std::visit([&](auto& l) { l.backward(in, dy, grads_[grad_of_[k - 1]].view()); }, layers_[k]);
+        const bool fuse = fuses_previous_relu_backward(k);
+        std::visit(
+            [&](auto& l) {
+              if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), FusedActivation::relu); })
+                l.backward(in, dy, grads_[grad_of_[k - 1]].view(),
+                           fuse ? FusedActivation::relu : FusedActivation::none);
+              else
+                l.backward(in, dy, grads_[grad_of_[k - 1]].view());
+            },
+            layers_[k]);
+        relu_done = fuse;
       }
     }
   }
@@ -238,6 +254,14 @@ private:
   bool fuses_next_relu(std::size_t k) const {
     return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) &&
            (std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) || std::holds_alternative<Linear<T>>(layers_[k]));
+  }
+
+  // Whether sparse layer k applies the backward of the ReLU at k - 1 in its dX store (the
+  // ReLU's input gradient shares its buffer with dX, so the ReLU's pass is skipped). Its input
+  // is the ReLU's output either way (fused into layer k - 2 or not), which relu_backward allows.
+  bool fuses_previous_relu_backward(std::size_t k) const {
+    return k >= 2 && std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) &&
+           std::holds_alternative<ReLU<T>>(layers_[k - 1]);
   }
 
   // Whether layer k's backward may write dX over dY (element-wise layers declare it).

@@ -6,7 +6,8 @@
 //   backward: dW[s] = dot(dY[i,:], X[c,:]) at live slots    (sddmm, aligned with W's slots)
 //             db    = sum over the batch of dY
 //             dX    = W^T dY                                (spmm_transposed on the cached W^T)
-//             (the weight gradient and dX in one pass over W^T where it applies: sddmm_dx)
+//             (the weight gradient and dX in one pass over W^T where it applies: sddmm_dx;
+//             with FusedActivation::relu for an X that a ReLU produced, dX gets its backward)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
 // A layer wide enough that the kernels block its columns (X beyond half an L2:
@@ -96,14 +97,17 @@ public:
     spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
-  // Weight and bias gradients, and dX = W^T dY.
+  // Weight and bias gradients, and dX = W^T dY. With x_activation = relu, X is the output of a
+  // ReLU and dX gets that ReLU's backward too (relu_backward(X, W^T dY), in sddmm_dx's store),
+  // so the ReLU's own backward pass is not needed (Sequential skips it).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
-                std::type_identity_t<MatrixView<T>> dX) {
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
     check_backward(X, dY);
-    sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_);
+    sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
+             x_activation);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
