@@ -39,10 +39,10 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "row_epilogue.hpp"
 #include "sddmm.hpp"
 #include "spmm.hpp"
 #include "spmm_transposed.hpp"
-#include "row_epilogue.hpp"
 #include "transpose.hpp"
 #include "workspace.hpp"
 
