@@ -132,7 +132,6 @@ public:
   // (overwritten, not accumulated). The first layer does not compute dX.
   void backward() {
     if (!forwarded_) throw ArgumentError("Sequential::backward: call forward first");
-    bool relu_done = false;  // layer k's ReLU backward was applied by layer k + 1's dX store
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const ConstMatrixView<T> in = input_of(k);
       const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
@@ -142,8 +141,8 @@ public:
               if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
             },
             layers_[k]);
-      } else if (relu_done) {
-        relu_done = false;
+      } else if (k + 1 < layers_.size() && fuses_previous_relu_backward(k + 1)) {
+        // this ReLU's backward was applied by layer k + 1's dX store
       } else {
         const bool fuse = fuses_previous_relu_backward(k);
         std::visit(
@@ -155,7 +154,6 @@ public:
                 l.backward(in, dy, grads_[grad_of_[k - 1]].view());
             },
             layers_[k]);
-        relu_done = fuse;
       }
     }
   }
