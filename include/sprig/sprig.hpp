@@ -14,6 +14,7 @@
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 
+#include "kernels/narrow_dense.hpp"
 #include "kernels/reference.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"

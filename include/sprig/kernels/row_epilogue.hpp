@@ -4,7 +4,15 @@
 // Also the ReLU's backward for one element, which sddmm_dx applies in its dX store.
 #pragma once
 
+#include <cstdint>
 #include <span>
+
+#include "../core/config.hpp"
+#include "../core/matrix.hpp"
+
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
 
 namespace sprig {
 
@@ -18,6 +26,26 @@ template <class T>
 constexpr T relu_backward(T x, T d) noexcept {
   return x > T(0) ? d : T(0);
 }
+
+namespace detail {
+
+// dX = relu_backward(X, dX) element by element (OpenMP over rows for large inputs): the ReLU's
+// backward where a kernel could not apply it in its store (sddmm_dx off its one pass, Linear
+// on a gemm).
+template <class T>
+void relu_backward_rows(ConstMatrixView<T> X, MatrixView<T> dX) noexcept {
+  const std::int64_t K = dX.rows(), B = dX.cols();
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (K * B >= kParallelMinWork && !omp_in_parallel())
+#endif
+  for (std::int64_t c = 0; c < K; ++c) {
+    const T* x = X.row(c);
+    T* d = dX.row(c);
+    for (std::int64_t j = 0; j < B; ++j) d[j] = relu_backward(x[j], d[j]);
+  }
+}
+
+}  // namespace detail
 
 template <class T>
 struct RowEpilogue {

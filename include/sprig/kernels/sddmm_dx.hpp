@@ -221,17 +221,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
 #endif
   sddmm(W, dY, X, grad, workspace, Update::overwrite);
   spmm_transposed(W, cache, dY, dX, transpose_workspace, Update::overwrite);
-  if (x_activation == FusedActivation::relu) {
-    const std::int64_t K = dX.rows(), B = dX.cols();
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (K * B >= detail::kParallelMinWork && !omp_in_parallel())
-#endif
-    for (std::int64_t c = 0; c < K; ++c) {
-      const T* x = X.row(c);
-      T* d = dX.row(c);
-      for (std::int64_t j = 0; j < B; ++j) d[j] = relu_backward(x[j], d[j]);
-    }
-  }
+  if (x_activation == FusedActivation::relu) detail::relu_backward_rows<T>(X, dX);
 }
 
 }  // namespace sprig

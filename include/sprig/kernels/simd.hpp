@@ -39,6 +39,13 @@
 #else
 #  define SPRIG_ALWAYS_INLINE inline
 #endif
+#if defined(__GNUC__) || defined(__clang__)
+#  define SPRIG_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#  define SPRIG_NOINLINE __declspec(noinline)
+#else
+#  define SPRIG_NOINLINE
+#endif
 
 namespace sprig::detail {
 
