@@ -54,6 +54,7 @@
 // portable GEMM, and no OpenBLAS is mapped into its processes. Its sparse rows are what a
 // program that trains only sparse models costs, in time and in resident memory.
 #include <sprig/dst/set.hpp>
+#include <sprig/kernels/narrow_dense.hpp>
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/sddmm_dx.hpp>
 #include <sprig/kernels/spmm.hpp>
@@ -343,8 +344,9 @@ struct Run {
 // Profile: the same step as Sequential runs it, phase by phase, calling the kernels the
 // layers call (SparseLinear: spmm with the bias and a following ReLU in its store, sddmm +
 // bias sum, spmm_transposed on the layer's transpose cache, or sddmm_dx where it takes its one
-// pass; Linear: three gemms + one
-// bias/ReLU pass; a ReLU after a linear layer then only runs backward), with this
+// pass; Linear: three gemms + one bias/ReLU pass, or with at most kNarrowMaxRows outputs the
+// narrow kernels with the same fusions as sddmm_dx; a ReLU after a linear layer then only
+// runs backward), with this
 // profiler's own activation buffers and kernel workspaces. The phase sum is printed beside
 // the Sequential step time.
 enum Phase {
@@ -355,6 +357,8 @@ enum Phase {
   dx_spmm,
   dx_gemm,
   wgrad_dx_fused,
+  fwd_narrow,
+  wgrad_dx_narrow,
   bias_phase,
   act_phase,
   loss_phase,
@@ -365,6 +369,8 @@ constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
     "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
     "weight grad + dX in one pass over W^T (sddmm_dx; + the backward of a ReLU below)",
+    "forward narrow dense (bias and ReLU in its store)",
+    "weight grad + dX in one pass, narrow dense (+ the backward of a ReLU below)",
     "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused into its linear layer; none if also in sddmm_dx)", "loss", "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
@@ -424,6 +430,18 @@ ProfileResult profile_run(Run& run, int steps) {
                             fmt("%.2f", l.density());
               }
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
+              if (l.narrow()) {  // as Linear::forward
+                timed(fwd_narrow, k, [&] {
+                  sprig::narrow_forward<T>(l.weight.view(), in, y, std::span<const T>(l.bias.value), act);
+                });
+                if (it == 0) {
+                  const double f = 2.0 * static_cast<double>(l.weight.size() * B);
+                  r.flops[fwd_narrow][k] = f;
+                  r.flops[wgrad_dx_narrow][k] = k > 0 ? 2 * f : f;
+                  r.what[k] = "dense " + std::to_string(out) + "x" + std::to_string(in.rows());
+                }
+                return;
+              }
               timed(fwd_gemm, k, [&] {
                 sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y);
               });
@@ -486,6 +504,19 @@ ProfileResult profile_run(Run& run, int steps) {
                                          sprig::Update::overwrite);
                 });
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
+              if (l.narrow()) {  // as Linear::backward, with the ReLU below as Sequential asks
+                const bool relu_below = k >= 2 && std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1));
+                sprig::Matrix<T>* dx = k == 0 ? nullptr : &grads[relu_below ? k - 2 : k - 1];
+                if (dx && (dx->rows() != x.rows() || dx->cols() != B)) dx->resize(x.rows(), B, Model::activation_stride(B));
+                timed(wgrad_dx_narrow, k, [&] {
+                  sprig::narrow_backward<T>(l.weight.view(), x, dy, l.weight.grad_view(),
+                                            dx ? dx->view() : sprig::MatrixView<T>(),
+                                            relu_below ? sprig::FusedActivation::relu : sprig::FusedActivation::none);
+                });
+                relu_done = relu_below;
+                timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
+                return;
+              }
               timed(wgrad_gemm, k, [&] {
                 sprig::gemm<T>(sprig::Trans::no, sprig::Trans::yes, T(1), dy, x, T(0), l.weight.grad_view());
               });

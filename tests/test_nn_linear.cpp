@@ -1,5 +1,6 @@
 #include "sprig/nn/linear.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -63,8 +64,11 @@ TEST_CASE("Linear init is Kaiming-uniform with fan-in = in", "[nn][linear]") {
 }
 
 TEST_CASE("Linear backward matches central differences (double)", "[nn][linear][gradcheck]") {
-  const std::int64_t in = 17, out = 9, B = 5;
+  // out = 9: the narrow kernels; out = 20: the gemms
+  const std::int64_t out = GENERATE(9, 20);
+  const std::int64_t in = 17, B = 5;
   Linear<double> layer(in, out, 2);
+  CHECK(layer.narrow() == (out <= kNarrowMaxRows));
   auto X = random_matrix<double>(in, B, 4);
   const auto R = random_matrix<double>(out, B, 6);
   Matrix<double> Y(out, B), dX(in, B);
@@ -80,6 +84,37 @@ TEST_CASE("Linear backward matches central differences (double)", "[nn][linear][
   sprig_test::check_gradient(loss, layer.bias.value, gb, sprig_test::some_indices(gb.size()));
   const std::vector<double> gx(dX.data(), dX.data() + in * B);
   sprig_test::check_gradient(loss, std::span<double>(X.data(), in * B), gx, sprig_test::some_indices(in * B, 60));
+}
+
+TEST_CASE("Linear backward with the ReLU below is bitwise dX masked by hand, narrow or on gemms", "[nn][linear]") {
+  for (const std::int64_t out : {5, 12, 13, 40}) {
+    for (const std::int64_t B : {3, 16, 37}) {
+      CAPTURE(out, B);
+      Linear<float> layer(23, out, 8, 2);
+      CHECK(layer.narrow() == (out <= kNarrowMaxRows));
+      const auto Z = random_matrix<float>(23, B, 30 + B);  // pre-activation of the layer below
+      Matrix<float> X(23, B);
+      ReLU<float>{}.forward(Z.view(), X.view());
+      const auto dY = random_matrix<float>(out, B, 40 + B);
+      Matrix<float> dX(23, B), want(23, B), got(23, B);
+      layer.backward(X.view(), dY.view(), dX.view());
+      const std::vector<float> dW(layer.weight.grad.begin(), layer.weight.grad.end());
+      ReLU<float>{}.backward(X.view(), dX.view(), want.view());
+      layer.backward(X.view(), dY.view(), got.view(), FusedActivation::relu);
+      std::int64_t same = 0, masked = 0;
+      for (std::int64_t i = 0; i < 23; ++i)
+        for (std::int64_t b = 0; b < B; ++b) {
+          same += std::bit_cast<std::uint32_t>(got(i, b)) == std::bit_cast<std::uint32_t>(want(i, b));
+          masked += X(i, b) == 0.0f && dX(i, b) != 0.0f;
+        }
+      CHECK(same == 23 * B);
+      CHECK(masked > 0);
+      // the weight gradient is the same with the mask, and without dX
+      CHECK(std::equal(dW.begin(), dW.end(), layer.weight.grad.begin()));
+      layer.backward(X.view(), dY.view());
+      CHECK(std::equal(dW.begin(), dW.end(), layer.weight.grad.begin()));
+    }
+  }
 }
 
 TEST_CASE("Linear validates shapes", "[nn][linear]") {

@@ -206,11 +206,12 @@ TEST_CASE("Sequential: element-wise layers share their gradient buffer with the 
   CHECK(clamped > 0);
 }
 
-TEST_CASE("Sequential: a sparse layer applies the ReLU's backward below it in its dX store bit for bit",
+TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to its dX bit for bit",
           "[nn][sequential]") {
   // sparse - ReLU - sparse - ReLU - sparse - ReLU - dense: the middle sparse layers mask their
   // dX for the ReLU below them (sddmm_dx's one pass at 1 thread and a batch of whole
-  // registers; the two kernels and a masking pass otherwise) and the ReLU passes are skipped.
+  // registers; the two kernels and a masking pass otherwise), the dense head (5 rows: the
+  // narrow kernels) in its backward's store, and the ReLU passes are skipped.
   // Against the same layers run apart, every ReLU backward its own pass.
   const std::int64_t N = static_cast<std::int64_t>(detail::simd_width<float>());
   for (const std::int64_t B : {4 * N, 4 * N + 3}) {

@@ -3,8 +3,12 @@
 // Shapes (feature-major): X [in x B], Y and dY [out x B], dX [in x B].
 //   forward:  Y  = W X + b          (gemm NN, then one pass for bias and a fused activation)
 //   backward: dW = dY X^T           (gemm NT), db = sum over the batch of dY,
-//             dX = W^T dY           (gemm TN)
+//             dX = W^T dY           (gemm TN; with x_activation = relu then masked where X <= 0)
 // backward overwrites the gradients; the two-argument overload skips dX.
+// A layer with at most kNarrowMaxRows outputs (a classifier's head) runs on the narrow kernels
+// instead (kernels/narrow_dense.hpp): bias and activation in the forward's store, and dW and dX
+// (with the ReLU mask) in one pass over X. Its results then differ from the gemm path's in
+// rounding (another summation order), not from run to run or with the thread count.
 #pragma once
 
 #include <type_traits>
@@ -15,6 +19,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/rng.hpp"
+#include "../kernels/narrow_dense.hpp"
 #include "bias.hpp"
 #include "gemm.hpp"
 #include "init.hpp"
@@ -51,27 +56,43 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    if (narrow()) {
+      narrow_forward<T>(weight.view(), X, Y, std::span<const T>(bias.value), act);
+      return;
+    }
     gemm<T>(Trans::no, Trans::no, T(1), weight.view(), X, T(0), Y);
     detail::add_bias<T>(bias.value, Y, act);
   }
 
+  // With x_activation = relu (X is a ReLU's output), dX gets that ReLU's backward too:
+  // dX = relu_backward(X, W^T dY), so the ReLU's own pass can be skipped (Sequential does).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
-                std::type_identity_t<MatrixView<T>> dX) {
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("Linear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
+    check_backward_shapes(X, dY);
+    if (narrow()) {
+      narrow_backward<T>(weight.view(), X, dY, weight.grad_view(), dX, x_activation);
+      detail::sum_rows<T>(dY, bias.grad);
+      return;
+    }
     backward(X, dY);
     gemm<T>(Trans::yes, Trans::no, T(1), weight.view(), dY, T(0), dX);
+    if (x_activation == FusedActivation::relu) detail::relu_backward_rows<T>(X, dX);
   }
 
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
-    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
-      throw ShapeError(detail::message("Linear::backward: layer is ", out_features(), "x", in_features(), ", X is ",
-                                       X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
-    weight.check_aligned("Linear::backward");
-    gemm<T>(Trans::no, Trans::yes, T(1), dY, X, T(0), weight.grad_view());
+    check_backward_shapes(X, dY);
+    if (narrow())
+      narrow_backward<T>(weight.view(), X, dY, weight.grad_view());
+    else
+      gemm<T>(Trans::no, Trans::yes, T(1), dY, X, T(0), weight.grad_view());
     detail::sum_rows<T>(dY, bias.grad);
   }
+
+  // Whether this layer runs on the narrow kernels (out_features() <= kNarrowMaxRows).
+  bool narrow() const noexcept { return out_features() <= kNarrowMaxRows; }
 
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
@@ -86,6 +107,13 @@ public:
   std::int64_t memory_bytes() const noexcept { return weight_bytes() + weight.state_bytes() + bias.state_bytes(); }
 
 private:
+  void check_backward_shapes(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
+      throw ShapeError(detail::message("Linear::backward: layer is ", out_features(), "x", in_features(), ", X is ",
+                                       X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
+    weight.check_aligned("Linear::backward");
+  }
+
   static constexpr std::uint64_t kInitKey = 0x11A1'7EA1ULL;
 };
 

@@ -18,9 +18,10 @@
 // such a linear layer holds the ReLU's output, its pre-activation is not kept (the ReLU's
 // backward needs only the sign, and relu(x) > 0 exactly where x > 0). Bitwise the same
 // results as running the two layers apart, one activation buffer less per pair.
-// In backward, a sparse layer whose input a ReLU produced applies that ReLU's backward in its
-// dX store (SparseLinear::backward with FusedActivation::relu) and the ReLU's pass is skipped:
-// the same bits, one pass over the gradient less per such pair.
+// In backward, a linear layer whose input a ReLU produced applies that ReLU's backward to its
+// dX (SparseLinear / Linear ::backward with FusedActivation::relu: in the store of sddmm_dx's
+// one pass or of the narrow kernels, else in a pass after the kernels) and the ReLU's pass is
+// skipped: the same bits, and where the kernel fuses it one pass over the gradient less.
 //
 // A training step:
 //     auto Z  = model.forward(X);                          // X [in x B], kept by view
@@ -254,11 +255,12 @@ private:
            (std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) || std::holds_alternative<Linear<T>>(layers_[k]));
   }
 
-  // Whether sparse layer k applies the backward of the ReLU at k - 1 in its dX store (the
-  // ReLU's input gradient shares its buffer with dX, so the ReLU's pass is skipped). Its input
-  // is the ReLU's output either way (fused into layer k - 2 or not), which relu_backward allows.
+  // Whether linear layer k applies the backward of the ReLU at k - 1 to its dX (the ReLU's
+  // input gradient shares its buffer with dX, so the ReLU's pass is skipped). Its input is the
+  // ReLU's output either way (fused into layer k - 2 or not), which relu_backward allows.
   bool fuses_previous_relu_backward(std::size_t k) const {
-    return k >= 2 && std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) &&
+    return k >= 2 &&
+           (std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) || std::holds_alternative<Linear<T>>(layers_[k])) &&
            std::holds_alternative<ReLU<T>>(layers_[k - 1]);
   }
 
