@@ -368,10 +368,10 @@ enum Phase {
 constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
     "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
-    "weight grad + dX in one pass over W^T (sddmm_dx; + the backward of a ReLU below)",
+    "weight grad + dX in one pass over W^T (sddmm_dx; + the backward of a ReLU or GELU below)",
     "forward narrow dense (bias and ReLU in its store)",
     "weight grad + dX in one pass, narrow dense (+ the backward of a ReLU below)",
-    "bias grad (+ bias add pass if dense)", "activation fwd+bwd (bwd only if fused into its linear layer; none if also in sddmm_dx)", "loss", "optimizer (SGD momentum, all layers)"};
+    "bias grad (+ bias add pass if dense)", "activation passes (GELU fwd with its derivative; a backward where no kernel store takes it)", "loss", "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
 struct ProfileResult {
@@ -390,6 +390,23 @@ ProfileResult profile_run(Run& run, int steps) {
   const std::int64_t B = run.X.cols();
   std::vector<sprig::Matrix<T>> acts(n), grads(n);
   std::vector<sprig::MatrixView<T>> outs(n);  // a fused ReLU's output is its linear layer's buffer
+  auto linear_at = [&](std::size_t k) {
+    return std::holds_alternative<sprig::SparseLinear<T, Index>>(m.layer(k)) ||
+           std::holds_alternative<sprig::Linear<T>>(m.layer(k));
+  };
+  // as Sequential: a GELU between linear layers leaves gelu' in its input's buffer, and the
+  // linear layer above applies it to its dX
+  auto keeps_gelu_derivative = [&](std::size_t k) {
+    return k >= 1 && k + 1 < n && std::holds_alternative<sprig::GELU<T>>(m.layer(k)) && linear_at(k - 1) &&
+           linear_at(k + 1);
+  };
+  // the activation below linear layer k whose backward it applies to its dX (Sequential's
+  // fused_input_activation)
+  auto input_activation = [&](std::size_t k) {
+    if (k < 2) return sprig::FusedActivation::none;
+    if (std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1))) return sprig::FusedActivation::relu;
+    return keeps_gelu_derivative(k - 1) ? sprig::FusedActivation::gelu : sprig::FusedActivation::none;
+  };
   auto fuses_next_relu = [&](std::size_t k) {
     return k + 1 < n && std::holds_alternative<sprig::ReLU<T>>(m.layer(k + 1)) &&
            !std::holds_alternative<sprig::ReLU<T>>(m.layer(k)) && !std::holds_alternative<sprig::GELU<T>>(m.layer(k));
@@ -452,10 +469,16 @@ ProfileResult profile_run(Run& run, int steps) {
                 r.what[k] = "dense " + std::to_string(out) + "x" + std::to_string(in.rows());
               }
             } else {
-              if (!fused_here) timed(act_phase, k, [&] { l.forward(in, y); });
               if (it == 0)
                 r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) + "x" +
                             std::to_string(B);
+              if constexpr (std::is_same_v<L, sprig::GELU<T>>) {
+                if (keeps_gelu_derivative(k)) {
+                  timed(act_phase, k, [&] { l.forward_keep_derivative(outs[k - 1], y); });
+                  return;
+                }
+              }
+              if (!fused_here) timed(act_phase, k, [&] { l.forward(in, y); });
             }
           },
           m.layer(k));
@@ -464,7 +487,7 @@ ProfileResult profile_run(Run& run, int steps) {
     if (grads[n - 1].rows() != outs[n - 1].rows() || grads[n - 1].cols() != B)
       grads[n - 1].resize(outs[n - 1].rows(), B, Model::activation_stride(B));
     timed(loss_phase, n - 1, [&] { run.last_loss = run.loss_into(outs[n - 1], grads[n - 1].view()); });
-    bool relu_done = false;  // as Sequential: the one pass below applied the ReLU's backward
+    bool relu_done = false;  // as Sequential: the layer above applied this activation's backward
     for (std::size_t k = n; k-- > 0;) {
       if (relu_done) {
         relu_done = false;
@@ -481,16 +504,18 @@ ProfileResult profile_run(Run& run, int steps) {
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               auto& W = l.weight.weight;
               if (k > 0 && sprig::detail::sddmm_dx_one_pass(W, B, ws[k], wst[k])) {  // as SparseLinear::backward
-                // with the backward of a ReLU below in its store, as Sequential asks for it
-                // (straight into the ReLU's input gradient, where Sequential's shared buffer has it)
-                const bool relu_below = k >= 2 && std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1));
-                sprig::Matrix<T>& dx = grads[relu_below ? k - 2 : k - 1];
+                // with the backward of a ReLU or GELU below in its store, as Sequential asks for
+                // it (straight into the activation's input gradient, where Sequential's shared
+                // buffer has it)
+                const auto below = input_activation(k);
+                sprig::Matrix<T>& dx = grads[below != sprig::FusedActivation::none ? k - 2 : k - 1];
                 if (dx.rows() != x.rows() || dx.cols() != B) dx.resize(x.rows(), B, Model::activation_stride(B));
                 timed(wgrad_dx_fused, k, [&] {
                   sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), dx.view(), ws[k], wst[k],
-                                  relu_below ? sprig::FusedActivation::relu : sprig::FusedActivation::none);
+                                  below, below == sprig::FusedActivation::gelu ? sprig::ConstMatrixView<T>(outs[k - 2])
+                                                                                : sprig::ConstMatrixView<T>());
                 });
-                relu_done = relu_below;
+                relu_done = below != sprig::FusedActivation::none;
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
               }
@@ -498,22 +523,32 @@ ProfileResult profile_run(Run& run, int steps) {
                 sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite);
               });
               timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
-              if (k > 0)  // as SparseLinear::backward: W^T dY on the layer's transpose cache
+              if (k > 0) {  // as SparseLinear::backward: W^T dY on the layer's transpose cache
+                // a GELU below: into its input gradient, then multiplied by its derivative
+                const bool gelu_below = input_activation(k) == sprig::FusedActivation::gelu;
+                sprig::Matrix<T>& dx = grads[gelu_below ? k - 2 : k - 1];
+                if (dx.rows() != x.rows() || dx.cols() != B) dx.resize(x.rows(), B, Model::activation_stride(B));
                 timed(dx_spmm, k, [&] {
-                  sprig::spmm_transposed(W, l.transpose_cache(), dy, grads[k - 1].view(), wst[k],
-                                         sprig::Update::overwrite);
+                  sprig::spmm_transposed(W, l.transpose_cache(), dy, dx.view(), wst[k], sprig::Update::overwrite);
                 });
+                if (gelu_below) {
+                  timed(act_phase, k - 1, [&] { sprig::detail::scale_rows<T>(outs[k - 2], dx.view()); });
+                  relu_done = true;
+                }
+              }
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
-              if (l.narrow()) {  // as Linear::backward, with the ReLU below as Sequential asks
-                const bool relu_below = k >= 2 && std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1));
-                sprig::Matrix<T>* dx = k == 0 ? nullptr : &grads[relu_below ? k - 2 : k - 1];
-                if (dx && (dx->rows() != x.rows() || dx->cols() != B)) dx->resize(x.rows(), B, Model::activation_stride(B));
+              // as Linear::backward, with the activation below as Sequential asks for it
+              const auto below = input_activation(k);
+              const sprig::ConstMatrixView<T> derivative =
+                  below == sprig::FusedActivation::gelu ? sprig::ConstMatrixView<T>(outs[k - 2]) : sprig::ConstMatrixView<T>();
+              sprig::Matrix<T>* dx = k == 0 ? nullptr : &grads[below != sprig::FusedActivation::none ? k - 2 : k - 1];
+              if (dx && (dx->rows() != x.rows() || dx->cols() != B)) dx->resize(x.rows(), B, Model::activation_stride(B));
+              relu_done = below != sprig::FusedActivation::none;
+              if (l.narrow()) {
                 timed(wgrad_dx_narrow, k, [&] {
                   sprig::narrow_backward<T>(l.weight.view(), x, dy, l.weight.grad_view(),
-                                            dx ? dx->view() : sprig::MatrixView<T>(),
-                                            relu_below ? sprig::FusedActivation::relu : sprig::FusedActivation::none);
+                                            dx ? dx->view() : sprig::MatrixView<T>(), below, derivative);
                 });
-                relu_done = relu_below;
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
               }
@@ -521,11 +556,15 @@ ProfileResult profile_run(Run& run, int steps) {
                 sprig::gemm<T>(sprig::Trans::no, sprig::Trans::yes, T(1), dy, x, T(0), l.weight.grad_view());
               });
               timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
-              if (k > 0)
+              if (dx) {
                 timed(dx_gemm, k, [&] {
-                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0),
-                                 grads[k - 1].view());
+                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0), dx->view());
                 });
+                if (below != sprig::FusedActivation::none)  // the pass after the gemm, as the layer below's
+                  timed(act_phase, k - 1, [&] {
+                    sprig::detail::input_activation_rows<T>(below, x, derivative, dx->view());
+                  });
+              }
             } else {
               timed(act_phase, k, [&] { l.backward(x, dy, grads[k - 1].view()); });
             }

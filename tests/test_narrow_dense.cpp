@@ -2,7 +2,7 @@
 // against a double-precision oracle on random shapes: every row count 1..kNarrowMaxRows,
 // batches around every SIMD width (tails), K from 0 up, operands strided and unaligned with
 // guards around them, float and double, 1 to 3 threads. Also: the fused ReLU is bitwise the
-// unfused result masked by hand, dW does not depend on whether dX is asked for, results do not
+// unfused result masked by hand (a GELU's derivative: multiplied), dW does not depend on whether dX is asked for, results do not
 // depend on the thread count, and bad shapes throw.
 #include "sprig/kernels/narrow_dense.hpp"
 
@@ -178,6 +178,15 @@ TEMPLATE_TEST_CASE("narrow_backward equals dY X^T and W^T dY, the ReLU mask bit 
       }
     CHECK(differ == 0);
     if (c.K * c.B >= 8) CHECK(masked > 0);
+    // dX multiplied by a GELU's derivative: the unmasked dX times it, bit for bit
+    Operand<T> D(c.K, c.B, c.place, quiet_nan<T>());
+    D.fill_random(rng);
+    narrow_backward<T>(o.W.cview(), o.X.cview(), o.dY.cview(), o.dW.view(), o.dX.view(), FusedActivation::gelu,
+                       D.cview());
+    differ = 0;
+    for (std::int64_t k = 0; k < c.K; ++k)
+      for (std::int64_t j = 0; j < c.B; ++j) differ += !same_bits(o.dX(k, j), T(dX1(k, j) * D(k, j)));
+    CHECK(differ == 0);
     CHECK(bitwise_differences<T>(dW1.view(), o.dW.copy().view()) == 0);
     o.dW.fill(T(5));
     narrow_backward<T>(o.W.cview(), o.X.cview(), o.dY.cview(), o.dW.view());
@@ -199,5 +208,9 @@ TEST_CASE("narrow kernels reject shapes they do not take", "[kernels][narrow]") 
   CHECK_THROWS_AS(narrow_backward<float>(W.view(), X.view(), Y.view(), dW5.view()), ShapeError);
   CHECK_THROWS_AS(narrow_backward<float>(W.view(), X.view(), Y3.view(), dW.view()), ShapeError);
   CHECK_THROWS_AS(narrow_backward<float>(W.view(), X.view(), Y.view(), dW.view(), X7.view()), ShapeError);
+  CHECK_THROWS_AS(narrow_backward<float>(W.view(), X.view(), Y.view(), dW.view(), dX.view(), FusedActivation::gelu,
+                                         Y3.view()),
+                  ShapeError);
+  CHECK_THROWS_AS(narrow_forward<float>(W.view(), X.view(), Y.view(), {}, FusedActivation::gelu), ArgumentError);
   CHECK_NOTHROW(narrow_backward<float>(W.view(), X.view(), Y.view(), dW.view(), dX.view()));
 }

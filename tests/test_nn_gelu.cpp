@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include <catch2/catch.hpp>
@@ -92,4 +93,39 @@ TEMPLATE_TEST_CASE("GELU: the vectorised rows equal the scalar formula on wide s
   gelu.backward(X, dY, dYbuf.view().block(0, 3, 7, 133));
   for (std::int64_t i = 0; i < 7; ++i)
     for (std::int64_t j = 3; j < 136; ++j) REQUIRE(dYbuf(i, j) == dXbuf(i, j));
+}
+
+TEMPLATE_TEST_CASE("GELU::forward_keep_derivative: forward's values and backward's derivative, bit for bit",
+                   "[nn][gelu]", float, double) {
+  using T = TestType;
+  // 5 x 37 inside a wider buffer (SIMD body and scalar tail), values over the whole range,
+  // including 0, -0, and large magnitudes where exp overflows
+  Matrix<T> Zbuf(5, 45), Y(5, 37), want_y(5, 37), want_d(5, 37), ones(5, 37);
+  CounterRng rng(23);
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 45; ++j) Zbuf(i, j) = static_cast<T>(rng.uniform(-8.0, 8.0));
+  Zbuf(0, 2) = T(0);
+  Zbuf(1, 3) = -T(0);
+  Zbuf(2, 4) = T(-500);
+  Zbuf(3, 5) = T(500);
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 37; ++j) ones(i, j) = T(1);
+  const auto Z = Zbuf.view().block(0, 2, 5, 37);
+  GELU<T> gelu;
+  gelu.forward(Z, want_y.view());
+  gelu.backward(Z, ones.view(), want_d.view());  // 1 * gelu'(z): exactly the derivative
+  const T guard = Zbuf(0, 0);
+  gelu.forward_keep_derivative(Z, Y.view());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 37; ++j) {
+      differ += std::memcmp(&Y(i, j), &want_y(i, j), sizeof(T)) != 0;
+      differ += std::memcmp(&Z(i, j), &want_d(i, j), sizeof(T)) != 0;
+    }
+  CHECK(differ == 0);
+  CHECK(Zbuf(0, 0) == guard);  // outside the view: untouched
+  CHECK(Z(2, 2) == T(0));      // gelu'(-500)
+  CHECK(Z(3, 3) == T(1));      // gelu'(500)
+  Matrix<T> bad(5, 36);
+  CHECK_THROWS_AS(gelu.forward_keep_derivative(Z, bad.view()), ShapeError);
 }

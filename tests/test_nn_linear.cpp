@@ -86,7 +86,8 @@ TEST_CASE("Linear backward matches central differences (double)", "[nn][linear][
   sprig_test::check_gradient(loss, std::span<double>(X.data(), in * B), gx, sprig_test::some_indices(in * B, 60));
 }
 
-TEST_CASE("Linear backward with the ReLU below is bitwise dX masked by hand, narrow or on gemms", "[nn][linear]") {
+TEST_CASE("Linear backward with the ReLU or GELU below is bitwise dX masked or scaled by hand, narrow or on gemms",
+          "[nn][linear]") {
   for (const std::int64_t out : {5, 12, 13, 40}) {
     for (const std::int64_t B : {3, 16, 37}) {
       CAPTURE(out, B);
@@ -109,6 +110,16 @@ TEST_CASE("Linear backward with the ReLU below is bitwise dX masked by hand, nar
         }
       CHECK(same == 23 * B);
       CHECK(masked > 0);
+      // a GELU's derivative: dX times it, bit for bit
+      const auto D = random_matrix<float>(23, B, 50 + B);
+      layer.backward(X.view(), dY.view(), got.view(), FusedActivation::gelu, D.view());
+      same = 0;
+      for (std::int64_t i = 0; i < 23; ++i)
+        for (std::int64_t b = 0; b < B; ++b) {
+          const float w = dX(i, b) * D(i, b);
+          same += std::bit_cast<std::uint32_t>(got(i, b)) == std::bit_cast<std::uint32_t>(w);
+        }
+      CHECK(same == 23 * B);
       // the weight gradient is the same with the mask, and without dX
       CHECK(std::equal(dW.begin(), dW.end(), layer.weight.grad.begin()));
       layer.backward(X.view(), dY.view());
@@ -124,4 +135,6 @@ TEST_CASE("Linear validates shapes", "[nn][linear]") {
   CHECK_THROWS_AS(layer.forward(bad.view(), Y.view()), ShapeError);
   CHECK_THROWS_AS(layer.backward(X.view(), bad.view(), dX.view()), ShapeError);
   CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), bad.view()), ShapeError);
+  CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), dX.view(), FusedActivation::gelu, bad.view()), ShapeError);
+  CHECK_THROWS_AS(layer.forward(X.view(), Y.view(), FusedActivation::gelu), ArgumentError);
 }

@@ -8,6 +8,7 @@
 #include <new>
 #include <span>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -287,6 +288,111 @@ TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to it
           zeros += d0(i, j) == 0.0f && d1(i, j) != 0.0f;
         }
       CHECK(zeros > 0);
+    }
+  }
+}
+
+namespace {
+std::int64_t bitwise_differences(ConstMatrixView<float> a, ConstMatrixView<float> b) {
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < a.rows(); ++i)
+    for (std::int64_t j = 0; j < a.cols(); ++j) n += std::memcmp(&a(i, j), &b(i, j), sizeof(float)) != 0;
+  return n;
+}
+std::int64_t bitwise_differences(std::span<const float> a, std::span<const float> b) {
+  std::int64_t n = 0;
+  for (std::size_t e = 0; e < a.size(); ++e) n += std::memcmp(&a[e], &b[e], sizeof(float)) != 0;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("Sequential: a GELU between linear layers keeps its derivative and its backward runs in the layer above",
+          "[nn][sequential]") {
+  // sparse - GELU - sparse - GELU - dense(5: narrow) and dense(16: gemms) - GELU - dense: each
+  // GELU computes gelu' into the buffer of the layer below it in its forward, the layer above
+  // multiplies its dX by it (sddmm_dx's store, the narrow kernel's pass, a pass after the gemm)
+  // and the GELU's backward pass is skipped. Against the same layers run apart, bit for bit.
+  const std::int64_t N = static_cast<std::int64_t>(detail::simd_width<float>());
+  for (const bool sparse_model : {true, false}) {
+    for (const std::int64_t B : {4 * N, 4 * N + 3}) {
+      for (const int threads : {1, 2}) {
+        CAPTURE(sparse_model, B, threads);
+#if SPRIG_HAS_OPENMP
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+#else
+        if (threads > 1) continue;
+#endif
+        using Layer = std::variant<SparseLinear<float, std::int32_t>, Linear<float>>;
+        auto make = [&](std::int64_t in, std::int64_t out, std::uint64_t key, bool sparse) -> Layer {
+          if (sparse) return SparseLinear<float, std::int32_t>(in, out, 0.3, 21, key);
+          return Linear<float>(in, out, 21, key);
+        };
+        const std::int64_t w0 = 30, w1 = 50, w2 = sparse_model ? 40 : 16, w3 = 5;
+        std::vector<Layer> apart;
+        apart.push_back(make(w0, w1, 0, sparse_model));
+        apart.push_back(make(w1, w2, 1, sparse_model));
+        apart.push_back(make(w2, w3, 2, false));
+        Sequential<float, std::int32_t> model;
+        const std::int64_t widths[] = {w0, w1, w2, w3};
+        for (std::uint64_t k = 0; k < 3; ++k) {  // the same layers as `apart` (same seeds and keys)
+          std::visit([&](auto&& x) { model.add(std::move(x)); },
+                     make(widths[k], widths[k + 1], k, sparse_model && k < 2));
+          if (k < 2) model.add(GELU<float>{});
+        }
+        REQUIRE(model.size() == 5);
+        const auto X = random_matrix<float>(w0, B, 22);
+        const auto dOut = random_matrix<float>(w3, B, 23);
+        model.forward(X.view());
+        for (std::int64_t i = 0; i < w3; ++i)
+          for (std::int64_t j = 0; j < B; ++j) model.output_grad()(i, j) = dOut(i, j);
+        model.backward();
+
+        GELU<float> gelu;
+        Matrix<float> z0(w1, B), a1(w1, B), z2(w2, B), a3(w2, B), z4(w3, B);
+        Matrix<float> d3(w2, B), d2(w2, B), d1(w1, B), d0(w1, B);
+        auto fwd = [](Layer& l, ConstMatrixView<float> x, MatrixView<float> y) {
+          std::visit([&](auto& layer) { layer.forward(x, y); }, l);
+        };
+        auto bwd = [](Layer& l, ConstMatrixView<float> x, ConstMatrixView<float> dy, MatrixView<float>* dx) {
+          std::visit([&](auto& layer) { dx ? layer.backward(x, dy, *dx) : layer.backward(x, dy); }, l);
+        };
+        fwd(apart[0], X.view(), z0.view());
+        gelu.forward(z0.view(), a1.view());
+        fwd(apart[1], a1.view(), z2.view());
+        gelu.forward(z2.view(), a3.view());
+        fwd(apart[2], a3.view(), z4.view());
+        MatrixView<float> d3v = d3.view(), d1v = d1.view();
+        bwd(apart[2], a3.view(), dOut.view(), &d3v);
+        gelu.backward(z2.view(), d3.view(), d2.view());
+        bwd(apart[1], a1.view(), d2.view(), &d1v);
+        gelu.backward(z0.view(), d1.view(), d0.view());
+        bwd(apart[0], X.view(), d0.view(), nullptr);
+#if SPRIG_HAS_OPENMP
+        omp_set_num_threads(saved);
+#endif
+        CHECK(bitwise_differences(model.act(4), z4.view()) == 0);  // the output
+        std::vector<std::span<const float>> got, want;
+        model.for_each_parameter([&](auto& p) { got.emplace_back(p.grad.data(), p.grad.size()); });
+        for (auto& l : apart)
+          std::visit([&](auto& layer) {
+            layer.for_each_parameter([&](auto& p) { want.emplace_back(p.grad.data(), p.grad.size()); });
+          }, l);
+        REQUIRE(got.size() == want.size());
+        std::int64_t differ = 0;
+        for (std::size_t q = 0; q < got.size(); ++q) {
+          REQUIRE(got[q].size() == want[q].size());
+          differ += bitwise_differences(got[q], want[q]);
+        }
+        CHECK(differ == 0);
+        // the first layer's dY is the GELU's input gradient; act(0) holds gelu'(z0)
+        CHECK(bitwise_differences(model.grad(0), d0.view()) == 0);
+        Matrix<float> ones(w1, B), der(w1, B);
+        for (std::int64_t i = 0; i < w1; ++i)
+          for (std::int64_t j = 0; j < B; ++j) ones(i, j) = 1.0f;
+        gelu.backward(z0.view(), ones.view(), der.view());
+        CHECK(bitwise_differences(model.act(0), der.view()) == 0);
+      }
     }
   }
 }

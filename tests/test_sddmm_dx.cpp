@@ -106,6 +106,36 @@ bool check_case(const st::Case& c) {
     CHECK(kept > 0);
   }
   CHECK(dX_relu.guard_violations() == 0);
+
+  // With gelu, dX is multiplied by x_derivative element by element (negative, zero and NaN
+  // derivatives too): bitwise the plain dX times it; the weight gradient is untouched.
+  st::Operand<T> D(c.K, c.B, c.px, st::quiet_nan<T>());
+  for (std::int64_t i = 0; i < c.K; ++i)
+    for (std::int64_t j = 0; j < c.B; ++j) {
+      const std::int64_t e = i * c.B + j;
+      D(i, j) = e % 6 == 0 ? T(0) : e == 4 ? st::quiet_nan<T>() : static_cast<T>(1.1 - 0.01 * static_cast<double>(e % 130));
+    }
+  std::vector<T> got_gelu = g0;
+  st::Operand<T> dX_gelu(c.K, c.B, c.py, T(-7));
+  TransposeCache<T, Index> cache_gelu;
+  KernelWorkspace<T> ws_g, wst_g;
+  sddmm_dx(W, cache_gelu, dY.cview(), X.cview(), std::span<T>(got_gelu), dX_gelu.view(), ws_g, wst_g,
+           FusedActivation::gelu, D.cview());
+  CHECK(st::bitwise_differences<T>(std::span<const T>(got_gelu), std::span<const T>(got)) == 0);
+  std::int64_t wrong_g = 0;
+  for (std::int64_t i = 0; i < c.K; ++i)
+    for (std::int64_t j = 0; j < c.B; ++j) {
+      const T want_g = dX(i, j) * D(i, j), r = dX_gelu(i, j);
+      wrong_g += std::memcmp(&r, &want_g, sizeof(T)) != 0;
+    }
+  CHECK(wrong_g == 0);
+  CHECK(dX_gelu.guard_violations() == 0);
+  if (c.K > 0 && c.B > 0) {
+    Matrix<T> small(c.K, c.B + 1);
+    CHECK_THROWS_AS(sddmm_dx(W, cache_gelu, dY.cview(), X.cview(), std::span<T>(got_gelu), dX_gelu.view(), ws_g,
+                             wst_g, FusedActivation::gelu, small.view()),
+                    ShapeError);
+  }
   return one_pass;
 }
 

@@ -204,6 +204,7 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
                     std::type_identity_t<MatrixView<T>> Y, std::span<const T> bias = {},
                     FusedActivation act = FusedActivation::none) {
   detail::check_narrow<T>("narrow_forward", W);
+  detail::check_forward_activation("narrow_forward", act);
   if (W.cols() != X.rows() || Y.rows() != W.rows() || Y.cols() != X.cols() ||
       (!bias.empty() && static_cast<std::int64_t>(bias.size()) != W.rows()))
     throw ShapeError(detail::message("narrow_forward: W is ", W.rows(), "x", W.cols(), ", X ", X.rows(), "x", X.cols(),
@@ -239,11 +240,13 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
 }
 
 // dW = dY X^T (overwritten). With dX non-empty also dX = W^T dY, or with x_activation = relu
-// dX = relu_backward(X, W^T dY) (X the output of a ReLU), in the same pass.
+// dX = relu_backward(X, W^T dY) (X the output of a ReLU), in the same pass; with gelu
+// dX = x_derivative * W^T dY (row_epilogue.hpp), in a pass after it.
 template <class T>
 void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identity_t<ConstMatrixView<T>> X,
                      std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dW,
-                     std::type_identity_t<MatrixView<T>> dX = {}, FusedActivation x_activation = FusedActivation::none) {
+                     std::type_identity_t<MatrixView<T>> dX = {}, FusedActivation x_activation = FusedActivation::none,
+                     std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
   detail::check_narrow<T>("narrow_backward", W);
   const bool with_dx = dX.rows() != 0;
   if (W.cols() != X.rows() || dY.rows() != W.rows() || dY.cols() != X.cols() || dW.rows() != W.rows() ||
@@ -251,6 +254,7 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
     throw ShapeError(detail::message("narrow_backward: W is ", W.rows(), "x", W.cols(), ", X ", X.rows(), "x",
                                      X.cols(), ", dY ", dY.rows(), "x", dY.cols(), ", dW ", dW.rows(), "x", dW.cols(),
                                      ", dX ", dX.rows(), "x", dX.cols()));
+  if (with_dx) detail::check_input_activation<T>("narrow_backward", x_activation, X, x_derivative);
   const std::int64_t K = X.rows();
   detail::with_narrow_rows(W.rows(), [&]<int M>(std::integral_constant<int, M>) {
     auto run = [&](std::int64_t k0, std::int64_t k1) {
@@ -273,6 +277,7 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
       run(0, K);
     }
   });
+  if (with_dx && x_activation == FusedActivation::gelu) detail::scale_rows<T>(x_derivative, dX);
 }
 
 }  // namespace sprig

@@ -1,13 +1,15 @@
 // sprig/kernels/row_epilogue.hpp — what a forward kernel does to a finished output row
 // before it stores it: add the row's bias, then apply an activation. Done in registers, it
 // replaces the separate passes over Y that a layer would otherwise make (bias add, ReLU).
-// Also the ReLU's backward for one element, which sddmm_dx applies in its dX store.
+// Also what a linear layer's backward applies to its dX for the element-wise layer that
+// produced its input (the ReLU's backward, or a GELU's derivative), in its dX store.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 #include "../core/config.hpp"
+#include "../core/error.hpp"
 #include "../core/matrix.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -16,9 +18,15 @@
 
 namespace sprig {
 
-// The activation a layer's forward can apply in its store. relu is max(x, 0) with the
-// semantics of ReLU<T> (x > 0 ? x : 0: NaN and -0 become +0).
-enum class FusedActivation { none, relu };
+// An activation fused into a linear layer.
+// Forward (RowEpilogue, Linear / SparseLinear ::forward): the activation applied in the store;
+// relu is max(x, 0) with the semantics of ReLU<T> (x > 0 ? x : 0: NaN and -0 become +0). gelu
+// is not a forward epilogue (check_forward_activation throws).
+// Backward (x_activation of sddmm_dx, narrow_backward, Linear / SparseLinear ::backward): the
+// activation that produced the layer's input X, whose backward dX gets too: relu gives
+// relu_backward(X, W^T dY); gelu gives x_derivative * W^T dY element by element, with
+// x_derivative = gelu'(the GELU's input) as GELU::forward_keep_derivative leaves it.
+enum class FusedActivation { none, relu, gelu };
 
 // The ReLU's backward for one element: the gradient d passes where the ReLU's input x is > 0
 // and is +0 elsewhere (NaN included). Its output has the same sign, so x may be either.
@@ -43,6 +51,46 @@ void relu_backward_rows(ConstMatrixView<T> X, MatrixView<T> dX) noexcept {
     T* d = dX.row(c);
     for (std::int64_t j = 0; j < B; ++j) d[j] = relu_backward(x[j], d[j]);
   }
+}
+
+// dX *= D element by element (OpenMP over rows for large inputs): a GELU's backward from its
+// stored derivative, where a kernel could not apply it in its store. d * D is what
+// GELU::backward computes from the same derivative, so the bits are the same.
+template <class T>
+void scale_rows(ConstMatrixView<T> D, MatrixView<T> dX) noexcept {
+  const std::int64_t K = dX.rows(), B = dX.cols();
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (K * B >= kParallelMinWork && !omp_in_parallel())
+#endif
+  for (std::int64_t c = 0; c < K; ++c) {
+    const T* s = D.row(c);
+    T* d = dX.row(c);
+    for (std::int64_t j = 0; j < B; ++j) d[j] = d[j] * s[j];
+  }
+}
+
+// The backward's x_activation applied by a pass after the kernels (relu_backward_rows or
+// scale_rows; none: nothing).
+template <class T>
+void input_activation_rows(FusedActivation x_activation, ConstMatrixView<T> X, ConstMatrixView<T> x_derivative,
+                           MatrixView<T> dX) noexcept {
+  if (x_activation == FusedActivation::relu) relu_backward_rows<T>(X, dX);
+  else if (x_activation == FusedActivation::gelu) scale_rows<T>(x_derivative, dX);
+}
+
+// Throws unless act can be a forward epilogue (none or relu).
+inline void check_forward_activation(const char* who, FusedActivation act) {
+  if (act == FusedActivation::gelu)
+    throw ArgumentError(message(who, ": gelu is not a forward epilogue (GELU::forward_keep_derivative computes it)"));
+}
+
+// Throws unless x_derivative has X's shape when x_activation is gelu.
+template <class T>
+void check_input_activation(const char* who, FusedActivation x_activation, ConstMatrixView<T> X,
+                            ConstMatrixView<T> x_derivative) {
+  if (x_activation == FusedActivation::gelu && (x_derivative.rows() != X.rows() || x_derivative.cols() != X.cols()))
+    throw ShapeError(message(who, ": x_activation gelu needs x_derivative of X's shape ", X.rows(), "x", X.cols(),
+                             ", got ", x_derivative.rows(), "x", x_derivative.cols()));
 }
 
 }  // namespace detail

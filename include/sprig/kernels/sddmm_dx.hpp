@@ -64,11 +64,12 @@ namespace detail {
 #if SPRIG_KERNEL_SIMD
 // W^T rows [r0, r1) with R batch registers: Wt is W^T's structure (its column indices are
 // rows of W), source its slot permutation into W (source_size entries), values W's values.
-// Relu: each dX row is masked where X <= 0 (relu_backward) before it is stored.
-template <class T, class Index, int R, bool Relu>
+// Act (x_activation): relu masks each dX row where X <= 0 (relu_backward) before it is stored,
+// gelu multiplies it by the row of Xd (x_derivative).
+template <class T, class Index, int R, FusedActivation Act>
 void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std::int64_t source_size, const T* values,
-                   ConstMatrixView<T> dY, ConstMatrixView<T> X, T* grad, MatrixView<T> dX, std::int64_t r0,
-                   std::int64_t r1) noexcept {
+                   ConstMatrixView<T> dY, ConstMatrixView<T> X, ConstMatrixView<T> Xd, T* grad, MatrixView<T> dX,
+                   std::int64_t r0, std::int64_t r1) noexcept {
   using B = Batch<T>;
   constexpr std::int64_t N = B::size;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
@@ -81,8 +82,11 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
   for (std::int64_t c = r0; c < r1; ++c) {
     const std::int64_t s = Wt.row_start(c), n = Wt.row_nnz(c);
     T* dx = dX.row(c);
-    if (n == 0) {
-      std::fill_n(dx, R * N, T(0));
+    if (n == 0) {  // 0 times the mask or derivative is 0 too (a NaN derivative aside)
+      if constexpr (Act == FusedActivation::gelu)
+        for (std::int64_t j = 0; j < R * N; ++j) dx[j] = T(0) * Xd.row(c)[j];
+      else
+        std::fill_n(dx, R * N, T(0));
       continue;
     }
     const T* xr = X.row(c);
@@ -128,7 +132,8 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       for (int h = 0; h + step < C; h += 2 * step)
         for (int r = 0; r < R; ++r) acc[h][r] += acc[h + step][r];
     for (int r = 0; r < R; ++r) {
-      if constexpr (Relu) acc[0][r] = xsimd::select(xv[r] > B(T(0)), acc[0][r], B(T(0)));
+      if constexpr (Act == FusedActivation::relu) acc[0][r] = xsimd::select(xv[r] > B(T(0)), acc[0][r], B(T(0)));
+      if constexpr (Act == FusedActivation::gelu) acc[0][r] = acc[0][r] * B::load_unaligned(Xd.row(c) + r * N);
       acc[0][r].store_unaligned(dx + r * N);
     }
   }
@@ -164,7 +169,9 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
 }  // namespace detail
 
 // grad = the weight gradient at W's live slots (0 at padding and dead slots) and dX = W^T dY,
-// or with x_activation = relu dX = relu_backward(X, W^T dY) (X the output of a ReLU).
+// or with x_activation = relu dX = relu_backward(X, W^T dY) (X the output of a ReLU), or with
+// x_activation = gelu dX = x_derivative * W^T dY (X a GELU's output, x_derivative its
+// derivative at the GELU's input: row_epilogue.hpp).
 // `cache` must belong to W, as for spmm_transposed; `workspace` serves sddmm (W's rows) and
 // `transpose_workspace` the pass over W^T. Throws ShapeError unless dY is W.rows() x B,
 // X and dX are W.cols() x B and grad.size() == W.storage_size().
@@ -173,7 +180,8 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
               std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<ConstMatrixView<T>> X,
               std::type_identity_t<std::span<T>> grad, std::type_identity_t<MatrixView<T>> dX,
               KernelWorkspace<T>& workspace, KernelWorkspace<T>& transpose_workspace,
-              FusedActivation x_activation = FusedActivation::none) {
+              FusedActivation x_activation = FusedActivation::none,
+              std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
   if (dY.rows() != W.rows() || X.rows() != W.cols() || dX.rows() != W.cols() || dY.cols() != X.cols() ||
       dX.cols() != X.cols() || std::ssize(grad) != W.storage_size())
     throw ShapeError(detail::message("sprig::sddmm_dx: W is ", W.rows(), "x", W.cols(), " with ", W.storage_size(),
@@ -181,6 +189,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
                                      ", dX is ", dX.rows(), "x", dX.cols(), ", grad has ", grad.size(),
                                      " entries (need dY ", W.rows(), "xB, X and dX ", W.cols(), "xB, grad ",
                                      W.storage_size(), ")"));
+  detail::check_input_activation<T>("sprig::sddmm_dx", x_activation, X, x_derivative);
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {
     if (detail::sddmm_dx_one_pass(W, X.cols(), workspace, transpose_workspace)) {
@@ -198,12 +207,16 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
       const SourceSlot* source = t.source_slot.data();
       const auto source_size = std::ssize(t.source_slot);
       const std::int64_t rows = t.matrix.rows();
-      const bool relu = x_activation == FusedActivation::relu;
       auto run = [&]<int R>() {
-        if (relu)
-          detail::sddmm_dx_rows<T, Index, R, true>(t.matrix, source, source_size, values, dY, X, grad.data(), dX, 0, rows);
-        else
-          detail::sddmm_dx_rows<T, Index, R, false>(t.matrix, source, source_size, values, dY, X, grad.data(), dX, 0, rows);
+        auto rows_with = [&]<FusedActivation A>() {
+          detail::sddmm_dx_rows<T, Index, R, A>(t.matrix, source, source_size, values, dY, X, x_derivative, grad.data(),
+                                                dX, 0, rows);
+        };
+        switch (x_activation) {
+          case FusedActivation::relu: rows_with.template operator()<FusedActivation::relu>(); break;
+          case FusedActivation::gelu: rows_with.template operator()<FusedActivation::gelu>(); break;
+          default: rows_with.template operator()<FusedActivation::none>(); break;
+        }
       };
       switch (regs) {
         case 1: run.template operator()<1>(); break;
@@ -221,7 +234,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
 #endif
   sddmm(W, dY, X, grad, workspace, Update::overwrite);
   spmm_transposed(W, cache, dY, dX, transpose_workspace, Update::overwrite);
-  if (x_activation == FusedActivation::relu) detail::relu_backward_rows<T>(X, dX);
+  detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
 }
 
 }  // namespace sprig

@@ -3,7 +3,8 @@
 // Shapes (feature-major): X [in x B], Y and dY [out x B], dX [in x B].
 //   forward:  Y  = W X + b          (gemm NN, then one pass for bias and a fused activation)
 //   backward: dW = dY X^T           (gemm NT), db = sum over the batch of dY,
-//             dX = W^T dY           (gemm TN; with x_activation = relu then masked where X <= 0)
+//             dX = W^T dY           (gemm TN; with x_activation = relu then masked where X <= 0,
+//                                    with gelu multiplied by x_derivative: row_epilogue.hpp)
 // backward overwrites the gradients; the two-argument overload skips dX.
 // A layer with at most kNarrowMaxRows outputs (a classifier's head) runs on the narrow kernels
 // instead (kernels/narrow_dense.hpp): bias and activation in the forward's store, and dW and dX
@@ -56,6 +57,7 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    detail::check_forward_activation("Linear::forward", act);
     if (narrow()) {
       narrow_forward<T>(weight.view(), X, Y, std::span<const T>(bias.value), act);
       return;
@@ -65,21 +67,24 @@ public:
   }
 
   // With x_activation = relu (X is a ReLU's output), dX gets that ReLU's backward too:
-  // dX = relu_backward(X, W^T dY), so the ReLU's own pass can be skipped (Sequential does).
+  // dX = relu_backward(X, W^T dY), so the ReLU's own pass can be skipped (Sequential does);
+  // with gelu (X is a GELU's output), dX = x_derivative * W^T dY.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
-                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none) {
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("Linear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
+    detail::check_input_activation<T>("Linear::backward", x_activation, X, x_derivative);
     check_backward_shapes(X, dY);
     if (narrow()) {
-      narrow_backward<T>(weight.view(), X, dY, weight.grad_view(), dX, x_activation);
+      narrow_backward<T>(weight.view(), X, dY, weight.grad_view(), dX, x_activation, x_derivative);
       detail::sum_rows<T>(dY, bias.grad);
       return;
     }
     backward(X, dY);
     gemm<T>(Trans::yes, Trans::no, T(1), weight.view(), dY, T(0), dX);
-    if (x_activation == FusedActivation::relu) detail::relu_backward_rows<T>(X, dX);
+    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
   }
 
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {

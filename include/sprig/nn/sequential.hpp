@@ -22,6 +22,11 @@
 // dX (SparseLinear / Linear ::backward with FusedActivation::relu: in the store of sddmm_dx's
 // one pass or of the narrow kernels, else in a pass after the kernels) and the ReLU's pass is
 // skipped: the same bits, and where the kernel fuses it one pass over the gradient less.
+// A GELU between two linear layers computes its derivative in its forward, with the same exp
+// as its value (GELU::forward_keep_derivative), into its input's buffer, which nothing else
+// reads: act(k - 1) of the linear layer below a GELU holds gelu'(its output), not the output.
+// The linear layer above multiplies its dX by it (FusedActivation::gelu) and the GELU's
+// backward pass is skipped: the same bits as the GELU run apart.
 //
 // A training step:
 //     auto Z  = model.forward(X);                          // X [in x B], kept by view
@@ -101,6 +106,10 @@ public:
       reshape(acts_[k], out, B);
       const ConstMatrixView<T> in = input_of(k);
       const MatrixView<T> y = acts_[k].view();
+      if (keeps_gelu_derivative(k)) {  // layer k - 1's buffer then holds gelu'(its output)
+        std::get<GELU<T>>(layers_[k]).forward_keep_derivative(acts_[act_of_[k - 1]].view(), y);
+        continue;
+      }
       std::visit(
           [&](auto& l) {
             if constexpr (requires { l.forward(in, y, FusedActivation::relu); })
@@ -142,15 +151,16 @@ public:
               if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
             },
             layers_[k]);
-      } else if (k + 1 < layers_.size() && fuses_previous_relu_backward(k + 1)) {
-        // this ReLU's backward was applied by layer k + 1's dX store
+      } else if (k + 1 < layers_.size() && fused_input_activation(k + 1) != FusedActivation::none) {
+        // this activation's backward was applied by layer k + 1 to its dX
       } else {
-        const bool fuse = fuses_previous_relu_backward(k);
+        const FusedActivation fuse = fused_input_activation(k);
+        // gelu: the derivative forward_keep_derivative left in the GELU's input buffer
+        const ConstMatrixView<T> derivative = fuse == FusedActivation::gelu ? act(k - 2) : ConstMatrixView<T>();
         std::visit(
             [&](auto& l) {
-              if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), FusedActivation::relu); })
-                l.backward(in, dy, grads_[grad_of_[k - 1]].view(),
-                           fuse ? FusedActivation::relu : FusedActivation::none);
+              if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative); })
+                l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative);
               else
                 l.backward(in, dy, grads_[grad_of_[k - 1]].view());
             },
@@ -190,7 +200,8 @@ public:
     return out;
   }
 
-  // The output of layer k (for a linear layer followed by a ReLU: the ReLU's output).
+  // The output of layer k (for a linear layer followed by a ReLU: the ReLU's output; for a
+  // linear layer followed by a GELU and another linear layer: gelu' of its output, see the top).
   ConstMatrixView<T> act(std::size_t k) const { return acts_.at(act_of_.at(k)).view(); }
   // The buffer of grad(k); for the output of an element-wise layer it is shared with the
   // layer's input gradient and holds that one after backward() (see the top of this file).
@@ -251,17 +262,30 @@ private:
 
   // Whether layer k is linear and applies the ReLU at k + 1 in its forward's store.
   bool fuses_next_relu(std::size_t k) const {
-    return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) &&
-           (std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) || std::holds_alternative<Linear<T>>(layers_[k]));
+    return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) && is_linear(layers_[k]);
   }
 
-  // Whether linear layer k applies the backward of the ReLU at k - 1 to its dX (the ReLU's
-  // input gradient shares its buffer with dX, so the ReLU's pass is skipped). Its input is the
-  // ReLU's output either way (fused into layer k - 2 or not), which relu_backward allows.
-  bool fuses_previous_relu_backward(std::size_t k) const {
-    return k >= 2 &&
-           (std::holds_alternative<SparseLinear<T, Index>>(layers_[k]) || std::holds_alternative<Linear<T>>(layers_[k])) &&
-           std::holds_alternative<ReLU<T>>(layers_[k - 1]);
+  static bool is_linear(const Layer& l) noexcept {
+    return std::holds_alternative<SparseLinear<T, Index>>(l) || std::holds_alternative<Linear<T>>(l);
+  }
+
+  // Whether the GELU at k runs forward_keep_derivative: its input is the output of the linear
+  // layer k - 1 (a buffer of this model that nothing else reads: a linear layer's backward needs
+  // its input, not its output) and linear layer k + 1 applies its backward from the derivative.
+  bool keeps_gelu_derivative(std::size_t k) const {
+    return k >= 1 && k + 1 < layers_.size() && std::holds_alternative<GELU<T>>(layers_[k]) &&
+           is_linear(layers_[k - 1]) && is_linear(layers_[k + 1]);
+  }
+
+  // The backward of the element-wise layer at k - 1 that linear layer k applies to its dX (the
+  // element-wise layer's input gradient shares its buffer with dX, so its own pass is
+  // skipped): relu for a ReLU (its input is the ReLU's output either way, fused into layer
+  // k - 2 or not, which relu_backward allows), gelu for a GELU that kept its derivative.
+  FusedActivation fused_input_activation(std::size_t k) const {
+    if (k < 2 || !is_linear(layers_[k])) return FusedActivation::none;
+    if (std::holds_alternative<ReLU<T>>(layers_[k - 1])) return FusedActivation::relu;
+    if (keeps_gelu_derivative(k - 1)) return FusedActivation::gelu;
+    return FusedActivation::none;
   }
 
   // Whether layer k's backward may write dX over dY (element-wise layers declare it).

@@ -7,7 +7,8 @@
 //             db    = sum over the batch of dY
 //             dX    = W^T dY                                (spmm_transposed on the cached W^T)
 //             (the weight gradient and dX in one pass over W^T where it applies: sddmm_dx;
-//             with FusedActivation::relu for an X that a ReLU produced, dX gets its backward)
+//             with FusedActivation::relu for an X that a ReLU produced, dX gets its backward;
+//             with gelu and x_derivative for an X that a GELU produced, its derivative)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
 // A layer wide enough that the kernels block its columns (X beyond half an L2:
@@ -88,6 +89,7 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    detail::check_forward_activation("SparseLinear::forward", act);
     if (const auto blocks = detail::spmm_column_blocks<T>(in_features(), X.cols(), workspace_.column_block_bytes);
         blocks.count > 1 && (grouped_key_ != weight.weight.topology_key() || blocks.shift < grouped_shift_)) {
       weight.group_columns(blocks.shift);
@@ -99,15 +101,19 @@ public:
 
   // Weight and bias gradients, and dX = W^T dY. With x_activation = relu, X is the output of a
   // ReLU and dX gets that ReLU's backward too (relu_backward(X, W^T dY), in sddmm_dx's store),
-  // so the ReLU's own backward pass is not needed (Sequential skips it).
+  // so the ReLU's own backward pass is not needed (Sequential skips it). With gelu, X is a
+  // GELU's output and dX = x_derivative * W^T dY (x_derivative from
+  // GELU::forward_keep_derivative), in sddmm_dx's store too.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
-                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none) {
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
+    detail::check_input_activation<T>("SparseLinear::backward", x_activation, X, x_derivative);
     check_backward(X, dY);
     sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
-             x_activation);
+             x_activation, x_derivative);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
