@@ -90,6 +90,9 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       continue;
     }
     const T* xr = X.row(c);
+    if constexpr (Act == FusedActivation::gelu)  // the derivative row is read at the store, ~100
+      for (std::int64_t off = 0; off < R * N; off += 64 / static_cast<std::int64_t>(sizeof(T)))  // weights away
+        prefetch(Xd.row(c) + off);
     B xv[R], acc[C][R];
     for (int r = 0; r < R; ++r) xv[r] = B::load_unaligned(xr + r * N);
     for (int h = 0; h < C; ++h)
