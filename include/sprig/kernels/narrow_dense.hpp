@@ -181,13 +181,23 @@ void with_narrow_rows(std::int64_t m, Fn&& fn) {
   }(std::make_integer_sequence<int, static_cast<int>(kNarrowMaxRows)>{});
 }
 
-inline bool narrow_parallel(std::int64_t work) noexcept {
+// Calls run(begin, end) on [0, n) split evenly over the OpenMP threads where the work
+// (multiply-adds) pays for a parallel region, else once on all of it.
+template <class Fn>
+void narrow_split(std::int64_t work, std::int64_t n, Fn&& run) {
 #if SPRIG_HAS_OPENMP
-  return work >= kParallelMinWork && !omp_in_parallel() && omp_get_max_threads() > 1;
+  if (work >= kParallelMinWork && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#  pragma omp parallel
+    {
+      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      run(n * t / nt, n * (t + 1) / nt);
+    }
+    return;
+  }
 #else
   (void)work;
-  return false;
 #endif
+  run(0, n);
 }
 
 template <class T>
@@ -226,17 +236,7 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
       i0 += rows;
     }
   };
-  if (detail::narrow_parallel(m * X.rows() * Bn)) {
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel
-    {
-      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      run(blocks * t / nt, blocks * (t + 1) / nt);
-    }
-#endif
-  } else {
-    run(0, blocks);
-  }
+  detail::narrow_split(m * X.rows() * Bn, blocks, run);
 }
 
 // dW = dY X^T (overwritten). With dX non-empty also dX = W^T dY, or with x_activation = relu
@@ -265,17 +265,7 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
       else
         detail::narrow_backward_rows<T, M, true, false>(W, X, dY, dW, dX, k0, k1);
     };
-    if (detail::narrow_parallel(W.rows() * K * X.cols())) {
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel
-      {
-        const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-        run(K * t / nt, K * (t + 1) / nt);
-      }
-#endif
-    } else {
-      run(0, K);
-    }
+    detail::narrow_split(W.rows() * K * X.cols(), K, run);
   });
   if (with_dx && x_activation == FusedActivation::gelu) detail::scale_rows<T>(x_derivative, dX);
 }
