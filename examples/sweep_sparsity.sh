@@ -44,6 +44,7 @@ opt_line="$(grep '^optimizer:' "$out/sweep_0.9.log" | head -1)"
   echo "${model_line}; ${opt_line#optimizer: }."
   echo "Sparsity 0 is the same model with every layer dense (OpenBLAS GEMM); otherwise the"
   echo "hidden layers are PaddedCSR (int32 indices, 20% row padding) and the output layer is dense."
+  echo "The 10-wide output layer runs on sprig's narrow kernels (kernels/narrow_dense.hpp) in both."
   echo "Weight memory counts every byte the weights occupy (values, column indices, row arrays,"
   echo "padding, biases); ms/step is forward + backward + optimizer, averaged over the run."
   echo
