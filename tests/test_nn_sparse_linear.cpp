@@ -102,6 +102,9 @@ TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
   CHECK_THROWS_AS(layer.forward(X.view(), bad.view()), ShapeError);
   CHECK_THROWS_AS(layer.backward(X.view(), bad.view(), dX.view()), ShapeError);
   CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), bad.view()), ShapeError);
+  // gelu: a backward-only activation, whose derivative must have X's shape
+  CHECK_THROWS_AS(layer.forward(X.view(), Y.view(), FusedActivation::gelu), ArgumentError);
+  CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), dX.view(), FusedActivation::gelu, bad.view()), ShapeError);
   // A structural change without SparseParameter::apply leaves grad misaligned: caught.
   for (std::int64_t i = 0; i < 4; ++i) layer.weight.weight.reserve_row(i, 8);
   REQUIRE(std::ssize(layer.weight.grad) != layer.weight.weight.storage_size());

@@ -332,6 +332,8 @@ TEMPLATE_LIST_TEST_CASE("spmm with a row epilogue: no bias is plain spmm; a bias
   CHECK(st::bitwise_differences<T>(plain.view(), fused.view()) == 0);
   const std::vector<T> short_bias(5, T(1));
   CHECK_THROWS_AS(spmm(W, X.view(), Y.view(), ws, RowEpilogue<T>{short_bias, FusedActivation::relu}), ShapeError);
+  // gelu is a backward-only activation (GELU::forward_keep_derivative computes the forward)
+  CHECK_THROWS_AS(spmm(W, X.view(), Y.view(), ws, RowEpilogue<T>{{}, FusedActivation::gelu}), ArgumentError);
   CHECK(Y(0, 0) == T(7));
 }
 

@@ -5,7 +5,8 @@
 // dX [K x B], m <= kNarrowMaxRows.
 //   narrow_forward:  Y = act(W X + b)  with the bias and the activation in the store
 //   narrow_backward: dW = dY X^T and, if asked, dX = W^T dY (with x_activation = relu:
-//                    relu_backward(X, W^T dY)), in one pass over the K rows of X
+//                    relu_backward(X, W^T dY)), in one pass over the K rows of X (with
+//                    gelu: times x_derivative, in a pass after it)
 //
 // Why: a GEMM library packs both operands and its register tiles assume large m; with
 // m = 10 and K x B = 1024 x 128 OpenBLAS ran the MLP head's forward at 82 GFLOP/s, its weight

@@ -340,7 +340,7 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
 // Y = act(W * X + bias) (row_epilogue.hpp): the bias and activation applied in the kernel's
 // store, bitwise the same as spmm followed by a bias pass and a ReLU pass, without those
 // passes over Y. Throws ShapeError as spmm does, and unless the bias is empty (none) or has
-// W.rows() entries.
+// W.rows() entries; ArgumentError for an activation that is not a forward epilogue (gelu).
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
@@ -348,6 +348,7 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
   if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
     throw ShapeError(detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(),
                                      " rows"));
+  detail::check_forward_activation("sprig::spmm", epilogue.activation);
   if (Y.rows() == 0 || Y.cols() == 0) return;
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {
