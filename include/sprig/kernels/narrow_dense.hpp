@@ -268,7 +268,8 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
     };
     detail::narrow_split(W.rows() * K * X.cols(), K, run);
   });
-  if (with_dx && x_activation == FusedActivation::gelu) detail::scale_rows<T>(x_derivative, dX);
+  if (with_dx && x_activation == FusedActivation::gelu)
+    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
 }
 
 }  // namespace sprig

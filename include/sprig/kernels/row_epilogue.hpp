@@ -37,45 +37,31 @@ constexpr T relu_backward(T x, T d) noexcept {
 
 namespace detail {
 
-// dX = relu_backward(X, dX) element by element (OpenMP over rows for large inputs): the ReLU's
-// backward where a kernel could not apply it in its store (sddmm_dx off its one pass, Linear
-// on a gemm).
-template <class T>
-void relu_backward_rows(ConstMatrixView<T> X, MatrixView<T> dX) noexcept {
+// dX(i, j) = f(A(i, j), dX(i, j)) element by element, OpenMP over rows for large inputs.
+template <class T, class F>
+void combine_rows(ConstMatrixView<T> A, MatrixView<T> dX, F f) noexcept {
   const std::int64_t K = dX.rows(), B = dX.cols();
 #if SPRIG_HAS_OPENMP
 #  pragma omp parallel for schedule(static) if (K * B >= kParallelMinWork && !omp_in_parallel())
 #endif
   for (std::int64_t c = 0; c < K; ++c) {
-    const T* x = X.row(c);
+    const T* a = A.row(c);
     T* d = dX.row(c);
-    for (std::int64_t j = 0; j < B; ++j) d[j] = relu_backward(x[j], d[j]);
+    for (std::int64_t j = 0; j < B; ++j) d[j] = f(a[j], d[j]);
   }
 }
 
-// dX *= D element by element (OpenMP over rows for large inputs): a GELU's backward from its
-// stored derivative, where a kernel could not apply it in its store. d * D is what
-// GELU::backward computes from the same derivative, so the bits are the same.
-template <class T>
-void scale_rows(ConstMatrixView<T> D, MatrixView<T> dX) noexcept {
-  const std::int64_t K = dX.rows(), B = dX.cols();
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (K * B >= kParallelMinWork && !omp_in_parallel())
-#endif
-  for (std::int64_t c = 0; c < K; ++c) {
-    const T* s = D.row(c);
-    T* d = dX.row(c);
-    for (std::int64_t j = 0; j < B; ++j) d[j] = d[j] * s[j];
-  }
-}
-
-// The backward's x_activation applied by a pass after the kernels (relu_backward_rows or
-// scale_rows; none: nothing).
+// The backward's x_activation applied by a pass over dX, where a kernel could not apply it in
+// its store (sddmm_dx off its one pass, the narrow kernels for gelu, Linear on a gemm): relu
+// gives relu_backward(X, dX); gelu gives dX * x_derivative, what GELU::backward computes from
+// the same derivative, so the bits are the same; none leaves dX alone.
 template <class T>
 void input_activation_rows(FusedActivation x_activation, ConstMatrixView<T> X, ConstMatrixView<T> x_derivative,
                            MatrixView<T> dX) noexcept {
-  if (x_activation == FusedActivation::relu) relu_backward_rows<T>(X, dX);
-  else if (x_activation == FusedActivation::gelu) scale_rows<T>(x_derivative, dX);
+  if (x_activation == FusedActivation::relu)
+    combine_rows<T>(X, dX, [](T x, T d) { return relu_backward(x, d); });
+  else if (x_activation == FusedActivation::gelu)
+    combine_rows<T>(x_derivative, dX, [](T s, T d) { return d * s; });
 }
 
 // Throws unless act can be a forward epilogue (none or relu).

@@ -89,6 +89,7 @@ public:
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    // spmm checks it too, but only after group_columns below has reordered the storage
     detail::check_forward_activation("SparseLinear::forward", act);
     if (const auto blocks = detail::spmm_column_blocks<T>(in_features(), X.cols(), workspace_.column_block_bytes);
         blocks.count > 1 && (grouped_key_ != weight.weight.topology_key() || blocks.shift < grouped_shift_)) {
@@ -110,7 +111,6 @@ public:
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
-    detail::check_input_activation<T>("SparseLinear::backward", x_activation, X, x_derivative);
     check_backward(X, dY);
     sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
              x_activation, x_derivative);
