@@ -390,27 +390,6 @@ ProfileResult profile_run(Run& run, int steps) {
   const std::int64_t B = run.X.cols();
   std::vector<sprig::Matrix<T>> acts(n), grads(n);
   std::vector<sprig::MatrixView<T>> outs(n);  // a fused ReLU's output is its linear layer's buffer
-  auto linear_at = [&](std::size_t k) {
-    return std::holds_alternative<sprig::SparseLinear<T, Index>>(m.layer(k)) ||
-           std::holds_alternative<sprig::Linear<T>>(m.layer(k));
-  };
-  // as Sequential: a GELU between linear layers leaves gelu' in its input's buffer, and the
-  // linear layer above applies it to its dX
-  auto keeps_gelu_derivative = [&](std::size_t k) {
-    return k >= 1 && k + 1 < n && std::holds_alternative<sprig::GELU<T>>(m.layer(k)) && linear_at(k - 1) &&
-           linear_at(k + 1);
-  };
-  // the activation below linear layer k whose backward it applies to its dX (Sequential's
-  // fused_input_activation)
-  auto input_activation = [&](std::size_t k) {
-    if (k < 2) return sprig::FusedActivation::none;
-    if (std::holds_alternative<sprig::ReLU<T>>(m.layer(k - 1))) return sprig::FusedActivation::relu;
-    return keeps_gelu_derivative(k - 1) ? sprig::FusedActivation::gelu : sprig::FusedActivation::none;
-  };
-  auto fuses_next_relu = [&](std::size_t k) {
-    return k + 1 < n && std::holds_alternative<sprig::ReLU<T>>(m.layer(k + 1)) &&
-           !std::holds_alternative<sprig::ReLU<T>>(m.layer(k)) && !std::holds_alternative<sprig::GELU<T>>(m.layer(k));
-  };
   std::vector<sprig::KernelWorkspace<T>> ws(n), wst(n);
   std::array<std::array<std::vector<double>, kMaxLayers>, kPhases> samples;
   std::vector<double> sums;
@@ -429,12 +408,12 @@ ProfileResult profile_run(Run& run, int steps) {
             using L = std::decay_t<decltype(l)>;
             std::int64_t out = in.rows();
             if constexpr (requires { l.out_features(); }) out = l.out_features();
-            const bool fused_here = k > 0 && fuses_next_relu(k - 1);
+            const bool fused_here = k > 0 && m.fuses_next_relu(k - 1);
             if (!fused_here && (acts[k].rows() != out || acts[k].cols() != B))
               acts[k].resize(out, B, Model::activation_stride(B));
             const sprig::MatrixView<T> y = fused_here ? outs[k - 1] : acts[k].view();
             outs[k] = y;
-            const auto act = fuses_next_relu(k) ? sprig::FusedActivation::relu : sprig::FusedActivation::none;
+            const auto act = m.fuses_next_relu(k) ? sprig::FusedActivation::relu : sprig::FusedActivation::none;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               timed(fwd_spmm, k, [&] {
                 sprig::spmm(l.weight.weight, in, y, ws[k], sprig::RowEpilogue<T>{l.bias.value, act});
@@ -473,7 +452,7 @@ ProfileResult profile_run(Run& run, int steps) {
                 r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) + "x" +
                             std::to_string(B);
               if constexpr (std::is_same_v<L, sprig::GELU<T>>) {
-                if (keeps_gelu_derivative(k)) {
+                if (m.keeps_gelu_derivative(k)) {
                   timed(act_phase, k, [&] { l.forward_keep_derivative(outs[k - 1], y); });
                   return;
                 }
@@ -496,26 +475,33 @@ ProfileResult profile_run(Run& run, int steps) {
       const sprig::ConstMatrixView<T> x =
           k == 0 ? sprig::ConstMatrixView<T>(run.X) : sprig::ConstMatrixView<T>(outs[k - 1]);
       const sprig::ConstMatrixView<T> dy = grads[k].view();
-      if (k > 0 && (grads[k - 1].rows() != x.rows() || grads[k - 1].cols() != B))
-        grads[k - 1].resize(x.rows(), B, Model::activation_stride(B));
+      // Where layer k's dX goes; for a linear layer also the activation below it whose backward
+      // it applies (as Sequential asks for it) and that activation's derivative buffer for
+      // gelu: then dX goes to the activation's input gradient, where Sequential's shared
+      // buffer has it.
+      const sprig::FusedActivation below = m.fused_input_activation(k);
+      const bool fused_below = below != sprig::FusedActivation::none;
+      const sprig::ConstMatrixView<T> derivative =
+          below == sprig::FusedActivation::gelu ? sprig::ConstMatrixView<T>(outs[k - 2]) : sprig::ConstMatrixView<T>();
+      sprig::Matrix<T>* dx = k == 0 ? nullptr : &grads[fused_below ? k - 2 : k - 1];
+      if (dx && (dx->rows() != x.rows() || dx->cols() != B)) dx->resize(x.rows(), B, Model::activation_stride(B));
+      const sprig::MatrixView<T> dx_view = dx ? dx->view() : sprig::MatrixView<T>();
+      relu_done = fused_below;
+      // where no kernel store applies it: the pass after the kernels, timed as the activation's
+      auto pass_below = [&] {
+        if (fused_below)
+          timed(act_phase, k - 1, [&] { sprig::detail::input_activation_rows<T>(below, x, derivative, dx_view); });
+      };
       std::visit(
           [&](auto& l) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               auto& W = l.weight.weight;
               if (k > 0 && sprig::detail::sddmm_dx_one_pass(W, B, ws[k], wst[k])) {  // as SparseLinear::backward
-                // with the backward of a ReLU or GELU below in its store, as Sequential asks for
-                // it (straight into the activation's input gradient, where Sequential's shared
-                // buffer has it)
-                const auto below = input_activation(k);
-                sprig::Matrix<T>& dx = grads[below != sprig::FusedActivation::none ? k - 2 : k - 1];
-                if (dx.rows() != x.rows() || dx.cols() != B) dx.resize(x.rows(), B, Model::activation_stride(B));
                 timed(wgrad_dx_fused, k, [&] {
-                  sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), dx.view(), ws[k], wst[k],
-                                  below, below == sprig::FusedActivation::gelu ? sprig::ConstMatrixView<T>(outs[k - 2])
-                                                                                : sprig::ConstMatrixView<T>());
+                  sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), dx_view, ws[k], wst[k],
+                                  below, derivative);
                 });
-                relu_done = below != sprig::FusedActivation::none;
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
               }
@@ -523,31 +509,16 @@ ProfileResult profile_run(Run& run, int steps) {
                 sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite);
               });
               timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
-              if (k > 0) {  // as SparseLinear::backward: W^T dY on the layer's transpose cache
-                // a GELU below: into its input gradient, then multiplied by its derivative
-                const bool gelu_below = input_activation(k) == sprig::FusedActivation::gelu;
-                sprig::Matrix<T>& dx = grads[gelu_below ? k - 2 : k - 1];
-                if (dx.rows() != x.rows() || dx.cols() != B) dx.resize(x.rows(), B, Model::activation_stride(B));
+              if (dx) {  // as SparseLinear::backward: W^T dY on the layer's transpose cache
                 timed(dx_spmm, k, [&] {
-                  sprig::spmm_transposed(W, l.transpose_cache(), dy, dx.view(), wst[k], sprig::Update::overwrite);
+                  sprig::spmm_transposed(W, l.transpose_cache(), dy, dx_view, wst[k], sprig::Update::overwrite);
                 });
-                if (gelu_below) {
-                  timed(act_phase, k - 1, [&] { sprig::detail::scale_rows<T>(outs[k - 2], dx.view()); });
-                  relu_done = true;
-                }
+                pass_below();
               }
-            } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
-              // as Linear::backward, with the activation below as Sequential asks for it
-              const auto below = input_activation(k);
-              const sprig::ConstMatrixView<T> derivative =
-                  below == sprig::FusedActivation::gelu ? sprig::ConstMatrixView<T>(outs[k - 2]) : sprig::ConstMatrixView<T>();
-              sprig::Matrix<T>* dx = k == 0 ? nullptr : &grads[below != sprig::FusedActivation::none ? k - 2 : k - 1];
-              if (dx && (dx->rows() != x.rows() || dx->cols() != B)) dx->resize(x.rows(), B, Model::activation_stride(B));
-              relu_done = below != sprig::FusedActivation::none;
+            } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {  // as Linear::backward
               if (l.narrow()) {
                 timed(wgrad_dx_narrow, k, [&] {
-                  sprig::narrow_backward<T>(l.weight.view(), x, dy, l.weight.grad_view(),
-                                            dx ? dx->view() : sprig::MatrixView<T>(), below, derivative);
+                  sprig::narrow_backward<T>(l.weight.view(), x, dy, l.weight.grad_view(), dx_view, below, derivative);
                 });
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
@@ -558,15 +529,12 @@ ProfileResult profile_run(Run& run, int steps) {
               timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
               if (dx) {
                 timed(dx_gemm, k, [&] {
-                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0), dx->view());
+                  sprig::gemm<T>(sprig::Trans::yes, sprig::Trans::no, T(1), l.weight.view(), dy, T(0), dx_view);
                 });
-                if (below != sprig::FusedActivation::none)  // the pass after the gemm, as the layer below's
-                  timed(act_phase, k - 1, [&] {
-                    sprig::detail::input_activation_rows<T>(below, x, derivative, dx->view());
-                  });
+                pass_below();
               }
             } else {
-              timed(act_phase, k, [&] { l.backward(x, dy, grads[k - 1].view()); });
+              timed(act_phase, k, [&] { l.backward(x, dy, dx_view); });
             }
           },
           m.layer(k));

@@ -230,7 +230,37 @@ public:
     return std::max<std::int64_t>(s, 1);
   }
 
+  // The fusions forward() and backward() make, by layer index (public so that a profiler
+  // can run the same step phase by phase: bench/train_step).
+  // Whether layer k is linear and applies the ReLU at k + 1 in its forward's store.
+  bool fuses_next_relu(std::size_t k) const {
+    return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) && is_linear(layers_[k]);
+  }
+
+  // Whether the GELU at k runs forward_keep_derivative: its input is the output of the linear
+  // layer k - 1 (a buffer of this model that nothing else reads: a linear layer's backward needs
+  // its input, not its output) and linear layer k + 1 applies its backward from the derivative.
+  bool keeps_gelu_derivative(std::size_t k) const {
+    return k >= 1 && k + 1 < layers_.size() && std::holds_alternative<GELU<T>>(layers_[k]) &&
+           is_linear(layers_[k - 1]) && is_linear(layers_[k + 1]);
+  }
+
+  // The backward of the element-wise layer at k - 1 that linear layer k applies to its dX (the
+  // element-wise layer's input gradient shares its buffer with dX, so its own pass is
+  // skipped): relu for a ReLU (its input is the ReLU's output either way, fused into layer
+  // k - 2 or not, which relu_backward allows), gelu for a GELU that kept its derivative.
+  FusedActivation fused_input_activation(std::size_t k) const {
+    if (k < 2 || !is_linear(layers_[k])) return FusedActivation::none;
+    if (std::holds_alternative<ReLU<T>>(layers_[k - 1])) return FusedActivation::relu;
+    if (keeps_gelu_derivative(k - 1)) return FusedActivation::gelu;
+    return FusedActivation::none;
+  }
+
 private:
+  static bool is_linear(const Layer& l) noexcept {
+    return std::holds_alternative<SparseLinear<T, Index>>(l) || std::holds_alternative<Linear<T>>(l);
+  }
+
   std::int64_t out_width(std::size_t k, std::int64_t in) const {
     return std::visit(
         [&](const auto& l) -> std::int64_t {
@@ -259,34 +289,6 @@ private:
   }
 
   ConstMatrixView<T> input_of(std::size_t k) const { return k == 0 ? input_ : act(k - 1); }
-
-  // Whether layer k is linear and applies the ReLU at k + 1 in its forward's store.
-  bool fuses_next_relu(std::size_t k) const {
-    return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) && is_linear(layers_[k]);
-  }
-
-  static bool is_linear(const Layer& l) noexcept {
-    return std::holds_alternative<SparseLinear<T, Index>>(l) || std::holds_alternative<Linear<T>>(l);
-  }
-
-  // Whether the GELU at k runs forward_keep_derivative: its input is the output of the linear
-  // layer k - 1 (a buffer of this model that nothing else reads: a linear layer's backward needs
-  // its input, not its output) and linear layer k + 1 applies its backward from the derivative.
-  bool keeps_gelu_derivative(std::size_t k) const {
-    return k >= 1 && k + 1 < layers_.size() && std::holds_alternative<GELU<T>>(layers_[k]) &&
-           is_linear(layers_[k - 1]) && is_linear(layers_[k + 1]);
-  }
-
-  // The backward of the element-wise layer at k - 1 that linear layer k applies to its dX (the
-  // element-wise layer's input gradient shares its buffer with dX, so its own pass is
-  // skipped): relu for a ReLU (its input is the ReLU's output either way, fused into layer
-  // k - 2 or not, which relu_backward allows), gelu for a GELU that kept its derivative.
-  FusedActivation fused_input_activation(std::size_t k) const {
-    if (k < 2 || !is_linear(layers_[k])) return FusedActivation::none;
-    if (std::holds_alternative<ReLU<T>>(layers_[k - 1])) return FusedActivation::relu;
-    if (keeps_gelu_derivative(k - 1)) return FusedActivation::gelu;
-    return FusedActivation::none;
-  }
 
   // Whether layer k's backward may write dX over dY (element-wise layers declare it).
   bool in_place_backward(std::size_t k) const {
