@@ -110,15 +110,12 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       const T* d = dY.row(static_cast<std::int64_t>(ci[q]));
       const std::int32_t slot = src[q];
       const B w(values[slot]);
-      B dv = B::load_unaligned(d);
-      B a = dv * xv[0];
-      acc[h][0] = xsimd::fma(w, dv, acc[h][0]);
-      for (int r = 1; r < R; ++r) {
-        dv = B::load_unaligned(d + r * N);
-        a = xsimd::fma(dv, xv[r], a);
-        acc[h][r] = xsimd::fma(w, dv, acc[h][r]);
+      B dvs[R];
+      for (int r = 0; r < R; ++r) {
+        dvs[r] = B::load_unaligned(d + r * N);
+        acc[h][r] = xsimd::fma(w, dvs[r], acc[h][r]);
       }
-      dots[k] = a;
+      dots[k] = lane_dot<R>(xv, [&dvs](int r) { return dvs[r]; });
       slot_of[k] = slot;
       if (++k == N) {
         batched_hsum(dots).store_aligned(reduced);
