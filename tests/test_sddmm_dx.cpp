@@ -156,7 +156,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise sddmm + spmm_transposed and within 
   if (detail::kSimdFor<T>) CHECK(one_pass > 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole registers on one thread", "[sddmm_dx]",
+TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole registers", "[sddmm_dx]",
                         st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
@@ -231,6 +231,8 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise identical for 1, 2 and 3 threads", 
       std::vector<T> g(static_cast<std::size_t>(W.storage_size()));
       Matrix<T> dX(W.cols(), B);
       sddmm_dx(W, cache, dY.view(), X.view(), std::span<T>(g), dX.view(), ws, wst);
+      // whole registers: the one pass, split over the threads (a batch tail: the two kernels)
+      CHECK(detail::sddmm_dx_one_pass(W, B, ws, wst) == (detail::kSimdFor<T> && B % N == 0));
       grads.push_back(std::move(g));
       dxs.push_back(std::move(dX));
     }
