@@ -216,32 +216,35 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise identical for 1, 2 and 3 threads", 
   auto W = st::random_matrix<T, Index>(300, 1200, 0.05, 31);
   st::scramble(W, 31);
   const std::int64_t N = static_cast<std::int64_t>(detail::simd_width<T>());
-  for (std::int64_t B : {std::int64_t{13}, 4 * N, 8 * N}) {
-    CAPTURE(B);
-    CounterRng rng(31, static_cast<std::uint64_t>(B));
-    Matrix<T> dY(W.rows(), B), X(W.cols(), B);
-    st::fill_uniform(dY, rng);
-    st::fill_uniform(X, rng);
-    std::vector<std::vector<T>> grads;
-    std::vector<Matrix<T>> dxs;
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      TransposeCache<T, Index> cache;
-      KernelWorkspace<T> ws, wst;
-      std::vector<T> g(static_cast<std::size_t>(W.storage_size()));
-      Matrix<T> dX(W.cols(), B);
-      sddmm_dx(W, cache, dY.view(), X.view(), std::span<T>(g), dX.view(), ws, wst);
-      // whole registers: the one pass, split over the threads (a batch tail: the two kernels)
-      CHECK(detail::sddmm_dx_one_pass(W, B, ws, wst) == (detail::kSimdFor<T> && B % N == 0));
-      grads.push_back(std::move(g));
-      dxs.push_back(std::move(dX));
+  for (std::int64_t B : {std::int64_t{13}, 4 * N, 8 * N})
+    for (FusedActivation act : {FusedActivation::none, FusedActivation::relu, FusedActivation::gelu}) {
+      CAPTURE(B, static_cast<int>(act));
+      CounterRng rng(31, static_cast<std::uint64_t>(B));
+      Matrix<T> dY(W.rows(), B), X(W.cols(), B), D(W.cols(), B);
+      st::fill_uniform(dY, rng);
+      st::fill_uniform(X, rng);  // both signs: the ReLU mask keeps some and drops some
+      st::fill_uniform(D, rng);
+      const ConstMatrixView<T> derivative = act == FusedActivation::gelu ? D.view() : ConstMatrixView<T>{};
+      std::vector<std::vector<T>> grads;
+      std::vector<Matrix<T>> dxs;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        TransposeCache<T, Index> cache;
+        KernelWorkspace<T> ws, wst;
+        std::vector<T> g(static_cast<std::size_t>(W.storage_size()));
+        Matrix<T> dX(W.cols(), B);
+        sddmm_dx(W, cache, dY.view(), X.view(), std::span<T>(g), dX.view(), ws, wst, act, derivative);
+        // whole registers: the one pass, split over the threads (a batch tail: the two kernels)
+        CHECK(detail::sddmm_dx_one_pass(W, B, ws, wst) == (detail::kSimdFor<T> && B % N == 0));
+        grads.push_back(std::move(g));
+        dxs.push_back(std::move(dX));
+      }
+      omp_set_num_threads(saved);
+      for (int k : {1, 2}) {
+        CHECK(st::bitwise_differences<T>(std::span<const T>(grads[0]), std::span<const T>(grads[k])) == 0);
+        CHECK(st::bitwise_differences<T>(dxs[0].view(), dxs[k].view()) == 0);
+      }
     }
-    omp_set_num_threads(saved);
-    for (int k : {1, 2}) {
-      CHECK(st::bitwise_differences<T>(std::span<const T>(grads[0]), std::span<const T>(grads[k])) == 0);
-      CHECK(st::bitwise_differences<T>(dxs[0].view(), dxs[k].view()) == 0);
-    }
-  }
   omp_set_num_threads(saved);
 }
 #endif
