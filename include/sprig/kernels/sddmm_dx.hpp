@@ -16,7 +16,8 @@
 //
 // The one pass runs where the whole batch fits one register tile (B a multiple of the SIMD
 // width N, B / N <= kMaxPanelRegs) and dY fits the L2 budget of one column block
-// (spmm_column_blocks over W^T's M columns is one block). Elsewhere it runs the two kernels.
+// (spmm_column_blocks over W^T's M columns is one block), on at most 2 threads
+// (SPRIG_SDDMM_DX_MAX_THREADS). Elsewhere it runs the two kernels.
 // Threads take W^T's rows in nnz-balanced ranges (RowPartition): each dX row and each weight's
 // gradient is written by one thread, in the same order for any thread count. Two threads
 // write gradients to the same cache lines only where a row of W crosses their boundary
@@ -40,6 +41,7 @@
 #include <cstdint>
 #include <span>
 
+#include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
@@ -49,6 +51,10 @@
 #include "spmm_transposed.hpp"
 #include "transpose.hpp"
 #include "workspace.hpp"
+
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
 
 // How many weights ahead the pass asks for the start of a dY row. Shorter than spmm's 16: a
 // weight here costs twice the multiply-adds (dot and dX), so 4 weights cover the L2 latency,
@@ -61,9 +67,16 @@
 #  define SPRIG_SDDMM_DX_PREFETCH 4
 #endif
 
+// The most OpenMP threads the one pass runs on (see sddmm_dx_one_pass).
+#ifndef SPRIG_SDDMM_DX_MAX_THREADS
+#  define SPRIG_SDDMM_DX_MAX_THREADS 2
+#endif
+
 namespace sprig {
 
 namespace detail {
+
+inline constexpr int kOnePassMaxThreads = SPRIG_SDDMM_DX_MAX_THREADS;
 
 #if SPRIG_KERNEL_SIMD
 // W^T rows [r0, r1) with R batch registers: Wt is W^T's structure (its column indices are
@@ -159,7 +172,14 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
     const bool sddmm_one_panel =
         PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, kMaxPanelRegs)
             .count() == 1;
-    return one_tile && one_block && sddmm_one_panel && W.nnz() > 0;
+    // Each thread beyond the first adds a boundary column whose gradient cache lines two threads
+    // write; measured faster than the two kernels at 2 threads, not measured beyond: there the
+    // two kernels run, as before.
+    bool few_threads = true;
+#  if SPRIG_HAS_OPENMP
+    few_threads = omp_in_parallel() || omp_get_max_threads() <= kOnePassMaxThreads;
+#  endif
+    return one_tile && one_block && sddmm_one_panel && few_threads && W.nnz() > 0;
   }
 #endif
   (void)W, (void)B, (void)workspace, (void)transpose_workspace;
