@@ -1,12 +1,20 @@
 // bench_kernels — Google Benchmark timings of sprig's kernels on a few shapes: spmm (forward),
 // dX on the cached transpose (spmm_transposed, and cache.get + spmm), sddmm (weight
-// gradient), and the transpose rebuild and value refresh on their own. Counters: GFLOP/s of useful work
-// (2 * nnz * B) and nnz. Threads follow OMP_NUM_THREADS.
+// gradient), sddmm_dx (weight gradient and dX in one pass over W^T), and the transpose rebuild
+// and value refresh on their own. Counters: GFLOP/s of useful work (2 * nnz * B) and nnz.
+// Threads follow OMP_NUM_THREADS.
+// BM_row_stream is the ceiling the kernels are held against: the multiply-adds of a kernel
+// that reads one B-wide row of a K-row operand per live weight, with nothing else (no index
+// or value loads, no epilogue), so its GFLOP/s is what the machine's cache hierarchy allows
+// for that access pattern (see its comment); BM_fma_peak is the FMA units' rate with no
+// memory at all.
 #include <sprig/kernels/sddmm.hpp>
+#include <sprig/kernels/sddmm_dx.hpp>
 #include <sprig/kernels/spmm.hpp>
 #include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,6 +115,135 @@ void BM_sddmm(benchmark::State& state) {
   set_counters(state, W, B);
 }
 
+// Both products of a layer's backward (grad at the live slots and dX = W^T dY) in sddmm_dx's
+// one pass over W^T where it runs (sddmm_dx.hpp: B a multiple of the SIMD width, at most 8
+// registers), else its two kernels. GFLOP/s counts the two products.
+void BM_sddmm_dx(benchmark::State& state) {
+  const auto& W = weights(state.range(0), state.range(1), state.range(2));
+  const std::int64_t B = state.range(3);
+  const auto dY = random_matrix(W.rows(), B, 5);
+  const auto X = random_matrix(W.cols(), B, 6);
+  sprig::Matrix<float> dX(W.cols(), B);
+  std::vector<float> grad(static_cast<std::size_t>(W.storage_size()));
+  sprig::TransposeCache<float, std::int32_t> cache;
+  cache.get(W);
+  sprig::KernelWorkspace<float> ws, wst;
+  for (auto _ : state) {
+    sprig::sddmm_dx(W, cache, dY, X, std::span<float>(grad), dX.view(), ws, wst);
+    benchmark::DoNotOptimize(grad.data());
+    benchmark::DoNotOptimize(dX.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, W, B);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * double(W.nnz()) * double(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+#if SPRIG_KERNEL_SIMD
+// Y row += w * X[c, 0:R*N] for `weights_per_row` random rows c of X, the tile in registers
+// (spmm_tile's inner loop with the columns and weights taken from registers, not memory).
+template <int R>
+void row_stream(const float* X, std::int64_t stride, const std::vector<std::int32_t>& rows,
+                std::int64_t weights_per_row, float* out) {
+  using Bt = sprig::detail::Batch<float>;
+  constexpr std::int64_t N = Bt::size;
+  constexpr std::int64_t D = SPRIG_SPMM_PREFETCH;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  for (std::int64_t r0 = 0; r0 + weights_per_row <= n; r0 += weights_per_row) {
+    Bt acc[2][R];
+    for (auto& chain : acc)
+      for (auto& a : chain) a = Bt(0.0f);
+    for (std::int64_t q = r0; q < r0 + weights_per_row; q += 2) {
+      if (q + D + 1 < n)
+        for (int k = 0; k < 2; ++k)
+          sprig::detail::prefetch_row_start<R * N * 4>(X + static_cast<std::int64_t>(rows[q + D + k]) * stride);
+      for (int k = 0; k < 2; ++k) {
+        const float* x = X + static_cast<std::int64_t>(rows[q + k]) * stride;
+        const Bt w(k == 0 ? 0.5f : 0.25f);
+        for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, Bt::load_unaligned(x + r * N), acc[k][r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) (acc[0][r] + acc[1][r] + Bt::load_unaligned(out + r * N)).store_unaligned(out + r * N);
+  }
+}
+
+// The ceiling of a one-row-per-weight kernel. Args: K (rows of X), B (batch, a multiple of
+// the SIMD width N). X is K x B with the row stride Sequential gives activations (an odd
+// number of cache lines); 100 weights per output row, their rows drawn uniformly from K, 2
+// chains of up to 8 registers; wider batches run in panels of 8 registers, one after the
+// other, as the kernels do (panels.hpp). Whether X stays in L1 (K * stride * 4 <= ~24 KiB), L2 (the
+// train_step MLP: K = 784 or 1024, 441-576 KiB) or spills to L3 (the FFN's 4096 x 128
+// hidden activation, 2.3 MiB) sets the rate. GFLOP/s counts 2 * B per weight, as the kernels'.
+void BM_row_stream(benchmark::State& state) {
+  using Bt = sprig::detail::Batch<float>;
+  constexpr std::int64_t N = Bt::size;
+  const std::int64_t K = state.range(0), B = state.range(1);
+  if (B % N != 0 || B < N) {
+    state.SkipWithError("B must be a positive multiple of the SIMD width");
+    return;
+  }
+  constexpr std::int64_t line = 64 / sizeof(float);
+  std::int64_t stride = (B + line - 1) / line * line;
+  if (stride > line && (stride / line) % 2 == 0) stride += line;
+  const auto X = [&] {
+    sprig::Matrix<float> m(K, B, stride, 0.0f);
+    std::mt19937_64 g(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (std::int64_t i = 0; i < K; ++i)
+      for (std::int64_t j = 0; j < B; ++j) m(i, j) = u(g);
+    return m;
+  }();
+  constexpr std::int64_t weights_per_row = 100, total = 100000;
+  std::vector<std::int32_t> rows(total);
+  std::mt19937 g(11);
+  std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(K - 1));
+  for (auto& r : rows) r = pick(g);
+  std::vector<float> out(static_cast<std::size_t>(B));
+  const std::int64_t regs = B / N;
+  for (auto _ : state) {
+    for (std::int64_t r0 = 0; r0 < regs; r0 += 8) {
+      const float* xp = X.data() + r0 * N;
+      float* op = out.data() + r0 * N;
+      switch (std::min<std::int64_t>(8, regs - r0)) {
+        case 1: row_stream<1>(xp, stride, rows, weights_per_row, op); break;
+        case 2: row_stream<2>(xp, stride, rows, weights_per_row, op); break;
+        case 3: row_stream<3>(xp, stride, rows, weights_per_row, op); break;
+        case 4: row_stream<4>(xp, stride, rows, weights_per_row, op); break;
+        case 5: row_stream<5>(xp, stride, rows, weights_per_row, op); break;
+        case 6: row_stream<6>(xp, stride, rows, weights_per_row, op); break;
+        case 7: row_stream<7>(xp, stride, rows, weights_per_row, op); break;
+        default: row_stream<8>(xp, stride, rows, weights_per_row, op); break;
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(total) * double(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ns/weight"] = benchmark::Counter(double(total) * 1e-9,
+                                                   benchmark::Counter::kIsIterationInvariantRate |
+                                                       benchmark::Counter::kInvert);
+}
+
+// The compute ceiling beside BM_row_stream's memory one: 12 independent chains of register
+// multiply-adds (enough to cover the FMA latency on every ISA sprig targets), no memory.
+void BM_fma_peak(benchmark::State& state) {
+  using Bt = sprig::detail::Batch<float>;
+  constexpr int chains = 12;
+  constexpr std::int64_t steps = 100000;
+  Bt acc[chains];
+  for (int k = 0; k < chains; ++k) acc[k] = Bt(0.001f * static_cast<float>(k + 1));  // distinct: no CSE
+  const Bt m(0.999f), a(0.001f);
+  for (auto _ : state) {
+    for (std::int64_t i = 0; i < steps; ++i)
+      for (int k = 0; k < chains; ++k) acc[k] = xsimd::fma(m, acc[k], a);
+    for (auto& v : acc) benchmark::DoNotOptimize(v);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * chains * steps * double(Bt::size) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
 // Args: M, K, density (permille).
 void BM_transpose_rebuild(benchmark::State& state) {
   const auto& W = weights(state.range(0), state.range(1), state.range(2));
@@ -138,6 +275,9 @@ void kernel_args(benchmark::internal::Benchmark* b) {
     b->Args({2560, 640, 100, B});
     b->Args({4096, 4096, 20, B});
   }
+  // the two layers of bench/train_step's feed-forward block at its batch
+  b->Args({4096, 1024, 100, 128});
+  b->Args({1024, 4096, 100, 128});
   b->Unit(benchmark::kMillisecond);
 }
 
@@ -155,6 +295,17 @@ BENCHMARK(BM_spmm)->Apply(kernel_args);
 BENCHMARK(BM_spmm_transposed)->Apply(kernel_args);
 BENCHMARK(BM_spmm_cache_get)->Apply(kernel_args);
 BENCHMARK(BM_sddmm)->Apply(kernel_args);
+BENCHMARK(BM_sddmm_dx)->Apply(kernel_args);
+#if SPRIG_KERNEL_SIMD
+BENCHMARK(BM_row_stream)
+    ->ArgNames({"K", "B"})
+    ->Args({32, 128})
+    ->Args({784, 128})
+    ->Args({1024, 128})
+    ->Args({4096, 128})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fma_peak)->Unit(benchmark::kMillisecond);
+#endif
 BENCHMARK(BM_transpose_rebuild)->Apply(transpose_args);
 BENCHMARK(BM_transpose_refresh)->Apply(transpose_args);
 

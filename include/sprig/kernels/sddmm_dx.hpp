@@ -33,6 +33,20 @@
 // Bits: a weight's dot is accumulated lane-wise over the batch registers in sddmm's order and
 // reduced by the same batched horizontal sum (N dots at a time, from an L1 buffer), and dX[c,:]
 // is summed over W^T's row on spmm_tile's chains (spmm_chains), combined pairwise as there.
+//
+// What bounds it (Zen 4, 1 thread, B = 128, density 0.1): one dY row per weight serves both
+// products, so the pass could run at one row load (bench_kernels' BM_row_stream: 4.3-4.6 ns
+// per 512-byte row from L2) or 16 multiply-adds (4.4 ns at BM_fma_peak's 117 GFLOP/s) per
+// weight. It takes 7.4-8.9 ns on 1024 x 1024 (BM_sddmm_dx, 3 runs). Most of the difference is W's slot
+// order, which the walk over W^T visits out of order: each weight's value is gathered and its
+// gradient scattered, one cache line each, in arrays of 0.5 MB (1024 x 1024) to 2 MB
+// (1024 x 4096). On 1024 x 4096, medians of 200 calls with a 1 MB sweep between them, 3
+// alternating rounds, stand-ins that read the value and write the gradient at contiguous
+// addresses (wrong results, timing only) took the pass from 4.8-5.8 to 3.4-3.6 ms; the
+// gradient's scatter alone, kept but folded into 16 KB, to 3.7-4.4 ms. Walking W^T's rows once
+// per half (or quarter) of W's rows, to halve the lines in flight, was slower: 5.5-5.7
+// (6.3-7.2) ms against 4.1-4.6. Closing the gap needs the gradient (and value) stored in W^T's
+// order for such a layer, a layout change beyond this kernel.
 #pragma once
 
 #include <type_traits>
