@@ -115,9 +115,9 @@ void BM_sddmm(benchmark::State& state) {
   set_counters(state, W, B);
 }
 
-// Both products of a layer's backward (grad at the live slots and dX = W^T dY) in sddmm_dx's
-// one pass over W^T where it runs (sddmm_dx.hpp: B a multiple of the SIMD width, at most 8
-// registers), else its two kernels. GFLOP/s counts the two products.
+// Both products of a layer's backward (grad at the live slots and dX = W^T dY): sddmm_dx's
+// one pass over W^T where sddmm_dx_one_pass allows it (the batch one register tile, dY within
+// one column block, at most 2 threads), else its two kernels. GFLOP/s counts the two products.
 void BM_sddmm_dx(benchmark::State& state) {
   const auto& W = weights(state.range(0), state.range(1), state.range(2));
   const std::int64_t B = state.range(3);
@@ -171,9 +171,10 @@ void row_stream(const float* X, std::int64_t stride, const std::vector<std::int3
 // the SIMD width N). X is K x B with the row stride Sequential gives activations (an odd
 // number of cache lines); 100 weights per output row, their rows drawn uniformly from K, 2
 // chains of up to 8 registers; wider batches run in panels of 8 registers, one after the
-// other, as the kernels do (panels.hpp). Whether X stays in L1 (K * stride * 4 <= ~24 KiB), L2 (the
-// train_step MLP: K = 784 or 1024, 441-576 KiB) or spills to L3 (the FFN's 4096 x 128
-// hidden activation, 2.3 MiB) sets the rate. GFLOP/s counts 2 * B per weight, as the kernels'.
+// other, as the kernels do (panels.hpp). Whether X stays in L1 (K * stride * 4 <= ~24 KiB),
+// L2 (the train_step MLP: K = 784 or 1024, 441-576 KiB) or spills to L3 (the FFN's
+// 4096 x 128 hidden activation, 2.3 MiB) sets the rate. GFLOP/s counts 2 * B per weight, as
+// the kernels' do.
 void BM_row_stream(benchmark::State& state) {
   using Bt = sprig::detail::Batch<float>;
   constexpr std::int64_t N = Bt::size;
