@@ -35,18 +35,23 @@
 // is summed over W^T's row on spmm_tile's chains (spmm_chains), combined pairwise as there.
 //
 // What bounds it (Zen 4, 1 thread, B = 128, density 0.1): one dY row per weight serves both
-// products, so the pass could run at one row load (bench_kernels' BM_row_stream: 4.3-4.6 ns
-// per 512-byte row from L2) or 16 multiply-adds (4.4 ns at BM_fma_peak's 117 GFLOP/s) per
-// weight. It takes 7.4-8.9 ns on 1024 x 1024 (BM_sddmm_dx, 3 runs). Most of the difference is W's slot
-// order, which the walk over W^T visits out of order: each weight's value is gathered and its
-// gradient scattered, one cache line each, in arrays of 0.5 MB (1024 x 1024) to 2 MB
-// (1024 x 4096). On 1024 x 4096, medians of 200 calls with a 1 MB sweep between them, 3
-// alternating rounds, stand-ins that read the value and write the gradient at contiguous
-// addresses (wrong results, timing only) took the pass from 4.8-5.8 to 3.4-3.6 ms; the
-// gradient's scatter alone, kept but folded into 16 KB, to 3.7-4.4 ms. Walking W^T's rows once
-// per half (or quarter) of W's rows, to halve the lines in flight, was slower: 5.5-5.7
-// (6.3-7.2) ms against 4.1-4.6. Closing the gap needs the gradient (and value) stored in W^T's
-// order for such a layer, a layout change beyond this kernel.
+// products, so the pass needs one row load (bench_kernels' BM_row_stream: 4.3-4.6 ns per
+// 512-byte row from L2) and 16 multiply-adds (4.4 ns at BM_fma_peak's 117 GFLOP/s) per weight,
+// plus its share of the batched horizontal sums, on the same FP pipes. It takes 7.2-8.9 ns on
+// 1024 x 1024 (BM_sddmm_dx, and the timings below). W's slot order costs part of that: the walk
+// over W^T gathers each weight's value and scatters its gradient, one cache line each, in
+// arrays of 0.5 MB (1024 x 1024) to 2 MB (1024 x 4096). Medians of 200-400 calls with a 1 MB
+// sweep between them, 4 alternating rounds on a quiet machine, ms:
+//   | variant (timing only; the next two give wrong results)  | 1024 x 1024            | 1024 x 4096       |
+//   | this kernel                                             | 0.755-0.76 (once 0.98) | 3.76-4.17         |
+//   | value read and gradient write at contiguous addresses   | 0.68-0.72              | 2.94-3.33         |
+//   | the gradient's write alone at contiguous addresses      | 0.72                   | 3.45-3.54         |
+//   | gradients held back, stored in chunks of 512-8192 slots | 0.77-0.82              | 3.6-4.3           |
+//   | gradient stores of a group spread over the next group   | 0.79-0.84              | 3.96-4.47         |
+//   | walk W^T once per half (quarter) of W's rows            | 0.82 (0.93)            | 3.8-5.3 (4.7-5.0) |
+// So the slot order is 10% (1024 x 1024) to 20% (1024 x 4096) of the pass, and it would take
+// the gradient (and value) stored in W^T's order for such a layer, a layout change beyond this
+// kernel, to win it back; the rest is the multiply-adds and horizontal sums themselves.
 #pragma once
 
 #include <type_traits>
