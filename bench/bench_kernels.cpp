@@ -13,6 +13,7 @@
 #include <sprig/kernels/spmm.hpp>
 #include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
+#include <sprig/nn/sequential.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -38,8 +39,9 @@ const W32& weights(std::int64_t M, std::int64_t K, std::int64_t permille) {
   return *slot;
 }
 
-sprig::Matrix<float> random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
-  sprig::Matrix<float> m(rows, cols);
+// Uniform in [-1, 1); stride 0 packs the rows.
+sprig::Matrix<float> random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed, std::int64_t stride = 0) {
+  sprig::Matrix<float> m(rows, cols, stride > 0 ? stride : cols, 0.0f);
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (std::int64_t i = 0; i < rows; ++i)
@@ -47,10 +49,11 @@ sprig::Matrix<float> random_matrix(std::int64_t rows, std::int64_t cols, std::ui
   return m;
 }
 
-void set_counters(benchmark::State& state, const W32& W, std::int64_t B) {
+// `products`: how many nnz x B products one iteration computes (2 for sddmm_dx).
+void set_counters(benchmark::State& state, const W32& W, std::int64_t B, int products = 1) {
   state.counters["nnz"] = double(W.nnz());
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(W.nnz()) * double(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * products * double(W.nnz()) * double(B) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Args: M, K, density (permille), B.
@@ -134,9 +137,7 @@ void BM_sddmm_dx(benchmark::State& state) {
     benchmark::DoNotOptimize(dX.data());
     benchmark::ClobberMemory();
   }
-  set_counters(state, W, B);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(4.0 * double(W.nnz()) * double(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_counters(state, W, B, 2);
 }
 
 #if SPRIG_KERNEL_SIMD
@@ -183,17 +184,8 @@ void BM_row_stream(benchmark::State& state) {
     state.SkipWithError("B must be a positive multiple of the SIMD width");
     return;
   }
-  constexpr std::int64_t line = 64 / sizeof(float);
-  std::int64_t stride = (B + line - 1) / line * line;
-  if (stride > line && (stride / line) % 2 == 0) stride += line;
-  const auto X = [&] {
-    sprig::Matrix<float> m(K, B, stride, 0.0f);
-    std::mt19937_64 g(7);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (std::int64_t i = 0; i < K; ++i)
-      for (std::int64_t j = 0; j < B; ++j) m(i, j) = u(g);
-    return m;
-  }();
+  const std::int64_t stride = sprig::Sequential<float>::activation_stride(B);
+  const auto X = random_matrix(K, B, 7, stride);
   constexpr std::int64_t weights_per_row = 100, total = 100000;
   std::vector<std::int32_t> rows(total);
   std::mt19937 g(11);
