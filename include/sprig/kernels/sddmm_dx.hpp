@@ -35,7 +35,7 @@
 // is summed over W^T's row on spmm_tile's chains (spmm_chains), combined pairwise as there.
 //
 // What bounds it (Zen 4, 1 thread, B = 128, density 0.1): one dY row per weight serves both
-// products, so the pass needs one row load (bench_kernels' BM_row_stream: 4.3-4.6 ns per
+// products, so the pass needs one row load (bench_kernels' BM_row_stream: 4.2-4.6 ns per
 // 512-byte row from L2) and 16 multiply-adds (4.4 ns at BM_fma_peak's 117 GFLOP/s) per weight,
 // plus its share of the batched horizontal sums, on the same FP pipes. It takes 7.2-8.9 ns on
 // 1024 x 1024 (BM_sddmm_dx, and the timings below). W's slot order costs part of that: the walk
