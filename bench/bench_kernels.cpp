@@ -140,6 +140,43 @@ void BM_sddmm_dx(benchmark::State& state) {
   set_counters(state, W, B, 2);
 }
 
+// spmm or sddmm with the column-block budget set per workspace (KernelWorkspace::
+// column_block_bytes; the default is SPRIG_COLUMN_BLOCK_BYTES), to choose that budget for a
+// machine: which block width is fastest depends on the core, not only on its L2 size (see
+// bench/results/column_blocks_zen4.md). W's rows come sorted from random init, so grouped
+// for every block width. Args: M, K, B, budget (KiB); density 0.1.
+template <class Kernel>
+void block_budget_benchmark(benchmark::State& state, Kernel&& kernel) {
+  const auto& W = weights(state.range(0), state.range(1), 100);
+  const std::int64_t B = state.range(2);
+  const auto X = random_matrix(W.cols(), B, 1);
+  const auto dY = random_matrix(W.rows(), B, 3);
+  sprig::Matrix<float> Y(W.rows(), B);
+  std::vector<float> grad(static_cast<std::size_t>(W.storage_size()));
+  sprig::KernelWorkspace<float> ws;
+  ws.column_block_bytes = state.range(3) * 1024;
+  for (auto _ : state) {
+    kernel(W, X, dY, Y.view(), std::span<float>(grad), ws);
+    benchmark::DoNotOptimize(Y.data());
+    benchmark::DoNotOptimize(grad.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, W, B);
+  state.counters["blocks"] = double(sprig::detail::spmm_column_blocks<float>(W.cols(), B, ws.column_block_bytes).count);
+}
+
+void BM_spmm_block_budget(benchmark::State& state) {
+  block_budget_benchmark(state, [](const auto& W, const auto& X, const auto&, auto Y, auto, auto& ws) {
+    sprig::spmm(W, X, Y, ws);
+  });
+}
+
+void BM_sddmm_block_budget(benchmark::State& state) {
+  block_budget_benchmark(state, [](const auto& W, const auto& X, const auto& dY, auto, auto grad, auto& ws) {
+    sprig::sddmm(W, dY, X, grad, ws);
+  });
+}
+
 #if SPRIG_KERNEL_SIMD
 // Y row += w * X[c, 0:R*N] for `weights_per_row` random rows c of X, the tile in registers
 // (spmm_tile's inner loop with the columns and weights taken from registers, not memory).
@@ -289,6 +326,17 @@ BENCHMARK(BM_spmm_transposed)->Apply(kernel_args);
 BENCHMARK(BM_spmm_cache_get)->Apply(kernel_args);
 BENCHMARK(BM_sddmm)->Apply(kernel_args);
 BENCHMARK(BM_sddmm_dx)->Apply(kernel_args);
+// the train_step shapes whose X is K = 784 to 4096 rows of 512 bytes, 64 KiB to 1 MiB blocks
+BENCHMARK(BM_spmm_block_budget)
+    ->ArgNames({"M", "K", "B", "KiB"})
+    ->ArgsProduct({{1024}, {784, 1024, 4096}, {128}, {64, 128, 256, 512, 1024}})
+    ->ArgsProduct({{4096}, {1024}, {128}, {64, 128, 256, 512, 1024}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_sddmm_block_budget)
+    ->ArgNames({"M", "K", "B", "KiB"})
+    ->ArgsProduct({{1024}, {784, 1024, 4096}, {128}, {64, 128, 256, 512, 1024}})
+    ->ArgsProduct({{4096}, {1024}, {128}, {64, 128, 256, 512, 1024}})
+    ->Unit(benchmark::kMillisecond);
 #if SPRIG_KERNEL_SIMD
 BENCHMARK(BM_row_stream)
     ->ArgNames({"K", "B"})

@@ -40,7 +40,12 @@
 // block's X rows stay in L2 while every row uses them (ColumnBlocks below). Half the L2: W
 // streams through it too. 1024 x 4096 at density 0.1, B = 128, 1 thread (a prototype, median
 // of 200 calls): forward 1.18 -> 1.04 ms at 512 KiB (1.11 at 1 MiB, 1.23 at 256 KiB), weight
-// gradient 1.59 -> 1.25 ms (1.28 at 1 MiB, 1.39 at 256 KiB).
+// gradient 1.59 -> 1.25 ms (1.28 at 1 MiB, 1.39 at 256 KiB). That was a Zen 5. A Zen 4 runs the
+// forward faster with 128 KiB blocks (1024 x 1024 4-5%, 1024 x 4096 8-14%; bench_kernels'
+// BM_spmm_block_budget, bench/results/column_blocks_zen4.md), the weight gradient no faster,
+// and bench/train_step's step within noise. This budget also bounds sddmm_dx's one pass
+// (dY within one block of the transposed workspace), which 128 KiB would turn off for
+// 1024-row layers: lowering it for a core means keeping the transposed workspace's.
 #ifndef SPRIG_COLUMN_BLOCK_BYTES
 #  define SPRIG_COLUMN_BLOCK_BYTES (1 << 19)
 #endif
