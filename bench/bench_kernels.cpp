@@ -311,6 +311,14 @@ void kernel_args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
+// The train_step shapes (X of K = 784 to 4096 rows of 512 bytes), 64 KiB to 1 MiB blocks.
+void block_budget_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "B", "KiB"});
+  b->ArgsProduct({{1024}, {784, 1024, 4096}, {128}, {64, 128, 256, 512, 1024}});
+  b->ArgsProduct({{4096}, {1024}, {128}, {64, 128, 256, 512, 1024}});
+  b->Unit(benchmark::kMillisecond);
+}
+
 void transpose_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "permille"});
   b->Args({1024, 1024, 100});
@@ -326,17 +334,8 @@ BENCHMARK(BM_spmm_transposed)->Apply(kernel_args);
 BENCHMARK(BM_spmm_cache_get)->Apply(kernel_args);
 BENCHMARK(BM_sddmm)->Apply(kernel_args);
 BENCHMARK(BM_sddmm_dx)->Apply(kernel_args);
-// the train_step shapes whose X is K = 784 to 4096 rows of 512 bytes, 64 KiB to 1 MiB blocks
-BENCHMARK(BM_spmm_block_budget)
-    ->ArgNames({"M", "K", "B", "KiB"})
-    ->ArgsProduct({{1024}, {784, 1024, 4096}, {128}, {64, 128, 256, 512, 1024}})
-    ->ArgsProduct({{4096}, {1024}, {128}, {64, 128, 256, 512, 1024}})
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_sddmm_block_budget)
-    ->ArgNames({"M", "K", "B", "KiB"})
-    ->ArgsProduct({{1024}, {784, 1024, 4096}, {128}, {64, 128, 256, 512, 1024}})
-    ->ArgsProduct({{4096}, {1024}, {128}, {64, 128, 256, 512, 1024}})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_spmm_block_budget)->Apply(block_budget_args);
+BENCHMARK(BM_sddmm_block_budget)->Apply(block_budget_args);
 #if SPRIG_KERNEL_SIMD
 BENCHMARK(BM_row_stream)
     ->ArgNames({"K", "B"})
