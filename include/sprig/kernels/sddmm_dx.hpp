@@ -51,7 +51,9 @@
 //   | walk W^T once per half (quarter) of W's rows            | 0.82 (0.93)            | 3.8-5.3 (4.7-5.0) |
 // So the slot order is 10% (1024 x 1024) to 20% (1024 x 4096) of the pass, and it would take
 // the gradient (and value) stored in W^T's order for such a layer, a layout change beyond this
-// kernel, to win it back; the rest is the multiply-adds and horizontal sums themselves.
+// kernel, to win it back; the rest is the multiply-adds and horizontal sums themselves. The
+// gradient alone in W^T's order only moves the scatter: the optimizer, which walks W's slots,
+// would read it through the permutation instead.
 #pragma once
 
 #include <type_traits>
