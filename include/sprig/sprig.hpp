@@ -2,6 +2,8 @@
 // zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets).
 #pragma once
 
+#include "version.hpp"
+
 #include "core/aligned_allocator.hpp"
 #include "core/block_order.hpp"
 #include "core/concepts.hpp"

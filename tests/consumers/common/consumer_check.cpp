@@ -12,6 +12,14 @@
 #  define SPRIG_CONSUMER_MODE "vendored include/"
 #endif
 
+// The package version (find_package) and the header's SPRIG_VERSION are one number.
+#if defined(SPRIG_EXPECTED_VERSION_MAJOR)
+static_assert(SPRIG_VERSION_MAJOR == SPRIG_EXPECTED_VERSION_MAJOR && SPRIG_VERSION_MINOR == SPRIG_EXPECTED_VERSION_MINOR &&
+                  SPRIG_VERSION_PATCH == SPRIG_EXPECTED_VERSION_PATCH,
+              "sprig/version.hpp disagrees with the CMake package version");
+#endif
+static_assert(SPRIG_VERSION == SPRIG_VERSION_MAJOR * 10000 + SPRIG_VERSION_MINOR * 100 + SPRIG_VERSION_PATCH);
+
 int main() {
   constexpr std::int64_t M = 5, K = 7, B = 9;
   sprig::Matrix<float> dense(M, K), X(K, B), dY(M, B), Y(M, B, -1.0f);
