@@ -1,26 +1,16 @@
 # train_step: one end-to-end training step, sparse (sprig) against dense (sprig::Linear on
-# OpenBLAS). Needs CLI11, OpenMP and the OpenMP build of OpenBLAS (Debian:
-# libopenblas-openmp-dev): the pthreads build's idle workers spin and fight sprig's OpenMP
-# kernels for the cores. The library path is linked by full path, so CMake puts its folder in
-# the build RPATH and the loader takes this build rather than whatever the libopenblas.so.0
-# alternative points to (`ldd train_step` shows it; the program prints the mapped file too).
+# OpenBLAS). Needs CLI11, OpenMP and the OpenMP build of OpenBLAS (cmake/SprigOpenBLAS.cmake;
+# `ldd train_step` shows which library the loader took, and the program prints the mapped file).
 find_package(CLI11 QUIET)
 find_package(OpenMP QUIET COMPONENTS CXX)
-find_library(SPRIG_TRAIN_STEP_OPENBLAS NAMES openblas
-  PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp /usr/lib/openblas-openmp
-  NO_DEFAULT_PATH)
-find_path(SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE cblas.h
-  PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp /usr/include/openblas-openmp
-  NO_DEFAULT_PATH)
+include(SprigOpenBLAS)
 
-if(SPRIG_TRAIN_STEP_OPENBLAS AND SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE AND CLI11_FOUND AND OpenMP_CXX_FOUND)
+if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
   # train_step: 16-bit column indices (all layers are at most 4096 wide); train_step_i32: 32-bit
   foreach(variant IN ITEMS train_step train_step_i32)
     add_executable(${variant} ${CMAKE_CURRENT_LIST_DIR}/train_step.cpp)
-    target_include_directories(${variant} SYSTEM PRIVATE ${SPRIG_TRAIN_STEP_OPENBLAS_INCLUDE})
-    target_compile_definitions(${variant} PRIVATE SPRIG_USE_CBLAS=1)
     target_link_libraries(${variant} PRIVATE sprig::sprig sprig_dev_flags OpenMP::OpenMP_CXX
-                          ${SPRIG_TRAIN_STEP_OPENBLAS})
+                          sprig::openblas_openmp)
     if(TARGET CLI11::CLI11)
       target_link_libraries(${variant} PRIVATE CLI11::CLI11)
     endif()

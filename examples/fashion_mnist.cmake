@@ -8,16 +8,9 @@ find_package(CLI11 CONFIG QUIET)
 if(ZLIB_FOUND AND CLI11_FOUND)
   add_executable(fashion_mnist ${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cpp)
   target_link_libraries(fashion_mnist PRIVATE sprig::sprig sprig_dev_flags ZLIB::ZLIB CLI11::CLI11)
-  find_library(SPRIG_EXAMPLE_OPENBLAS openblas
-    PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
-    NO_DEFAULT_PATH)
-  find_path(SPRIG_EXAMPLE_OPENBLAS_INCLUDE cblas.h
-    PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
-    NO_DEFAULT_PATH)
-  if(SPRIG_EXAMPLE_OPENBLAS AND SPRIG_EXAMPLE_OPENBLAS_INCLUDE)
-    target_link_libraries(fashion_mnist PRIVATE ${SPRIG_EXAMPLE_OPENBLAS})
-    target_include_directories(fashion_mnist PRIVATE ${SPRIG_EXAMPLE_OPENBLAS_INCLUDE})
-    target_compile_definitions(fashion_mnist PRIVATE SPRIG_USE_CBLAS=1 SPRIG_OPENBLAS=1)
+  include(SprigOpenBLAS)
+  if(TARGET sprig::openblas_openmp)
+    target_link_libraries(fashion_mnist PRIVATE sprig::openblas_openmp)
   else()
     message(STATUS "sprig: OpenBLAS (OpenMP build) not found; fashion_mnist uses the portable GEMM")
   endif()

@@ -1,4 +1,4 @@
-# Consumer tests: sprig used the three ways DESIGN.md promises (find_package on an
+# Consumer tests: sprig used the three ways the README promises (find_package on an
 # installed copy, add_subdirectory, a copied include/), each compiling and running
 # tests/consumers/common/consumer_check.cpp. Every test drives a cmake -P script that
 # configures fresh trees under the build directory, so it depends on nothing in this
