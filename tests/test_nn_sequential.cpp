@@ -107,6 +107,20 @@ TEST_CASE("Sequential validates layer widths and call order", "[nn][sequential]"
   CHECK_THROWS_AS(model.forward(X.view()), ShapeError);
 }
 
+TEST_CASE("Sequential: add() after forward() asks for a forward before backward", "[nn][sequential]") {
+  Sequential<float> model;
+  model.add(Linear<float>(6, 5, 1));
+  const auto X = random_matrix<float>(6, 4, 2);
+  model.forward(X.view());
+  model.add(ReLU<float>{});  // the buffers of the last forward no longer fit the model
+  CHECK_THROWS_WITH(model.backward(), Catch::Contains("call forward first"));
+  CHECK_THROWS_AS(model.backward(), ArgumentError);
+  CHECK_THROWS_WITH(model.output_grad(), Catch::Contains("call forward first"));
+  model.forward(X.view());
+  CHECK_NOTHROW(model.output_grad());
+  CHECK_NOTHROW(model.backward());
+}
+
 TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[nn][sequential]") {
   Sequential<float> model;
   model.add(SparseLinear<float, std::int32_t>(6, 8, 0.5, 1, 0));

@@ -81,6 +81,7 @@ public:
     act_of_.push_back(acts_.size() - 1);
     grads_.emplace_back();
     grad_of_.push_back(grads_.size() - 1);
+    forwarded_ = false;  // the buffers of an earlier forward do not cover the new layer
     return std::get<L>(layers_.back());
   }
 
@@ -134,14 +135,16 @@ public:
   // The buffer for dLoss/dOutput of the last forward (same shape as its output); the loss
   // writes into it before backward(). Shaped by forward(), so call it after forward().
   MatrixView<T> output_grad() {
-    if (!forwarded_) throw ArgumentError("Sequential::output_grad: call forward first");
+    if (!forwarded_) throw ArgumentError(
+          "Sequential::output_grad: call forward first (no forward since the model was built or a layer was added)");
     return grads_[grad_of_.back()].view();
   }
 
   // Back-propagates output_grad() through every layer, filling every parameter gradient
   // (overwritten, not accumulated). The first layer does not compute dX.
   void backward() {
-    if (!forwarded_) throw ArgumentError("Sequential::backward: call forward first");
+    if (!forwarded_) throw ArgumentError(
+          "Sequential::backward: call forward first (no forward since the model was built or a layer was added)");
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const ConstMatrixView<T> in = input_of(k);
       const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
