@@ -1,6 +1,7 @@
 #include "sprig/optim/lr_schedule.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 #include <catch2/catch.hpp>
 
@@ -34,4 +35,40 @@ TEST_CASE("CosineWarmupLR", "[optim][schedule]") {
   CHECK(no_warmup(2) == Approx(0.5));
   CHECK_THROWS_AS(CosineWarmupLR(1.0, 5, 5), ArgumentError);
   CHECK_THROWS_AS(CosineWarmupLR(1.0, -1, 5), ArgumentError);
+}
+
+namespace {
+// Whether a schedule's parameters can be overwritten past its constructor's checks.
+template <class S>
+constexpr bool step_size_writable = requires(S s) { s.step_size = std::int64_t{0}; };
+template <class S>
+constexpr bool warmup_writable = requires(S s) { s.warmup = std::int64_t{0}; };
+template <class S>
+constexpr bool total_writable = requires(S s) { s.total = std::int64_t{0}; };
+}  // namespace
+
+TEST_CASE("schedules keep the parameters their constructor checked", "[optim][schedule]") {
+  // StepLR::operator() divides by step_size: 0 set after construction was a division by zero
+  CHECK_FALSE(step_size_writable<StepLR>);
+  CHECK_FALSE(warmup_writable<CosineWarmupLR>);  // total == warmup: 0 / 0
+  CHECK_FALSE(total_writable<CosineWarmupLR>);
+  const StepLR s(0.5, 3, 0.1);
+  CHECK(s.lr() == 0.5);
+  CHECK(s.step_size() == 3);
+  CHECK(s.gamma() == 0.1);
+  const CosineWarmupLR c(0.1, 2, 7, 0.01);
+  CHECK(c.lr() == 0.1);
+  CHECK(c.warmup() == 2);
+  CHECK(c.total() == 7);
+  CHECK(c.min_lr() == 0.01);
+  CHECK(ConstantLR(0.2).lr() == 0.2);
+  CHECK_THROWS_WITH(StepLR(1.0, 0, 0.5), Catch::Contains("StepLR: step_size 0"));
+  CHECK_THROWS_AS(StepLR(-1.0, 2, 0.5), ArgumentError);
+  CHECK_THROWS_AS(StepLR(1.0, 2, -0.5), ArgumentError);
+  CHECK_THROWS_AS(StepLR(1.0, 2, std::nan("")), ArgumentError);
+  CHECK_THROWS_AS(CosineWarmupLR(-0.1, 0, 5), ArgumentError);
+  CHECK_THROWS_AS(CosineWarmupLR(0.1, 0, 5, -1.0), ArgumentError);
+  CHECK_THROWS_AS(ConstantLR(-1.0), ArgumentError);
+  CHECK(c(-5) == c(0));  // a negative step index is taken as 0
+  CHECK(s(-5) == s(0));
 }
