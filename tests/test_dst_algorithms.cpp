@@ -11,12 +11,15 @@
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/sgd.hpp>
+
+#include "drop_grow_test_support.hpp"
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
 
 using namespace sprig;
 using namespace sprig::dst;
+using namespace sprig::dst::testing;
 
 namespace {
 

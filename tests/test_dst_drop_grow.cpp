@@ -1,6 +1,8 @@
 #include <sprig/dst/drop_grow.hpp>
 
 #include <catch2/catch.hpp>
+
+#include "drop_grow_test_support.hpp"
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -10,6 +12,7 @@
 
 using namespace sprig;
 using namespace sprig::dst;
+using namespace sprig::dst::testing;
 
 using Pairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
                          std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;

@@ -7,6 +7,9 @@
 // optimizer state). Positions that are really new start with value 0 and zero state. The
 // live count of the layer is unchanged; row counts change freely (rows grow past their
 // capacity and relocate).
+//
+// Everything here is sequential and deterministic: the same matrix, counts and CounterRng
+// give the same positions for any thread count. Linear positions are row * cols + col.
 #pragma once
 
 #include <algorithm>
@@ -28,18 +31,11 @@
 
 namespace sprig::dst {
 
-// A matrix position with the score that selected it (|gradient| for RigL, 0 for random).
-struct ScoredPosition {
-  double score;
-  std::int64_t row;
-  std::int64_t col;
-};
-
 // The weights a drop step removes from one layer: the k live slots of smallest |w| (ties:
-// smaller (row, col) first), as their linear positions (row * cols + col, ascending) and a
-// per-slot flag for O(1) "is this slot dropped" tests. Built in O(nnz) without hashing.
-// 9 bytes per dropped weight plus 1 per slot: the slots themselves are found again by a walk
-// over the flags (for_each_dropped_slot), so the update's peak holds no slot or row lists.
+// smaller (row, col) first), as their linear positions (ascending) and a per-slot flag for
+// O(1) "is this slot dropped" tests. 8 bytes per dropped weight plus 1 per slot: the slots
+// themselves are found again by a walk over the flags (for_each_dropped_slot), so the
+// update's peak holds no slot or row lists. Valid for the layout select_drop saw.
 struct DropSet {
   std::vector<std::int64_t> positions;  // ascending
   std::vector<std::uint8_t> slot_flag;  // 1 at dropped slots, size storage_size()
@@ -48,9 +44,10 @@ struct DropSet {
 
 // Calls fn(slot, row) for every dropped slot of `drop` in descending slot order (the order
 // erase_slot needs: erasing a slot moves its row's last live slot, which lies above it and
-// was visited already, so the flags below stay valid while fn erases). W must have the layout
-// select_drop saw, up to erasures made by fn. Rows are found by a walk over the row regions
-// in descending start order (regions need not be in row order).
+// was visited already, so the flags below stay valid while fn erases). Precondition: W has
+// the layout select_drop saw, up to erasures made by fn (not checked). Rows are found by a
+// walk over the row regions in descending start order (regions need not be in row order).
+// O(storage + rows log rows); throws nothing itself.
 template <Value T, ColumnIndex Index, class Fn>
 void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn&& fn) {
   if (drop.size() == 0) return;
@@ -63,7 +60,8 @@ void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn
     fn(s, by_start[r]);
   };
   // 8 flags (bytes of 0 or 1) at a time, their set bytes from the highest down: a branch per
-  // dropped slot and per word instead of an unpredictable one per slot
+  // dropped slot and per word instead of an unpredictable one per slot (a quarter of the
+  // flags set, at random)
   const std::uint8_t* flag = drop.slot_flag.data();
   std::int64_t s = std::ssize(drop.slot_flag);
   for (; s % 8 != 0; --s)
@@ -79,23 +77,6 @@ void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn
   }
 }
 
-// The dropped slots and their rows as lists, in descending slot order.
-struct DropSlots {
-  std::vector<std::int64_t> slots;
-  std::vector<std::int64_t> rows;  // rows[q] owns slots[q]
-};
-template <Value T, ColumnIndex Index>
-DropSlots drop_slots(const PaddedCSR<T, Index>& W, const DropSet& drop) {
-  DropSlots out;
-  out.slots.reserve(static_cast<std::size_t>(drop.size()));
-  out.rows.reserve(static_cast<std::size_t>(drop.size()));
-  for_each_dropped_slot(W, drop, [&](std::int64_t s, std::int64_t row) {
-    out.slots.push_back(s);
-    out.rows.push_back(row);
-  });
-  return out;
-}
-
 // The bits of |v| as an unsigned integer: for v not NaN they order exactly as the
 // magnitudes do (IEEE 754 non-negative values order as their bit patterns; -0 becomes +0).
 template <Value T>
@@ -106,10 +87,10 @@ auto magnitude_key(T v) noexcept {
 }
 
 // The key of rank r (1-based, ascending) among key_of(0), ..., key_of(n - 1), unsigned keys
-// whose top bit is 0 (magnitude_key): a histogram of the keys' next 12 bits finds the bucket
-// that holds it, nth_element over a copy of that bucket alone the exact key (about a
-// thousandth of the keys when magnitudes spread over a few binades; nth_element over all of
-// them had been a quarter of a SET update). O(n) time, O(bucket) extra memory.
+// whose top bit is 0 (magnitude_key). Precondition: 1 <= r <= n (not checked). A histogram
+// of the keys' next 12 bits finds the bucket that holds it, nth_element over a copy of that
+// bucket alone the exact key (about a thousandth of the keys when magnitudes spread over a
+// few binades). O(n) time, O(bucket) extra memory; throws only std::bad_alloc.
 template <class Key, class KeyOf>
 Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
   constexpr int kBucketBits = 12;
@@ -128,14 +109,16 @@ Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
   return *nth;
 }
 
+// The drop step: the k live weights of smallest |w| (ties: smaller position first).
 // Three passes over the live weights with one key array as scratch (sizeof(T) bytes per live
-// weight; a sort of (magnitude, position, slot) records took 24): the k-th smallest magnitude
-// m (key_of_rank), then every weight below m is dropped and, of those equal to m, the ones of
-// smallest position, as many as k still needs.
+// weight): the k-th smallest magnitude m (key_of_rank), then every weight below m is dropped
+// and, of those equal to m, the ones of smallest position, as many as k still needs.
+// O(storage + ties log ties). Throws ArgumentError, naming `caller`, unless 0 <= k <= nnz,
+// or if a live weight is NaN (magnitudes cannot be ranked).
 template <Value T, ColumnIndex Index>
-DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
+DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* caller = "dst::select_drop") {
   if (k < 0 || k > W.nnz())
-    throw ArgumentError(sprig::detail::message("select_drop: k = ", k, " outside [0, nnz = ", W.nnz(), "]"));
+    throw ArgumentError(sprig::detail::message(caller, ": k = ", k, " outside [0, nnz = ", W.nnz(), "]"));
   DropSet d;
   d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
   if (k == 0) return d;
@@ -147,14 +130,14 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
     keys.reserve(static_cast<std::size_t>(W.nnz()));
     W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
       if (std::isnan(v))
-        throw ArgumentError(sprig::detail::message("select_drop: the weight at (", i, ", ", c,
+        throw ArgumentError(sprig::detail::message(caller, ": the weight at (", i, ", ", c,
                                                    ") is NaN; magnitudes cannot be ranked"));
       keys.push_back(magnitude_key(v));
     });
     threshold = key_of_rank<Key>(keys.size(), [&](std::size_t q) { return keys[q]; }, k);
   }
-  // The weights below m, without branches on the comparison (it goes either way at random:
-  // mispredicted branches were most of these passes); the ties at m are rare.
+  // The weights below m, without branches on the comparison (it goes either way at random);
+  // the ties at m are rare.
   std::int64_t below = 0;
   std::vector<std::int64_t> ties;  // positions at the threshold magnitude
   W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
@@ -184,59 +167,28 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k) {
   return d;
 }
 
-// The k live slots with the smallest |w| (see select_drop), in descending slot order.
-template <Value T, ColumnIndex Index>
-std::vector<std::int64_t> smallest_magnitude_slots(const PaddedCSR<T, Index>& W, std::int64_t k) {
-  return drop_slots(W, select_drop(W, k)).slots;
-}
-
-// Linear positions (row * cols + col) of the given live slots, in the same order.
-template <Value T, ColumnIndex Index>
-std::vector<std::int64_t> positions_of(const PaddedCSR<T, Index>& W, std::span<const std::int64_t> slots) {
-  // slot -> row through the row regions sorted by start (regions need not be in row order)
-  std::vector<std::int64_t> order(static_cast<std::size_t>(W.rows()));
-  for (std::int64_t i = 0; i < W.rows(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) < W.row_start(b); });
-  std::vector<std::int64_t> out;
-  out.reserve(slots.size());
-  for (std::int64_t s : slots) {
-    auto it = std::upper_bound(order.begin(), order.end(), s, [&](std::int64_t v, std::int64_t r) { return v < W.row_start(r); });
-    if (it == order.begin() || s >= W.row_start(*(it - 1)) + W.row_nnz(*(it - 1)))
-      throw ArgumentError(sprig::detail::message("positions_of: slot ", s, " is not live"));
-    out.push_back(*(it - 1) * W.cols() + static_cast<std::int64_t>(W.col_indices()[s]));
-  }
-  return out;
-}
-
+// What apply_drop_grow_at did to one layer.
 struct DropGrowStats {
   std::int64_t dropped = 0;   // weights really removed
   std::int64_t grown = 0;     // weights really added (value 0, zero state)
   std::int64_t regrown = 0;   // dropped and chosen again: kept with value and state
 };
 
-// Linear positions (row * cols + col) of scored positions, ascending: 8 bytes per grown
-// weight where a ScoredPosition takes 24, so the list is converted before the layer changes.
-template <Value T, ColumnIndex Index>
-std::vector<std::int64_t> sorted_positions(const PaddedCSR<T, Index>& W, std::vector<ScoredPosition> grow) {
-  std::vector<std::int64_t> pos(grow.size());
-  for (std::size_t q = 0; q < grow.size(); ++q) pos[q] = grow[q].row * W.cols() + grow[q].col;
-  grow = {};
-  sort_below(pos, W.rows() * W.cols());
-  return pos;
-}
-
-// Removes the dropped weights and adds weights at `grow_pos` (ascending, distinct linear
-// positions row * cols + col, none kept), logging every slot move in `log` and flushing it
-// (SlotLog::flush_if_full) between whole operations. A grow position among the dropped ones
+// Removes the dropped weights and adds weights of value 0 at `grow_pos`, logging every slot
+// move in `log` and flushing it (SlotLog::flush_if_full) between whole operations, so that a
+// sink replays them on the layer's per-slot arrays. A grow position among the dropped ones
 // cancels that drop (the weight stays with its value and state). Rows that need more room
 // are given capacity for their new count plus the matrix's padding ratio first, all in one
 // reserve_rows, so each relocates at most once and storage grows by exactly their room.
+// Preconditions (not checked beyond what PaddedCSR checks): `drop` from select_drop on W as
+// it is; grow_pos ascending, distinct, in [0, rows * cols), none kept. O(storage + k log k)
+// plus the relocated rows; throws what PaddedCSR's insert and reserve throw.
 template <Value T, ColumnIndex Index>
 DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, std::vector<std::int64_t> grow_pos,
                                  SlotLog& log) {
   const std::int64_t cols = W.cols();
   // positions both dropped and grown: a merge that advances without branching on the
-  // comparison (as good as random; std::set_intersection's branches were a fifth of this step)
+  // comparison (it goes either way at random)
   std::vector<std::int64_t> regrow;
   {
     const std::int64_t *a = drop.positions.data(), *a_end = a + drop.positions.size();
@@ -252,7 +204,7 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
   DropGrowStats stats;
   stats.regrown = std::ssize(regrow);
   // regrown weights stay: their slots, descending like the walk over the dropped ones, so
-  // the walk skips them in step (a binary search per dropped weight was a third of the update)
+  // the walk skips them in step instead of a search per dropped weight
   std::vector<std::int64_t> regrow_slots;
   regrow_slots.reserve(regrow.size());
   for (std::int64_t p : regrow) regrow_slots.push_back(W.find(p / cols, p % cols));
@@ -304,15 +256,10 @@ DropGrowStats apply_drop_grow_at(PaddedCSR<T, Index>& W, const DropSet& drop, st
   return stats;
 }
 
-// The same with the grow positions as (row, col) records, in any order.
-template <Value T, ColumnIndex Index>
-DropGrowStats apply_drop_grow(PaddedCSR<T, Index>& W, const DropSet& drop, std::span<const ScoredPosition> grow,
-                              SlotLog& log) {
-  return apply_drop_grow_at(W, drop, sorted_positions(W, std::vector<ScoredPosition>(grow.begin(), grow.end())), log);
-}
-
 // Marks, row by row, the columns that are kept (live and not dropped): the positions a grow
-// step must skip. Valid for one row at a time, in any row order.
+// step must skip. Valid for one row at a time, in any row order; holds references to W and
+// drop, which must outlive it unchanged. kept() is O(1) per call on the same row and
+// O(row nnz) on a change of row; cols x 8 bytes of marks.
 template <Value T, ColumnIndex Index>
 class KeptColumns {
 public:
@@ -337,7 +284,7 @@ public:
 
 private:
   // Every live column of the row is written, a dropped one with its old mark, selected with
-  // masks: a branch on the flags (a quarter set, at random) was most of a SET grow step.
+  // masks instead of a branch on the flags (a quarter set, at random).
   void load(std::int64_t row) {
     current_ = row;
     const std::int64_t start = W_.row_start(row);
@@ -355,13 +302,13 @@ private:
   std::int64_t current_ = -1;
 };
 
-// k positions uniformly at random (without replacement) among those not kept, ascending:
-// draw_distinct_below (sampling.hpp) over all positions, the kept ones filtered row by row
-// against the kept columns. Expected O(k log k + nnz) per round and few rounds while the kept
-// fraction is small and k at most half the free positions; otherwise enumerates the free
-// positions (O(rows * cols) time, a partial Fisher-Yates). Drawing k close to all the free
-// positions took ever more rounds for the last ones: all 3e5 of a 300 x 1000 layer whose
-// weights were all dropped, 46 s.
+// SET's grow step: k positions uniformly at random (without replacement) among those not
+// kept, ascending, from `rng` alone (deterministic for its key). draw_distinct_below
+// (sampling.hpp) over all positions, the kept ones filtered row by row against the kept
+// columns: expected O(k log k + nnz) per round and few rounds while the kept fraction is small
+// and k at most half the free positions; otherwise it enumerates the free positions
+// (O(rows * cols) time and 8 bytes each, a partial Fisher-Yates), since rejection needs ever
+// more rounds as k nears the free count. Throws ArgumentError unless 0 <= k <= free.
 template <Value T, ColumnIndex Index>
 std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                        CounterRng& rng) {
@@ -370,7 +317,8 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
   const std::int64_t kept = W.nnz() - drop.size();
   const std::int64_t free = total - kept;
   if (k < 0 || k > free)
-    throw ArgumentError(sprig::detail::message("random_free_positions: k = ", k, " outside [0, ", free, " free positions]"));
+    throw ArgumentError(
+        sprig::detail::message("dst::random_free_linear_positions: k = ", k, " outside [0, ", free, " free positions]"));
   KeptColumns<T, Index> kept_cols(W, drop);
   std::vector<std::int64_t> chosen;
   if (2 * kept <= total && 2 * k <= free) {
@@ -391,17 +339,6 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
   return chosen;
 }
 
-// The same positions as (row, col) records with score 0.
-template <Value T, ColumnIndex Index>
-std::vector<ScoredPosition> random_free_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
-                                                  CounterRng& rng) {
-  const std::vector<std::int64_t> chosen = random_free_linear_positions(W, drop, k, rng);
-  std::vector<ScoredPosition> out;
-  out.reserve(chosen.size());
-  for (std::int64_t p : chosen) out.push_back({0.0, p / W.cols(), p % W.cols()});
-  return out;
-}
-
 // A candidate of the gradient top-k: magnitude_key(g) and the linear position.
 template <Value T>
 struct KeyedPosition {
@@ -414,6 +351,7 @@ struct KeyedPosition {
 // gradient in blocks of `block_rows` rows: `block_gradient(r0, n, out)` must write rows
 // [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus 2k + cols
 // candidates of 16 bytes (T = float), never rows x cols. NaN gradients are never chosen.
+// O(rows * cols) besides block_gradient; throws ArgumentError if block_rows < 1.
 //
 // Linear: candidates are appended without branches (a slot written at every position, kept
 // by advancing past it) while their key is above the running k-th; whenever the buffer is
@@ -424,7 +362,8 @@ template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                       std::int64_t block_rows, BlockGradient&& block_gradient,
                                                       Matrix<T>& block) {
-  if (block_rows < 1) throw ArgumentError(sprig::detail::message("top_gradient_positions: block_rows ", block_rows, " < 1"));
+  if (block_rows < 1)
+    throw ArgumentError(sprig::detail::message("dst::top_gradient_candidates: block_rows ", block_rows, " < 1"));
   if (k <= 0) return {};
   using Key = decltype(magnitude_key(T(0)));
   constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
@@ -478,23 +417,8 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   return cand;
 }
 
-// The same positions as (|g|, row, col) records, larger score first, ties by smaller
-// position (the order of a TopK).
-template <Value T, ColumnIndex Index, class BlockGradient>
-std::vector<ScoredPosition> top_gradient_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
-                                                   std::int64_t block_rows, BlockGradient&& block_gradient,
-                                                   Matrix<T>& block) {
-  const std::int64_t cols = W.cols();
-  const auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block);
-  std::vector<ScoredPosition> out;
-  out.reserve(cand.size());
-  for (const auto& c : cand)
-    out.push_back({static_cast<double>(std::bit_cast<T>(c.key)), c.position / cols, c.position % cols});
-  std::stable_sort(out.begin(), out.end(), [](const ScoredPosition& a, const ScoredPosition& b) { return a.score > b.score; });
-  return out;
-}
-
-// The same positions as linear positions, ascending (what a topology update consumes).
+// RigL's grow step: the positions of top_gradient_candidates as linear positions, ascending
+// (what a topology update consumes).
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop,
                                                         std::int64_t k, std::int64_t block_rows,
