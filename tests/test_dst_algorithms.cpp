@@ -233,3 +233,48 @@ TEST_CASE("SNFS redistribution", "[dst][snfs]") {
   const auto r = S::redistribute({1, 1, 1}, {1.0, 1.0, 1.0}, {5, 5, 5});
   CHECK(std::accumulate(r.begin(), r.end(), std::int64_t{0}) == 3);
 }
+
+TEST_CASE("apply_step with a gradient-based algorithm before forward/backward says what is missing", "[dst][errors]") {
+  UpdateSchedule s;
+  s.delta_t = 10;
+  s.t_end = 100;
+  auto check = [](auto& algo, const std::string& name) {
+    Model model = small_mlp(5);
+    const Topology before = topology_of(model);
+    SGD<double> opt({.lr = 0.1, .momentum = 0.9});
+    try {
+      apply_step(algo, opt, model, 0);  // step 0 updates; no forward or backward happened
+      FAIL("no error");
+    } catch (const ArgumentError& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("dst::apply_step: " + name + " needs the input and output gradient of sparse layer 0") !=
+            std::string::npos);
+      CHECK(what.find("none was recorded") != std::string::npos);
+    }
+    CHECK(topology_of(model) == before);  // nothing changed
+    CHECK(algo.updates() == 0);
+  };
+  SECTION("RigL") {
+    RigL<double, std::int32_t> algo(s, 1);
+    check(algo, "rigl");
+  }
+  SECTION("SNFS") {
+    SNFS<double, std::int32_t> algo(s, 1);
+    check(algo, "snfs");
+  }
+  SECTION("SET and Static need no gradient") {
+    Model model = small_mlp(5);
+    SGD<double> opt({.lr = 0.1});
+    SET<double, std::int32_t> set(s, 1);
+    CHECK_NOTHROW(apply_step(set, opt, model, 0));
+    Static<double, std::int32_t> fixed;
+    CHECK_NOTHROW(apply_step(fixed, opt, model, 0));
+  }
+  SECTION("SparsityAlgorithm::update names itself") {
+    Model model = small_mlp(5);
+    RigL<double, std::int32_t> algo(s, 1);
+    CHECK_THROWS_WITH(algo.update(model.sparse_layers(), 0),
+                      Catch::Matchers::StartsWith("SparsityAlgorithm::update: rigl needs the input and output gradient"));
+  }
+}

@@ -1,19 +1,23 @@
-// sprig/dst/algorithm.hpp — the interface of a topology (drop/grow) algorithm.
+// sprig/dst/algorithm.hpp — the interface of a topology (drop/grow) algorithm, and
+// dst::apply_step, the call a training loop makes after backward.
 //
 // A SparsityAlgorithm changes the sparsity pattern of a model's sparse layers on the update
 // steps of its UpdateSchedule. Per update and per layer it drops the k = floor(f(t) * live)
 // live weights of smallest magnitude and grows connections at positions a subclass chooses
-// among those not kept (grow_linear_positions), then replays the slot moves on the layer's gradient
-// and optimizer state (SparseParameter::apply), so a survivor keeps its state and a new weight
-// starts from zero. A subclass is a short class: it names itself, chooses where to grow and,
-// optionally, how many weights each layer grows (grow_counts, for redistribution).
+// among those not kept (grow_linear_positions), then replays the slot moves on the layer's
+// gradient and optimizer state (SparseParameter::apply), so a survivor keeps its state and a
+// new weight starts at value 0 with zero state. A subclass is a short class: it names itself,
+// chooses where to grow and, optionally, how many weights each layer grows (grow_counts, for
+// redistribution). docs/dst.md gives the exact semantics and the deviations from the
+// reference implementations.
 //
 // Training loop (see apply_step below):
 //     forward; loss; backward;
 //     dst::apply_step(algorithm, optimizer, model, t);   // optimizer step and/or topology update
 //
-// Randomness comes from CounterRng(seed, layer, step): the same seed and data give the same
-// topology for any thread count.
+// Randomness comes from CounterRng(seed, layer, step), never from a shared stream: the same
+// seed and data give the same topology for any thread count (with the portable GEMM; see
+// needs_gradients for OpenBLAS).
 #pragma once
 
 #include <chrono>
@@ -31,35 +35,54 @@
 
 namespace sprig::dst {
 
+// What one topology update did to one sparse layer.
 struct LayerUpdate {
-  std::int64_t live_before = 0;
-  std::int64_t live_after = 0;
+  std::int64_t live_before = 0;  // live weights before the update
+  std::int64_t live_after = 0;   // and after (equal unless the algorithm redistributes: SNFS)
   DropGrowStats stats;
-  bool compacted = false;
+  bool compacted = false;        // the layer's dead slots were compacted away after the update
 };
 
+// What one topology update did; step = -1 when the step did not update the topology.
 struct UpdateReport {
   std::int64_t step = -1;
-  double drop_fraction = 0.0;
-  double seconds = 0.0;
-  std::vector<LayerUpdate> layers;
+  double drop_fraction = 0.0;    // f(t) of the schedule
+  double seconds = 0.0;          // wall time of the update (steady clock)
+  std::vector<LayerUpdate> layers;  // one per sparse layer, in model order
 };
 
+template <Value T, ColumnIndex Index>
+class SparsityAlgorithm;
+
+// One optimizer step and/or topology update for training step t (defined below).
+template <Value T, ColumnIndex Index, class Optimizer>
+void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, Sequential<T, Index>& model,
+                std::int64_t t, UpdateReport* report = nullptr);
+
+// The base of Static, SET, RigL and SNFS. Not thread-safe: one algorithm object serves one
+// model, called from one thread (the kernels inside parallelize themselves).
 template <Value T, ColumnIndex Index>
 class SparsityAlgorithm {
 public:
   using LayerRef = SparseLayerRef<T, Index>;
 
+  // Throws ArgumentError if the schedule is invalid (UpdateSchedule::validate).
   SparsityAlgorithm(UpdateSchedule schedule, std::uint64_t seed) : schedule_(schedule), seed_(seed) {
     schedule_.validate();
   }
   virtual ~SparsityAlgorithm() = default;
 
+  // A short lower-case name ("static", "set", "rigl", "snfs"), used in messages and files.
   virtual std::string_view name() const = 0;
   // RigL does not apply the gradient of an update step (as its reference implementation).
   virtual bool skips_optimizer_on_update() const { return false; }
   // Whether step t changes the topology.
   virtual bool is_update_step(std::int64_t t) const { return schedule_.is_update_step(t); }
+  // Whether an update reads the layers' input X and output gradient dY of the step (RigL and
+  // SNFS grow where |dY X^T| is largest): then a forward and a backward must precede it.
+  // That product is a dense GEMM; with SPRIG_USE_CBLAS its bits, and so the order of
+  // near-ties in the top-k, may depend on the BLAS's thread count (nn/gemm.hpp).
+  virtual bool needs_gradients() const { return false; }
 
   const UpdateSchedule& schedule() const noexcept { return schedule_; }
   std::uint64_t seed() const noexcept { return seed_; }
@@ -67,7 +90,7 @@ public:
   // storage is compacted after the update.
   double compact_threshold = 0.2;
 
-  // Total time spent in topology updates and how many there were.
+  // Total time spent in topology updates and how many there were (counted by update()).
   double total_seconds() const noexcept { return total_seconds_; }
   std::int64_t updates() const noexcept { return updates_; }
   // Restores the two statistics above (a checkpoint saves them).
@@ -76,13 +99,76 @@ public:
     total_seconds_ = seconds;
   }
 
-  // Slot moves of an update are replayed on the layer's state in chunks of this many events.
-  // 4096 (96 KiB of log) are as fast as 32768 were and took 0.7 MB off the peak resident
-  // memory of the 90%-sparse 784-1024-1024-10 MLP (bench/train_step).
+  // Slot moves of an update are replayed on the layer's state in chunks of this many events:
+  // 4096 (96 KiB of log) bound the update's scratch; larger chunks were no faster.
   static constexpr std::size_t kLogChunk = std::size_t{1} << 12;
 
-  // Drops and grows in every layer at step t (call only on update steps).
+  // Drops and grows in every layer at step t; call only on update steps (apply_step does
+  // that). layers: the model's sparse_layers(), each with its sparse_index; when
+  // needs_gradients(), each with the input and output gradient of a forward and backward
+  // (only their shapes can be checked, not that they are from step t).
+  // Throws ArgumentError, before any layer changes, when a needed gradient is missing, and
+  // ArgumentError if a weight is NaN (magnitudes cannot be ranked; layers before it have
+  // been updated). Cost per layer: O(storage + k log k) for the drop and the random grow,
+  // plus for RigL/SNFS the dense gradient dY X^T (rows x cols x B multiply-adds, streamed in
+  // row blocks, never stored whole). Deterministic for a seed (see the top of this file).
   UpdateReport update(std::span<const LayerRef> layers, std::int64_t t) {
+    return update_(layers, t, "SparsityAlgorithm::update");
+  }
+
+protected:
+  // How many connections each layer grows; by default as many as it dropped (the live count
+  // of every layer is preserved).
+  virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
+    return drop_counts;
+  }
+  // k positions, distinct, none of them kept (live and not in `dropped`), for this layer, as
+  // ascending linear positions (row * cols + col): what the update consumes.
+  virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
+                                                          CounterRng& rng) = 0;
+
+  // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed in row blocks of
+  // about 1 MiB with a dense GEMM, large enough for an efficient GEMM and small against the
+  // layer, never stored whole), as ascending linear positions: RigL's grow rule, reused by
+  // others. Needs the layer's input and output gradient (checked by update()).
+  std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
+    const auto& W = layer.layer->weight.weight;
+    const std::int64_t block_rows =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
+    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
+    return top_gradient_linear_positions(
+        W, dropped, k, block_rows,
+        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
+          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+        },
+        gradient_block_);
+  }
+
+private:
+  template <Value U, ColumnIndex I, class Optimizer>
+  friend void apply_step(SparsityAlgorithm<U, I>&, Optimizer&, Sequential<U, I>&, std::int64_t, UpdateReport*);
+
+  // Throws ArgumentError naming `caller` unless every layer holds an input [cols x B] and an
+  // output gradient [rows x B], B >= 1, when the algorithm needs them.
+  void check_gradients(std::span<const LayerRef> layers, const char* caller) const {
+    if (!needs_gradients()) return;
+    for (const LayerRef& l : layers) {
+      const auto& W = l.layer->weight.weight;
+      const ConstMatrixView<T> X = l.input, dY = l.output_grad;
+      if (X.rows() == W.cols() && dY.rows() == W.rows() && X.cols() == dY.cols() && X.cols() > 0) continue;
+      const bool none = X.rows() * X.cols() == 0 && dY.rows() * dY.cols() == 0;
+      throw ArgumentError(sprig::detail::message(
+          caller, ": ", name(), " needs the input and output gradient of sparse layer ", l.sparse_index,
+          " (model layer ", l.position, ", ", W.rows(), "x", W.cols(), ") from a forward and backward on this step; ",
+          none ? std::string("none was recorded")
+               : sprig::detail::message("the input recorded is ", X.rows(), "x", X.cols(), " and the output gradient ",
+                                        dY.rows(), "x", dY.cols(), ", expected ", W.cols(), "xB and ", W.rows(), "xB"),
+          " (call forward and backward before an update step)"));
+    }
+  }
+
+  UpdateReport update_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
+    check_gradients(layers, caller);
     const auto start = std::chrono::steady_clock::now();
     UpdateReport report;
     report.step = t;
@@ -100,7 +186,7 @@ public:
       auto& param = layers[l].layer->weight;
       LayerUpdate& u = report.layers[l];
       u.live_before = param.weight.nnz();
-      const DropSet drop = select_drop(param.weight, drop_counts[l]);
+      const DropSet drop = select_drop(param.weight, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
       std::vector<std::int64_t> grow_at = grow_linear_positions(layers[l], drop, grow[l], rng);
       SlotLog log;
@@ -120,35 +206,6 @@ public:
     return report;
   }
 
-protected:
-  // How many connections each layer grows; by default as many as it dropped (the live count
-  // of every layer is preserved).
-  virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
-    return drop_counts;
-  }
-  // k positions, distinct, none of them kept (live and not in `dropped`), for this layer, as
-  // ascending linear positions (row * cols + col): what the update consumes.
-  virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
-                                                          CounterRng& rng) = 0;
-
-  // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed in row blocks of
-  // about 1 MiB with a dense GEMM, large enough for an efficient GEMM and small against the
-  // layer, never stored whole), as ascending linear positions: RigL's grow rule, reused by
-  // others.
-  std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
-    const auto& W = layer.layer->weight.weight;
-    const std::int64_t block_rows =
-        std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
-    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
-    return top_gradient_linear_positions(
-        W, dropped, k, block_rows,
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
-        },
-        gradient_block_);
-  }
-
-private:
   UpdateSchedule schedule_;
   std::uint64_t seed_;
   double total_seconds_ = 0.0;
@@ -156,19 +213,25 @@ private:
   Matrix<T> gradient_block_;
 };
 
-// One optimizer step and/or topology update for training step t, in the reference order:
-// the optimizer first, then the topology (so survivors carry this step's update), except that
-// an algorithm that skips the optimizer on update steps (RigL) only changes the topology.
+// One optimizer step and/or topology update for training step t (0-based), after forward
+// and backward, in the reference order: the optimizer first, then the topology (so survivors
+// carry this step's update), except that an algorithm that skips the optimizer on update steps
+// (RigL) only changes the topology. `report`, if given, receives the update's report on an
+// update step and is left untouched otherwise.
+// Throws ArgumentError before anything changes when the algorithm needs gradients (RigL,
+// SNFS) and the model holds no forward/backward; whatever optimizer.step and update() throw.
+// Cost: the optimizer step, plus update() on update steps. Deterministic as update() is.
 template <Value T, ColumnIndex Index, class Optimizer>
 void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, Sequential<T, Index>& model,
-                std::int64_t t, UpdateReport* report = nullptr) {
+                std::int64_t t, UpdateReport* report) {
   if (!algorithm.is_update_step(t)) {
     optimizer.step(model);
     return;
   }
-  if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);
   const auto layers = model.sparse_layers();
-  UpdateReport r = algorithm.update(layers, t);
+  algorithm.check_gradients(layers, "dst::apply_step");
+  if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);
+  UpdateReport r = algorithm.update_(layers, t, "dst::apply_step");
   if (report) *report = std::move(r);
 }
 

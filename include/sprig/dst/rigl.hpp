@@ -14,6 +14,7 @@ public:
   RigL(UpdateSchedule schedule, std::uint64_t seed) : SparsityAlgorithm<T, Index>(schedule, seed) {}
   std::string_view name() const override { return "rigl"; }
   bool skips_optimizer_on_update() const override { return true; }
+  bool needs_gradients() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
