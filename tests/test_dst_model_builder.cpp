@@ -60,3 +60,30 @@ TEST_CASE("build_mlp rejects bad specs", "[dst][builder]") {
   CHECK_THROWS_AS(mlp_sparsities({.widths = {5}}), ShapeError);
   CHECK_THROWS_AS(mlp_sparsities({.widths = {5, 4, 3}, .sparsity = 1.0}), ArgumentError);
 }
+
+TEST_CASE("build_mlp's errors name build_mlp, not an internal helper", "[dst][builder][errors]") {
+  auto message_of = [](const MLPSpec& spec) -> std::string {
+    try {
+      (void)build_mlp<float, std::int32_t>(spec);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  using Catch::Matchers::StartsWith;
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .sparsity = 1.0}), StartsWith("dst::build_mlp: sparsity 1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .sparsity = -0.5, .distribution = Distribution::erk}),
+             StartsWith("dst::build_mlp: sparsity -0.5"));
+  CHECK_THAT(message_of({.widths = {5}}), StartsWith("dst::build_mlp: need at least 2 widths"));
+  CHECK_THAT(message_of({.widths = {5, 0, 3}}), StartsWith("dst::build_mlp: widths[1] = 0"));
+  CHECK_THAT(message_of({.widths = {5, 4, 0}}), StartsWith("dst::build_mlp: widths[2] = 0"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .growth_reserve = -1.0}), StartsWith("dst::build_mlp: growth_reserve -1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .padding_ratio = -1.0}), StartsWith("dst::build_mlp: padding_ratio -1"));
+  CHECK_THROWS_AS((build_mlp<float, std::int32_t>({.widths = {5, 0, 3}})), ShapeError);
+  CHECK_THROWS_WITH((build_mlp<float, std::int16_t>({.widths = {40000, 4, 3}})),
+                    StartsWith("dst::build_mlp: widths[0] = 40000 columns cannot be indexed by a 16-bit"));
+  // the public density helpers name themselves
+  CHECK_THROWS_WITH(uniform_sparsities({{4, 5}}, 1.0), StartsWith("dst::uniform_sparsities: sparsity 1"));
+  CHECK_THROWS_WITH(erk_sparsities({{4, 0}}, 0.5), StartsWith("dst::erk_sparsities: layer 0 has shape 4x0"));
+  CHECK_THROWS_WITH(mlp_sparsities({.widths = {5}}), StartsWith("dst::mlp_sparsities: need at least 2 widths"));
+}

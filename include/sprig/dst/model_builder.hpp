@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -19,6 +20,8 @@ namespace sprig::dst {
 enum class Distribution { uniform, erk };
 enum class Activation { relu, gelu };
 
+// What build_mlp builds. Layer l's weights and topology come from CounterRng(seed, l), so a
+// spec gives the same model on every run and for any thread count.
 struct MLPSpec {
   std::vector<std::int64_t> widths;  // inputs, hidden..., outputs (at least two entries)
   double sparsity = 0.9;
@@ -26,29 +29,56 @@ struct MLPSpec {
   bool dense_output = true;
   Activation activation = Activation::relu;
   std::uint64_t seed = 0;
-  double padding_ratio = kDefaultPaddingRatio;
-  double growth_reserve = 0.0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth)
+  double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
+  double growth_reserve = 0.0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
 };
 
-// The sparsity of every layer (0 for a dense one) that `spec` leads to.
-inline std::vector<double> mlp_sparsities(const MLPSpec& spec) {
+namespace detail {
+// mlp_sparsities with `fn` (the public call) named in its errors.
+inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec) {
   if (spec.widths.size() < 2)
-    throw ShapeError(sprig::detail::message("mlp_sparsities: need at least 2 widths, got ", spec.widths.size()));
+    throw ShapeError(sprig::detail::message(fn, ": need at least 2 widths, got ", spec.widths.size()));
+  for (std::size_t l = 0; l < spec.widths.size(); ++l)
+    if (spec.widths[l] < 1)
+      throw ShapeError(sprig::detail::message(fn, ": widths[", l, "] = ", spec.widths[l], ", must be >= 1"));
   const std::size_t layers = spec.widths.size() - 1;
   const std::size_t sparse = spec.dense_output ? layers - 1 : layers;
   std::vector<LayerShape> shapes;
   for (std::size_t l = 0; l < sparse; ++l) shapes.push_back({spec.widths[l + 1], spec.widths[l]});
   std::vector<double> out(layers, 0.0);
   if (sparse == 0) return out;
-  const auto s = spec.distribution == Distribution::erk ? erk_sparsities(shapes, spec.sparsity)
-                                                        : uniform_sparsities(shapes, spec.sparsity);
+  const auto s = spec.distribution == Distribution::erk ? erk_sparsities(fn, shapes, spec.sparsity)
+                                                        : uniform_sparsities(fn, shapes, spec.sparsity);
   std::copy(s.begin(), s.end(), out.begin());
   return out;
 }
+}  // namespace detail
 
+// The sparsity of every layer (0 for a dense one) that `spec` leads to, one per layer.
+// O(layers); throws ShapeError for fewer than 2 widths or a width below 1, ArgumentError
+// unless 0 <= sparsity < 1.
+inline std::vector<double> mlp_sparsities(const MLPSpec& spec) { return detail::mlp_sparsities("dst::mlp_sparsities", spec); }
+
+// Builds the MLP of `spec`: SparseLinear layers at the sparsities of mlp_sparsities, Linear
+// layers where that is 0, activations in between. O(total parameters) time for the dense
+// layers and O(live weights) for the sparse ones. Deterministic for spec.seed.
+// Throws, naming dst::build_mlp, what mlp_sparsities throws, ArgumentError for a
+// padding_ratio or growth_reserve outside [0, 64] or a width whose columns Index cannot
+// address.
 template <Value T, ColumnIndex Index>
 Sequential<T, Index> build_mlp(const MLPSpec& spec) {
-  const std::vector<double> sparsity = mlp_sparsities(spec);
+  constexpr const char* fn = "dst::build_mlp";
+  const std::vector<double> sparsity = detail::mlp_sparsities(fn, spec);
+  if (!(spec.padding_ratio >= 0.0 && spec.padding_ratio <= 64.0))
+    throw ArgumentError(sprig::detail::message(fn, ": padding_ratio ", spec.padding_ratio, " outside [0, 64]"));
+  if (!(spec.growth_reserve >= 0.0 && spec.growth_reserve <= 64.0))
+    throw ArgumentError(sprig::detail::message(fn, ": growth_reserve ", spec.growth_reserve, " outside [0, 64]"));
+  constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
+  for (std::size_t l = 0; l < sparsity.size(); ++l)
+    if (sparsity[l] > 0.0 && spec.widths[l] - 1 > max_index)
+      throw ArgumentError(sprig::detail::message(fn, ": widths[", l, "] = ", spec.widths[l],
+                                                 " columns cannot be indexed by a ", sizeof(Index) * 8,
+                                                 "-bit column index (at most ", max_index, " + 1)"));
   Sequential<T, Index> model;
   for (std::size_t l = 0; l < sparsity.size(); ++l) {
     const std::int64_t in = spec.widths[l], out = spec.widths[l + 1];
