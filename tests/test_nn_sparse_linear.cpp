@@ -252,3 +252,75 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
   layer.forward(X.view(), Y.view());
   CHECK(layer.weight.weight.topology_key() == key);
 }
+
+namespace {
+// Leaves every row of a wide layer out of column-block order: erases its first live entry (the
+// last one moves into its place) and inserts one in the first block. Logged in `log`.
+template <class Layer>
+void scramble_rows(Layer& layer, std::int64_t block_width, std::uint64_t seed, SlotLog& log) {
+  auto& W = layer.weight.weight;
+  CounterRng rng(seed, 1);
+  for (std::int64_t i = 0; i < W.rows(); ++i) {
+    W.erase_slot(i, W.row_start(i), &log);
+    std::int64_t c = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(block_width)));
+    while (W.find(i, c) >= 0) c = (c + 1) % block_width;
+    W.insert_new(i, c, 0.25f + static_cast<float>(i), &log);
+  }
+}
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follows the regrouping through a SlotLog",
+                        "[nn][sparse_linear][blocks]", Indices) {
+  using Index = TestType;
+  const std::int64_t in = 4096, out = 24, B = 128;
+  const auto blocks = detail::spmm_column_blocks<float>(in, B);
+  const bool blocked = blocks.count > 1;  // not with the scalar kernels
+  SparseLinear<float, Index> layer(in, out, 0.05, 7);
+  // the caller's own per-slot array, tagged with the weight it belongs to
+  std::vector<float> mine;
+  auto tagged = [&] {
+    std::int64_t ok = 0;
+    layer.weight.weight.for_each_live(
+        [&](std::int64_t, std::int64_t, float v, std::int64_t s) { ok += mine[static_cast<std::size_t>(s)] == 4.0f * v; });
+    return ok;
+  };
+  SlotLog log;
+  scramble_rows(layer, blocks.width, 7, log);
+  layer.weight.apply(log);
+  log.reset();
+  mine.resize(layer.weight.grad.size());
+  for (std::size_t s = 0; s < mine.size(); ++s) mine[s] = 4.0f * layer.weight.weight.values()[s];
+  const std::int64_t live = layer.weight.weight.nnz();
+  REQUIRE(tagged() == live);
+
+  // forward regroups the rows and records it in the log the caller attached
+  layer.set_slot_log(&log);
+  CHECK(layer.slot_log() == &log);
+  const auto X = random_matrix<float>(in, B, 9);
+  Matrix<float> Y(out, B);
+  const auto key = layer.weight.weight.topology_key();
+  layer.forward(X.view(), Y.view());
+  CHECK(blocked == (layer.weight.weight.topology_key() != key));  // the slots moved
+  CHECK(blocked == !log.empty());
+  log.apply(mine);
+  log.reset();
+  CHECK(tagged() == live);
+  layer.forward(X.view(), Y.view());  // grouped already: nothing moves, nothing logged
+  CHECK(log.empty());
+
+  // the explicit call, after a topology change: one log for both, then forward has nothing to do
+  layer.set_slot_log(nullptr);
+  scramble_rows(layer, blocks.width, 8, log);
+  layer.weight.apply(log);  // grad and state: the topology change (group_columns moves them itself)
+  CHECK(layer.group_columns(B, &log) == blocked);
+  CHECK_FALSE(layer.group_columns(B, &log));  // already grouped
+  log.apply(mine);
+  for (std::size_t s = 0; s < mine.size(); ++s)  // the newborn weights' entries read 0: tag them
+    if (mine[s] == 0.0f) mine[s] = 4.0f * layer.weight.weight.values()[s];
+  log.reset();
+  CHECK(tagged() == live);
+  const auto grouped = layer.weight.weight.topology_key();
+  layer.forward(X.view(), Y.view());
+  CHECK(layer.weight.weight.topology_key() == grouped);
+  CHECK_THROWS_AS(layer.group_columns(0), ShapeError);
+}

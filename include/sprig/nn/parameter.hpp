@@ -93,15 +93,30 @@ struct SparseParameter {
   }
 
   // Orders each row of the weight by column block (PaddedCSR::group_columns), grad and every
-  // state vector permuted with their weights. Returns whether anything moved.
-  bool group_columns(int shift) {
+  // state vector permuted with their weights. With a log, also appends the permutation to it
+  // as one SlotLog::remap over all storage_size() slots (8 bytes a slot, only when something
+  // moved), for per-slot arrays kept outside this parameter: replay it on those only, grad
+  // and state have moved already. Returns whether anything moved. O(nnz + rows x blocks).
+  // Throws ShapeError if grad or state is misaligned, ArgumentError for a shift outside [0, 62].
+  bool group_columns(int shift, SlotLog* log = nullptr) {
     check_aligned("SparseParameter::group_columns");
     AlignedVector<T> scratch;
-    return weight.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
+    std::vector<std::int64_t> sources;  // with a log: new slot s takes old slot sources[s]
+    const bool moved = weight.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
       detail::permute_range(grad, start, order, scratch);
       for (auto& st : state)
         if (!st.empty()) detail::permute_range(st, start, order, scratch);
+      if (log) {
+        if (sources.empty()) {
+          sources.resize(static_cast<std::size_t>(weight.storage_size()));
+          for (std::size_t k = 0; k < sources.size(); ++k) sources[k] = static_cast<std::int64_t>(k);
+        }
+        for (std::size_t j = 0; j < order.size(); ++j)
+          sources[static_cast<std::size_t>(start) + j] = start + order[j];
+      }
     });
+    if (log && moved) log->remap(sources);
+    return moved;
   }
 
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }

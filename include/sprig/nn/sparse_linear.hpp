@@ -91,12 +91,7 @@ public:
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     // spmm checks it too, but only after group_columns below has reordered the storage
     detail::check_forward_activation("SparseLinear::forward", act);
-    if (const auto blocks = detail::spmm_column_blocks<T>(in_features(), X.cols(), workspace_.column_block_bytes);
-        blocks.count > 1 && (grouped_key_ != weight.weight.topology_key() || blocks.shift < grouped_shift_)) {
-      weight.group_columns(blocks.shift);
-      grouped_key_ = weight.weight.topology_key();
-      grouped_shift_ = blocks.shift;
-    }
+    if (X.cols() > 0) regroup(X.cols(), slot_log_);
     spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
@@ -123,6 +118,25 @@ public:
     sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
+
+  // Groups each row's live weights by the column blocks a forward at batch width `batch`
+  // works through, if they are not grouped for it yet (after a topology change, or for a
+  // batch that needs narrower blocks); forward does the same implicitly. grad and optimizer
+  // state move with their weights; with a log, the permutation is appended to it (one
+  // SlotLog::remap over every slot) for per-slot arrays kept outside weight, which must then
+  // replay it. Returns whether any slot moved. O(nnz + rows x blocks) when it regroups, O(1)
+  // when grouped already. Throws ShapeError for batch < 1, or if weight.grad or state is
+  // misaligned with the weight (a topology change not yet replayed with weight.apply).
+  bool group_columns(std::int64_t batch, SlotLog* log = nullptr) {
+    if (batch < 1) throw ShapeError(detail::message("SparseLinear::group_columns: batch ", batch, " must be >= 1"));
+    return regroup(batch, log);
+  }
+
+  // The log forward appends its regrouping to (see group_columns), or nullptr (the default:
+  // nothing recorded; the caller then keeps no per-slot array of its own). The log is the
+  // caller's and must outlive the layer's forward calls; copies of the layer share it.
+  void set_slot_log(SlotLog* log) noexcept { slot_log_ = log; }
+  SlotLog* slot_log() const noexcept { return slot_log_; }
 
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
@@ -156,6 +170,16 @@ private:
     weight.check_aligned("SparseLinear::backward");
   }
 
+  bool regroup(std::int64_t batch, SlotLog* log) {
+    const auto blocks = detail::spmm_column_blocks<T>(in_features(), batch, workspace_.column_block_bytes);
+    if (blocks.count <= 1 || (grouped_key_ == weight.weight.topology_key() && blocks.shift >= grouped_shift_))
+      return false;
+    const bool moved = weight.group_columns(blocks.shift, log);
+    grouped_key_ = weight.weight.topology_key();
+    grouped_shift_ = blocks.shift;
+    return moved;
+  }
+
   void init(PaddedCSR<T, Index> w) {
     const std::int64_t out = w.rows();
     weight = SparseParameter<T, Index>(std::move(w));
@@ -172,6 +196,7 @@ private:
   // them for (grouped for one width means grouped for wider ones).
   TopologyKey grouped_key_;
   int grouped_shift_ = 0;
+  SlotLog* slot_log_ = nullptr;  // where forward's regrouping is recorded (set_slot_log)
 };
 
 }  // namespace sprig
