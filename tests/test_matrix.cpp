@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <span>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -197,4 +198,38 @@ TEMPLATE_TEST_CASE("transpose_into matches dst(j, i) = src(i, j) on odd shapes a
   // Empty shapes are fine.
   sprig::Matrix<T> e(0, 5), et(5, 0);
   REQUIRE_NOTHROW(sprig::transpose_into<T>(e.view(), et.view()));
+}
+
+TEST_CASE("overlaps: views and spans of one buffer share memory where their byte ranges meet", "[matrix][overlap]") {
+  sprig::Matrix<float> m(6, 8);
+  const sprig::MatrixView<float> v = m.view();
+  // Disjoint row ranges, adjacent ones included, do not overlap; shared rows do.
+  CHECK_FALSE(sprig::overlaps(v.block(0, 0, 3, 8), v.block(3, 0, 3, 8)));
+  CHECK(sprig::overlaps(v.block(0, 0, 3, 8), v.block(2, 0, 3, 8)));
+  CHECK(sprig::overlaps(v, v));
+  CHECK(sprig::overlaps(sprig::ConstMatrixView<float>(v), v.block(5, 7, 1, 1)));
+  // Conservative: side-by-side column blocks of the same rows interleave in memory and count.
+  CHECK(sprig::overlaps(v.block(0, 0, 6, 4), v.block(0, 4, 6, 4)));
+  // ... but not when one ends before the other's first element.
+  CHECK_FALSE(sprig::overlaps(v.block(0, 0, 1, 4), v.block(0, 4, 6, 4)));
+  // Spans, of const or mutable elements, against views and each other.
+  const std::span<float> all(m.data(), 48);
+  CHECK(sprig::overlaps(all.subspan(10, 1), v.block(1, 2, 1, 1)));
+  CHECK_FALSE(sprig::overlaps(std::span<const float>(m.data(), 8), v.block(1, 0, 5, 8)));
+  CHECK_FALSE(sprig::overlaps(all.subspan(0, 8), all.subspan(8, 8)));
+  // Empty views and spans overlap nothing.
+  CHECK_FALSE(sprig::overlaps(v.block(2, 2, 0, 3), v));
+  CHECK_FALSE(sprig::overlaps(all.subspan(4, 0), v));
+  CHECK_FALSE(sprig::overlaps(sprig::MatrixView<float>(), v));
+}
+
+TEMPLATE_TEST_CASE("transpose_into rejects a dst that overlaps src", "[matrix][transpose][overlap]", float, double) {
+  using T = TestType;
+  // Before the check, transpose_into(m, m) on a square m returned quietly with m not m^T.
+  sprig::Matrix<T> m(4, 4);
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 4; ++j) m(i, j) = at<T>(i, j);
+  CHECK_THROWS_AS(sprig::transpose_into<T>(m.view(), m.view()), sprig::ArgumentError);
+  CHECK_THROWS_WITH(sprig::transpose_into<T>(m.view(), m.view()), Contains("transpose_into: dst overlaps src"));
+  CHECK(m(0, 1) == at<T>(0, 1));
 }

@@ -169,14 +169,67 @@ private:
   AlignedVector<T> storage_;
 };
 
+// The address range [begin, end) that a view's or span's elements lie in: from its first
+// element to one past the last element of its last row (so a strided view's range also holds
+// the gaps between its rows); begin == end for an empty one.
+struct ByteRange {
+  std::uintptr_t begin = 0, end = 0;
+};
+
+template <class T>
+ByteRange byte_range(ConstMatrixView<T> v) noexcept {
+  if (v.rows() == 0 || v.cols() == 0) return {};
+  const auto first = reinterpret_cast<std::uintptr_t>(v.data());
+  const auto elems = static_cast<std::uintptr_t>((v.rows() - 1) * v.stride() + v.cols());
+  return {first, first + elems * sizeof(T)};
+}
+template <class T>
+ByteRange byte_range(MatrixView<T> v) noexcept {
+  return byte_range(ConstMatrixView<T>(v));
+}
+template <class T>
+ByteRange byte_range(std::span<T> s) noexcept {
+  if (s.empty()) return {};
+  const auto first = reinterpret_cast<std::uintptr_t>(s.data());
+  return {first, first + s.size_bytes()};
+}
+
+// Whether a and b (MatrixView, ConstMatrixView or std::span, in any pairing) may share
+// memory: true when their byte ranges meet. Conservative: side-by-side column blocks of the
+// same rows interleave in memory and count as overlapping although no element is shared.
+// Empty views and spans overlap nothing. O(1), noexcept.
+template <class A, class B>
+bool overlaps(const A& a, const B& b) noexcept {
+  const ByteRange ra = byte_range(a), rb = byte_range(b);
+  return ra.begin < ra.end && rb.begin < rb.end && ra.begin < rb.end && rb.begin < ra.end;
+}
+
+namespace detail {
+
+// Throws ArgumentError naming the call and both operands when an output may share memory
+// with an input (overlaps): a kernel would read values it has already overwritten.
+template <class Out, class In>
+void check_no_overlap(const char* fn, const char* out_name, const Out& out, const char* in_name, const In& in) {
+  if (!overlaps(out, in)) return;
+  const ByteRange o = byte_range(out), i = byte_range(in);
+  throw ArgumentError(message(fn, ": ", out_name, " overlaps ", in_name, " (", out_name, " spans bytes [0x", std::hex,
+                              o.begin, ", 0x", o.end, "), ", in_name, " [0x", i.begin, ", 0x", i.end, ")", std::dec,
+                              "); an output must not share memory with an input or another output"));
+}
+
+}  // namespace detail
+
 // dst = src^T. Converts batch-major data ([batch x features]) to sprig's feature-major
-// layout ([features x batch]) and back.
+// layout ([features x batch]) and back. Throws ShapeError unless dst is src.cols() x
+// src.rows(), ArgumentError if dst overlaps src. O(rows x cols), in 32 x 32 tiles (both sides
+// stay in L1); one thread.
 template <Value T>
 void transpose_into(std::type_identity_t<ConstMatrixView<T>> src, std::type_identity_t<MatrixView<T>> dst) {
   if (dst.rows() != src.cols() || dst.cols() != src.rows())
     throw ShapeError(detail::message("transpose_into: src is ", src.rows(), "x", src.cols(),
                                      " but dst is ", dst.rows(), "x", dst.cols(), " (expected ",
                                      src.cols(), "x", src.rows(), ")"));
+  detail::check_no_overlap("transpose_into", "dst", dst, "src", src);
   constexpr std::int64_t tile = 32;  // keeps both the read and the write side in L1
   for (std::int64_t i0 = 0; i0 < src.rows(); i0 += tile)
     for (std::int64_t j0 = 0; j0 < src.cols(); j0 += tile)
