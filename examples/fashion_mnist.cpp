@@ -43,6 +43,8 @@
 #include <variant>
 #include <vector>
 
+#include "fashion_mnist_data.hpp"
+
 #if defined(_OPENMP)
 #  include <omp.h>
 #endif
@@ -64,7 +66,7 @@ struct Config {
   double warmup_epochs = 0.2;
   std::uint64_t seed = 1;
   int threads = 0;
-  std::string data_dir = sprig::kFashionMNISTDir;
+  std::string data_dir = examples::kFashionMNISTDir;
   std::string csv;
   std::int64_t max_steps = 0;  // > 0: stop each epoch after this many steps (smoke runs)
   std::string checkpoint_dir;       // save the training state here (empty: no checkpoints)
@@ -121,7 +123,7 @@ sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std:
   sprig::dst::MLPSpec spec;
   spec.widths.push_back(inputs);
   spec.widths.insert(spec.widths.end(), cfg.widths.begin(), cfg.widths.end());
-  spec.widths.push_back(sprig::FashionMNIST<T>::num_classes);
+  spec.widths.push_back(examples::FashionMNIST<T>::num_classes);
   spec.sparsity = sparsity;
   spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
   spec.dense_output = true;
@@ -147,7 +149,7 @@ Quantiles quantiles(std::vector<double> v) {
 // prints the medians with the 10th/90th percentiles, split into forward (with the loss),
 // backward and optimizer.
 template <class Index>
-int compare_step_times(const Config& cfg, const sprig::FashionMNIST<T>& data, T mean, T inv_std) {
+int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data, T mean, T inv_std) {
   if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   std::string shape;
   sprig::Sequential<T, Index> models[2] = {build_model<Index>(cfg, 0.0, data.train.features(), shape),
@@ -233,7 +235,7 @@ int run(const Config& cfg) {
   const int threads = 1;
 #endif
   auto t_load = Clock::now();
-  const auto data = sprig::load_fashion_mnist<T>(cfg.data_dir);
+  const auto data = examples::load_fashion_mnist<T>(cfg.data_dir);
   // Standardise with the training set's pixel mean and standard deviation (one scalar each).
   double sum = 0.0, sum2 = 0.0;
   for (std::int64_t i = 0; i < data.train.size(); ++i)

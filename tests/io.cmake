@@ -9,6 +9,13 @@ if(TARGET test_io_idx)
     message(WARNING "sprig: zlib not found; test_io_idx runs without its gzip cases")
     target_compile_definitions(test_io_idx PRIVATE SPRIG_NO_ZLIB=1)
   endif()
+  # The examples' Fashion-MNIST loader (examples/fashion_mnist_data.hpp) is tested here on
+  # files the test writes; the real data set only where Debian's dataset-fashion-mnist
+  # package is installed (a compiled-in test case, not a skip at run time).
+  target_include_directories(test_io_idx PRIVATE ${sprig_SOURCE_DIR}/examples)
+  if(EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz)
+    target_compile_definitions(test_io_idx PRIVATE SPRIG_TEST_FASHION_MNIST_INSTALLED=1)
+  endif()
 endif()
 
 # The text reader's test loads Tiny Shakespeare when it is present (it is not in CI).

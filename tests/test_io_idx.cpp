@@ -16,6 +16,8 @@
 
 #include "sprig/core/rng.hpp"
 
+#include "fashion_mnist_data.hpp"  // examples/ (tests/io.cmake adds the include path)
+
 #if !defined(SPRIG_NO_ZLIB)
 #  include <zlib.h>
 #endif
@@ -402,16 +404,73 @@ TEST_CASE("load_idx_images scales pixels to [0, 1] example-major and checks labe
   }
 }
 
-TEST_CASE("load_fashion_mnist reads the Debian data set when installed", "[io][idx][dataset]") {
-#if defined(SPRIG_NO_ZLIB)
-  WARN("built with SPRIG_NO_ZLIB: the gzip-compressed data set cannot be read; test skipped");
-  return;
+// examples/fashion_mnist_data.hpp (the examples' loader) on a small data set written here:
+// the file names it looks for, .gz before plain, 28 x 28 images and labels below 10.
+TEST_CASE("load_fashion_mnist reads the four files of a directory", "[io][idx][fashion_mnist]") {
+  const fs::path dir = tmp() / "fashion";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::uint32_t n_train = 7, n_test = 3;
+  auto images = [](std::uint32_t n, std::uint64_t seed, std::uint32_t h = 28) {
+    return make_idx(0x803, {n, h, 28}, random_bytes(std::size_t{n} * h * 28, seed));
+  };
+  auto labels = [](std::uint32_t n, std::uint8_t first) {
+    Bytes l(n);
+    for (std::uint32_t i = 0; i < n; ++i) l[i] = static_cast<std::uint8_t>((first + i) % 10);
+    return make_idx(0x801, {n}, l);
+  };
+  auto put = [&](const std::string& name, const Bytes& b) {
+    std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    REQUIRE(f.good());
+  };
+  const Bytes train_images = images(n_train, 1);
+#if !defined(SPRIG_NO_ZLIB)
+  put("train-images-idx3-ubyte.gz", gzip(train_images));
+  put("train-images-idx3-ubyte", images(n_train, 99));  // the .gz is taken first
+#else
+  put("train-images-idx3-ubyte", train_images);
 #endif
-  if (!fs::exists(fs::path(sprig::kFashionMNISTDir) / "train-images-idx3-ubyte.gz")) {
-    WARN("Fashion-MNIST not installed at " << sprig::kFashionMNISTDir << ": test skipped");
-    return;
+  put("train-labels-idx1-ubyte", labels(n_train, 4));
+  put("t10k-images-idx3-ubyte", images(n_test, 2));
+  put("t10k-labels-idx1-ubyte", labels(n_test, 0));
+
+  const auto data = examples::load_fashion_mnist<float>(dir);
+  REQUIRE(data.train.size() == n_train);
+  REQUIRE(data.test.size() == n_test);
+  CHECK(data.train.features() == 784);
+  CHECK(data.train.height == 28);
+  CHECK(data.train.width == 28);
+  for (std::int64_t i = 0; i < data.train.size(); ++i) {
+    CHECK(data.train.labels[static_cast<std::size_t>(i)] == (4 + i) % 10);
+    for (std::int64_t f = 0; f < 784; f += 97)
+      CHECK(data.train.images(i, f) == static_cast<float>(train_images[16 + i * 784 + f]) * (1.0f / 255.0f));
   }
-  const auto data = sprig::load_fashion_mnist<float>();
+  CHECK(data.test.labels == std::vector<std::int32_t>{0, 1, 2});
+
+  auto message_of = [](const fs::path& d) -> std::string {
+    try {
+      (void)examples::load_fashion_mnist<float>(d);
+    } catch (const sprig::FormatError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(contains(message_of(dir / "nonexistent"), "load_fashion_mnist: neither"));
+  CHECK(contains(message_of(dir / "nonexistent"), "train-images-idx3-ubyte.gz"));
+  put("t10k-labels-idx1-ubyte", make_idx(0x801, {n_test}, Bytes{0, 10, 1}));  // label 10
+  CHECK(contains(message_of(dir), "label 10 of example 1"));
+  put("t10k-labels-idx1-ubyte", labels(n_test, 0));
+  put("t10k-images-idx3-ubyte", images(n_test, 2, 27));  // 27 x 28
+  CHECK(contains(message_of(dir), "holds 27 x 28 images, expected 28 x 28"));
+  fs::remove_all(dir);
+}
+
+// The real data set, compiled in only where tests/io.cmake found Debian's
+// dataset-fashion-mnist package at configure time.
+#if defined(SPRIG_TEST_FASHION_MNIST_INSTALLED) && !defined(SPRIG_NO_ZLIB)
+TEST_CASE("load_fashion_mnist reads the Debian data set", "[io][idx][dataset]") {
+  const auto data = examples::load_fashion_mnist<float>();
   REQUIRE(data.train.size() == 60000);
   REQUIRE(data.test.size() == 10000);
   CHECK(data.train.features() == 784);
@@ -430,3 +489,4 @@ TEST_CASE("load_fashion_mnist reads the Debian data set when installed", "[io][i
   CHECK(hi <= 1.0f);
   CHECK(hi > 0.5f);
 }
+#endif

@@ -1,5 +1,6 @@
 // sprig/io/idx.hpp — reader for IDX files (the MNIST / Fashion-MNIST format), plain or
-// gzip-compressed, and a loader for Fashion-MNIST.
+// gzip-compressed, and a loader for a labelled image set stored as two IDX files (the
+// Fashion-MNIST loader of the examples, examples/fashion_mnist_data.hpp, is built on it).
 //
 // Format (all integers big-endian):
 //   offset 0   0x00 0x00 <type> <rank>    magic; type 0x08 = unsigned byte
@@ -443,45 +444,6 @@ LabeledImages<T> load_idx_images(const std::filesystem::path& images_path,
                                         num_classes, " classes"));
     out.labels[static_cast<std::size_t>(i)] = label;
   }
-  return out;
-}
-
-template <Value T>
-struct FashionMNIST {
-  static constexpr std::int32_t num_classes = 10;
-  LabeledImages<T> train;  // 60000 images of 28 x 28
-  LabeledImages<T> test;   // 10000 images of 28 x 28
-};
-
-// Where Debian's dataset-fashion-mnist package installs the files.
-inline constexpr const char* kFashionMNISTDir = "/usr/share/datasets/fashion-mnist";
-
-// Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (the .gz name is
-// tried first, then the plain one). Checks 28 x 28 images and labels below 10; the example
-// counts are whatever the files hold (60000 / 10000 for the real data set).
-template <Value T = float>
-FashionMNIST<T> load_fashion_mnist(const std::filesystem::path& dir = kFashionMNISTDir) {
-  auto pick = [&](const std::string& stem) {
-    const auto gz = dir / (stem + ".gz");
-    std::error_code ec;
-    if (std::filesystem::exists(gz, ec)) return gz;
-    const auto plain = dir / stem;
-    if (std::filesystem::exists(plain, ec)) return plain;
-    throw FormatError(detail::message("load_fashion_mnist: neither '", gz.string(), "' nor '", plain.string(),
-                                      "' exists (Debian: apt-get install dataset-fashion-mnist)"));
-  };
-  auto load = [&](const char* prefix) {
-    const auto images_path = pick(std::string(prefix) + "-images-idx3-ubyte");
-    auto set = load_idx_images<T>(images_path, pick(std::string(prefix) + "-labels-idx1-ubyte"),
-                                  FashionMNIST<T>::num_classes);
-    if (set.height != 28 || set.width != 28)
-      throw FormatError(detail::message("load_fashion_mnist: '", images_path.string(), "' holds ", set.height,
-                                        " x ", set.width, " images, expected 28 x 28"));
-    return set;
-  };
-  FashionMNIST<T> out;
-  out.train = load("train");
-  out.test = load("t10k");
   return out;
 }
 
