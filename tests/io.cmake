@@ -18,8 +18,9 @@ if(TARGET test_io_idx)
   endif()
 endif()
 
-# The text reader's test loads Tiny Shakespeare when it is present (it is not in CI).
-if(TARGET test_io_text)
+# The text reader is tested on generated text. Tiny Shakespeare is tested too once the
+# repository ships it at data/tinyshakespeare.txt: the test case is compiled in only then.
+if(TARGET test_io_text AND EXISTS ${sprig_SOURCE_DIR}/data/tinyshakespeare.txt)
   target_compile_definitions(test_io_text PRIVATE
-    SPRIG_TINY_SHAKESPEARE="${sprig_SOURCE_DIR}/../shared/data/tinyshakespeare.txt")
+    SPRIG_TINY_SHAKESPEARE="${sprig_SOURCE_DIR}/data/tinyshakespeare.txt")
 endif()
