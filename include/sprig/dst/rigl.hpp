@@ -2,6 +2,9 @@
 // dense gradient |dL/dW| is largest among the positions not kept, new weights and their
 // optimizer state at zero; the gradient of an update step is not applied (as the reference).
 // The dense gradient is streamed in row blocks into a top-k, never stored as rows x cols.
+// An update step needs the forward and backward of that step (needs_gradients; apply_step
+// throws ArgumentError otherwise). Cost per layer: rows x cols x B multiply-adds for the
+// gradient. Constructor throws as SparsityAlgorithm's.
 #pragma once
 
 #include "algorithm.hpp"

@@ -17,6 +17,7 @@
 
 namespace sprig::dst {
 
+// When and how much the topology changes. Plain data; all members are O(1) and pure.
 struct UpdateSchedule {
   std::int64_t delta_t = 100;  // steps between topology updates
   std::int64_t t_begin = 0;    // first step that may update
@@ -24,6 +25,7 @@ struct UpdateSchedule {
   double alpha = 0.3;          // initial drop fraction
 
   // RigL's defaults for a run of `total_steps` steps: update every delta_t steps until 75%.
+  // Throws ArgumentError as validate() does.
   static UpdateSchedule for_run(std::int64_t total_steps, std::int64_t delta_t = 100, double alpha = 0.3) {
     UpdateSchedule s;
     s.delta_t = delta_t;
@@ -33,6 +35,7 @@ struct UpdateSchedule {
     return s;
   }
 
+  // Throws ArgumentError unless delta_t >= 1, 0 <= t_begin <= t_end and 0 <= alpha <= 1.
   void validate() const {
     if (delta_t < 1) throw ArgumentError(detail::message("UpdateSchedule: delta_t ", delta_t, " must be >= 1"));
     if (t_begin < 0 || t_end < t_begin)
@@ -47,7 +50,9 @@ struct UpdateSchedule {
     return t >= t_begin && t <= t_end && (t - t_begin) % delta_t == 0;
   }
 
-  // The drop fraction at step t (meaningful on update steps).
+  // The drop fraction at step t (meaningful on update steps): alpha at t_begin, decaying by
+  // cosine to 0 at t_end. Note: progress is min(t, D) / D, with t the absolute step (as
+  // the reference code), so with t_begin > 0 the decay does not start at t_begin.
   double drop_fraction(std::int64_t t) const noexcept {
     const std::int64_t window = t_end - t_begin;
     if (window <= 0) return alpha;

@@ -1,7 +1,8 @@
 // sprig/dst/set.hpp — SET (Mocanu et al. 2018): drop the smallest magnitudes, grow uniformly at
 // random among the positions not kept, new weights at zero. As in the reference RigL code's
 // SET optimizer, the optimizer step is applied on update steps too (the topology changes
-// after it).
+// after it). Grow positions come from CounterRng(seed, layer, step) (deterministic for any
+// thread count); no gradient is needed. Constructor throws as SparsityAlgorithm's.
 #pragma once
 
 #include "algorithm.hpp"

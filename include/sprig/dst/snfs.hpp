@@ -8,7 +8,9 @@
 // of the current step (the momentum with beta = 0), streamed like RigL's. The per-layer
 // momentum used for redistribution is the optimizer's first state vector (SGD momentum buffer,
 // AdamW first moment); before the optimizer has created it, |grad| is used.
-// Unlike RigL/SET, layer live counts change (the model total is preserved).
+// Unlike RigL/SET, layer live counts change (the model total is preserved). An update step
+// needs the forward and backward of that step (needs_gradients). Constructor throws as
+// SparsityAlgorithm's.
 #pragma once
 
 #include <algorithm>
@@ -53,7 +55,8 @@ public:
   // Splits sum(drop_counts) over layers in proportion to `weight`, no layer above its `room`
   // (water-filling: a capped layer's excess goes to the others); remainders go to the layers
   // with the largest fractional share, ties to the lower index. Falls back to drop_counts if
-  // every weight is zero.
+  // every weight is zero. Preconditions: the three vectors of equal size, weight >= 0, room
+  // >= 0 (not checked). O(layers^2) in the worst case; pure.
   static std::vector<std::int64_t> redistribute(const std::vector<std::int64_t>& drop_counts,
                                                 const std::vector<double>& weight, const std::vector<std::int64_t>& room) {
     const std::size_t n = drop_counts.size();

@@ -1,5 +1,6 @@
 // sprig/dst/static_topology.hpp — Static: the initial random topology never changes (the
-// baseline every dynamic algorithm is compared with).
+// baseline every dynamic algorithm is compared with). apply_step with Static is exactly
+// optimizer.step; the schedule is ignored (is_update_step is always false).
 #pragma once
 
 #include "algorithm.hpp"

@@ -25,6 +25,9 @@
 
 namespace sprig::detail::ckpt {
 
+// The whole regular file at `path`; the buffer grows with the bytes really read (never
+// sized from the file system's claim). Throws FormatError naming the path for a missing,
+// non-regular or unreadable file.
 inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);

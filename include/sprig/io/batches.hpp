@@ -12,9 +12,10 @@
 // The source may be example-major ([N x features], one example per contiguous row, as
 // IDX files and load_idx_images store it) or feature-major ([features x N]). Example-major
 // is the fast one to gather from: a batch reads B contiguous rows, where a feature-major
-// source costs one cache line per (feature, example) pair. Fashion-MNIST, B = 128, float,
-// on the shared 2-core Zen 3 box, two runs: 66 / 191 us per batch example-major,
-// 448 / 713 us feature-major (3.7-6.7x).
+// source costs one cache line per (feature, example) pair (several times slower for
+// Fashion-MNIST at B = 128).
+//
+// Everything here runs on the calling thread; results depend on (seed, epoch) alone.
 #pragma once
 
 #include <type_traits>
@@ -49,7 +50,8 @@ enum class LastBatch {
 inline constexpr std::uint64_t kShuffleStream = 0x5348'5546'464C'4531ULL;  // "SHUFFLE1"
 
 // Writes the epoch's permutation of [0, out.size()) into out: out[k] is the example at
-// position k. Uniform over all permutations (Fisher-Yates with unbiased draws).
+// position k. Uniform over all permutations (Fisher-Yates with unbiased draws). O(N), no
+// allocation, no throw.
 inline void epoch_permutation(std::span<std::int64_t> out, std::uint64_t seed, std::uint64_t epoch) {
   std::iota(out.begin(), out.end(), std::int64_t{0});
   CounterRng rng(seed, epoch, kShuffleStream);
@@ -59,6 +61,7 @@ inline void epoch_permutation(std::span<std::int64_t> out, std::uint64_t seed, s
   }
 }
 
+// The same into a new vector of n entries; throws ArgumentError if n < 0.
 inline std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t seed, std::uint64_t epoch) {
   if (n < 0) throw ArgumentError(detail::message("epoch_permutation: negative size ", n));
   std::vector<std::int64_t> out(static_cast<std::size_t>(n));
@@ -67,7 +70,9 @@ inline std::vector<std::int64_t> epoch_permutation(std::int64_t n, std::uint64_t
 }
 
 // dst[:, b] = example indices[b] of src, for b in [0, indices.size()). dst is
-// [features x indices.size()] (any row stride). Every index must lie in [0, N).
+// [features x indices.size()] (any row stride) and must not overlap src. O(features x B).
+// Throws ShapeError for a dst of another shape, ArgumentError for an index outside [0, N)
+// (both before anything is written).
 template <Value T>
 void gather_examples(std::type_identity_t<ConstMatrixView<T>> src, DataLayout layout,
                      std::span<const std::int64_t> indices, std::type_identity_t<MatrixView<T>> dst) {
@@ -110,6 +115,7 @@ void gather_examples(std::type_identity_t<ConstMatrixView<T>> src, DataLayout la
   }
 }
 
+// How MiniBatches cuts an epoch.
 struct BatchOptions {
   std::int64_t batch_size = 128;
   bool shuffle = true;  // false: examples in order 0..N-1 every epoch (evaluation)
@@ -128,7 +134,10 @@ struct Batch {
 };
 
 // Shuffled mini-batches over a labelled data set, viewed (not copied): the source matrix
-// and labels must outlive the MiniBatches.
+// and labels must outlive the MiniBatches. The constructor allocates the N-entry order and
+// throws ShapeError if labels.size() != N, ArgumentError if batch_size <= 0; the batch
+// accessors throw ArgumentError for a batch index outside [0, batches_per_epoch()). Not
+// thread-safe for start_epoch; the const accessors may be called concurrently.
 //
 //   MiniBatches<float> batches(data.images, DataLayout::example_major, data.labels, {.batch_size = 128, .seed = 7});
 //   Matrix<float> x(batches.features(), 128);
@@ -198,7 +207,8 @@ public:
 
   // Gathers batch k of the current epoch into the first batch_size(k) columns of x
   // ([features x >= batch_size(k)]) and the first batch_size(k) entries of labels.
-  // Returns views of exactly the filled part.
+  // Returns views of exactly the filled part. O(features x B); throws ShapeError if x or
+  // labels are too small.
   Batch<T, Label> gather(std::int64_t k, MatrixView<T> x, std::span<Label> labels) const {
     const auto which = batch_examples(k);
     const auto size = static_cast<std::int64_t>(which.size());

@@ -142,7 +142,8 @@ V load_le(const std::byte* in) noexcept {
 // ---- writer ----------------------------------------------------------------------------------
 
 // Builds a whole file in memory: header(), then begin_section / values / end_section per
-// section, then finish() fills in the section count and the header CRC.
+// section, then finish() fills in the section count and the header CRC. O(bytes written);
+// one Writer per thread.
 class Writer {
 public:
   void header(FileKind kind, std::uint8_t value_type, std::uint8_t index_type) {

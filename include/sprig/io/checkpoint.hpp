@@ -219,7 +219,9 @@ void for_each_parameter_of(L& layer, Fn&& fn) {
 
 // ---- training state ---------------------------------------------------------------------
 
-// The bytes of a training-state file. `algorithm` may be null (no DST).
+// The bytes of a training-state file (format at the top). `algorithm` may be null (no DST).
+// O(model bytes); reads the model only (safe alongside other readers); throws only
+// std::bad_alloc. The same state gives the same bytes.
 template <Value T, ColumnIndex Index, class Optimizer>
 std::vector<std::byte> encode_training_state(const Sequential<T, Index>& model, const Optimizer& optimizer,
                                              const TrainingProgress& progress,
@@ -527,6 +529,9 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   return progress;
 }
 
+// Writes encode_training_state's bytes to `path` atomically (io/atomic_file.hpp): a crash
+// leaves the old file or the new one. Throws sprig::Error naming the call and errno's text
+// when the file cannot be written; `path` is then unchanged.
 template <Value T, ColumnIndex Index, class Optimizer>
 void save_training_state(const std::filesystem::path& path, const Sequential<T, Index>& model, const Optimizer& optimizer,
                          const TrainingProgress& progress, const dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
@@ -534,6 +539,8 @@ void save_training_state(const std::filesystem::path& path, const Sequential<T, 
   detail::ckpt::write_file_atomically(path, bytes, "sprig::save_training_state");
 }
 
+// Reads `path` and restores it into the targets as decode_training_state does (all or
+// nothing). Throws FormatError naming the file for a missing, unreadable or invalid file.
 template <Value T, ColumnIndex Index, class Optimizer>
 TrainingProgress load_training_state(const std::filesystem::path& path, Sequential<T, Index>& model, Optimizer& optimizer,
                                      dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {

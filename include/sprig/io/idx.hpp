@@ -58,6 +58,7 @@
 namespace sprig {
 
 // An IDX array of unsigned bytes: dims as declared, data row-major (last dim fastest).
+// Everything in this header runs on the calling thread and reads the input once.
 struct IdxArray {
   std::vector<std::int64_t> dims;
   std::vector<std::uint8_t> data;
@@ -66,6 +67,7 @@ struct IdxArray {
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(data.size()); }
 };
 
+// Limits of read_idx.
 struct IdxReadOptions {
   // Required rank (3 for images, 1 for labels); 0 accepts any rank from 1 to 255.
   int expected_rank = 0;
@@ -376,7 +378,9 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
 
 }  // namespace detail
 
-// Reads an IDX file of unsigned bytes, plain or gzip-compressed.
+// Reads an IDX file of unsigned bytes, plain or gzip-compressed. O(file bytes), memory the
+// payload (grown as gzip data arrives). Throws FormatError, naming the file and the offset,
+// for every malformed, unreadable or oversized input (see the top).
 inline IdxArray read_idx(const std::filesystem::path& path, const IdxReadOptions& options = {}) {
   detail::IdxInput in(path);
   return detail::read_idx(in, options);
@@ -407,8 +411,9 @@ struct LabeledImages {
 };
 
 // Loads an images file (rank 3: N x height x width) and its labels file (rank 1: N).
-// Labels must lie in [0, num_classes) when num_classes > 0. Throws FormatError for
-// any malformed file, a count mismatch between the two, or a label out of range.
+// Labels must lie in [0, num_classes) when num_classes > 0. O(file bytes); memory the two
+// payloads plus N x height x width values of T. Throws FormatError for any malformed file,
+// a count mismatch between the two, or a label out of range.
 template <Value T = float>
 LabeledImages<T> load_idx_images(const std::filesystem::path& images_path,
                                  const std::filesystem::path& labels_path, std::int32_t num_classes = 0,

@@ -248,7 +248,8 @@ inline binary::Reader section(const binary::Container& c, std::size_t k, std::ui
 
 // ---- PaddedCSR ------------------------------------------------------------------------------
 
-// The bytes of a PaddedCSR file holding W.
+// The bytes of a PaddedCSR file holding W (format at the top). O(storage); the same matrix
+// gives the same bytes; throws only std::bad_alloc.
 template <Value T, ColumnIndex Index>
 std::vector<std::byte> encode_padded_csr(const PaddedCSR<T, Index>& W) {
   namespace ck = detail::ckpt;
@@ -275,12 +276,16 @@ PaddedCSR<T, Index> decode_padded_csr(std::span<const std::byte> bytes, std::str
   return ck::build(image);
 }
 
+// Writes encode_padded_csr(W) to `path` atomically; throws sprig::Error naming the call and
+// errno's text when the file cannot be written (`path` is then unchanged).
 template <Value T, ColumnIndex Index>
 void save_padded_csr(const std::filesystem::path& path, const PaddedCSR<T, Index>& W) {
   const auto bytes = encode_padded_csr(W);
   detail::ckpt::write_file_atomically(path, bytes, "sprig::save_padded_csr");
 }
 
+// Reads and decodes a PaddedCSR file (decode_padded_csr); throws FormatError naming the
+// file for a missing, unreadable or invalid one.
 template <Value T, ColumnIndex Index>
 PaddedCSR<T, Index> load_padded_csr(const std::filesystem::path& path) {
   const auto bytes = detail::ckpt::read_file(path);

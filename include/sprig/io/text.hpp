@@ -9,7 +9,8 @@
 // step, kTextStream), input tokens[s, s + context), target tokens[s + context]. They are
 // gathered feature-major as a one-hot matrix [context * vocab x B] (row j * vocab + t is 1
 // when position j holds token t), the input of an MLP language model in the style of
-// Bengio et al. 2003, with no allocation per batch.
+// Bengio et al. 2003, with no allocation per batch. Everything runs on the calling thread;
+// the windows depend on (seed, step) alone.
 #pragma once
 
 #include <type_traits>
@@ -37,6 +38,7 @@ namespace sprig {
 // Stream key separating text window draws from other users of the same seed.
 inline constexpr std::uint64_t kTextStream = 0x5445'5854'5749'4E44ULL;  // "TEXTWIND"
 
+// A text encoded over its own byte alphabet.
 struct CharText {
   std::vector<unsigned char> alphabet;   // distinct bytes, ascending: token t is alphabet[t]
   std::array<std::int32_t, 256> token_of{};  // byte -> token, -1 for bytes not in the text
@@ -45,7 +47,8 @@ struct CharText {
   std::int64_t vocab_size() const noexcept { return static_cast<std::int64_t>(alphabet.size()); }
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
 
-  // Encodes text over this alphabet; a byte outside it is an ArgumentError naming it.
+  // Encodes text over this alphabet, O(text); a byte outside it is an ArgumentError naming
+  // the byte and its position.
   std::vector<std::int32_t> encode(std::string_view text) const {
     std::vector<std::int32_t> out(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {
@@ -58,6 +61,7 @@ struct CharText {
     return out;
   }
 
+  // The bytes of `ids`, O(ids); a token outside [0, vocab_size()) is an ArgumentError.
   std::string decode(std::span<const std::int32_t> ids) const {
     std::string out(ids.size(), '\0');
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -70,7 +74,7 @@ struct CharText {
   }
 };
 
-// Builds the alphabet of `text` and encodes it.
+// Builds the alphabet of `text` and encodes it. O(text + 256); no throw but std::bad_alloc.
 inline CharText char_text(std::string_view text) {
   CharText out;
   std::array<bool, 256> present{};
@@ -87,8 +91,9 @@ inline CharText char_text(std::string_view text) {
   return out;
 }
 
-// Reads a regular file of at most max_bytes and builds its CharText. FormatError for a
-// missing, unreadable, empty, non-regular or oversized file, naming the path.
+// Reads a regular file of at most max_bytes (default 1 GiB) and builds its CharText, O(file).
+// FormatError for a missing, unreadable, empty, non-regular or oversized file, naming the
+// path.
 inline CharText read_char_text(const std::filesystem::path& path, std::uint64_t max_bytes = std::uint64_t{1} << 30) {
   const std::string name = path.string();
   std::error_code ec;
@@ -113,7 +118,8 @@ inline CharText read_char_text(const std::filesystem::path& path, std::uint64_t 
   return char_text(text);
 }
 
-// The first ceil(fraction * n) tokens and the rest (train / validation; nanoGPT uses 0.9).
+// The first ceil(fraction * n) tokens and the rest (train / validation; nanoGPT uses 0.9),
+// as views of `tokens`. O(1); ArgumentError unless 0 <= fraction <= 1.
 inline std::pair<std::span<const std::int32_t>, std::span<const std::int32_t>> split_tokens(
     std::span<const std::int32_t> tokens, double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
@@ -123,7 +129,8 @@ inline std::pair<std::span<const std::int32_t>, std::span<const std::int32_t>> s
 }
 
 // Draws starts.size() window starts, uniform in [0, n - context - 1] so that each window
-// and its target fit, from (seed, step).
+// and its target fit, from CounterRng(seed, step, kTextStream). O(starts). ArgumentError
+// unless 0 < context < n.
 inline void sample_window_starts(std::int64_t n, std::int64_t context, std::uint64_t seed, std::uint64_t step,
                                  std::span<std::int64_t> starts) {
   if (context <= 0 || n <= context)
@@ -135,6 +142,9 @@ inline void sample_window_starts(std::int64_t n, std::int64_t context, std::uint
 
 // Gathers the windows at `starts` one-hot into x [context * vocab x B] (feature-major,
 // B = starts.size()) and their next-token targets. Every token must lie in [0, vocab).
+// O(context * vocab * B) (the fill) and no allocation. Validates everything before writing:
+// ArgumentError for vocab or context <= 0, a start without room for its window and target,
+// or a token outside [0, vocab); ShapeError for x or targets of the wrong size.
 template <Value T>
 void gather_one_hot_windows(std::span<const std::int32_t> tokens, std::int64_t vocab, std::int64_t context,
                             std::span<const std::int64_t> starts, std::type_identity_t<MatrixView<T>> x,
