@@ -18,6 +18,7 @@
 #  include <omp.h>
 #endif
 
+#include "sprig/kernels/reference.hpp"
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
 #include "sprig/optim/sgd.hpp"

@@ -17,7 +17,6 @@
 #include "core/topology_key.hpp"
 
 #include "kernels/narrow_dense.hpp"
-#include "kernels/reference.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"
 #include "kernels/sddmm_dx.hpp"

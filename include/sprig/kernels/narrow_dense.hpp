@@ -30,12 +30,9 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "parallel.hpp"
 #include "row_epilogue.hpp"
 #include "simd.hpp"
-
-#if SPRIG_HAS_OPENMP
-#  include <omp.h>
-#endif
 
 namespace sprig {
 
@@ -182,25 +179,6 @@ void with_narrow_rows(std::int64_t m, Fn&& fn) {
   }(std::make_integer_sequence<int, static_cast<int>(kNarrowMaxRows)>{});
 }
 
-// Calls run(begin, end) on [0, n) split evenly over the OpenMP threads where the work
-// (multiply-adds) pays for a parallel region, else once on all of it.
-template <class Fn>
-void narrow_split(std::int64_t work, std::int64_t n, Fn&& run) {
-#if SPRIG_HAS_OPENMP
-  if (work >= kParallelMinWork && !omp_in_parallel() && omp_get_max_threads() > 1) {
-#  pragma omp parallel
-    {
-      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      run(n * t / nt, n * (t + 1) / nt);
-    }
-    return;
-  }
-#else
-  (void)work;
-#endif
-  run(0, n);
-}
-
 template <class T>
 void check_narrow(const char* who, ConstMatrixView<T> W) {
   if (W.rows() < 1 || W.rows() > kNarrowMaxRows)
@@ -237,7 +215,7 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
       i0 += rows;
     }
   };
-  detail::narrow_split(m * X.rows() * Bn, blocks, run);
+  detail::run_even_split(m * X.rows() * Bn, blocks, run);
 }
 
 // dW = dY X^T (overwritten). With dX non-empty also dX = W^T dY, or with x_activation = relu
@@ -266,7 +244,7 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
       else
         detail::narrow_backward_rows<T, M, true, false>(W, X, dY, dW, dX, k0, k1);
     };
-    detail::narrow_split(W.rows() * K * X.cols(), K, run);
+    detail::run_even_split(W.rows() * K * X.cols(), K, run);
   });
   if (with_dx && x_activation == FusedActivation::gelu)
     detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);

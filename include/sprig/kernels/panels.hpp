@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "../core/block_order.hpp"
 #include "../core/matrix.hpp"
@@ -55,6 +57,26 @@ namespace sprig::detail {
 inline constexpr std::int64_t kPanelBudgetBytes = SPRIG_PANEL_BUDGET_BYTES;
 inline constexpr std::int64_t kColumnBlockBytes = SPRIG_COLUMN_BLOCK_BYTES;
 inline constexpr std::int64_t kPrefetchRowBytes = SPRIG_PREFETCH_ROW_BYTES;
+
+// Most registers a panel tile may span: the kernels are compiled for 1 .. kMaxPanelRegs
+// registers (with_panel_regs). Each kernel keeps its tile within a 16-register ISA at this
+// width (spmm: spmm_chains; sddmm: its max_regs).
+inline constexpr std::int64_t kMaxPanelRegs = 8;
+
+// Calls fn(std::integral_constant<int, R>{}) with R = regs for regs in [1, kMaxPanelRegs),
+// and R = kMaxPanelRegs for any other value: the one place where a panel's runtime register
+// count becomes a kernel's compile-time tile width.
+template <int R = 1, class Fn>
+SPRIG_ALWAYS_INLINE void with_panel_regs(std::int64_t regs, Fn&& fn) {
+  if constexpr (R >= kMaxPanelRegs) {
+    fn(std::integral_constant<int, static_cast<int>(kMaxPanelRegs)>{});
+  } else {
+    if (regs == R)
+      fn(std::integral_constant<int, R>{});
+    else
+      with_panel_regs<R + 1>(regs, std::forward<Fn>(fn));
+  }
+}
 
 // Asks for the first min(row_bytes, kPrefetchRowBytes) bytes of an X row segment of
 // row_bytes bytes, one cache line at a time.

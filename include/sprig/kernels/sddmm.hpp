@@ -27,7 +27,7 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "panels.hpp"
-#include "reference.hpp"
+#include "parallel.hpp"
 #include "row_partition.hpp"
 #include "simd.hpp"
 #include "spmm.hpp"
@@ -193,16 +193,9 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
           const bool add = !overwrite || p > 0;
-          switch (regs) {
-            case 1: sddmm_panel_rows<T, Index, 1>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 2: sddmm_panel_rows<T, Index, 2>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 3: sddmm_panel_rows<T, Index, 3>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 4: sddmm_panel_rows<T, Index, 4>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 5: sddmm_panel_rows<T, Index, 5>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 6: sddmm_panel_rows<T, Index, 6>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            case 7: sddmm_panel_rows<T, Index, 7>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-            default: sddmm_panel_rows<T, Index, 8>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count); break;
-          }
+          with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
+            sddmm_panel_rows<T, Index, R>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count);
+          });
         }
       });
 }

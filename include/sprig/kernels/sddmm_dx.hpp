@@ -66,6 +66,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "parallel.hpp"
 #include "row_epilogue.hpp"
 #include "sddmm.hpp"
 #include "spmm.hpp"
@@ -248,7 +249,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
       const SourceSlot* source = t.source_slot.data();
       const auto source_size = std::ssize(t.source_slot);
       transpose_workspace.partition.update(t.matrix);
-      auto run = [&]<int R>() {
+      detail::with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
         auto rows_with = [&]<FusedActivation A>() {
           detail::run_partitioned(
               transpose_workspace.partition, W.nnz() * X.cols(), [](int, int) {},
@@ -262,17 +263,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
           case FusedActivation::gelu: rows_with.template operator()<FusedActivation::gelu>(); break;
           default: rows_with.template operator()<FusedActivation::none>(); break;
         }
-      };
-      switch (regs) {
-        case 1: run.template operator()<1>(); break;
-        case 2: run.template operator()<2>(); break;
-        case 3: run.template operator()<3>(); break;
-        case 4: run.template operator()<4>(); break;
-        case 5: run.template operator()<5>(); break;
-        case 6: run.template operator()<6>(); break;
-        case 7: run.template operator()<7>(); break;
-        default: run.template operator()<8>(); break;
-      }
+      });
       return;
     }
   }

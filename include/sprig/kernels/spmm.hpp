@@ -34,16 +34,12 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "panels.hpp"
-#include "reference.hpp"
+#include "parallel.hpp"
 #include "row_epilogue.hpp"
 #include "row_partition.hpp"
 #include "simd.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-#if SPRIG_HAS_OPENMP
-#  include <omp.h>
-#endif
 
 // How many live weights ahead the X rows are prefetched. Overridable for tuning.
 #ifndef SPRIG_SPMM_PREFETCH
@@ -93,10 +89,6 @@ struct PermutedValues {
   SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(source + s); }
 };
 
-// Most registers a panel tile may span (the kernels are instantiated for 1..kMaxPanelRegs).
-// spmm holds C * R <= 8 accumulators plus a broadcast: fits 16-register ISAs.
-inline constexpr std::int64_t kMaxPanelRegs = 8;
-
 // The column blocks spmm uses for a K-column W and batch B (panels.hpp: ColumnBlocks; one
 // block with the scalar kernels). sddmm's blocks are as wide or wider, so rows grouped for
 // these (PaddedCSR::group_columns(shift)) serve both kernels.
@@ -113,29 +105,6 @@ void check_spmm_shapes(const char* fn, const PaddedCSR<T, Index>& W, const Const
   if (X.rows() != W.cols() || Y.rows() != W.rows() || Y.cols() != X.cols())
     throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), ", X is ", X.rows(), "x", X.cols(), ", Y is ",
                              Y.rows(), "x", Y.cols(), " (need X ", W.cols(), "xB and Y ", W.rows(), "xB)"));
-}
-
-// Runs body(row_begin, row_end) on every thread of a parallel region (or on the caller when
-// OpenMP is off or the work is small), after pre(thread_count) ran with a barrier behind it.
-// The rows are split by the partition's work prefix.
-template <class Pre, class Body>
-void run_partitioned(const RowPartition& part, std::int64_t work, Pre&& pre, Body&& body) {
-#if SPRIG_HAS_OPENMP
-  if (work >= kParallelMinWork && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-#  pragma omp parallel
-    {
-      const int n = omp_get_num_threads(), t = omp_get_thread_num();
-      pre(t, n);
-#  pragma omp barrier
-      body(part.begin(t, n), part.begin(t + 1, n));
-    }
-    return;
-  }
-#else
-  (void)work;
-#endif
-  pre(0, 1);
-  body(std::int64_t{0}, part.rows());
 }
 
 // The store of one output element, scalar: the old value added (accumulate), then the bias
@@ -264,16 +233,10 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
           const T* xp = in_place ? X.data() : packed + K * b0;
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
-          switch (regs) {
-            case 1: spmm_panel_rows<T, Index, 1>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 2: spmm_panel_rows<T, Index, 2>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 3: spmm_panel_rows<T, Index, 3>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 4: spmm_panel_rows<T, Index, 4>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 5: spmm_panel_rows<T, Index, 5>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 6: spmm_panel_rows<T, Index, 6>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            case 7: spmm_panel_rows<T, Index, 7>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-            default: spmm_panel_rows<T, Index, 8>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds, blocks.count); break;
-          }
+          with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
+            spmm_panel_rows<T, Index, R>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
+                                         blocks.count);
+          });
         }
       });
 }
