@@ -214,3 +214,30 @@ TEST_CASE("narrow kernels reject shapes they do not take", "[kernels][narrow]") 
   CHECK_THROWS_AS(narrow_forward<float>(W.view(), X.view(), Y.view(), {}, FusedActivation::gelu), ArgumentError);
   CHECK_NOTHROW(narrow_backward<float>(W.view(), X.view(), Y.view(), dW.view(), dX.view()));
 }
+
+// An output over an input would be read after it was written (Y over X, dX over dY...):
+// rejected before anything is written. Before the check, narrow_forward(W, X, X) returned
+// quietly with a Y unlike W X.
+TEST_CASE("narrow kernels reject an output that overlaps an input", "[kernels][narrow][overlap]") {
+  using Catch::Matchers::Contains;
+  Matrix<float> W(6, 6, 0.5f), X(6, 5, 1.f), Y(6, 5), dY(6, 5, 1.f), dW(6, 6), dX(6, 5);
+  const std::vector<float> bias(6, 1.f);
+  CHECK_THROWS_AS(narrow_forward<float>(W.view(), X.view(), X.view()), ArgumentError);
+  CHECK_THROWS_WITH(narrow_forward<float>(W.view(), X.view(), X.view()), Contains("narrow_forward: Y overlaps X"));
+  CHECK_THROWS_WITH(narrow_forward<float>(W.view(), X.view(), MatrixView<float>(W.data(), 6, 5)),
+                    Contains("narrow_forward: Y overlaps W"));
+  CHECK_THROWS_WITH(narrow_forward<float>(W.view(), X.view(), Y.view(), std::span<const float>(Y.data(), 6)),
+                    Contains("narrow_forward: Y overlaps the bias"));
+  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), dW.view(), dY.view()),
+                    Contains("narrow_backward: dX overlaps dY"));
+  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), dW.view(), X.view(), FusedActivation::relu),
+                    Contains("narrow_backward: dX overlaps X"));
+  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), W.view()),
+                    Contains("narrow_backward: dW overlaps W"));
+  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), dW.view(), MatrixView<float>(dW.data(), 6, 5)),
+                    Contains("narrow_backward: dW overlaps dX"));
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 6; ++i)
+    for (std::int64_t j = 0; j < 5; ++j) untouched = untouched && X(i, j) == 1.f && dY(i, j) == 1.f;
+  CHECK(untouched);
+}

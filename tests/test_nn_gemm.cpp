@@ -53,3 +53,24 @@ TEST_CASE("gemm rejects mismatched shapes", "[nn][gemm]") {
   CHECK_THROWS_AS(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B2.view(), 0.f, C2.view()), ShapeError);
   CHECK_NOTHROW(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B2.view(), 0.f, C.view()));
 }
+
+// C over A or B would be read after it was written: rejected before anything is written
+// (beta's read of C itself is the intended in/out). Before the check, gemm(A, A, C = A)
+// returned quietly with a C unlike A A.
+TEST_CASE("gemm rejects a C that overlaps A or B", "[nn][gemm][overlap]") {
+  using Catch::Matchers::Contains;
+  Matrix<float> A(4, 4, 1.f), B(4, 4, 2.f);
+  CHECK_THROWS_AS(gemm<float>(Trans::no, Trans::no, 1.f, A.view(), B.view(), 0.f, A.view()), ArgumentError);
+  CHECK_THROWS_WITH(gemm<float>(Trans::no, Trans::yes, 1.f, A.view(), B.view(), 1.f, A.view()),
+                    Contains("gemm: C overlaps A"));
+  CHECK_THROWS_WITH(gemm<float>(Trans::yes, Trans::no, 1.f, A.view(), B.view(), 0.f, B.view()),
+                    Contains("gemm: C overlaps B"));
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 4; ++j) untouched = untouched && A(i, j) == 1.f && B(i, j) == 2.f;
+  CHECK(untouched);
+  Matrix<float> AB(8, 4, 1.f);  // C in the rows after A in one buffer: fine
+  CHECK_NOTHROW(gemm<float>(Trans::no, Trans::no, 1.f, AB.view().block(0, 0, 4, 4), B.view(), 0.f,
+                            AB.view().block(4, 0, 4, 4)));
+  CHECK(AB(4, 0) == 8.f);
+}

@@ -308,3 +308,41 @@ TEMPLATE_LIST_TEST_CASE("sddmm over column blocks is bitwise sddmm without them,
   if (detail::simd_width<T>() > 1) CHECK(blocked > 60);
   CHECK(compared > 0);
 }
+
+// grad written over an input (X, dY or W's own values) would change the dots still to come:
+// rejected before anything is written. Before the check, sddmm with grad inside X returned
+// quietly with gradients unlike the reference's.
+TEMPLATE_TEST_CASE("sddmm rejects a grad that overlaps an input, and leaves it alone", "[sddmm][overlap]", float,
+                   double) {
+  using T = TestType;
+  using Catch::Matchers::Contains;
+  auto W = st::random_matrix<T, std::int32_t>(8, 8, 0.5, 19, 0.0, 0.0);
+  const auto S = static_cast<std::size_t>(W.storage_size());
+  std::vector<T> buf(S + 8 * 8, T(0));
+  CounterRng rng(3, 2);
+  for (T& v : buf) v = static_cast<T>(rng.uniform01() - 0.5);
+  const std::vector<T> before = buf;
+  const ConstMatrixView<T> X(buf.data(), 8, 8);  // grad starts inside X
+  Matrix<T> dY(8, 8, T(1));
+  const std::span<T> grad(buf.data() + 8, S);
+  CHECK_THROWS_AS(sddmm(W, dY.view(), X, grad), ArgumentError);
+  CHECK_THROWS_WITH(sddmm(W, dY.view(), X, grad, Update::accumulate), Contains("sprig::sddmm: grad overlaps X"));
+  CHECK_THROWS_WITH(sddmm(W, X, dY.view(), grad), Contains("sprig::sddmm: grad overlaps dY"));
+  CHECK(buf == before);
+  CHECK_THROWS_WITH(sddmm(W, dY.view(), dY.view(), W.values()), Contains("sprig::sddmm: grad overlaps W's values"));
+  // grad right after X in the same buffer is fine.
+  const ConstMatrixView<T> X_first(buf.data() + S, 8, 8);
+  const std::span<T> g(buf.data(), S);
+  const Matrix<T> Xc = [&] {
+    Matrix<T> m(8, 8);
+    for (std::int64_t i = 0; i < 8; ++i)
+      for (std::int64_t b = 0; b < 8; ++b) m(i, b) = X_first(i, b);
+    return m;
+  }();
+  sddmm(W, dY.view(), X_first, g);
+  std::vector<T> want(S);
+  reference::sddmm(W, dY.view(), Xc.view(), std::span<T>(want));
+  bool close = true;
+  for (std::size_t s = 0; s < S; ++s) close = close && std::abs(g[s] - want[s]) <= T(1e-4);
+  CHECK(close);
+}

@@ -266,3 +266,50 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx rejects mismatched shapes with ShapeError", "[
   CHECK_THROWS_AS(sddmm_dx(W, cache, dY.view(), X.view(), std::span<T>(short_g), dX.view(), ws, wst), ShapeError);
   CHECK(g == g_before);
 }
+
+// Outputs (grad, dX) over inputs (dY, X, x_derivative, W's values) or over each other would
+// be read or rewritten after the pass wrote them: rejected before anything is written. Before
+// the check, sddmm_dx with dX = dY returned quietly with a dX unlike the reference's.
+TEMPLATE_TEST_CASE("sddmm_dx rejects outputs that overlap an input or each other", "[sddmm_dx][overlap]", float,
+                   double) {
+  using T = TestType;
+  using Catch::Matchers::Contains;
+  auto W = st::random_matrix<T, std::int32_t>(8, 8, 0.5, 23, 0.0, 0.0);
+  const auto S = static_cast<std::size_t>(W.storage_size());
+  Matrix<T> dY(8, 8), X(8, 8), dX(8, 8), D(8, 8, T(1));
+  CounterRng rng(7, 3);
+  for (Matrix<T>* m : {&dY, &X})
+    for (std::int64_t i = 0; i < 8; ++i)
+      for (std::int64_t b = 0; b < 8; ++b) (*m)(i, b) = static_cast<T>(rng.uniform01() - 0.5);
+  const Matrix<T> dY0 = dY, X0 = X;
+  std::vector<T> grad(S), big(S + 64);
+  TransposeCache<T, std::int32_t> cache;
+  KernelWorkspace<T> ws, wst;
+  const auto call = [&](ConstMatrixView<T> dy, ConstMatrixView<T> x, std::span<T> g, MatrixView<T> dx,
+                        FusedActivation act = FusedActivation::none, ConstMatrixView<T> xd = {}) {
+    sddmm_dx(W, cache, dy, x, g, dx, ws, wst, act, xd);
+  };
+  CHECK_THROWS_AS(call(dY.view(), X.view(), std::span<T>(grad), dY.view()), ArgumentError);
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(grad), dY.view()),
+                    Contains("sprig::sddmm_dx: dX overlaps dY"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(grad), X.view(), FusedActivation::relu),
+                    Contains("sprig::sddmm_dx: dX overlaps X"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(grad), D.view(), FusedActivation::gelu, D.view()),
+                    Contains("sprig::sddmm_dx: dX overlaps x_derivative"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(dY.data(), S), dX.view()),
+                    Contains("sprig::sddmm_dx: grad overlaps dY"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(X.data(), S), dX.view()),
+                    Contains("sprig::sddmm_dx: grad overlaps X"));
+  const MatrixView<T> dX_in_big(big.data() + S - 8, 8, 8);
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(big.data(), S), dX_in_big),
+                    Contains("sprig::sddmm_dx: grad overlaps dX"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), W.values(), dX.view()), Contains("sprig::sddmm_dx: grad overlaps W's values"));
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 8; ++i)
+    for (std::int64_t b = 0; b < 8; ++b)
+      untouched = untouched && st::same_bits(dY(i, b), dY0(i, b)) && st::same_bits(X(i, b), X0(i, b));
+  CHECK(untouched);
+  // dX right after grad in one buffer is fine.
+  const MatrixView<T> dX_after(big.data() + S, 8, 8);
+  REQUIRE_NOTHROW(call(dY.view(), X.view(), std::span<T>(big.data(), S), dX_after));
+}

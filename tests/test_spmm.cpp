@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -397,3 +399,48 @@ TEMPLATE_LIST_TEST_CASE("spmm over column blocks, with the epilogue, is bitwise 
   CHECK(off == 0);
 }
 #endif
+
+// An output that shares memory with an input would be read after the kernel overwrote part of
+// it: such calls must fail before anything is written, naming the call and the two operands.
+// Before the check, spmm(W, X, X) returned quietly with a result unlike the reference's.
+TEMPLATE_TEST_CASE("spmm rejects an output that overlaps an input, and leaves it alone", "[spmm][overlap]", float,
+                   double) {
+  using T = TestType;
+  using Catch::Matchers::Contains;
+  auto W = st::random_matrix<T, std::int32_t>(8, 8, 0.5, 17, 0.0, 0.0);
+  Matrix<T> buf(17, 6);
+  CounterRng rng(5, 1);
+  for (std::int64_t i = 0; i < buf.rows(); ++i)
+    for (std::int64_t b = 0; b < buf.cols(); ++b) buf(i, b) = static_cast<T>(rng.uniform01() - 0.5);
+  const Matrix<T> before = buf;
+  const ConstMatrixView<T> X = std::as_const(buf).view().block(0, 0, 8, 6);
+  for (std::int64_t shift : {0, 1, 7}) {  // Y is X, or X shifted down by some rows
+    CAPTURE(shift);
+    const MatrixView<T> Y = buf.view().block(shift, 0, 8, 6);
+    CHECK_THROWS_AS(spmm(W, X, Y), ArgumentError);
+    CHECK_THROWS_WITH(spmm(W, X, Y, Update::accumulate), Contains("sprig::spmm: Y overlaps X"));
+    KernelWorkspace<T> ws;
+    CHECK_THROWS_WITH(spmm(W, X, Y, ws, RowEpilogue<T>{}), Contains("sprig::spmm: Y overlaps X"));
+  }
+  // Y over W's own values, or over the bias of the epilogue.
+  MatrixView<T> over_values(W.values().data(), 8, 6);
+  Matrix<T> X2(8, 6, T(1));
+  if (W.storage_size() >= 48) CHECK_THROWS_WITH(spmm(W, X2.view(), over_values), Contains("Y overlaps W's values"));
+  Matrix<T> Y2(8, 6);
+  KernelWorkspace<T> ws;
+  const RowEpilogue<T> in_y{std::span<const T>(Y2.data(), 8), FusedActivation::none};
+  CHECK_THROWS_WITH(spmm(W, X2.view(), Y2.view(), ws, in_y), Contains("sprig::spmm: Y overlaps the bias"));
+  bool untouched = true;
+  for (std::int64_t i = 0; i < buf.rows(); ++i)
+    for (std::int64_t b = 0; b < buf.cols(); ++b) untouched = untouched && st::same_bits(buf(i, b), before(i, b));
+  CHECK(untouched);
+  // Disjoint rows of one buffer are fine: Y right after X.
+  const MatrixView<T> Y = buf.view().block(8, 0, 8, 6);
+  spmm(W, X, Y);
+  Matrix<T> want(8, 6);
+  reference::spmm(W, X, want.view());
+  bool close = true;
+  for (std::int64_t i = 0; i < 8; ++i)
+    for (std::int64_t b = 0; b < 6; ++b) close = close && std::abs(Y(i, b) - want(i, b)) <= T(1e-4);
+  CHECK(close);
+}

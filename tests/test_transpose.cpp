@@ -522,3 +522,29 @@ TEMPLATE_LIST_TEST_CASE("TransposeCache rebuilds for another matrix with the sam
     CHECK(off == 0);
   }
 }
+
+// dX over dY (or over W's values, which the fused path gathers while it writes dX) would be
+// read after it was written: rejected before anything is written. Before the check,
+// spmm_transposed(W, cache, dY, dY) returned quietly with a dX unlike the reference's.
+TEMPLATE_TEST_CASE("spmm_transposed rejects a dX that overlaps dY or W's values", "[transpose][overlap]", float,
+                   double) {
+  using T = TestType;
+  using Catch::Matchers::Contains;
+  auto W = st::random_matrix<T, std::int32_t>(8, 8, 0.5, 29, 0.0, 0.0);
+  TransposeCache<T, std::int32_t> cache;
+  Matrix<T> dY(8, 8, T(1));
+  for (std::int64_t i = 0; i < 8; ++i) dY(i, i) = T(3);
+  const Matrix<T> dY0 = dY;
+  for (Update mode : {Update::overwrite, Update::accumulate}) {
+    CHECK_THROWS_AS(spmm_transposed(W, cache, dY.view(), dY.view(), mode), ArgumentError);
+    CHECK_THROWS_WITH(spmm_transposed(W, cache, dY.view(), dY.view(), mode),
+                      Contains("sprig::spmm_transposed: dX overlaps dY"));
+  }
+  if (W.storage_size() >= 64)
+    CHECK_THROWS_WITH(spmm_transposed(W, cache, dY.view(), MatrixView<T>(W.values().data(), 8, 8)),
+                      Contains("sprig::spmm_transposed: dX overlaps W's values"));
+  bool untouched = true;
+  for (std::int64_t i = 0; i < 8; ++i)
+    for (std::int64_t b = 0; b < 8; ++b) untouched = untouched && dY(i, b) == dY0(i, b);
+  CHECK(untouched);
+}

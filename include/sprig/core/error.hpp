@@ -21,7 +21,8 @@ public:
   using Error::Error;
 };
 
-// A bad argument other than a shape: out-of-range index, duplicate, bad ratio.
+// A bad argument other than a shape: out-of-range index, duplicate, bad ratio, an output
+// that shares memory with an input (overlaps in core/matrix.hpp).
 class ArgumentError : public Error {
 public:
   using Error::Error;

@@ -198,6 +198,9 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
       (!bias.empty() && static_cast<std::int64_t>(bias.size()) != W.rows()))
     throw ShapeError(detail::message("narrow_forward: W is ", W.rows(), "x", W.cols(), ", X ", X.rows(), "x", X.cols(),
                                      ", Y ", Y.rows(), "x", Y.cols(), ", bias ", bias.size()));
+  detail::check_no_overlap("narrow_forward", "Y", Y, "W", W);
+  detail::check_no_overlap("narrow_forward", "Y", Y, "X", X);
+  detail::check_no_overlap("narrow_forward", "Y", Y, "the bias", bias);
   const std::int64_t Bn = X.cols();
   constexpr std::int64_t N = static_cast<std::int64_t>(detail::simd_width<T>());
   const std::int64_t blocks = (Bn + N - 1) / N;  // batch registers; the last may be a tail
@@ -234,6 +237,20 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
                                      X.cols(), ", dY ", dY.rows(), "x", dY.cols(), ", dW ", dW.rows(), "x", dW.cols(),
                                      ", dX ", dX.rows(), "x", dX.cols()));
   if (with_dx) detail::check_input_activation<T>("narrow_backward", x_activation, X, x_derivative);
+  {
+    constexpr const char* fn = "narrow_backward";
+    const bool gelu = with_dx && x_activation == FusedActivation::gelu;
+    const ConstMatrixView<T> xd = gelu ? x_derivative : ConstMatrixView<T>{};
+    detail::check_no_overlap(fn, "dW", dW, "W", W);
+    detail::check_no_overlap(fn, "dW", dW, "X", X);
+    detail::check_no_overlap(fn, "dW", dW, "dY", dY);
+    detail::check_no_overlap(fn, "dW", dW, "dX", dX);
+    detail::check_no_overlap(fn, "dW", dW, "x_derivative", xd);
+    detail::check_no_overlap(fn, "dX", dX, "W", W);
+    detail::check_no_overlap(fn, "dX", dX, "X", X);
+    detail::check_no_overlap(fn, "dX", dX, "dY", dY);
+    detail::check_no_overlap(fn, "dX", dX, "x_derivative", xd);
+  }
   const std::int64_t K = X.rows();
   detail::with_narrow_rows(W.rows(), [&]<int M>(std::integral_constant<int, M>) {
     auto run = [&](std::int64_t k0, std::int64_t k1) {

@@ -248,6 +248,9 @@ void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>
                                      " slots, dY is ", dY.rows(), "x", dY.cols(), ", X is ", X.rows(), "x", X.cols(),
                                      ", grad has ", grad.size(), " entries (need dY ", W.rows(), "xB, X ", W.cols(),
                                      "xB, grad ", W.storage_size(), ")"));
+  detail::check_no_overlap("sprig::sddmm", "grad", grad, "dY", dY);
+  detail::check_no_overlap("sprig::sddmm", "grad", grad, "X", X);
+  detail::check_no_overlap("sprig::sddmm", "grad", grad, "W's values", W.values());
   if (X.cols() == 0 || W.nnz() == 0) {  // every dot is empty
     if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
     return;

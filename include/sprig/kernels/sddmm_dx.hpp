@@ -232,6 +232,19 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
                                      " entries (need dY ", W.rows(), "xB, X and dX ", W.cols(), "xB, grad ",
                                      W.storage_size(), ")"));
   detail::check_input_activation<T>("sprig::sddmm_dx", x_activation, X, x_derivative);
+  {
+    constexpr const char* fn = "sprig::sddmm_dx";
+    const ConstMatrixView<T> xd = x_activation == FusedActivation::gelu ? x_derivative : ConstMatrixView<T>{};
+    detail::check_no_overlap(fn, "grad", grad, "dY", dY);
+    detail::check_no_overlap(fn, "grad", grad, "X", X);
+    detail::check_no_overlap(fn, "grad", grad, "x_derivative", xd);
+    detail::check_no_overlap(fn, "grad", grad, "W's values", W.values());
+    detail::check_no_overlap(fn, "grad", grad, "dX", dX);
+    detail::check_no_overlap(fn, "dX", dX, "dY", dY);
+    detail::check_no_overlap(fn, "dX", dX, "X", X);
+    detail::check_no_overlap(fn, "dX", dX, "x_derivative", xd);
+    detail::check_no_overlap(fn, "dX", dX, "W's values", W.values());
+  }
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {
     if (detail::sddmm_dx_one_pass(W, X.cols(), workspace, transpose_workspace)) {

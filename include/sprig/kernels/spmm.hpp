@@ -100,11 +100,16 @@ ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t bud
   return ColumnBlocks(K, regs * N * static_cast<std::int64_t>(sizeof(T)), budget_bytes);
 }
 
+// spmm's preconditions: the shapes (ShapeError), then Y apart from X and W's values
+// (ArgumentError: the kernel would read what it has already overwritten).
 template <Value T, ColumnIndex Index>
-void check_spmm_shapes(const char* fn, const PaddedCSR<T, Index>& W, const ConstMatrixView<T>& X, const MatrixView<T>& Y) {
+void check_spmm_operands(const char* fn, const PaddedCSR<T, Index>& W, const ConstMatrixView<T>& X,
+                         const MatrixView<T>& Y) {
   if (X.rows() != W.cols() || Y.rows() != W.rows() || Y.cols() != X.cols())
     throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), ", X is ", X.rows(), "x", X.cols(), ", Y is ",
                              Y.rows(), "x", Y.cols(), " (need X ", W.cols(), "xB and Y ", W.rows(), "xB)"));
+  check_no_overlap(fn, "Y", Y, "X", X);
+  check_no_overlap(fn, "Y", Y, "W's values", W.values());
 }
 
 // The store of one output element, scalar: the old value added (accumulate), then the bias
@@ -277,12 +282,12 @@ void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView
 }  // namespace detail
 
 // Y (=|+=) W * X with a caller-owned workspace (row partition and packing buffer kept across
-// calls). Throws ShapeError unless X is W.cols() x B and Y is W.rows() x B. Y must not
-// overlap X. Overwrite never reads Y (NaN there does not propagate).
+// calls). Throws ShapeError unless X is W.cols() x B and Y is W.rows() x B, ArgumentError
+// if Y overlaps X or W.values(). Overwrite never reads Y (NaN there does not propagate).
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
-  detail::check_spmm_shapes("sprig::spmm", W, X, Y);
+  detail::check_spmm_operands("sprig::spmm", W, X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {
@@ -307,11 +312,12 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
-  detail::check_spmm_shapes("sprig::spmm", W, X, Y);
+  detail::check_spmm_operands("sprig::spmm", W, X, Y);
   if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
     throw ShapeError(detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(),
                                      " rows"));
   detail::check_forward_activation("sprig::spmm", epilogue.activation);
+  detail::check_no_overlap("sprig::spmm", "Y", Y, "the bias", epilogue.bias);
   if (Y.rows() == 0 || Y.cols() == 0) return;
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {

@@ -31,6 +31,8 @@ void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cac
     throw ShapeError(detail::message("sprig::spmm_transposed: W is ", W.rows(), "x", W.cols(), ", dY is ", dY.rows(),
                                      "x", dY.cols(), ", dX is ", dX.rows(), "x", dX.cols(), " (need dY ", W.rows(),
                                      "xB and dX ", W.cols(), "xB)"));
+  detail::check_no_overlap("sprig::spmm_transposed", "dX", dX, "dY", dY);
+  detail::check_no_overlap("sprig::spmm_transposed", "dX", dX, "W's values", W.values());
   if (dX.rows() == 0 || dX.cols() == 0) return;
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {

@@ -189,6 +189,8 @@ void gemm(Trans ta, Trans tb, T alpha, std::type_identity_t<ConstMatrixView<T>> 
   if (K != Kb || C.rows() != M || C.cols() != N)
     throw ShapeError(detail::message("gemm: op(A) is ", M, "x", K, ", op(B) is ", Kb, "x", N, ", C is ", C.rows(), "x",
                                      C.cols(), " (expected ", M, "x", N, ")"));
+  detail::check_no_overlap("gemm", "C", C, "A", A);
+  detail::check_no_overlap("gemm", "C", C, "B", B);
   if (M == 0 || N == 0) return;
 #if defined(SPRIG_USE_CBLAS)
   if (K > 0) {
