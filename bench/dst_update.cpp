@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(threads);
 #endif
 
-  sprig::SparseLinear<T, Index> layer(cols, rows, density, 1);
+  sprig::SparseLinear<T, Index> layer(cols, rows, {.density = density, .seed = 1});
   sprig::Matrix<T> X(cols, batch), Y(rows, batch), dY(rows, batch), dX(cols, batch);
   sprig::CounterRng rng(3);
   for (std::int64_t i = 0; i < cols; ++i)

@@ -266,8 +266,10 @@ struct Run {
       if (sparse && !dense)
         // SET relocates rows: room for them, reserved as each layer is built (address space
         // until used); sprig::Sequential::reserve_growth would do it after the fact
-        model.add(sprig::SparseLinear<T, Index>(in, out, density, o.seed, key++, sprig::kDefaultPaddingRatio,
-                                                sprig::SparseParameter<T, Index>::kGrowthReserve));
+        model.add(sprig::SparseLinear<T, Index>(
+            in, out,
+            {.density = density, .seed = o.seed, .layer_key = key++,
+             .growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve}));
       else
         model.add(sprig::Linear<T>(in, out, o.seed, key++));
     };

@@ -27,9 +27,10 @@ using Model = Sequential<double, std::int32_t>;
 
 Model small_mlp(std::uint64_t seed) {
   Model m;
-  m.add(SparseLinear<double, std::int32_t>(12, 40, 0.2, seed, 0, 0.0));  // no padding: growth relocates
+  // no padding: growth relocates
+  m.add(SparseLinear<double, std::int32_t>(12, 40, {.density = 0.2, .seed = seed, .padding_ratio = 0.0}));
   m.add(ReLU<double>{});
-  m.add(SparseLinear<double, std::int32_t>(40, 30, 0.15, seed, 1, 0.0));
+  m.add(SparseLinear<double, std::int32_t>(40, 30, {.density = 0.15, .seed = seed, .layer_key = 1, .padding_ratio = 0.0}));
   m.add(ReLU<double>{});
   m.add(Linear<double>(30, 3, seed, 2));
   return m;
@@ -171,7 +172,7 @@ TEST_CASE("topology updates are deterministic for a seed and any thread count", 
 
 TEST_CASE("RigL grows exactly at planted large-gradient positions", "[dst][rigl]") {
   // One layer 6 x 8; input X = I (8 x 8) so dL/dW = dY X^T = dY: plant large values in dY.
-  SparseLinear<double, std::int32_t> layer(8, 6, 0.25, 3, 0, 0.0);
+  SparseLinear<double, std::int32_t> layer(8, 6, {.density = 0.25, .seed = 3, .layer_key = 0, .padding_ratio = 0.0});
   auto& W = layer.weight.weight;
   const std::int64_t live = W.nnz();
   Matrix<double> X(8, 8), dY(6, 8);

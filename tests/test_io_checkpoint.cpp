@@ -290,9 +290,10 @@ namespace {
 template <class T, class Index>
 Sequential<T, Index> mlp(std::uint64_t seed, std::int64_t hidden = 24) {
   Sequential<T, Index> m;
-  m.add(SparseLinear<T, Index>(10, hidden, 0.3, seed, 0, 0.0));  // ratio 0: growth relocates rows
+  // padding ratio 0: growth relocates rows
+  m.add(SparseLinear<T, Index>(10, hidden, {.density = 0.3, .seed = seed, .layer_key = 0, .padding_ratio = 0.0}));
   m.add(ReLU<T>{});
-  m.add(SparseLinear<T, Index>(hidden, 16, 0.25, seed, 1, 0.1));
+  m.add(SparseLinear<T, Index>(hidden, 16, {.density = 0.25, .seed = seed, .layer_key = 1, .padding_ratio = 0.1}));
   m.add(GELU<T>{});
   m.add(Linear<T>(16, 3, seed, 2));
   return m;
@@ -597,7 +598,7 @@ TEST_CASE("training state: a load into a mismatched target is rejected and chang
     Sequential<float, std::int32_t> m;  // a dense first layer where the file has a sparse one
     m.add(Linear<float>(10, 12, 1));
     m.add(ReLU<float>{});
-    m.add(SparseLinear<float, std::int32_t>(12, 16, 0.25, 1, 1));
+    m.add(SparseLinear<float, std::int32_t>(12, 16, {.density = 0.25, .seed = 1, .layer_key = 1}));
     m.add(GELU<float>{});
     m.add(Linear<float>(16, 3, 1, 2));
     SGD<float> o({.lr = 0.1, .momentum = 0.9});

@@ -70,11 +70,11 @@ TEMPLATE_LIST_TEST_CASE("3-layer sparse MLP: backward matches central difference
                         Indices) {
   using Index = TestType;
   Sequential<double, Index> model;
-  model.add(SparseLinear<double, Index>(10, 14, 0.4, 1, 0));
+  model.add(SparseLinear<double, Index>(10, 14, {.density = 0.4, .seed = 1, .layer_key = 0}));
   model.add(ReLU<double>{});
-  model.add(SparseLinear<double, Index>(14, 12, 0.5, 1, 1));
+  model.add(SparseLinear<double, Index>(14, 12, {.density = 0.5, .seed = 1, .layer_key = 1}));
   model.add(GELU<double>{});
-  model.add(SparseLinear<double, Index>(12, 5, 0.6, 1, 2));
+  model.add(SparseLinear<double, Index>(12, 5, {.density = 0.6, .seed = 1, .layer_key = 2}));
   model.for_each_parameter([](auto& p) {  // non-zero biases so their gradients matter
     if constexpr (requires { p.rows; })
       for (std::size_t k = 0; k < p.value.size(); ++k) p.value[k] = 0.05 * double(k % 7) - 0.1;
@@ -104,7 +104,7 @@ TEST_CASE("Sequential validates layer widths and call order", "[nn][sequential]"
   CHECK_THROWS_AS(model.forward(X.view()), ArgumentError);
   model.add(Linear<float>(6, 5, 1));
   CHECK_THROWS_AS(model.backward(), ArgumentError);
-  model.add(SparseLinear<float, std::int32_t>(4, 3, 0.5, 1));  // expects 4 inputs, gets 5
+  model.add(SparseLinear<float, std::int32_t>(4, 3, {.density = 0.5, .seed = 1}));  // expects 4 inputs, gets 5
   CHECK_THROWS_AS(model.forward(X.view()), ShapeError);
 }
 
@@ -124,9 +124,9 @@ TEST_CASE("Sequential: add() after forward() asks for a forward before backward"
 
 TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[nn][sequential]") {
   Sequential<float> model;
-  model.add(SparseLinear<float, std::int32_t>(6, 8, 0.5, 1, 0));
+  model.add(SparseLinear<float, std::int32_t>(6, 8, {.density = 0.5, .seed = 1, .layer_key = 0}));
   model.add(ReLU<float>{});
-  model.add(SparseLinear<float, std::int32_t>(8, 3, 0.5, 1, 1));
+  model.add(SparseLinear<float, std::int32_t>(8, 3, {.density = 0.5, .seed = 1, .layer_key = 1}));
   const auto X = random_matrix<float>(6, 5, 1);
   std::vector<int> y = {0, 1, 2, 0, 1};
   SoftmaxCrossEntropy<float> ce;
@@ -240,7 +240,7 @@ TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to it
       if (threads > 1) continue;
 #endif
       auto sparse = [](std::int64_t in, std::int64_t out, std::uint64_t key) {
-        return SparseLinear<float, std::int32_t>(in, out, 0.3, 21, key);
+        return SparseLinear<float, std::int32_t>(in, out, {.density = 0.3, .seed = 21, .layer_key = key});
       };
       Sequential<float, std::int32_t> model;
       model.add(sparse(30, 50, 0));
@@ -340,7 +340,7 @@ TEST_CASE("Sequential: a GELU between linear layers keeps its derivative and its
 #endif
         using Layer = std::variant<SparseLinear<float, std::int32_t>, Linear<float>>;
         auto make = [&](std::int64_t in, std::int64_t out, std::uint64_t key, bool sparse) -> Layer {
-          if (sparse) return SparseLinear<float, std::int32_t>(in, out, 0.3, 21, key);
+          if (sparse) return SparseLinear<float, std::int32_t>(in, out, {.density = 0.3, .seed = 21, .layer_key = key});
           return Linear<float>(in, out, 21, key);
         };
         const std::int64_t w0 = 30, w1 = 50, w2 = sparse_model ? 40 : 16, w3 = 5;
@@ -448,9 +448,9 @@ TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% trainin
     y[b] = int(cluster % classes);
   }
   Sequential<float, Index> model;
-  model.add(SparseLinear<float, Index>(dims, 64, 0.5, 3, 0));
+  model.add(SparseLinear<float, Index>(dims, 64, {.density = 0.5, .seed = 3, .layer_key = 0}));
   model.add(ReLU<float>{});
-  model.add(SparseLinear<float, Index>(64, 64, 0.3, 3, 1));
+  model.add(SparseLinear<float, Index>(64, 64, {.density = 0.3, .seed = 3, .layer_key = 1}));
   model.add(ReLU<float>{});
   model.add(Linear<float>(64, classes, 3, 2));
   AdamW<float> opt({.lr = 0.01, .weight_decay = 0.0});
@@ -486,9 +486,9 @@ TEST_CASE("training steps of a sparse MLP with a dense head give the same bits a
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     Sequential<float, std::int32_t> model;
-    model.add(SparseLinear<float, std::int32_t>(300, 700, 0.3, 11, 0));
+    model.add(SparseLinear<float, std::int32_t>(300, 700, {.density = 0.3, .seed = 11, .layer_key = 0}));
     model.add(ReLU<float>{});
-    model.add(SparseLinear<float, std::int32_t>(700, 500, 0.2, 11, 1));
+    model.add(SparseLinear<float, std::int32_t>(700, 500, {.density = 0.2, .seed = 11, .layer_key = 1}));
     model.add(ReLU<float>{});
     model.add(Linear<float>(500, 10, 11, 2));
     AdamW<float> opt({.lr = 0.01, .weight_decay = 1e-4});

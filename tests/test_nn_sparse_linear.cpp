@@ -20,7 +20,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear forward equals dense W X + b", "[nn][spars
   using Index = TestType;
   for (double density : {0.05, 0.3, 1.0}) {
     for (std::int64_t B : {1, 7, 33}) {
-      SparseLinear<float, Index> layer(37, 23, density, 11, 2);
+      SparseLinear<float, Index> layer(37, 23, {.density = density, .seed = 11, .layer_key = 2});
       for (float& b : layer.bias.value) b = 0.25f;
       layer.bias.value[3] = -1.5f;
       const auto X = random_matrix<float>(37, B, 5, -1, 1, B + 3);  // strided input
@@ -43,7 +43,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear forward with a fused ReLU is bitwise forwa
   using Index = TestType;
   for (double density : {0.05, 0.5, 1.0})
     for (std::int64_t B : {1, 7, 33, 130}) {
-      SparseLinear<float, Index> layer(37, 23, density, 11, 2);
+      SparseLinear<float, Index> layer(37, 23, {.density = density, .seed = 11, .layer_key = 2});
       for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1f * float(i) - 1.0f;
       const auto X = random_matrix<float>(37, B, 5, -1, 1, B + 3);
       Matrix<float> Z(23, B), want(23, B), got(23, B, B + 1, std::nanf(""));
@@ -65,7 +65,7 @@ TEST_CASE("SparseLinear init: exact live count, Kaiming bound from the effective
           "[nn][sparse_linear]") {
   const std::int64_t in = 400, out = 300;
   const double density = 0.1;
-  SparseLinear<double, std::int32_t> layer(in, out, density, 3, 1);
+  SparseLinear<double, std::int32_t> layer(in, out, {.density = density, .seed = 3, .layer_key = 1});
   layer.weight.weight.check_invariants();
   CHECK(layer.weight.weight.nnz() == std::llround(density * in * out));
   const double bound = std::sqrt(6.0 / (in * density));
@@ -85,18 +85,32 @@ TEST_CASE("SparseLinear init: exact live count, Kaiming bound from the effective
   CHECK(layer.weight.grad.size() == static_cast<std::size_t>(layer.weight.weight.storage_size()));
 
   // Same (seed, key) -> same layer; another key -> another topology.
-  SparseLinear<double, std::int32_t> same(in, out, density, 3, 1), other(in, out, density, 3, 2);
+  SparseLinear<double, std::int32_t> same(in, out, {.density = density, .seed = 3, .layer_key = 1});
+  SparseLinear<double, std::int32_t> other(in, out, {.density = density, .seed = 3, .layer_key = 2});
   CHECK(same.weight.weight.to_csr().col_indices == layer.weight.weight.to_csr().col_indices);
   CHECK(other.weight.weight.to_csr().col_indices != layer.weight.weight.to_csr().col_indices);
 }
 
 TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
-  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, 0.0, 1)), ArgumentError);
-  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, 1.5, 1)), ArgumentError);
-  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, std::nan(""), 1)), ArgumentError);
-  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(0, 10, 0.5, 1)), ShapeError);
-  CHECK_THROWS_AS((SparseLinear<float, std::int16_t>(40000, 10, 0.5, 1)), ArgumentError);  // cols > int16
-  SparseLinear<float, std::int32_t> layer(8, 4, 0.5, 1);
+  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, {.density = 0.0, .seed = 1})), ArgumentError);
+  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, {.density = 1.5, .seed = 1})), ArgumentError);
+  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, {.density = std::nan(""), .seed = 1})), ArgumentError);
+  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(0, 10, {.density = 0.5, .seed = 1})), ShapeError);
+  // the density has no default: an options struct that leaves it out is rejected
+  CHECK_THROWS_WITH((SparseLinear<float, std::int32_t>(10, 10, {.seed = 1})),
+                    Catch::Contains("SparseLinear: density 0 outside (0, 1]"));
+  CHECK_THROWS_WITH((SparseLinear<float, std::int32_t>(10, 10, {.density = 0.5, .padding_ratio = -0.1})),
+                    Catch::Contains("SparseLinear: padding_ratio -0.1"));
+  CHECK_THROWS_WITH((SparseLinear<float, std::int32_t>(10, 10, {.density = 0.5, .growth_reserve = 65.0})),
+                    Catch::Contains("SparseLinear: growth_reserve 65"));
+  {
+    const SparseLinear<float, std::int32_t> grown(10, 10, {.density = 0.5, .padding_ratio = 0.0, .growth_reserve = 0.5});
+    CHECK(grown.weight.weight.padding_ratio() == 0.0);
+    CHECK(grown.weight.grad.capacity() >= grown.weight.grad.size() * 3 / 2);
+  }
+  // more columns than int16 holds
+  CHECK_THROWS_AS((SparseLinear<float, std::int16_t>(40000, 10, {.density = 0.5, .seed = 1})), ArgumentError);
+  SparseLinear<float, std::int32_t> layer(8, 4, {.density = 0.5, .seed = 1});
   Matrix<float> X(8, 3), Y(4, 3), bad(5, 3), dX(8, 3);
   CHECK_THROWS_AS(layer.forward(bad.view(), Y.view()), ShapeError);
   CHECK_THROWS_AS(layer.forward(X.view(), bad.view()), ShapeError);
@@ -115,7 +129,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear backward matches central differences (doub
                         Indices) {
   using Index = TestType;
   const std::int64_t in = 19, out = 13, B = 6;
-  SparseLinear<double, Index> layer(in, out, 0.35, 21, 4);
+  SparseLinear<double, Index> layer(in, out, {.density = 0.35, .seed = 21, .layer_key = 4});
   for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1 * double(i % 5) - 0.2;
   // Make the layout irregular: relocate a row and delete an entry, replaying the log.
   SlotLog log;
@@ -159,7 +173,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear backward matches central differences (doub
 }
 
 TEST_CASE("SparseLinear dX follows a topology change (transpose cache rebuilt)", "[nn][sparse_linear]") {
-  SparseLinear<double, std::int32_t> layer(12, 9, 0.3, 5);
+  SparseLinear<double, std::int32_t> layer(12, 9, {.density = 0.3, .seed = 5});
   const auto X = random_matrix<double>(12, 4, 3);
   const auto dY = random_matrix<double>(9, 4, 4);
   Matrix<double> dX(12, 4);
@@ -184,7 +198,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
   using Index = TestType;
   const std::int64_t in = 4096, out = 24, B = 128;
   const auto blocks = detail::spmm_column_blocks<float>(in, B);
-  SparseLinear<float, Index> layer(in, out, 0.05, 7);
+  SparseLinear<float, Index> layer(in, out, {.density = 0.05, .seed = 7});
   // Momentum-like state and a gradient tagged with the weight they belong to.
   auto retag = [&] {
     auto& w = layer.weight;
@@ -275,7 +289,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   const std::int64_t in = 4096, out = 24, B = 128;
   const auto blocks = detail::spmm_column_blocks<float>(in, B);
   const bool blocked = blocks.count > 1;  // not with the scalar kernels
-  SparseLinear<float, Index> layer(in, out, 0.05, 7);
+  SparseLinear<float, Index> layer(in, out, {.density = 0.05, .seed = 7});
   // the caller's own per-slot array, tagged with the weight it belongs to
   std::vector<float> mine;
   auto tagged = [&] {

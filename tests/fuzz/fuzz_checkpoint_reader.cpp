@@ -21,7 +21,7 @@ using Model = sprig::Sequential<float, std::int32_t>;
 // The seed corpus (make_corpus.cpp) is written for exactly these targets.
 Model small_model() {
   Model m;
-  m.add(sprig::SparseLinear<float, std::int32_t>(6, 8, 0.4, 1, 0, 0.0));
+  m.add(sprig::SparseLinear<float, std::int32_t>(6, 8, {.density = 0.4, .seed = 1, .padding_ratio = 0.0}));
   m.add(sprig::ReLU<float>{});
   m.add(sprig::Linear<float>(8, 3, 1, 1));
   return m;

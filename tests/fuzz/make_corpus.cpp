@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   n += 4;
 
   sprig::Sequential<float, std::int32_t> m;
-  m.add(sprig::SparseLinear<float, std::int32_t>(6, 8, 0.4, 1, 0, 0.0));
+  m.add(sprig::SparseLinear<float, std::int32_t>(6, 8, {.density = 0.4, .seed = 1, .padding_ratio = 0.0}));
   m.add(sprig::ReLU<float>{});
   m.add(sprig::Linear<float>(8, 3, 1, 1));
   sprig::SGD<float> sgd({.lr = 0.1, .momentum = 0.9});

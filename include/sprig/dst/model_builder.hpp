@@ -7,6 +7,7 @@
 // A layer whose share comes out dense (ERK can do that) is built as a dense Linear.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -63,8 +64,8 @@ inline std::vector<double> mlp_sparsities(const MLPSpec& spec) { return detail::
 // layers where that is 0, activations in between. O(total parameters) time for the dense
 // layers and O(live weights) for the sparse ones. Deterministic for spec.seed.
 // Throws, naming dst::build_mlp, what mlp_sparsities throws, ArgumentError for a
-// padding_ratio or growth_reserve outside [0, 64] or a width whose columns Index cannot
-// address.
+// padding_ratio or growth_reserve outside [0, 64], a width whose columns Index cannot
+// address, or a sparse layer whose share rounds to no weight.
 template <Value T, ColumnIndex Index>
 Sequential<T, Index> build_mlp(const MLPSpec& spec) {
   constexpr const char* fn = "dst::build_mlp";
@@ -74,17 +75,24 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
   if (!(spec.growth_reserve >= 0.0 && spec.growth_reserve <= 64.0))
     throw ArgumentError(sprig::detail::message(fn, ": growth_reserve ", spec.growth_reserve, " outside [0, 64]"));
   constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
-  for (std::size_t l = 0; l < sparsity.size(); ++l)
-    if (sparsity[l] > 0.0 && spec.widths[l] - 1 > max_index)
+  for (std::size_t l = 0; l < sparsity.size(); ++l) {
+    if (sparsity[l] <= 0.0) continue;
+    if (spec.widths[l] - 1 > max_index)
       throw ArgumentError(sprig::detail::message(fn, ": widths[", l, "] = ", spec.widths[l],
                                                  " columns cannot be indexed by a ", sizeof(Index) * 8,
                                                  "-bit column index (at most ", max_index, " + 1)"));
+    const double size = static_cast<double>(spec.widths[l]) * static_cast<double>(spec.widths[l + 1]);
+    if (std::llround((1.0 - sparsity[l]) * size) == 0)
+      throw ArgumentError(sprig::detail::message(fn, ": layer ", l, " (", spec.widths[l + 1], "x", spec.widths[l],
+                                                 ") at sparsity ", sparsity[l], " keeps no weight"));
+  }
   Sequential<T, Index> model;
   for (std::size_t l = 0; l < sparsity.size(); ++l) {
     const std::int64_t in = spec.widths[l], out = spec.widths[l + 1];
     if (sparsity[l] > 0.0)
-      model.add(SparseLinear<T, Index>(in, out, 1.0 - sparsity[l], spec.seed, l, spec.padding_ratio,
-                                       spec.growth_reserve));
+      model.add(SparseLinear<T, Index>(in, out,
+                                       {.density = 1.0 - sparsity[l], .seed = spec.seed, .layer_key = l,
+                                        .padding_ratio = spec.padding_ratio, .growth_reserve = spec.growth_reserve}));
     else
       model.add(Linear<T>(in, out, spec.seed, l));
     if (l + 1 < sparsity.size()) {

@@ -40,6 +40,21 @@
 
 namespace sprig {
 
+// The parameters of a random SparseLinear, set by name (two adjacent integers and two
+// adjacent doubles are easy to swap as positional arguments):
+//     SparseLinear<float, std::int32_t> layer(784, 300, {.density = 0.1, .seed = 1, .layer_key = 0});
+struct SparseLinearOptions {
+  double density = 0.0;         // fraction of the in x out weights that are live, in (0, 1]; required
+  std::uint64_t seed = 0;       // with layer_key, the only input of the topology and the values
+  std::uint64_t layer_key = 0;  // tells apart the layers of one model drawn from one seed
+  // spare slots per row, as a fraction of its live count, for weights that topology updates
+  // insert without moving the row (PaddedCSR)
+  double padding_ratio = kDefaultPaddingRatio;
+  // storage reserved for rows that topology updates relocate (SparseParameter::reserve_growth);
+  // 0 for static sparsity, SparseParameter<T, Index>::kGrowthReserve for dynamic sparse training
+  double growth_reserve = 0.0;
+};
+
 template <Value T, ColumnIndex Index>
 class SparseLinear {
 public:
@@ -49,27 +64,36 @@ public:
   SparseParameter<T, Index> weight;  // out x in
   DenseParameter<T> bias;            // out x 1, not decayed
 
-  // A random layer: round(density * in * out) live weights at uniformly random positions
-  // (per layer, so rows differ in length), Kaiming-uniform with effective fan-in
-  // nnz / out = in * density, zero bias. The topology and values are a function of
-  // (seed, layer_key) only. growth_reserve > 0 (dynamic sparse training) reserves that
-  // fraction of storage for rows that topology updates relocate, right away
-  // (SparseParameter::reserve_growth), before later layers allocate.
-  SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
-               double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0) {
+  // A random in -> out layer: round(density * in * out) live weights at uniformly random
+  // positions (per layer, so rows differ in length), Kaiming-uniform with the effective fan-in
+  // nnz / out = in * density (init.hpp), zero bias. Topology and values are a function of
+  // (options.seed, options.layer_key) only. options.growth_reserve > 0 reserves that fraction
+  // of storage right away (SparseParameter::reserve_growth), before later layers allocate.
+  // Memory O(nnz), never in x out (PaddedCSR::random_total). Throws ShapeError for
+  // in or out < 1; ArgumentError for a density outside (0, 1] (the default 0 included: it has
+  // no sensible default) or one that rounds to no weight, a padding ratio or growth reserve
+  // outside [0, 64], or more columns than Index holds.
+  SparseLinear(std::int64_t in, std::int64_t out, const SparseLinearOptions& options) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("SparseLinear: in and out must be > 0, got ", in, " and ", out));
+    const double density = options.density;
     if (!(density > 0.0 && density <= 1.0))
-      throw ArgumentError(detail::message("SparseLinear: density ", density, " outside (0, 1]"));
-    CounterRng rng(seed, layer_key, kInitKey);
-    auto w = PaddedCSR<T, Index>::random_density(out, in, density, rng(), padding_ratio);
+      throw ArgumentError(detail::message("SparseLinear: density ", density,
+                                          " outside (0, 1] (set SparseLinearOptions::density)"));
+    if (!(options.padding_ratio >= 0.0 && options.padding_ratio <= 64.0))
+      throw ArgumentError(detail::message("SparseLinear: padding_ratio ", options.padding_ratio, " outside [0, 64]"));
+    if (!(options.growth_reserve >= 0.0 && options.growth_reserve <= 64.0))
+      throw ArgumentError(
+          detail::message("SparseLinear: growth_reserve ", options.growth_reserve, " outside [0, 64]"));
+    CounterRng rng(options.seed, options.layer_key, kInitKey);
+    auto w = PaddedCSR<T, Index>::random_density(out, in, density, rng(), options.padding_ratio);
     if (w.nnz() == 0)
       throw ArgumentError(detail::message("SparseLinear: density ", density, " of a ", out, "x", in,
                                           " layer rounds to no weight at all"));
     const double bound = kaiming_uniform_bound(static_cast<double>(w.nnz()) / static_cast<double>(out));
     for (T& v : w.values()) v = static_cast<T>(v * bound);  // values in U[-1, 1); padding stays 0
     init(std::move(w));
-    if (growth_reserve > 0.0) weight.reserve_growth(growth_reserve);
+    if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
   }
 
   // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias.
