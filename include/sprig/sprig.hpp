@@ -1,5 +1,6 @@
 // sprig/sprig.hpp — umbrella header: everything sprig offers except io/idx.hpp, which needs
-// zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets).
+// zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets), and
+// kernels/reference.hpp, the scalar test oracle (include it in tests and benchmarks).
 #pragma once
 
 #include "version.hpp"

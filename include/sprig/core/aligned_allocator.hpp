@@ -11,6 +11,9 @@ namespace sprig {
 
 inline constexpr std::size_t kAlignment = 64;
 
+// Allocates T arrays aligned to Align bytes (a power of two). allocate throws
+// std::bad_array_new_length when n elements overflow size_t and std::bad_alloc when memory
+// runs out; all instances are interchangeable (operator== is always true).
 template <class T, std::size_t Align = kAlignment>
 struct AlignedAllocator {
   using value_type = T;

@@ -23,6 +23,9 @@ constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
 }
 }  // namespace detail
 
+// A std uniform random bit generator. One object is not thread-safe; give each thread (or
+// each layer, step, row) its own stream instead, which is what makes results independent of
+// the thread count. All members are O(1) and noexcept.
 class CounterRng {
 public:
   using result_type = std::uint64_t;

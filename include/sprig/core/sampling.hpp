@@ -19,7 +19,8 @@ namespace sprig {
 // 2^22, 3 up to 2^33), each pass a stable counting sort into a second buffer. Same result as
 // std::sort; std::sort below 2^11 values. (For the positions of a topology update: the per-row
 // std::sort it replaced, after a counting sort by row, was a quarter of a SET update of a
-// 4096 x 1024 layer at density 0.1, ~1.2e5 positions, ~29 per row.)
+// 4096 x 1024 layer at density 0.1, ~1.2e5 positions, ~29 per row.) Precondition (unchecked):
+// every value in [0, bound). O(n x passes), one scratch buffer of n.
 inline void sort_below(std::vector<std::int64_t>& v, std::int64_t bound) {
   if (v.size() < 2 || std::is_sorted(v.begin(), v.end())) return;
   constexpr int kDigitBits = 11;
@@ -50,6 +51,8 @@ inline void sort_below(std::vector<std::int64_t>& v, std::int64_t bound) {
 // rounds add only the missing ones, so no second k-sized list is held. Few rounds while k is
 // at most about half of the candidates; beyond that the last missing values take ever more
 // rounds (a coupon collector), and callers draw the complement or enumerate instead.
+// Precondition (unchecked): at least k values of [0, n) are not excluded, or it never ends.
+// The result depends on the rng's stream alone.
 template <class Excluded>
 std::vector<std::int64_t> draw_distinct_below(CounterRng& rng, std::int64_t n, std::int64_t k, Excluded&& excluded) {
   std::vector<std::int64_t> chosen, fresh;

@@ -18,6 +18,8 @@
 
 namespace sprig {
 
+// Recording is not thread-safe; apply() is const and may replay one log on several arrays
+// at once.
 class SlotLog {
 public:
   enum class Kind : std::uint8_t {
@@ -74,6 +76,10 @@ public:
 
   // Replays the log on a per-slot state array (any resizable contiguous container whose
   // elements value-initialise to zero, e.g. std::vector<float> or AlignedVector<double>).
+  // Precondition: state was aligned with the matrix's slots before the logged changes (its
+  // size then W.storage_size()); every per-slot array must replay the same log, or it falls
+  // out of step. Ranges are checked only by SPRIG_ASSERT (debug builds). O(events + the
+  // remapped sizes); may allocate (Resize, Remap) and then throws std::bad_alloc.
   template <class Vec>
   void apply(Vec& state) const {
     using V = typename Vec::value_type;

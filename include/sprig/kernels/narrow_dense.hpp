@@ -8,13 +8,12 @@
 //                    relu_backward(X, W^T dY)), in one pass over the K rows of X (with
 //                    gelu: times x_derivative, in a pass after it)
 //
-// Why: a GEMM library packs both operands and its register tiles assume large m; with
-// m = 10 and K x B = 1024 x 128 OpenBLAS ran the MLP head's forward at 82 GFLOP/s, its weight
-// gradient at 71 and the dX at 152, plus a pass for the ReLU below (bench/train_step's
-// profile). Here all m output rows of a batch register are accumulated at once (m registers)
-// while X streams past once; backward loads each X row once for both products: dW's m dot
-// products and dX's m multiply-adds share the dY loads (dY, m x B, stays in L1), and dX is
-// masked with the X row in registers before its one store.
+// Why: a GEMM library packs both operands and its register tiles assume large m; at m = 10
+// that leaves most of its speed unused and costs extra passes for the bias and the ReLU.
+// Here all m output rows of a batch register are accumulated at once (m registers) while X
+// streams past once; backward loads each X row once for both products: dW's m dot products
+// and dX's m multiply-adds share the dY loads (dY, m x B, stays in L1), and dX is masked with
+// the X row in registers before its one store (docs/design.md, "narrow kernels").
 //
 // Order of operations (fixed, independent of the thread count): Y(i, j) sums k = 0..K-1 in
 // order and then adds the bias; dX(k, j) sums i = 0..m-1 in order; dW(i, k) sums the batch
@@ -37,10 +36,8 @@
 namespace sprig {
 
 // The most output rows the narrow kernels take (backward holds one accumulator register per
-// row). K x B = 1024 x 128, 1 thread, median of 400 calls against OpenBLAS (sgemm, plus the
-// bias pass and a ReLU's backward pass where the narrow kernels fuse them): forward
-// 0.012 / 0.035 ms at m = 10 and 0.013 / 0.023 at m = 12, backward with dX 0.034 / 0.065 at
-// m = 10 and 0.043 / 0.061 at m = 12, but 0.074 / 0.072 at m = 16.
+// row): up to 12 they beat a GEMM library's three calls plus the fused passes; at 16 the
+// backward no longer did (docs/design.md).
 inline constexpr std::int64_t kNarrowMaxRows = 12;
 
 namespace detail {
@@ -52,11 +49,9 @@ SPRIG_ALWAYS_INLINE T narrow_store_value(T v, T bias, FusedActivation act) noexc
 }
 
 // W's rows are K apart (4 KiB at K = 1024 floats), so reading all m of them at one k puts m
-// lines in one L1 set: past the set's ways every k missed, and forward at m = 16 in one group
-// took 3x the time of m = 10. Forward therefore works in balanced groups of at most 8 rows
-// (each group reads X once: m = 10 in two groups of 5 took 0.011 ms, m = 16 in two of 8
-// 0.022 ms, K x B = 1024 x 128, 1 thread). Backward does m x B multiply-adds twice per k, which
-// hides the misses (a transposed copy of W in chunks was slower than reading W in place).
+// lines in one L1 set: past the set's ways every k misses (m = 16 in one group took 3x the
+// time of m = 10). Forward therefore works in balanced groups of at most 8 rows, each group
+// reading X once. Backward does m x B multiply-adds twice per k, which hides the misses.
 inline constexpr std::int64_t kNarrowForwardGroup = 8;
 
 // Forward of output rows [0, M) over batch columns [j0, j1) (j0 a multiple of the register
@@ -187,7 +182,13 @@ void check_narrow(const char* who, ConstMatrixView<T> W) {
 
 }  // namespace detail
 
-// Y = act(W X + b); bias empty for none, else W.rows() values.
+// Y = act(W X + b): bias empty for none, else W.rows() values; act none or relu.
+// Preconditions: 1 <= W.rows() <= kNarrowMaxRows, X is W.cols() x B, Y is W.rows() x B and
+// the bias empty or W.rows() long (else ShapeError); act is not gelu, and Y shares no memory
+// with W, X or the bias (else ArgumentError). Y is overwritten, never read.
+// Complexity: O(m x K x B) multiply-adds, X read once per group of at most 8 rows.
+// Threads: OpenMP over batch registers; each Y element is summed over k in order, so the
+// result is bitwise identical for any thread count.
 template <class T>
 void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identity_t<ConstMatrixView<T>> X,
                     std::type_identity_t<MatrixView<T>> Y, std::span<const T> bias = {},
@@ -224,6 +225,12 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
 // dW = dY X^T (overwritten). With dX non-empty also dX = W^T dY, or with x_activation = relu
 // dX = relu_backward(X, W^T dY) (X the output of a ReLU), in the same pass; with gelu
 // dX = x_derivative * W^T dY (row_epilogue.hpp), in a pass after it.
+// Preconditions: 1 <= W.rows() <= kNarrowMaxRows, X is W.cols() x B, dY is W.rows() x B, dW
+// has W's shape, dX (if given) X's and, with gelu, x_derivative X's (else ShapeError); dW and
+// dX share no memory with each other or with W, X, dY or x_derivative (else ArgumentError).
+// Complexity: O(m x K x B) multiply-adds for each product, one pass over X for both.
+// Threads: OpenMP over the rows of X; the order of every sum is fixed (see the top of this
+// file), so the result is bitwise identical for any thread count.
 template <class T>
 void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identity_t<ConstMatrixView<T>> X,
                      std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dW,

@@ -1,11 +1,12 @@
 // sprig/kernels/panels.hpp — the batch dimension cut into column panels of whole SIMD
-// registers, and X packed panel by panel.
+// registers, X packed panel by panel, and W's columns cut into blocks where K rows of a panel
+// would overflow L2.
 //
 // Why: CSR kernels load one X row segment per multiply-add, so where X lives sets their speed
-// (X in L1 ~77, L2 ~40, L3 ~20-25 GFLOP/s on the 2-core Zen box). Working one panel at a
-// time over all rows keeps the K x panel slice of X in L2 (kPanelBudgetBytes). Packed, a
-// panel is contiguous and zero-padded to whole registers, so no row stride can alias cache
-// sets and the batch tail needs no masked loads.
+// (about half as fast from L2 as from L1, and half again from L3; docs/design.md). Working one
+// panel at a time over all rows keeps the K x panel slice of X in L2 (kPanelBudgetBytes).
+// Packed, a panel is contiguous and zero-padded to whole registers, so no row stride can alias
+// cache sets and the batch tail needs no masked loads.
 #pragma once
 
 #include <algorithm>
@@ -20,19 +21,17 @@
 #include "../core/matrix.hpp"
 #include "simd.hpp"
 
-// Bytes of X one panel may span (K rows x panel width). 1 MiB, the L2 of a Zen 4 or Zen 5 core:
-// measured at density 0.1, 1 thread, on the 4096 x 4096 / 1024 x 1024 / 2560 x 640 shapes
-// the fastest of 128/256/512-byte panel rows was 256 B at K = 4096 and 512 B at K <= 1024
-// (fwd 1024 x 1024, B = 512: 1.43 ms at 512 B, 1.74 ms at 256 B, 2.5 ms at 64 B).
+// Bytes of X one panel may span (K rows x panel width): 1 MiB, a typical per-core L2. At
+// K <= 1024 that allows 512-byte panel rows (B = 128 floats in one panel), at K = 4096 256-byte
+// ones; wide panel rows amortise each weight's index and broadcast (docs/design.md).
 #ifndef SPRIG_PANEL_BUDGET_BYTES
 #  define SPRIG_PANEL_BUDGET_BYTES (1 << 20)
 #endif
 
 // Bytes at the start of each X row segment that the kernels prefetch ahead of use. The
 // columns are random, so the first lines must be asked for; the hardware's own prefetchers
-// follow on with the rest of the row. Prefetching all 8 lines of a 512-byte segment spent a
-// load slot per line beside the 8 loads per weight: 128 bytes made fwd, dw and dx 5-10%
-// faster at density 0.1, B = 128 (1024 x 784 to 4096 x 1024, 1 thread, min of 300 calls).
+// follow on with the rest of the row. Asking for all 8 lines of a 512-byte segment spends a
+// load slot per line beside the 8 loads per weight: 128 bytes was 5-10% faster.
 #ifndef SPRIG_PREFETCH_ROW_BYTES
 #  define SPRIG_PREFETCH_ROW_BYTES 128
 #endif
@@ -40,14 +39,11 @@
 // Bytes of X one column block may span (block columns x panel width): where the K rows of a
 // full-width panel are more than this, the kernels work through W's columns in blocks, so one
 // block's X rows stay in L2 while every row uses them (ColumnBlocks below). Half the L2: W
-// streams through it too. 1024 x 4096 at density 0.1, B = 128, 1 thread (a prototype, median
-// of 200 calls): forward 1.18 -> 1.04 ms at 512 KiB (1.11 at 1 MiB, 1.23 at 256 KiB), weight
-// gradient 1.59 -> 1.25 ms (1.28 at 1 MiB, 1.39 at 256 KiB). That was a Zen 5. A Zen 4 runs the
-// forward faster with 128 KiB blocks (1024 x 1024 4-5%, 1024 x 4096 8-14%; bench_kernels'
-// BM_spmm_block_budget, bench/results/column_blocks_zen4.md), the weight gradient no faster,
-// and bench/train_step's step within noise. This budget also bounds sddmm_dx's one pass
-// (dY within one block of the transposed workspace), which 128 KiB would turn off for
-// 1024-row layers: lowering it for a core means keeping the transposed workspace's.
+// streams through it too (forward ~12% and weight gradient ~20% faster on 1024 x 4096 at
+// density 0.1, B = 128; docs/design.md, which also has a core that prefers 128 KiB). This
+// budget also bounds sddmm_dx's one pass (dY within one block of the transposed workspace):
+// lowering it for a core means keeping the transposed workspace's, or the one pass turns off
+// for 1024-row layers.
 #ifndef SPRIG_COLUMN_BLOCK_BYTES
 #  define SPRIG_COLUMN_BLOCK_BYTES (1 << 19)
 #endif
@@ -79,16 +75,17 @@ SPRIG_ALWAYS_INLINE void with_panel_regs(std::int64_t regs, Fn&& fn) {
 }
 
 // Asks for the first min(row_bytes, kPrefetchRowBytes) bytes of an X row segment of
-// row_bytes bytes, one cache line at a time.
+// row_bytes bytes, one cache line at a time. Never faults (prefetch).
 template <std::int64_t row_bytes, class T>
 SPRIG_ALWAYS_INLINE void prefetch_row_start(const T* row) noexcept {
   const char* p = reinterpret_cast<const char*>(row);
   for (std::int64_t off = 0; off < std::min(row_bytes, kPrefetchRowBytes); off += 64) prefetch(p + off);
 }
 
-// Panel p covers batch columns [p * width, min(B, (p + 1) * width)); it is computed with
-// regs(p) registers of N elements, regs(p) * N >= its column count. Packed, panel p starts at
-// offset K * p * width (all earlier panels are full) and its rows are regs(p) * N apart.
+// The batch's panels: panel p covers batch columns [p * width, min(B, (p + 1) * width)); it is
+// computed with regs_of(p) registers of N elements, regs_of(p) * N >= its column count.
+// Packed, panel p starts at offset K * p * width (all earlier panels are full) and its rows
+// are regs_of(p) * N apart. All members O(1), noexcept.
 struct PanelPlan {
   std::int64_t batch = 0;  // B
   std::int64_t simd = 1;   // N
@@ -115,7 +112,8 @@ struct PanelPlan {
   bool in_place() const noexcept { return count() == 1 && batch % simd == 0; }
 };
 
-// Packs rows [c0, c1) of X (K x B) into `packed` with the plan's layout, zero padding.
+// Packs rows [c0, c1) of X (K x B) into `packed` (plan.packed_size(K) elements) with the
+// plan's layout, zero padding. O((c1 - c0) x B); threads pack disjoint row ranges.
 template <class T>
 void pack_panels(const PanelPlan& plan, ConstMatrixView<T> X, T* packed, std::int64_t c0, std::int64_t c1) noexcept {
   const std::int64_t K = X.rows();

@@ -1,5 +1,8 @@
 // sprig/kernels/reference.hpp — plain scalar loops for every kernel: the test oracle.
-// Written for obviousness, not speed; shapes are validated like the fast kernels.
+// Written for obviousness, not speed; shapes are validated like the fast kernels (ShapeError).
+// Independent of the code it checks: no kernel and not the umbrella header include it, and it
+// shares nothing with the kernels' own scalar path. Include it yourself (tests, benchmarks).
+// Outputs must not overlap inputs (unchecked here). One thread; O(nnz x B) per product.
 #pragma once
 
 #include <type_traits>

@@ -37,7 +37,9 @@ constexpr T relu_backward(T x, T d) noexcept {
 
 namespace detail {
 
-// dX(i, j) = f(A(i, j), dX(i, j)) element by element, OpenMP over rows for large inputs.
+// dX(i, j) = f(A(i, j), dX(i, j)) element by element, OpenMP over rows for large inputs. In
+// place on purpose: each element is read and then written by one thread, so A may even be dX
+// itself. O(rows x cols); the same bits for any thread count.
 template <class T, class F>
 void combine_rows(ConstMatrixView<T> A, MatrixView<T> dX, F f) noexcept {
   const std::int64_t K = dX.rows(), B = dX.cols();
@@ -64,13 +66,13 @@ void input_activation_rows(FusedActivation x_activation, ConstMatrixView<T> X, C
     combine_rows<T>(x_derivative, dX, [](T s, T d) { return d * s; });
 }
 
-// Throws unless act can be a forward epilogue (none or relu).
+// Throws ArgumentError unless act can be a forward epilogue (none or relu).
 inline void check_forward_activation(const char* who, FusedActivation act) {
   if (act == FusedActivation::gelu)
     throw ArgumentError(message(who, ": gelu is not a forward epilogue (GELU::forward_keep_derivative computes it)"));
 }
 
-// Throws unless x_derivative has X's shape when x_activation is gelu.
+// Throws ShapeError unless x_derivative has X's shape when x_activation is gelu.
 template <class T>
 void check_input_activation(const char* who, FusedActivation x_activation, ConstMatrixView<T> X,
                             ConstMatrixView<T> x_derivative) {
@@ -81,6 +83,9 @@ void check_input_activation(const char* who, FusedActivation x_activation, Const
 
 }  // namespace detail
 
+// What spmm's epilogue overload does to each output row i before its store: y + bias[i]
+// (no bias when empty), then the activation (none or relu; gelu is rejected). The bias must
+// not share memory with the output (ArgumentError).
 template <class T>
 struct RowEpilogue {
   std::span<const T> bias;  // bias[i] added to row i; empty for none

@@ -20,8 +20,9 @@ public:
   // row segment costs about as much as two weights.
   static constexpr std::int64_t kRowOverhead = 2;
 
-  // Rebuilds the work prefix when W's topology changed (PaddedCSR::topology_key). Even a
-  // stale prefix could only unbalance the threads, never change a result.
+  // Rebuilds the work prefix when W's topology changed (PaddedCSR::topology_key): O(M) then,
+  // O(1) otherwise. Even a stale prefix could only unbalance the threads, never change a
+  // result. Not thread-safe (the kernels call it before their parallel region).
   template <Value T, ColumnIndex Index>
   void update(const PaddedCSR<T, Index>& W) {
     if (valid_ && key_ == W.topology_key() && std::ssize(prefix_) == W.rows() + 1) return;
@@ -43,6 +44,7 @@ public:
   std::int64_t total_work() const noexcept { return valid_ ? prefix_.back() : 0; }
 
   // First row of part t of n (t in [0, n]); part t is [begin(t, n), begin(t + 1, n)).
+  // O(log M) (binary search of the prefix); safe to call from many threads at once.
   std::int64_t begin(int t, int n) const noexcept {
     if (t <= 0) return 0;
     if (t >= n) return rows();

@@ -1,19 +1,17 @@
-// sprig/kernels/sddmm.hpp — weight gradient at live slots: grad[s] = dot(dY[i,:], X[c,:]) for
-// every live slot s = (i, c) of W, written into an array aligned with W.values().
+// sprig/kernels/sddmm.hpp — the weight gradient at live slots: grad[s] = dot(dY[i,:], X[c,:])
+// for every live slot s = (i, c) of W, written into an array aligned with W.values().
 //
-// Kernel (written once over xsimd::batch<T, default_arch>, N elements per register):
-// - X is cut into panels of `regs` registers (panels.hpp) and each thread runs panel by panel
-//   over its rows, so the K x panel slice of X stays in L2; where it would not, over spmm's
-//   column blocks (panels.hpp: ColumnBlocks), which leave every dot as it is.
-// - For row i and one panel, dY[i, panel] is loaded once into registers; N slots of the row
-//   are in flight at a time, each one accumulator fed by `regs` FMAs that share those dY
-//   registers; a batched horizontal sum (simd.hpp: batched_hsum, xsimd::haddp) reduces the N
-//   accumulators at once into one register whose lanes are the N partial dots, stored
-//   straight into grad (the slots of a row are contiguous). 8 dots in flight instead of one
-//   at a time took a prototype from 2.5x to 3.65x of the dense rate.
-// - Panels after the first add their partial dot to grad.
-// Every grad[s] is summed in an order fixed by its row and B alone, so the result is bitwise
-// identical for every thread count.
+// How (docs/design.md, "sddmm"): X is cut into panels of whole registers (panels.hpp) and
+// each thread works panel by panel over its rows, over spmm's column blocks where K rows of a
+// panel would not fit L2 (a dot does not depend on the block it is done in). For one row and
+// one panel, dY[i, panel] is loaded into registers once; N slots of the row (N = SIMD width)
+// are in flight at a time, each one accumulator fed by the panel's FMAs that share those dY
+// registers, and one batched horizontal sum (simd.hpp: batched_hsum) reduces the N
+// accumulators into one register of N dots, stored straight into grad. Panels after the
+// first add their partial dots to grad.
+//
+// Determinism: every grad[s] is summed in an order fixed by its row and B alone, so the
+// result is bitwise identical for every thread count and column-block budget.
 #pragma once
 
 #include <type_traits>
@@ -36,9 +34,8 @@
 
 // Bytes of X one weight-gradient panel may span (see panels.hpp). Twice the spmm budget:
 // every panel re-reads the row's indices, re-adds into grad and pays a batched horizontal sum
-// per N slots, so wide panels pay off even when they spill from L2. Geometric mean over the
-// compare_kernels grid, 1 thread: density 0.02 13.5-14.3x at 512 KiB, 14.8x at 1 MiB,
-// 16.0-16.8x at 2 MiB; density 0.1 4.4x / 4.5x / 4.6x.
+// per N slots, so wide panels pay off even when they spill from L2 (the compare_kernels grid
+// at density 0.02 ran 12-24% faster at 2 MiB than at 512 KiB; docs/design.md).
 #ifndef SPRIG_SDDMM_PANEL_BUDGET_BYTES
 #  define SPRIG_SDDMM_PANEL_BUDGET_BYTES (2 * SPRIG_PANEL_BUDGET_BYTES)
 #endif
@@ -50,13 +47,10 @@ namespace detail {
 #if SPRIG_KERNEL_SIMD
 // The lane-wise dot of one weight over R batch registers: sum over r of u[r] * v(r), v(r) the
 // r-th register of the other row (a load in sddmm, a register in sddmm_dx's one pass). Two
-// chains, even and odd registers, added at the end: one chain is R dependent multiply-adds
-// (32 cycles at R = 8 on Zen 4), and in sddmm_dx, where each weight also feeds dX's
-// accumulators, that latency bound the pass. Two chains took the MLP's one pass
-// (1024 x 1024, density 0.1, B = 128, 1 thread, bench/train_step's profile, 5 alternating
-// runs) from 0.96-1.08 to 0.79-0.88 ms; sddmm alone, bound by its X row loads, is unchanged
-// (0.535-0.537 against 0.540-0.552 ms, bench_kernels 1024 x 1024, medians of 5). sddmm and
-// sddmm_dx share this order, so they give the same bits.
+// chains, even and odd registers, added at the end: one chain is R dependent multiply-adds,
+// and in sddmm_dx, where each weight also feeds dX's accumulators, that latency bound the
+// pass (two chains made it ~18% faster; docs/design.md). sddmm and sddmm_dx share this order,
+// so they give the same bits.
 template <int R, class B, class V>
 SPRIG_ALWAYS_INLINE B lane_dot(const B* u, V&& v) noexcept {
   B even = u[0] * v(0);
@@ -86,11 +80,10 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   B acc[N];
   std::int64_t q = 0;
   for (; q + N <= n; q += N) {
-    // The X rows of the next group, asked for ahead. Wide tiles (R >= 4) ask for each one
-    // beside a slot's loads (N slots ahead): all N at once before the group made the weight
-    // gradient 8-12% slower at B = 128 (1 thread, density 0.1, 1024 x 784 to 1024 x 4096;
-    // distances 8 / 24 / 32 no better). Narrow tiles have too little work per slot to hide
-    // a test per slot: there (B = 32, R = 2) asking per slot was 20-50% slower.
+    // The X rows of the next group, asked for ahead: wide tiles (R >= 4) ask for each one
+    // beside a slot's loads, N slots ahead (all N at once before the group was 8-12% slower);
+    // narrow tiles have too little work per slot to hide a test per slot, so they ask for the
+    // whole next group at once.
     constexpr bool interleaved = R >= 4;
     if (!interleaved && q + 2 * N <= n)
       for (std::int64_t k = 0; k < N; ++k)
@@ -159,8 +152,9 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
                 Update mode, KernelWorkspace<T>& ws) {
   constexpr std::int64_t N = Batch<T>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
-  // N accumulators + R dY registers + a load must fit the register file: 32 registers
-  // with AVX-512 (64-byte registers), 16 on SSE/AVX2; NEON has 32 but 4 lanes, R <= 8 is fine.
+  // N accumulators + R dY registers + a load must fit the register file: 32 registers with
+  // AVX-512 (64-byte registers), 16 on SSE/AVX2 (8 + 4 + 1 at R = 4); NEON has 32 registers
+  // of 4 lanes, so R <= 8 fits.
   constexpr std::int64_t max_regs = (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
   // Full-width panels over column blocks where K rows of one would overflow L2: spmm's blocks
   // (the same bounds serve both kernels of a layer).
@@ -235,10 +229,16 @@ void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatr
 
 }  // namespace detail
 
-// grad (=|+=) the weight gradient at W's live slots with a caller-owned workspace. Throws
-// ShapeError unless dY is W.rows() x B, X is W.cols() x B and grad.size() == W.storage_size().
+// grad (=|+=) the weight gradient at W's live slots, with a caller-owned workspace.
+// Preconditions: dY is W.rows() x B, X is W.cols() x B and grad.size() == W.storage_size()
+// (else ShapeError); grad shares no memory with dY, X or W.values() (else ArgumentError).
 // Overwrite writes every slot (0 at padding and dead slots) and never reads grad; accumulate
-// leaves non-live slots unchanged.
+// leaves non-live slots unchanged. W's values are never read (a grad over them would
+// overwrite the weights, hence the check).
+// Complexity: O(nnz(W) x B) multiply-adds, plus O(K x B) to pack X where it is not read in
+// place and O(nnz(W)) per topology change (partition, block bounds).
+// Threads: OpenMP over nnz-balanced row ranges; bitwise identical for any thread count. The
+// workspace must not be shared by concurrent calls.
 template <Value T, ColumnIndex Index>
 void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
            std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
@@ -264,6 +264,7 @@ void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>
   detail::sddmm_scalar(W, dY, X, grad, mode, workspace);
 }
 
+// The same with a temporary workspace (allocates per call).
 template <Value T, ColumnIndex Index>
 void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
            std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,

@@ -1,59 +1,29 @@
 // sprig/kernels/sddmm_dx.hpp — a sparse layer's backward in one pass over W^T: the weight
 // gradient at W's live slots, grad[s] = dot(dY[i,:], X[c,:]) for s = (i, c), and
-// dX = W^T dY, overwriting both. The same results as sddmm (overwrite) followed by
-// spmm_transposed (overwrite), bit for bit where the one pass runs.
+// dX = W^T dY, overwriting both. Where the one pass runs, the same bits as sddmm (overwrite)
+// followed by spmm_transposed (overwrite); elsewhere it runs those two kernels.
 //
-// Why: the two kernels each read one B-wide row from L2 per live weight: sddmm an X row, the
-// transposed spmm a dY row. Walking W^T row c (the weights of input c) keeps X[c,:] and the
-// dX[c,:] accumulator in registers, so one dY row load per weight serves both the gradient's
-// dot and dX's multiply-add. At density 0.1, B = 128, 1 thread, warm caches, median of 60
-// calls alternating in one process: a 1024 x 4096 layer's two kernels 2.58-2.94 ms, the one
-// pass 2.26-2.59 (-11%); 1024 x 1024: 0.60 against 0.54 ms (-10%). In bench/train_step's
-// whole step the 90% FFN went from 6.34-6.52 to 6.14-6.47 ms and the MLP from 1.43-1.44 to
-// 1.36-1.38 ms (alternating runs of 150 and 300 steps). W's values are gathered through the
-// transpose's permutation as spmm_transposed does; the prefetch 128 weights ahead must cross
-// row ends (a W^T row holds ~100), or the gathered loads stall the dX chain.
+// Why (docs/design.md, "the one pass"): the two kernels each read one B-wide row from L2 per
+// live weight, sddmm an X row and the transposed spmm a dY row. Walking row c of W^T (the
+// weights of input c) keeps X[c,:] and the dX[c,:] accumulators in registers, so one dY row
+// load per weight serves both the gradient's dot and dX's multiply-add: ~10% faster than the
+// two kernels at density 0.1, B = 128. W's values are gathered through the transpose's
+// permutation as spmm_transposed does, and each weight's gradient is scattered to its slot.
 //
-// The one pass runs where the whole batch fits one register tile (B a multiple of the SIMD
-// width N, B / N <= kMaxPanelRegs) and dY fits the L2 budget of one column block
-// (spmm_column_blocks over W^T's M columns is one block), on at most 2 threads
-// (SPRIG_SDDMM_DX_MAX_THREADS). Elsewhere it runs the two kernels.
-// Threads take W^T's rows in nnz-balanced ranges (RowPartition): each dX row and each weight's
-// gradient is written by one thread, in the same order for any thread count. Two threads
-// write gradients to the same cache lines only where a row of W crosses their boundary
-// column. 1024 x 4096 at density 0.1, B = 128, 2 threads (the 90% FFN's layer 2 in
-// bench/train_step's profile, 3 alternating runs): the one pass 2.18-2.75 ms against
-// 3.05-3.14 for the two kernels.
+// Where: the whole batch fits one register tile (B a multiple of the SIMD width N and
+// B / N <= kMaxPanelRegs), dY fits one column block of the transposed workspace
+// (spmm_column_blocks over W^T's M columns is one block), sddmm would run one panel, and at
+// most SPRIG_SDDMM_DX_MAX_THREADS (2) OpenMP threads. Elsewhere the two kernels run.
 //
-// With x_activation = FusedActivation::relu (X is a ReLU's output), dX also gets the ReLU's
-// backward, dX = relu_backward(X, W^T dY): the one pass masks each dX row with the X row it
-// holds in registers before storing it, which saves the ReLU's own pass over dX (0.015 ms of
-// the MLP's 1.4 ms step); elsewhere a pass after the two kernels does it.
+// x_activation: relu (X is a ReLU's output) also applies the ReLU's backward to dX, masking
+// each dX row with the X row held in registers before its store; gelu multiplies each dX row
+// by the row of x_derivative. Off the one pass, a pass after the two kernels does the same.
 //
-// Bits: a weight's dot is accumulated lane-wise over the batch registers in sddmm's order and
-// reduced by the same batched horizontal sum (N dots at a time, from an L1 buffer), and dX[c,:]
-// is summed over W^T's row on spmm_tile's chains (spmm_chains), combined pairwise as there.
-//
-// What bounds it (Zen 4, 1 thread, B = 128, density 0.1): one dY row per weight serves both
-// products, so the pass needs one row load (bench_kernels' BM_row_stream: 4.2-4.6 ns per
-// 512-byte row from L2) and 16 multiply-adds (4.4 ns at BM_fma_peak's 117 GFLOP/s) per weight,
-// plus its share of the batched horizontal sums, on the same FP pipes. It takes 7.2-8.9 ns on
-// 1024 x 1024 (BM_sddmm_dx, and the timings below). W's slot order costs part of that: the walk
-// over W^T gathers each weight's value and scatters its gradient, one cache line each, in
-// arrays of 0.5 MB (1024 x 1024) to 2 MB (1024 x 4096). Medians of 200-400 calls with a 1 MB
-// sweep between them, 4 alternating rounds on a quiet machine, ms:
-//   | variant (timing only; the next two give wrong results)  | 1024 x 1024            | 1024 x 4096       |
-//   | this kernel                                             | 0.755-0.76 (once 0.98) | 3.76-4.17         |
-//   | value read and gradient write at contiguous addresses   | 0.68-0.72              | 2.94-3.33         |
-//   | the gradient's write alone at contiguous addresses      | 0.72                   | 3.45-3.54         |
-//   | gradients held back, stored in chunks of 512-8192 slots | 0.77-0.82              | 3.6-4.3           |
-//   | gradient stores of a group spread over the next group   | 0.79-0.84              | 3.96-4.47         |
-//   | walk W^T once per half (quarter) of W's rows            | 0.82 (0.93)            | 3.8-5.3 (4.7-5.0) |
-// So the slot order is 10% (1024 x 1024) to 20% (1024 x 4096) of the pass, and it would take
-// the gradient (and value) stored in W^T's order for such a layer, a layout change beyond this
-// kernel, to win it back; the rest is the multiply-adds and horizontal sums themselves. The
-// gradient alone in W^T's order only moves the scatter: the optimizer, which walks W's slots,
-// would read it through the permutation instead.
+// Bits: a weight's dot is accumulated lane-wise in sddmm's order (lane_dot) and reduced by
+// the same batched horizontal sum, N dots at a time; dX[c,:] is summed over W^T's row on
+// spmm_tile's chains (spmm_chains), combined pairwise as there. Threads take W^T's rows in
+// nnz-balanced ranges: each dX row and each gradient is written by one thread, in the same
+// order for any thread count.
 #pragma once
 
 #include <type_traits>
@@ -81,15 +51,13 @@
 // How many weights ahead the pass asks for the start of a dY row. Shorter than spmm's 16: a
 // weight here costs twice the multiply-adds (dot and dX), so 4 weights cover the L2 latency,
 // and rows asked for further ahead are evicted again by the gathered values and gradient
-// stores. Median of 400 calls alternating in one process, density 0.1, B = 128, 1 thread:
-// 1024 x 1024 0.536 -> 0.494 ms, 1024 x 4096 2.28 -> 2.09 ms, 4096 x 1024 2.66 -> 2.55 ms
-// (distances 3, 6 and 8 between; at B = 32 and 64 within 1% or better); in bench/train_step's
-// profile the MLP's layer 2 0.544-0.560 -> 0.509-0.516 ms.
+// stores (4 instead of 16 made the pass 4-8% faster; docs/design.md).
 #ifndef SPRIG_SDDMM_DX_PREFETCH
 #  define SPRIG_SDDMM_DX_PREFETCH 4
 #endif
 
-// The most OpenMP threads the one pass runs on (see sddmm_dx_one_pass).
+// The most OpenMP threads the one pass runs on (see sddmm_dx_one_pass): each thread beyond
+// the first adds a boundary where two threads write gradients into the same cache lines.
 #ifndef SPRIG_SDDMM_DX_MAX_THREADS
 #  define SPRIG_SDDMM_DX_MAX_THREADS 2
 #endif
@@ -180,7 +148,7 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
 #endif
 
 // Whether sddmm_dx takes the one pass for W and batch width B with these workspaces (and
-// the current OpenMP thread count): see the header comment.
+// the current OpenMP thread count): see "Where" in the header comment.
 template <Value T, ColumnIndex Index>
 bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const KernelWorkspace<T>& workspace,
                        const KernelWorkspace<T>& transpose_workspace) {
@@ -195,8 +163,8 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
         PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, kMaxPanelRegs)
             .count() == 1;
     // Each thread beyond the first adds a boundary column whose gradient cache lines two threads
-    // write; measured faster than the two kernels at 2 threads, not measured beyond: there the
-    // two kernels run, as before.
+    // write; faster than the two kernels at 2 threads, not measured beyond, where the two
+    // kernels run.
     bool few_threads = true;
 #  if SPRIG_HAS_OPENMP
     few_threads = omp_in_parallel() || omp_get_max_threads() <= kOnePassMaxThreads;
@@ -213,10 +181,16 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
 // grad = the weight gradient at W's live slots (0 at padding and dead slots) and dX = W^T dY,
 // or with x_activation = relu dX = relu_backward(X, W^T dY) (X the output of a ReLU), or with
 // x_activation = gelu dX = x_derivative * W^T dY (X a GELU's output, x_derivative its
-// derivative at the GELU's input: row_epilogue.hpp).
+// derivative at the GELU's input: row_epilogue.hpp). Both outputs are overwritten.
 // `cache` must belong to W, as for spmm_transposed; `workspace` serves sddmm (W's rows) and
-// `transpose_workspace` the pass over W^T. Throws ShapeError unless dY is W.rows() x B,
-// X and dX are W.cols() x B and grad.size() == W.storage_size().
+// `transpose_workspace` the pass over W^T.
+// Preconditions: dY is W.rows() x B, X and dX are W.cols() x B, grad.size() ==
+// W.storage_size(), and with gelu x_derivative has X's shape (else ShapeError); grad and dX
+// share no memory with each other, dY, X, x_derivative (gelu) or W.values() (else
+// ArgumentError).
+// Complexity: O(nnz(W) x B) multiply-adds for each product, one pass over the weights for
+// both where the one pass runs; O(nnz(W)) to rebuild the transpose after a topology change.
+// Threads: bitwise identical for any thread count, and the same bits on and off the one pass.
 template <Value T, ColumnIndex Index>
 void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
               std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<ConstMatrixView<T>> X,

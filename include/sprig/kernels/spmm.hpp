@@ -1,26 +1,17 @@
-// sprig/kernels/spmm.hpp — Y[M,B] = W[M,K] * X[K,B] (or +=), W PaddedCSR, X and Y dense
+// sprig/kernels/spmm.hpp — Y[M,B] = W[M,K] X[K,B] (or +=): W a PaddedCSR, X and Y dense and
 // feature-major (batch contiguous). dX = W^T dY is the same kernel on a cached transpose
-// (spmm(cache.get(W), dY, dX), or spmm_transposed.hpp, which skips the separate refresh).
+// (spmm_transposed.hpp).
 //
-// Kernel (written once over xsimd::batch<T, default_arch>):
-// - X is cut into panels of `regs` registers (panels.hpp); each thread runs panel by panel
-//   over its rows, so the K x panel slice of X stays in L2 while every row uses it. Where K
-//   rows of a full-width panel would not fit (K = 4096 at B = 128), W's columns are cut into
-//   blocks instead and each row's live weights of one block are done for all rows before the
-//   next (panels.hpp: ColumnBlocks; rows grouped by block, PaddedCSR::group_columns).
-// - For row i and one panel, a tile of Y[i, panel] lives in registers across all live weights
-//   of the row and is stored once (a write-through loop is bound by the store port at ~1/5 of
-//   the dense rate). The live weights are dealt round-robin to C independent accumulator
-//   chains of `regs` registers (C * regs ~ 8 registers in flight, enough to hide the FMA
-//   latency), summed pairwise at the end.
-// - The X rows of the weights SPRIG_SPMM_PREFETCH ahead are prefetched: the columns are
-//   random, so the hardware prefetcher cannot guess them.
-// Measured (1 thread, density 0.1, against OpenBLAS sgemm in the same process, see
-// bench/compare_kernels.cpp): 45-85 GFLOP/s of useful work; the X panel loads from L2, one
-// per multiply-add, set that rate.
-// Each element of Y is summed in an order fixed by W's row and the column blocks alone
-// (per block: chain q mod C, then the pairwise sum; blocks added in order), so the result is
-// bitwise identical for every thread count.
+// How (docs/design.md, "spmm"): X is cut into panels of whole SIMD registers (panels.hpp);
+// each thread works panel by panel over its rows, and where K rows of a full-width panel would
+// not fit L2, over column blocks of W. For one row and one panel a tile of Y stays in
+// registers across all the row's live weights and is stored once; the weights are dealt
+// round-robin to C independent accumulator chains (spmm_chains), summed pairwise at the end.
+// The X rows of the weights SPRIG_SPMM_PREFETCH ahead are prefetched (the columns are random).
+//
+// Determinism: each element of Y is summed in an order fixed by W's row, the batch width and
+// the column blocks alone (per block: chain q mod C, then the pairwise sum; blocks in order),
+// so the result is bitwise identical for every thread count.
 #pragma once
 
 #include <type_traits>
@@ -41,7 +32,7 @@
 #include "update_mode.hpp"
 #include "workspace.hpp"
 
-// How many live weights ahead the X rows are prefetched. Overridable for tuning.
+// How many live weights ahead the X rows are prefetched: a tuning knob.
 #ifndef SPRIG_SPMM_PREFETCH
 #  define SPRIG_SPMM_PREFETCH 16
 #endif
@@ -50,9 +41,10 @@ namespace sprig {
 
 namespace detail {
 
-// Where a kernel reads the weight of slot s: the matrix's own values, or (for W^T) the values
-// of W through the transpose's slot permutation, which saves a separate refresh pass.
-// at(s) returns an object v with v[q] = value of slot s + q and v.prefetch(q).
+// Where a kernel reads the weight of slot s: the matrix's own values (DirectValues), or, for
+// W^T, W's values through the transpose's slot permutation (PermutedValues), which saves a
+// separate refresh pass. at(s) returns a cursor v with v[q] = the value of slot s + q and
+// v.prefetch(q).
 template <class T>
 struct DirectValues {
   const T* values;
@@ -65,8 +57,8 @@ struct DirectValues {
   // Asks for the first values of slot s on (a block's segment of the next row).
   SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(values + s); }
 };
-// The gathered values are prefetched SPRIG_SPMM_T_PREFETCH slots further ahead than the X rows:
-// after other work evicted W, they come from L3 or memory.
+// How many slots ahead PermutedValues prefetches the gathered values: further than the X rows,
+// since once other work has evicted W they come from L3 or memory.
 #ifndef SPRIG_SPMM_T_PREFETCH
 #  define SPRIG_SPMM_T_PREFETCH 128
 #endif
@@ -90,8 +82,8 @@ struct PermutedValues {
 };
 
 // The column blocks spmm uses for a K-column W and batch B (panels.hpp: ColumnBlocks; one
-// block with the scalar kernels). sddmm's blocks are as wide or wider, so rows grouped for
-// these (PaddedCSR::group_columns(shift)) serve both kernels.
+// block on the scalar path). sddmm and sddmm_dx use the same ones, so rows grouped for
+// these (PaddedCSR::group_columns(shift)) serve every kernel of a layer. O(log budget).
 template <Value T>
 ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
   constexpr auto N = static_cast<std::int64_t>(simd_width<T>());
@@ -121,13 +113,18 @@ SPRIG_ALWAYS_INLINE T finish(T acc, const T* y, bool accumulate, const T* bias, 
   return relu ? (v > T(0) ? v : T(0)) : v;
 }
 
-// Independent accumulator chains of an R-register spmm tile: C * R ~ 8 registers in flight.
+// Independent accumulator chains of an R-register spmm tile: C * R >= 8 accumulators (8 to
+// 14), enough to hide the multiply-add latency. With one broadcast that is at most 15 vector
+// registers, which fits a 16-register ISA: the X loads fold into the multiply-adds as memory
+// operands (checked on the AVX2 code GCC 12 emits for R = 7: 14 accumulators and the
+// broadcast in ymm0-ymm14, no stack access in the loop over the weights).
 constexpr int spmm_chains(int R) noexcept { return R >= 8 ? 1 : (R >= 4 ? 2 : (R == 3 ? 3 : 8 / R)); }
 
 #if SPRIG_KERNEL_SIMD
 // Y[i, panel] for one row: `n` live weights (cols, vals), X panel rows `xs` elements apart
 // starting at xp; stores the first `valid` columns at y, each through finish() (bias: the
-// row's bias or nullptr).
+// row's bias or nullptr). The tile is stored once after all weights: a loop that writes Y
+// through per weight is bound by the store port.
 template <class T, class Index, int R, class Vals>
 SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
                                    const T* __restrict xp, std::int64_t xs, T* __restrict y, std::int64_t valid,
@@ -281,9 +278,16 @@ void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView
 
 }  // namespace detail
 
-// Y (=|+=) W * X with a caller-owned workspace (row partition and packing buffer kept across
-// calls). Throws ShapeError unless X is W.cols() x B and Y is W.rows() x B, ArgumentError
-// if Y overlaps X or W.values(). Overwrite never reads Y (NaN there does not propagate).
+// Y (=|+=) W X with a caller-owned workspace (row partition, packing buffer and column-block
+// bounds kept across calls, so a training step allocates nothing).
+// Preconditions: X is W.cols() x B and Y is W.rows() x B (else ShapeError); Y shares no
+// memory with X or W.values() (else ArgumentError, overlaps() in core/matrix.hpp). Overwrite
+// never reads Y (NaN there does not propagate); only W's live slots are read.
+// Complexity: O(nnz(W) x B) multiply-adds, plus O(K x B) to pack X where it is not read in
+// place and O(nnz(W)) per topology change for the partition and the block bounds.
+// Threads: OpenMP over nnz-balanced row ranges; bitwise identical for any thread count (a
+// call inside a parallel region runs on its thread). The workspace must not be shared by
+// concurrent calls.
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
@@ -298,6 +302,7 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
   detail::spmm_scalar(W, detail::DirectValues<T>{W.values().data()}, X, Y, mode, workspace);
 }
 
+// The same with a temporary workspace (allocates per call).
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, Update mode = Update::overwrite) {
@@ -305,10 +310,11 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
   spmm(W, X, Y, workspace, mode);
 }
 
-// Y = act(W * X + bias) (row_epilogue.hpp): the bias and activation applied in the kernel's
+// Y = act(W X + bias) (row_epilogue.hpp): the bias and activation applied in the kernel's
 // store, bitwise the same as spmm followed by a bias pass and a ReLU pass, without those
-// passes over Y. Throws ShapeError as spmm does, and unless the bias is empty (none) or has
-// W.rows() entries; ArgumentError for an activation that is not a forward epilogue (gelu).
+// passes over Y. Throws as spmm does; ShapeError unless the bias is empty (none) or has
+// W.rows() entries; ArgumentError for an activation that is not a forward epilogue (gelu)
+// or a bias that overlaps Y. Complexity and threads as spmm.
 template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {

@@ -1,11 +1,10 @@
-// sprig/kernels/spmm_transposed.hpp — dX[K,B] = W^T[K,M] * dY[M,B] (or +=) on a cached
+// sprig/kernels/spmm_transposed.hpp — dX[K,B] = W^T[K,M] dY[M,B] (or +=) on a cached
 // transpose, reading W's current values through the transpose's slot permutation.
 //
-// Equal to spmm(cache.get(W), dY, dX) but faster: a separate value refresh is a gather over
-// W's values in transposed order (at 4096 x 4096, density 0.1: 4.2 ms when this was chosen,
-// twice the spmm itself at B = 32; 0.97 ms since the permutation is 32-bit and prefetched).
-// Inside the spmm the same gather overlaps with the multiply-adds. With many batch panels the gather would repeat per panel, so then the
-// values are refreshed once and the plain spmm runs.
+// Equal to spmm(cache.get(W), dY, dX) but faster: a separate value refresh is a pass of its
+// own, a gather over W's values in transposed order (about half as long as the spmm at
+// B = 32), which inside the spmm overlaps with the multiply-adds. With several batch panels the gather
+// would repeat per panel, so then the values are refreshed once and the plain spmm runs.
 #pragma once
 
 #include <type_traits>
@@ -13,16 +12,21 @@
 #include "spmm.hpp"
 #include "transpose.hpp"
 
-// Panels up to which the permuted-value kernel is used; beyond, refresh + plain spmm.
+// Batch panels up to which the permuted-value kernel is used; beyond, refresh + plain spmm.
 #ifndef SPRIG_SPMM_T_FUSED_PANELS
 #  define SPRIG_SPMM_T_FUSED_PANELS 1
 #endif
 
 namespace sprig {
 
-// dX (=|+=) W^T dY. `cache` must belong to W (one cache per weight matrix): it is rebuilt when
-// W's topology changed; its stored values may be left stale (cache.get(W) refreshes them).
-// Throws ShapeError unless dY is W.rows() x B and dX is W.cols() x B.
+// dX (=|+=) W^T dY with a caller-owned workspace (for W^T's rows). `cache` should belong to W
+// (one cache per weight matrix; another matrix is detected and costs a rebuild): it is
+// rebuilt when W's topology changed; its stored values may be left stale (cache.get(W)
+// refreshes them).
+// Preconditions: dY is W.rows() x B and dX is W.cols() x B (else ShapeError); dX shares no
+// memory with dY or W.values() (else ArgumentError). Overwrite never reads dX.
+// Complexity: O(nnz(W) x B) multiply-adds; O(nnz + M + K) for a rebuild after a topology
+// change. Threads: as spmm, bitwise identical for any thread count.
 template <Value T, ColumnIndex Index>
 void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
                      std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dX,
@@ -50,6 +54,7 @@ void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cac
   spmm(cache.get(W), dY, dX, workspace, mode);
 }
 
+// The same with a temporary workspace (allocates per call).
 template <Value T, ColumnIndex Index>
 void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
                      std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dX,

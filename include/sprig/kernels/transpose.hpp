@@ -1,5 +1,5 @@
-// sprig/kernels/transpose.hpp — W^T as a PaddedCSR plus the slot permutation, built in
-// O(nnz + M + K) by counting sort; and TransposeCache, which keeps W^T in step with W.
+// sprig/kernels/transpose.hpp — W^T as a PaddedCSR plus the slot permutation back into W,
+// built in O(nnz + M + K) by counting sort; and TransposeCache, which keeps W^T in step with W.
 #pragma once
 
 #include <algorithm>
@@ -17,7 +17,9 @@
 #  include <omp.h>
 #endif
 
-// Slots of W^T ahead whose source value the refresh gather prefetches.
+// Slots of W^T ahead whose source value the refresh gather prefetches: consecutive slots of
+// W^T read from different rows of W, a pattern the hardware prefetcher cannot follow
+// (prefetching 64 ahead made the refresh of 4096 x 4096 at density 0.1 ~20% faster).
 #ifndef SPRIG_REFRESH_PREFETCH
 #  define SPRIG_REFRESH_PREFETCH 64
 #endif
@@ -61,8 +63,10 @@ struct Transposed {
 // row of W), reusing its arrays where they are large enough (a topology update keeps nnz, so
 // a rebuild then allocates nothing) and releasing the others before they are refilled. With
 // with_values = false, out.matrix keeps no values (structure-only: kernels that gather W's
-// values through source_slot need none). Throws if M rows of W cannot be indexed as columns
-// by Index.
+// values through source_slot need none).
+// Throws ArgumentError if W has more than kMaxTransposeSlots slots or M rows of W cannot be
+// indexed as columns by Index, or for a bad padding_ratio (as PaddedCSR's constructor).
+// O(nnz + M + K) time, O(K) scratch; one thread.
 template <Value T, ColumnIndex Index>
 void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, double padding_ratio = 0.0,
                     bool with_values = true) {
@@ -90,7 +94,7 @@ void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, dou
     }
 }
 
-// W^T as a new value (see transpose_into).
+// W^T as a new value (see transpose_into; throws the same).
 template <Value T, ColumnIndex Index>
 Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_ratio = 0.0) {
   Transposed<T, Index> out;
@@ -98,15 +102,20 @@ Transposed<T, Index> transpose(const PaddedCSR<T, Index>& W, double padding_rati
   return out;
 }
 
-// Owns W^T for one W and keeps it current: get(W) rebuilds when W's topology_version has
-// changed since the last call, and otherwise refreshes only the values (one gather pass).
-// One cache per matrix: it is keyed by the version number, not by W's identity.
+// Owns W^T for one W and keeps it current. It is keyed by W.topology_key(), which names one
+// topology of one PaddedCSR object for the whole process (core/topology_key.hpp): get(W)
+// rebuilds when the key (or W's shape) differs from the one it was built for, and otherwise
+// refreshes only the values (one gather pass). Handing it another matrix is therefore safe
+// but rebuilds every time the matrix changes: keep one cache per weight matrix.
 // Memory: rebuilds reuse the cache's arrays (a DST update keeps nnz, so W^T keeps its size),
 // and while only sync_topology() is used (spmm_transposed's fused path, which reads W's values
 // through the permutation) the cache holds no values array at all: 4 bytes per weight less.
+// Not thread-safe: one cache must not serve concurrent calls. Throws as transpose_into.
 template <Value T, ColumnIndex Index>
 class TransposeCache {
 public:
+  // W^T with W's current values: a rebuild (O(nnz + M + K)) after a topology change, else a
+  // value refresh (O(storage)). The reference stays valid until the next call on the cache.
   const PaddedCSR<T, Index>& get(const PaddedCSR<T, Index>& W) {
     if (stale(W))
       rebuild(W);
@@ -119,7 +128,8 @@ public:
   void rebuild(const PaddedCSR<T, Index>& W) { rebuild(W, true); }
 
   // One gather pass, split over OpenMP threads when the matrix is large (each slot is copied
-  // by one thread, so the result is the same for any thread count).
+  // by one thread, so the result is the same for any thread count). Precondition: the cache
+  // is current for W's topology (get() or sync_topology() ran since W's last change).
   void refresh_values(const PaddedCSR<T, Index>& W) {
     auto& values = detail::PaddedCSRAccess::values(cached_.matrix);
     if (std::ssize(values) != cached_.matrix.storage_size())  // structure-only so far
@@ -133,9 +143,6 @@ public:
 #  pragma omp parallel for schedule(static) if (n >= detail::kParallelMinWork && !omp_in_parallel())
 #endif
     for (std::int64_t t = 0; t < n; ++t) {
-      // Consecutive slots of W^T read from different rows of W, a pattern the hardware
-      // prefetcher cannot follow: prefetching 64 slots ahead took 4096 x 4096 at density 0.1
-      // from 4.2 to 3.3 ms (1 thread).
       if (t + kRefreshPrefetch < n) detail::prefetch(vals + std::max<std::int64_t>(src[t + kRefreshPrefetch], 0));
       if (src[t] >= 0) tvals[t] = vals[src[t]];
     }
@@ -151,7 +158,9 @@ public:
     return cached_;
   }
 
+  // Forces a rebuild on the next get() or sync_topology().
   void invalidate() noexcept { valid_ = false; }
+  // How many rebuilds and value refreshes the cache has done (tests, benchmarks).
   std::int64_t rebuilds() const noexcept { return rebuilds_; }
   std::int64_t refreshes() const noexcept { return refreshes_; }
   const Transposed<T, Index>& transposed() const noexcept { return cached_; }

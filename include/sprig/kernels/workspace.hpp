@@ -17,6 +17,9 @@
 
 namespace sprig {
 
+// Not thread-safe: one workspace serves one kernel call at a time (the call itself may run on
+// many OpenMP threads). Any workspace gives the same bits for a given column_block_bytes; a
+// workspace last used with another matrix is detected (topology keys) and rebuilt.
 template <Value T>
 class KernelWorkspace {
 public:
@@ -27,6 +30,7 @@ public:
   std::int64_t column_block_bytes = detail::kColumnBlockBytes;
 
   // A 64-byte aligned buffer of at least n elements, uninitialised; grows, never shrinks.
+  // Throws std::bad_alloc when memory runs out.
   T* buffer(std::size_t n) {
     if (n > capacity_) {
       buffer_.reset(static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})));
@@ -36,7 +40,8 @@ public:
   }
 
   // W's column-block bounds for `blocks` (panels.hpp: ColumnBlocks::bounds), computed once per
-  // topology (PaddedCSR::topology_key: never another matrix's, never a stale one).
+  // topology (PaddedCSR::topology_key: never another matrix's, never a stale one): O(nnz x
+  // blocks) then, O(1) otherwise.
   template <class V, class Index>
   const std::int64_t* column_bounds(const PaddedCSR<V, Index>& W, const detail::ColumnBlocks& blocks) {
     // The key fixes W's shape, so the shift fixes the block count.

@@ -3,16 +3,15 @@
 // With SPRIG_USE_CBLAS defined by the consumer (who then links a CBLAS, e.g. Debian's
 // OpenBLAS), this calls cblas_sgemm / cblas_dgemm. Otherwise a portable blocked loop nest
 // runs, on one thread: register tiles of C over rows of B, and xsimd dot products for
-// op(B) = B^T. 1 thread, batch 128 (per-kernel figures in their comments): a 10 x 1024 output
-// layer's three products take 0.067 ms against OpenBLAS's 0.086; a 1024 x 1024 layer's 7.3 ms
-// against 3.4 (OpenBLAS's packed, cache-blocked kernels win on large layers).
+// op(B) = B^T. It is meant for the small dense layers of a sparse model (a 10-wide output
+// layer's three products at batch 128 run a little faster than OpenBLAS's); on large layers a
+// BLAS's packed, cache-blocked kernels are about twice as fast.
 //
 // beta == 0 follows BLAS: C is not read, so NaN or garbage there does not propagate.
 //
 // Reproducibility: the portable loop nest runs on one thread in a fixed order, so its bits,
-// like those of sprig's sparse kernels, do not depend on the thread count. OpenBLAS's do: the
-// Fashion-MNIST example (its 10-way output layer is dense) trains to different bits at 1 and
-// 2 threads from the first step with SPRIG_USE_CBLAS, and to the same bits without it.
+// like those of sprig's sparse kernels, do not depend on the thread count. A threaded BLAS's
+// may: with SPRIG_USE_CBLAS and OpenBLAS, training runs to different bits at 1 and 2 threads.
 #pragma once
 
 #include <type_traits>
@@ -32,6 +31,7 @@
 
 namespace sprig {
 
+// Whether gemm uses an operand as stored (no) or transposed (yes).
 enum class Trans { no, yes };
 
 namespace detail {
@@ -67,10 +67,9 @@ SPRIG_ALWAYS_INLINE void axpy_tile(T alpha, const T* const* a, std::int64_t a_st
 // C[i,:] += alpha * sum_k op(A)(i,k) B[k,:] for op(B) = B. Blocks keep a K-panel of B (kb rows
 // of nb columns) in L2. Inside one, a tile of two C rows by four SIMD registers of columns
 // stays in registers over the panel's k (axpy_tile), so each B load serves two rows and the
-// tile is read and written once per panel rather than once per k (the forward and
-// dX = W^T dY of a 10 x 1024 output layer at batch 128 took 0.05 ms each as plain axpy
-// loops, against 0.031 and 0.015 ms in OpenBLAS). Columns left over, and the scalar build,
-// run the axpy loops.
+// tile is read and written once per panel rather than once per k (plain axpy loops were
+// 1.6-3.3x slower than OpenBLAS on a 10 x 1024 output layer). Columns left over, and the scalar
+// build, run the axpy loops.
 template <class T>
 void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
                          ConstMatrixView<T> B, MatrixView<T> C) {
@@ -113,9 +112,9 @@ void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t 
 // C[i,j] += alpha * dot(op(A)[i,:], B[j,:]) for op(B) = B^T: every entry is a dot product of
 // two contiguous rows (op(A)'s rows are copied out when A is transposed). Four rows of op(A)
 // share each B row they are dotted with, and the dots run over whole SIMD registers (lane l
-// sums the k = l mod width terms, the tail adds after the lanes): a weight gradient
-// dW = dY X^T of a 10 x 1024 output layer at batch 128 took 0.26 ms with four scalar
-// accumulators per dot, which compilers do not vectorise, against 0.036 ms in OpenBLAS.
+// sums the k = l mod width terms, the tail adds after the lanes): four scalar accumulators
+// per dot, which compilers do not vectorise, were 7x slower than OpenBLAS on a weight
+// gradient dW = dY X^T of a 10 x 1024 output layer.
 template <class T>
 void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
                         ConstMatrixView<T> B, MatrixView<T> C) {
@@ -178,7 +177,14 @@ void gemm_portable(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int6
 
 }  // namespace detail
 
-// C = alpha * op(A) * op(B) + beta * C. Shapes: op(A) is M x K, op(B) is K x N, C is M x N.
+// C = alpha * op(A) * op(B) + beta * C.
+// Preconditions: op(A) is M x K, op(B) is K x N and C is M x N (else ShapeError); C shares no
+// memory with A or B (else ArgumentError; C is the in/out operand beta reads). With
+// SPRIG_USE_CBLAS every dimension and stride must fit an int.
+// Complexity: O(M x N x K) multiply-adds; the portable path allocates 4 x K elements when A
+// is transposed and op(B) = B^T.
+// Threads: the portable path runs on the calling thread and gives the same bits for any
+// OpenMP thread count; a CBLAS may thread and may not.
 template <Value T>
 void gemm(Trans ta, Trans tb, T alpha, std::type_identity_t<ConstMatrixView<T>> A,
           std::type_identity_t<ConstMatrixView<T>> B, T beta, std::type_identity_t<MatrixView<T>> C) {
