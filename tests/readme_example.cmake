@@ -1,15 +1,19 @@
-# The README's usage example is examples/readme_example.cpp, built and run as a test;
-# readme:in_sync checks that README.md shows exactly that file and that .ci/run runs
-# exactly the README's test command. This file is both the tests/ module (included by
+# The README's two usage examples are examples/readme_training.cpp (the high-level training
+# loop) and examples/readme_example.cpp (the kernel level), each built and run as a test
+# (readme:training, readme:example; each program exits non-zero if what it shows goes wrong);
+# readme:in_sync checks that README.md shows exactly those files and that .ci/run runs exactly
+# the README's test command. This file is both the tests/ module (included by
 # tests/CMakeLists.txt) and, under `cmake -P`, the script that does the checking.
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
-  add_executable(readme_example "${PROJECT_SOURCE_DIR}/examples/readme_example.cpp")
-  target_link_libraries(readme_example PRIVATE sprig::sprig sprig_dev_flags)
-  add_test(NAME readme:example COMMAND readme_example)
+  foreach(example IN ITEMS training example)
+    add_executable(readme_${example} "${PROJECT_SOURCE_DIR}/examples/readme_${example}.cpp")
+    target_link_libraries(readme_${example} PRIVATE sprig::sprig sprig_dev_flags)
+    add_test(NAME readme:${example} COMMAND readme_${example})
+  endforeach()
   add_test(NAME readme:in_sync COMMAND "${CMAKE_COMMAND}" "-DSPRIG_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
                                        -P "${CMAKE_CURRENT_LIST_FILE}")
-  set_tests_properties(readme:example readme:in_sync PROPERTIES LABELS readme)
+  set_tests_properties(readme:training readme:example readme:in_sync PROPERTIES LABELS readme)
   return()
 endif()
 
@@ -42,13 +46,15 @@ endfunction()
 
 set(failures "")
 
-# 1. The usage example, byte for byte.
-readme_block("<!-- BEGIN examples/readme_example.cpp" "```cpp" shown)
-file(READ "${SPRIG_SOURCE_DIR}/examples/readme_example.cpp" source)
-if(NOT shown STREQUAL source)
-  string(APPEND failures "README.md's usage example differs from examples/readme_example.cpp; copy the file into "
-                         "the README block (or the other way round)\n")
-endif()
+# 1. The usage examples, byte for byte.
+foreach(example IN ITEMS readme_training readme_example)
+  readme_block("<!-- BEGIN examples/${example}.cpp" "```cpp" shown)
+  file(READ "${SPRIG_SOURCE_DIR}/examples/${example}.cpp" source)
+  if(NOT shown STREQUAL source)
+    string(APPEND failures "README.md's usage example differs from examples/${example}.cpp; copy the file into "
+                           "the README block (or the other way round)\n")
+  endif()
+endforeach()
 
 # 2. The quick start: exactly one command per block, and .ci/run runs the test command as
 #    one of its lines, verbatim.
@@ -69,4 +75,4 @@ endforeach()
 if(failures)
   message(FATAL_ERROR "${failures}")
 endif()
-message(STATUS "README.md's usage example and test command match examples/readme_example.cpp and .ci/run")
+message(STATUS "README.md's usage examples and test command match examples/readme_*.cpp and .ci/run")
