@@ -5,7 +5,7 @@
 //   memory_demo [outputs inputs sparsity]      defaults: 512 784 0.9
 //
 // The weight matrix is W[outputs x inputs] (Y = W X, activations feature-major). The
-// program checks that the bytes it measures match the formulas in the README (values and
+// program checks that the bytes it measures match the formulas in docs/guide.md (values and
 // indices per slot, 3 int64 row arrays) and exits 1 if they do not.
 #include <sprig/sprig.hpp>
 
@@ -39,7 +39,7 @@ bool report(const sprig::PaddedCSR<T, Index>& W, std::int64_t dense_bytes, const
                 100.0 * static_cast<double>(r.bytes) / static_cast<double>(dense_bytes),
                 r.bytes ? static_cast<double>(dense_bytes) / static_cast<double>(r.bytes) : 0.0);
 
-  // The README's arithmetic, checked against what the object really holds.
+  // docs/guide.md's arithmetic, checked against what the object really holds.
   const std::int64_t want_values = slots * std::int64_t{sizeof(T)}, want_index = slots * std::int64_t{sizeof(Index)};
   const std::int64_t want_rows = 3 * 8 * rows, want_csr = nnz * std::int64_t{sizeof(T) + sizeof(Index)} + 8 * (rows + 1);
   const bool ok = mem.values == want_values && mem.col_indices == want_index && mem.row_arrays == want_rows &&

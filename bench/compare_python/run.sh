@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times one training step with PyTorch dense nn.Linear and with sparselab 0.2.2 SparseLinear
 # (+ its SET), runs sprig's bench/train_step --csv in the same script, and prints one table.
-# Optional tooling: nothing in the library or its tests depends on it. See README.md.
+# Optional tooling: nothing in the library or its tests depends on it. See docs/performance.md.
 #
 # Environment (all optional):
 #   SPRIG_BUILD_DIR    build directory holding bench/train_step (default: <repo>/build-step);

@@ -1,4 +1,4 @@
-"""Shared pieces of the PyTorch / sparselab training-step timers (see README.md).
+"""Shared pieces of the PyTorch / sparselab training-step timers (see docs/performance.md).
 
 The step is the one bench/train_step.cpp times for sprig: batch 128, fp32,
   mlp  784-1024-1024-10, ReLU, softmax cross-entropy, hidden layers sparse
