@@ -82,6 +82,8 @@ TEST_CASE("build_mlp's errors name build_mlp, not an internal helper", "[dst][bu
   CHECK_THROWS_AS((build_mlp<float, std::int32_t>({.widths = {5, 0, 3}})), ShapeError);
   CHECK_THROWS_WITH((build_mlp<float, std::int16_t>({.widths = {40000, 4, 3}})),
                     StartsWith("dst::build_mlp: widths[0] = 40000 columns cannot be indexed by a 16-bit"));
+  CHECK_THAT(message_of({.widths = {2, 2, 3}, .sparsity = 0.9}),
+             StartsWith("dst::build_mlp: layer 0 (2x2) at sparsity 0.9 keeps no weight"));
   // the public density helpers name themselves
   CHECK_THROWS_WITH(uniform_sparsities({{4, 5}}, 1.0), StartsWith("dst::uniform_sparsities: sparsity 1"));
   CHECK_THROWS_WITH(erk_sparsities({{4, 0}}, 0.5), StartsWith("dst::erk_sparsities: layer 0 has shape 4x0"));
