@@ -105,7 +105,10 @@ TEST_CASE("Sequential validates layer widths and call order", "[nn][sequential]"
   model.add(Linear<float>(6, 5, 1));
   CHECK_THROWS_AS(model.backward(), ArgumentError);
   model.add(SparseLinear<float, std::int32_t>(4, 3, {.density = 0.5, .seed = 1}));  // expects 4 inputs, gets 5
-  CHECK_THROWS_AS(model.forward(X.view()), ShapeError);
+  CHECK_THROWS_WITH(model.forward(X.view()), Catch::Contains("Sequential::forward: layer 1 takes 4 inputs but gets 5"));
+  CHECK_THROWS_AS(model.layer(2), ArgumentError);
+  CHECK_THROWS_AS(model.act(2), ArgumentError);
+  CHECK_THROWS_AS(model.grad(2), ArgumentError);
 }
 
 TEST_CASE("Sequential: add() after forward() asks for a forward before backward", "[nn][sequential]") {
@@ -120,6 +123,10 @@ TEST_CASE("Sequential: add() after forward() asks for a forward before backward"
   model.forward(X.view());
   CHECK_NOTHROW(model.output_grad());
   CHECK_NOTHROW(model.backward());
+  // a forward that fails leaves no forward behind it either
+  const auto wrong = random_matrix<float>(7, 4, 3);
+  CHECK_THROWS_AS(model.forward(wrong.view()), ShapeError);
+  CHECK_THROWS_WITH(model.backward(), Catch::Contains("call forward first"));
 }
 
 TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[nn][sequential]") {

@@ -14,7 +14,8 @@
 namespace sprig::detail {
 
 // Y[i, :] = act(Y[i, :] + b[i]): one pass for the bias and a fused activation (the same
-// arithmetic as spmm's epilogue, row_epilogue.hpp).
+// arithmetic as spmm's epilogue, row_epilogue.hpp). Precondition (unchecked, internal):
+// b.size() >= Y.rows(), act is none or relu. O(rows x cols).
 template <class T>
 void add_bias(std::span<const T> b, MatrixView<T> Y, FusedActivation act = FusedActivation::none) noexcept {
   for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) {
@@ -33,7 +34,8 @@ void add_bias(std::span<const T> b, MatrixView<T> Y, FusedActivation act = Fused
 // g[i] = sum_j dY[i, j]  (the bias gradient). With SIMD the row is summed lane-wise (lane l
 // adds elements l, l + N, l + 2N, ...), the lanes are reduced, then the tail added in order:
 // a fixed order per (row, batch width), 8-16 independent additions per cycle instead of one
-// dependent chain.
+// dependent chain. Precondition (unchecked, internal): g.size() >= dY.rows(), g apart from
+// dY. O(rows x cols).
 template <class T>
 void sum_rows(ConstMatrixView<T> dY, std::span<T> g) noexcept {
   for_rows(dY.rows(), dY.cols(), [&](std::int64_t i) {

@@ -2,9 +2,12 @@
 //   gelu(x) = x/2 * (1 + tanh(u)),  u = sqrt(2/pi) * (x + 0.044715 x^3)
 //   gelu'(x) = (1 + tanh(u))/2 + x/2 * (1 - tanh(u)^2) * sqrt(2/pi) * (1 + 3 * 0.044715 x^2)
 // It differs from the erf form x * Phi(x) by at most about 5e-4 (absolute) on the real line.
-// Element-wise with xsimd (a scalar std::tanh per element was 2/3 of a 90%-sparse
-// 1024-4096-1024 training step, bench/train_step), computed through sigmoid(2u) (below), and
-// OpenMP over rows for large inputs; each element's result does not depend on the thread count.
+// Element-wise with xsimd (a scalar std::tanh per element made the GELU the larger part of a
+// sparse training step), computed through sigmoid(2u) (below), and OpenMP over rows for large
+// inputs (rows.hpp). Every pass is O(rows x cols) and allocates nothing; each element's result
+// does not depend on the thread count (it may differ in the last ulp between the SIMD body
+// and the scalar tail of a row, xsimd::exp against std::exp). The operands are checked for
+// shape only: an output that partly overlaps an input is not detected.
 #pragma once
 
 #include <type_traits>
@@ -25,9 +28,11 @@ class GELU {
 public:
   using value_type = T;
 
+  // gelu(x) and gelu'(x) of one scalar, as the passes' scalar tail computes them.
   static T value(T x) noexcept { return value_of(x); }
   static T derivative(T x) noexcept { return derivative_of(x); }
 
+  // Y = gelu(X). Y must not overlap X. Throws ShapeError unless X and Y have one shape.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("GELU::forward", "X", X, "Y", Y);
     detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
@@ -46,7 +51,8 @@ public:
   // applies this GELU's backward to its dX from the stored derivative (x_activation = gelu,
   // x_derivative = Z; Sequential does it), so no backward pass over the activation is needed.
   // One exp per element serves both. Y is bitwise forward(Z)'s, Z bitwise gelu'(Z) as
-  // backward() computes it. Y must not overlap Z.
+  // backward() computes it. Y must not overlap Z. Throws ShapeError unless Z and Y have one
+  // shape.
   void forward_keep_derivative(std::type_identity_t<MatrixView<T>> Z, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("GELU::forward_keep_derivative", "Z", Z, "Y", Y);
     detail::for_rows(Z.rows(), Z.cols(), [&](std::int64_t i) {
@@ -69,7 +75,8 @@ public:
     });
   }
 
-  // dX = dY * gelu'(X). dX may be dY (element by element, in place).
+  // dX = dY * gelu'(X). dX may be dY (element by element, in place); X must not overlap dX.
+  // Throws ShapeError unless X, dY and dX have one shape.
   static constexpr bool backward_in_place = true;
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX) const {
@@ -100,8 +107,8 @@ private:
   // The formulas above through 1 + tanh(u) = 2 s and 1 - tanh(u)^2 = 4 s (1 - s) with
   // s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u), and 1 - s = e s (no cancellation near s = 1):
   // gelu = x s, gelu' = s + 2 x s (e s) u'(x). The same function within a few ulp of the tanh
-  // form; one exp and one division instead of xsimd::tanh took the GELU passes of a 4096 x 128
-  // batch from 0.41 to 0.31 ms (1 thread). For x -> -inf, e overflows to inf and s, gelu and
+  // form; one exp and one division instead of xsimd::tanh take about 25% less time over the
+  // GELU's passes (forward and backward, one thread). For x -> -inf, e overflows to inf and s, gelu and
   // gelu' go to 0, as they should (e s is then inf * 0: taken as 0 by the select below).
   // e = exp(-2u), shared by the value and the derivative
   template <class V>

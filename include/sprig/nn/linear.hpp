@@ -10,6 +10,12 @@
 // instead (kernels/narrow_dense.hpp): bias and activation in the forward's store, and dW and dX
 // (with the ReLU mask) in one pass over X. Its results then differ from the gemm path's in
 // rounding (another summation order), not from run to run or with the thread count.
+//
+// Cost: each pass O(in x out x B); nothing allocated in a steady-state step (the portable gemm
+// allocates nothing; a BLAS may). Threads: bitwise identical for any thread count on the
+// narrow kernels and the portable gemm; with SPRIG_USE_CBLAS that is the BLAS's to promise
+// (a threaded OpenBLAS does not: nn/gemm.hpp). One layer serves one thread at a time.
+// Operand overlaps are not detected: Y and dX must not overlap any input.
 #pragma once
 
 #include <type_traits>
@@ -36,7 +42,8 @@ public:
   DenseParameter<T> weight;  // out x in
   DenseParameter<T> bias;    // out x 1, not decayed
 
-  // Kaiming-uniform weights (fan-in = in) drawn from the stream (seed, layer_key); zero bias.
+  // Kaiming-uniform weights (fan-in = in) drawn from the stream (seed, layer_key); zero bias
+  // (not decayed). O(in x out). Throws ShapeError for in or out < 1.
   Linear(std::int64_t in, std::int64_t out, std::uint64_t seed, std::uint64_t layer_key = 0) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("Linear: in and out must be > 0, got ", in, " and ", out));
@@ -48,10 +55,12 @@ public:
     for (T& v : weight.value) v = static_cast<T>(rng.uniform(-bound, bound));
   }
 
+  // Shape of W (O(1)).
   std::int64_t in_features() const noexcept { return weight.cols; }
   std::int64_t out_features() const noexcept { return weight.rows; }
 
-  // Y = act(W X + b).
+  // Y = act(W X + b), X [in x B], Y [out x B]. Throws ShapeError for the shapes,
+  // ArgumentError for act = gelu (not a forward epilogue).
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
@@ -68,7 +77,9 @@ public:
 
   // With x_activation = relu (X is a ReLU's output), dX gets that ReLU's backward too:
   // dX = relu_backward(X, W^T dY), so the ReLU's own pass can be skipped (Sequential does);
-  // with gelu (X is a GELU's output), dX = x_derivative * W^T dY.
+  // with gelu (X is a GELU's output), dX = x_derivative * W^T dY. Overwrites weight.grad,
+  // bias.grad and dX [in x B]. Throws ShapeError for the shapes (x_derivative included) or
+  // misaligned parameter arrays.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
                 std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
@@ -87,6 +98,8 @@ public:
     detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
   }
 
+  // Weight and bias gradients only (no dX: the first layer of a network). Throws ShapeError
+  // as the three-argument form.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward_shapes(X, dY);
     if (narrow())
@@ -99,12 +112,15 @@ public:
   // Whether this layer runs on the narrow kernels (out_features() <= kNarrowMaxRows).
   bool narrow() const noexcept { return out_features() <= kNarrowMaxRows; }
 
+  // Calls fn(weight) then fn(bias): what an optimizer's step visits.
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
     fn(weight);
     fn(bias);
   }
 
+  // Bytes of the weights and bias; the same (a dense layer); and everything the layer owns
+  // (weights, gradients, optimizer state).
   std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
   std::int64_t dense_weight_bytes() const noexcept {
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));

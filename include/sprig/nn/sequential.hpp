@@ -35,6 +35,13 @@
 //     model.backward();                                    // every layer's grads, first layer skips dX
 //     opt.step(model);
 // The input X is held by view from forward() to backward(): the caller keeps it alive.
+//
+// Cost: forward and backward run each layer's passes once; a steady-state step (the same
+// batch size, no add(), no topology change) allocates nothing. Threads: every layer gives the
+// same bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: nn/gemm.hpp), so
+// the model does; a model serves one thread at a time. Slot order: forward may regroup a wide
+// sparse layer's slots (SparseLinear, "Slot order"); a caller keeping per-slot arrays of its
+// own attaches a SlotLog to that layer (sparse_layers()[j].layer->set_slot_log(&log)).
 #pragma once
 
 #include <type_traits>
@@ -73,7 +80,9 @@ public:
   using index_type = Index;
   using Layer = std::variant<SparseLinear<T, Index>, Linear<T>, ReLU<T>, GELU<T>>;
 
-  // Appends a layer and returns a reference to it (valid until the next add()).
+  // Appends a layer (SparseLinear, Linear, ReLU or GELU) and returns a reference to it (valid
+  // until the next add()). Widths are checked by the next forward, which add() makes due
+  // again: until then output_grad() and backward() throw. Amortised O(1).
   template <class L>
   L& add(L layer) {
     layers_.emplace_back(std::move(layer));
@@ -85,13 +94,21 @@ public:
     return std::get<L>(layers_.back());
   }
 
+  // The number of layers, and layer k (std::get_if / std::visit it). Throws ArgumentError for
+  // k >= size().
   std::size_t size() const noexcept { return layers_.size(); }
-  Layer& layer(std::size_t k) { return layers_.at(k); }
-  const Layer& layer(std::size_t k) const { return layers_.at(k); }
+  Layer& layer(std::size_t k) { return layers_[checked("Sequential::layer", k)]; }
+  const Layer& layer(std::size_t k) const { return layers_[checked("Sequential::layer", k)]; }
 
-  // Runs every layer on X [in x B] and returns the output [out x B] (a view of act(last)).
+  // Runs every layer on X [in x B] and returns the output [out x B] (a view of act(last),
+  // valid until the next forward or add()). X is held by view until backward(). Throws
+  // ArgumentError for a model without layers, ShapeError if X or a layer's output does not
+  // have the width the next layer takes (before any layer runs), and what a layer throws;
+  // after a throw, output_grad() and backward() throw until a forward succeeds.
   ConstMatrixView<T> forward(std::type_identity_t<ConstMatrixView<T>> X) {
     if (layers_.empty()) throw ArgumentError("Sequential::forward: the model has no layers");
+    forwarded_ = false;
+    for (std::int64_t k = 0, w = X.rows(); k < std::ssize(layers_); ++k) w = out_width(static_cast<std::size_t>(k), w);
     input_ = X;
     const std::int64_t B = X.cols();
     std::int64_t width = X.rows();
@@ -133,7 +150,8 @@ public:
   }
 
   // The buffer for dLoss/dOutput of the last forward (same shape as its output); the loss
-  // writes into it before backward(). Shaped by forward(), so call it after forward().
+  // writes into it before backward(). Shaped by forward(), so call it after forward(): throws
+  // ArgumentError without a forward since the model was built or a layer was added.
   MatrixView<T> output_grad() {
     if (!forwarded_) throw ArgumentError(
           "Sequential::output_grad: call forward first (no forward since the model was built or a layer was added)");
@@ -141,7 +159,10 @@ public:
   }
 
   // Back-propagates output_grad() through every layer, filling every parameter gradient
-  // (overwritten, not accumulated). The first layer does not compute dX.
+  // (overwritten, not accumulated). The first layer does not compute dX. Precondition: the
+  // input of the last forward is alive and unchanged. Throws ArgumentError without a forward
+  // since the model was built or a layer was added ("call forward first"), and what a layer
+  // throws (ShapeError for a sparse layer whose topology changed without weight.apply).
   void backward() {
     if (!forwarded_) throw ArgumentError(
           "Sequential::backward: call forward first (no forward since the model was built or a layer was added)");
@@ -173,14 +194,15 @@ public:
   }
 
   // Reserves room for topology growth in every sparse layer (SparseParameter::reserve_growth):
-  // for dynamic sparse training, once the model is built.
+  // for dynamic sparse training, once the model is built. Throws ArgumentError unless
+  // 0 <= fraction <= 64.
   void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
     for (auto& l : layers_)
       if (auto* s = std::get_if<SparseLinear<T, Index>>(&l)) s->weight.reserve_growth(fraction);
   }
 
   // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter,
-  // in layer order.
+  // in layer order (each layer's weight, then its bias): what an optimizer's step visits.
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
     for (auto& l : layers_)
@@ -192,7 +214,7 @@ public:
   }
 
   // The sparse layers with their last input and output gradient (valid until the next
-  // forward/backward or add()).
+  // forward/backward or add(); empty views before the first forward). O(layers).
   std::vector<SparseLayerRef<T, Index>> sparse_layers() {
     std::vector<SparseLayerRef<T, Index>> out;
     for (std::size_t k = 0; k < layers_.size(); ++k)
@@ -205,10 +227,13 @@ public:
 
   // The output of layer k (for a linear layer followed by a ReLU: the ReLU's output; for a
   // linear layer followed by a GELU and another linear layer: gelu' of its output, see the top).
-  ConstMatrixView<T> act(std::size_t k) const { return acts_.at(act_of_.at(k)).view(); }
+  // Throws ArgumentError for k >= size().
+  ConstMatrixView<T> act(std::size_t k) const { return acts_[act_of_[checked("Sequential::act", k)]].view(); }
   // The buffer of grad(k); for the output of an element-wise layer it is shared with the
   // layer's input gradient and holds that one after backward() (see the top of this file).
-  ConstMatrixView<T> grad(std::size_t k) const { return grads_.at(grad_of_.at(k)).view(); }
+  // Throws ArgumentError for k >= size().
+  ConstMatrixView<T> grad(std::size_t k) const { return grads_[grad_of_[checked("Sequential::grad", k)]].view(); }
+  // The input of the last forward (a view of the caller's X).
   ConstMatrixView<T> input() const noexcept { return input_; }
 
   // Bytes of all weights as stored (sparse layers: every PaddedCSR array incl. padding).
@@ -234,7 +259,7 @@ public:
   }
 
   // The fusions forward() and backward() make, by layer index (public so that a profiler
-  // can run the same step phase by phase: bench/train_step).
+  // can run the same step phase by phase: bench/train_step). O(1); precondition k < size().
   // Whether layer k is linear and applies the ReLU at k + 1 in its forward's store.
   bool fuses_next_relu(std::size_t k) const {
     return k + 1 < layers_.size() && std::holds_alternative<ReLU<T>>(layers_[k + 1]) && is_linear(layers_[k]);
@@ -260,6 +285,12 @@ public:
   }
 
 private:
+  std::size_t checked(const char* fn, std::size_t k) const {
+    if (k >= layers_.size())
+      throw ArgumentError(detail::message(fn, ": layer ", k, " of a model with ", layers_.size(), " layers"));
+    return k;
+  }
+
   static bool is_linear(const Layer& l) noexcept {
     return std::holds_alternative<SparseLinear<T, Index>>(l) || std::holds_alternative<Linear<T>>(l);
   }
@@ -269,8 +300,8 @@ private:
         [&](const auto& l) -> std::int64_t {
           if constexpr (requires { l.out_features(); }) {
             if (l.in_features() != in)
-              throw ShapeError(detail::message("Sequential: layer ", k, " takes ", l.in_features(), " inputs but gets ",
-                                               in));
+              throw ShapeError(detail::message("Sequential::forward: layer ", k, " takes ", l.in_features(),
+                                               " inputs but gets ", in));
             return l.out_features();
           } else {
             return in;

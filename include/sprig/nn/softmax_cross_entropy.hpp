@@ -5,6 +5,10 @@
 //   dZ   = (softmax(Z) - onehot(labels)) / B
 // Numerically stable: every column is shifted by its maximum before exp, so no exp
 // overflows and the largest term is exp(0) = 1. Loss sums are accumulated in double.
+//
+// Cost: O(classes x B) per call, on the calling thread (no OpenMP: the logits of a classifier
+// are small), so the result is the same for any thread count. Column statistics are kept in
+// the object between calls (reallocated only when B changes): one object per thread.
 #pragma once
 
 #include <type_traits>
@@ -27,7 +31,8 @@ class SoftmaxCrossEntropy {
 public:
   using value_type = T;
 
-  // The mean loss.
+  // The mean loss. Throws ShapeError unless labels has Z.cols() entries and Z is non-empty,
+  // ArgumentError for a label outside [0, Z.rows()).
   T forward(std::type_identity_t<ConstMatrixView<T>> Z, std::span<const int> labels) {
     check("SoftmaxCrossEntropy::forward", Z, labels);
     column_stats(Z);
@@ -38,7 +43,8 @@ public:
     return static_cast<T>(loss / static_cast<double>(Z.cols()));
   }
 
-  // The mean loss, and its gradient with respect to Z written into dZ (same shape).
+  // The mean loss, and its gradient with respect to Z written into dZ (same shape, apart from
+  // Z). Throws as forward, and ShapeError if dZ's shape differs from Z's (before writing dZ).
   T forward_backward(std::type_identity_t<ConstMatrixView<T>> Z, std::span<const int> labels,
                      std::type_identity_t<MatrixView<T>> dZ) {
     const T loss = forward(Z, labels);
@@ -57,7 +63,8 @@ public:
     return loss;
   }
 
-  // How many columns have their label as the (first) largest logit.
+  // How many columns have their label as the (first) largest logit. O(classes x B). Throws
+  // ShapeError unless labels has Z.cols() entries; a label outside [0, Z.rows()) never counts.
   static std::int64_t count_correct(std::type_identity_t<ConstMatrixView<T>> Z, std::span<const int> labels) {
     if (std::ssize(labels) != Z.cols())
       throw ShapeError(detail::message("SoftmaxCrossEntropy::count_correct: ", labels.size(), " labels for ", Z.cols(),

@@ -11,10 +11,23 @@
 //             with gelu and x_derivative for an X that a GELU produced, its derivative)
 // backward overwrites the gradients (it does not accumulate): the loss already averages
 // over the batch. The two-argument backward skips dX, for the first layer of a network.
-// A layer wide enough that the kernels block its columns (X beyond half an L2:
-// kernels/panels.hpp, ColumnBlocks) keeps each row's live weights grouped by column block, so
-// a block's are contiguous: after a topology change, forward groups them first
-// (SparseParameter::group_columns; gradient and optimizer state move with their weights).
+//
+// Cost: forward and backward are O(nnz x B) (plus O(nnz) to rebuild the cached W^T after a
+// topology change); a steady-state step allocates nothing (the workspaces are kept).
+// Threads: every result is bitwise identical for any OpenMP thread count (the kernels' and
+// bias.hpp's guarantee). A layer is not safe to use from two threads at once (it owns its
+// caches and workspaces); distinct layers are.
+//
+// Slot order, and per-slot arrays kept by the caller: a layer wide enough that the kernels
+// block its columns (a panel's X rows beyond SPRIG_COLUMN_BLOCK_BYTES: kernels/panels.hpp,
+// ColumnBlocks) keeps each row's live weights grouped by column block, so a block's are
+// contiguous. After a topology change
+// forward regroups them (group_columns below) before it multiplies: that moves slots, as a
+// topology change does. weight.grad and weight.state move with their weights. An array the
+// caller keeps aligned with W's slots itself (its own momentum, a mask, a copy of values())
+// must follow too: either attach a SlotLog with set_slot_log(), to which forward appends each
+// regrouping, and replay it on the array; or call group_columns(B, &log) right after the
+// topology change, with the log of that change, so the next forward has nothing to regroup.
 #pragma once
 
 #include <type_traits>
@@ -40,8 +53,8 @@
 
 namespace sprig {
 
-// The parameters of a random SparseLinear, set by name (two adjacent integers and two
-// adjacent doubles are easy to swap as positional arguments):
+// The parameters of a random SparseLinear, set by name (as positional arguments two adjacent
+// integers and two adjacent doubles were easy to swap):
 //     SparseLinear<float, std::int32_t> layer(784, 300, {.density = 0.1, .seed = 1, .layer_key = 0});
 struct SparseLinearOptions {
   double density = 0.0;         // fraction of the in x out weights that are live, in (0, 1]; required
@@ -96,34 +109,45 @@ public:
     if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
   }
 
-  // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias.
+  // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias, as
+  // a checkpoint restores one. O(1) beyond the move. Throws ShapeError for an empty weight.
   explicit SparseLinear(PaddedCSR<T, Index> w) {
     if (w.rows() <= 0 || w.cols() <= 0)
       throw ShapeError(detail::message("SparseLinear: weight must be non-empty, got ", w.rows(), "x", w.cols()));
     init(std::move(w));
   }
 
+  // Shape and live fraction of W (O(1)).
   std::int64_t in_features() const noexcept { return weight.weight.cols(); }
   std::int64_t out_features() const noexcept { return weight.weight.rows(); }
   double density() const noexcept { return weight.weight.density(); }
 
-  // Y = act(W X + b); the bias and the activation are applied in the kernel's store.
+  // Y = act(W X + b); the bias and the activation are applied in the kernel's store. May
+  // first regroup W's slots (see the top of this file; logged to slot_log() if set). X and Y
+  // [in x B] and [out x B], Y apart from X and from W's values. Throws, before anything
+  // moves or is written: ShapeError for the shapes, ArgumentError for act = gelu (not a
+  // forward epilogue) or for overlapping operands.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
-    // spmm checks it too, but only after group_columns below has reordered the storage
+    // spmm checks these too, but only after the regrouping below has moved the slots
     detail::check_forward_activation("SparseLinear::forward", act);
+    detail::check_spmm_operands("SparseLinear::forward", weight.weight, X, Y);
     if (X.cols() > 0) regroup(X.cols(), slot_log_);
     spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
-  // Weight and bias gradients, and dX = W^T dY. With x_activation = relu, X is the output of a
-  // ReLU and dX gets that ReLU's backward too (relu_backward(X, W^T dY), in sddmm_dx's store),
-  // so the ReLU's own backward pass is not needed (Sequential skips it). With gelu, X is a
-  // GELU's output and dX = x_derivative * W^T dY (x_derivative from
-  // GELU::forward_keep_derivative), in sddmm_dx's store too.
+  // Weight and bias gradients (weight.grad, bias.grad: overwritten), and dX = W^T dY. With
+  // x_activation = relu, X is the output of a ReLU and dX gets that ReLU's backward too
+  // (relu_backward(X, W^T dY), in sddmm_dx's store), so the ReLU's own backward pass is not
+  // needed (Sequential skips it). With gelu, X is a GELU's output and dX = x_derivative *
+  // W^T dY (x_derivative [in x B] from GELU::forward_keep_derivative), in sddmm_dx's store
+  // too. X is the input of the last forward (W's slots as then); dX apart from every input
+  // and from weight.grad. Throws ShapeError for the shapes or a weight.grad / state not
+  // aligned with W's slots (a topology change not replayed with weight.apply); ArgumentError
+  // (from sddmm_dx) for overlapping operands.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
                 std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
@@ -136,7 +160,8 @@ public:
     detail::sum_rows<T>(dY, bias.grad);
   }
 
-  // Weight and bias gradients only (no dX: the first layer of a network).
+  // Weight and bias gradients only (no dX: the first layer of a network). Throws as the
+  // three-argument form.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
     sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
@@ -162,12 +187,14 @@ public:
   void set_slot_log(SlotLog* log) noexcept { slot_log_ = log; }
   SlotLog* slot_log() const noexcept { return slot_log_; }
 
+  // Calls fn(weight) then fn(bias): what an optimizer's step visits.
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
     fn(weight);
     fn(bias);
   }
 
+  // The cached W^T backward uses (rebuilt when W's topology_key changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
 
   // Bytes of the model's weights (PaddedCSR arrays + bias), what a checkpoint must hold.
