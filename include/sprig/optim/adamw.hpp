@@ -9,6 +9,12 @@
 // m = v = 0 and is corrected with t like everyone else (as in RigL's reference code).
 // Sparse parameters are updated on live slots only; m and v follow slot moves through
 // SparseParameter::apply().
+//
+// Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
+// parameters (live_ranges.hpp); m and v are created (zero) on first use, 2 values per slot.
+// Threads: each element is updated by one thread with the same arithmetic, so the result is
+// bitwise identical for any thread count. The arithmetic is in T, the bias corrections in
+// double (rounded to T once per step).
 #pragma once
 
 #include <cmath>
@@ -23,12 +29,13 @@
 
 namespace sprig {
 
+// torch.optim.AdamW's defaults. Set by name: AdamW<float> opt({.lr = 1e-3, .weight_decay = 0}).
 struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
+  double lr = 1e-3;            // >= 0; set_lr changes it (a schedule: lr_schedule.hpp)
+  double beta1 = 0.9;          // in [0, 1): decay of the first moment m
+  double beta2 = 0.999;        // in [0, 1): decay of the second moment v
+  double eps = 1e-8;           // > 0: added to sqrt(v) in the denominator
+  double weight_decay = 1e-2;  // >= 0: decoupled, for parameters with decay == true
 };
 
 template <Value T>
@@ -37,6 +44,7 @@ public:
   using value_type = T;
   static constexpr const char* kName = "AdamW";
 
+  // Throws ArgumentError, naming the option and its value, for an option outside its range.
   explicit AdamW(AdamWOptions options = {}) : options_(options) {
     if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("AdamW: lr ", options.lr, " must be >= 0"));
     if (!(options.beta1 >= 0.0 && options.beta1 < 1.0))
@@ -50,7 +58,10 @@ public:
 
   const AdamWOptions& options() const noexcept { return options_; }
 
-  // Updates one parameter with its current gradient at step step_count() (>= 1).
+  // Updates one parameter with its current gradient at step step_count() (>= 1; step() counts
+  // the step, a caller of update() calls begin_step() first). Throws ArgumentError at
+  // step_count() 0, ShapeError if grad or state is not aligned with the parameter's slots
+  // (before anything is written).
   template <class P>
     requires requires(P& p) { p.state; p.grad; }
   void update(P& p) {

@@ -35,7 +35,8 @@ void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
     if (n > 0) fn(w.row_start(i), w.row_start(i) + n);
   }
 }
-// A dense parameter: [0, size) in one range, or one contiguous chunk per thread.
+// A dense parameter: [0, size) in one range, or one contiguous chunk per thread (large
+// parameters, concurrently as above; an element's update does not depend on the chunk).
 template <Value T, class Fn>
 void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
   const std::int64_t n = p.size();
@@ -54,6 +55,7 @@ void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
   fn(std::int64_t{0}, n);
 }
 
+// Entries of grad and state a parameter has: a sparse weight's storage_size(), a dense one's size.
 template <class P>
 std::int64_t slot_count(const P& p) {
   if constexpr (requires { p.weight.storage_size(); })
@@ -64,7 +66,8 @@ std::int64_t slot_count(const P& p) {
 
 // Makes sure p.state holds `count` vectors aligned with the parameter's slots, creating
 // zero state on first use with the gradient's capacity (a sparse parameter's growth reserve,
-// see SparseParameter::reserve_growth). Throws if the parameter's arrays are misaligned.
+// see SparseParameter::reserve_growth). Throws ShapeError, naming fn, if the parameter's arrays
+// are misaligned. O(slots) when it creates state, O(count) otherwise.
 template <class P>
 void ensure_state(const char* fn, P& p, std::size_t count) {
   p.check_aligned(fn);

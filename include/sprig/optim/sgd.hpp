@@ -8,6 +8,11 @@
 // This is PyTorch's torch.optim.SGD with dampening 0 (buf starts at 0, so its first step
 // is buf = g, as in PyTorch). Sparse parameters are updated on live slots only; their
 // buffer lives in SparseParameter::state and follows slot moves through apply().
+//
+// Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
+// parameters (live_ranges.hpp); the momentum buffer (one value per slot) is created, zero, on
+// first use, only with momentum > 0. Threads: each element is updated by one thread with the
+// same arithmetic, so the result is bitwise identical for any thread count.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +26,12 @@
 
 namespace sprig {
 
+// Set by name: SGD<float> opt({.lr = 0.1, .momentum = 0.9}).
 struct SGDOptions {
-  double lr = 0.01;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
+  double lr = 0.01;           // >= 0; set_lr changes it (a schedule: lr_schedule.hpp)
+  double momentum = 0.0;      // in [0, 1); 0: plain SGD, no buffer
+  double weight_decay = 0.0;  // >= 0: L2, added to the gradient, for parameters with decay == true
+  bool nesterov = false;      // Nesterov momentum (needs momentum > 0)
 };
 
 template <Value T>
@@ -34,6 +40,8 @@ public:
   using value_type = T;
   static constexpr const char* kName = "SGD";
 
+  // Throws ArgumentError, naming the option and its value, for an option outside its range or
+  // Nesterov without momentum.
   explicit SGD(SGDOptions options = {}) : options_(options) {
     if (!(options.lr >= 0.0)) throw ArgumentError(detail::message("SGD: lr ", options.lr, " must be >= 0"));
     if (!(options.momentum >= 0.0 && options.momentum < 1.0))
@@ -46,7 +54,9 @@ public:
 
   const SGDOptions& options() const noexcept { return options_; }
 
-  // Updates one parameter with its current gradient (begin_step() is the caller's job).
+  // Updates one parameter with its current gradient (begin_step() is the caller's job; SGD
+  // does not read the step count). Throws ShapeError if grad or state is not aligned with the
+  // parameter's slots (before anything is written).
   template <class P>
     requires requires(P& p) { p.state; p.grad; }
   void update(P& p) {
