@@ -125,8 +125,9 @@ public:
   // Y = act(W X + b); the bias and the activation are applied in the kernel's store. May
   // first regroup W's slots (see the top of this file; logged to slot_log() if set). X and Y
   // [in x B] and [out x B], Y apart from X and from W's values. Throws, before anything
-  // moves or is written: ShapeError for the shapes, ArgumentError for act = gelu (not a
-  // forward epilogue) or for overlapping operands.
+  // moves or is written: ShapeError for the shapes or, when it regroups, for a weight.grad /
+  // state not aligned with W's slots; ArgumentError for act = gelu (not a forward epilogue)
+  // or for overlapping operands.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
@@ -144,8 +145,8 @@ public:
   // (relu_backward(X, W^T dY), in sddmm_dx's store), so the ReLU's own backward pass is not
   // needed (Sequential skips it). With gelu, X is a GELU's output and dX = x_derivative *
   // W^T dY (x_derivative [in x B] from GELU::forward_keep_derivative), in sddmm_dx's store
-  // too. X is the input of the last forward (W's slots as then); dX apart from every input
-  // and from weight.grad. Throws ShapeError for the shapes or a weight.grad / state not
+  // too. X is the input of the last forward (else the gradient is not the last loss's); dX
+  // apart from every input and from weight.grad. Throws ShapeError for the shapes or a weight.grad / state not
   // aligned with W's slots (a topology change not replayed with weight.apply); ArgumentError
   // (from sddmm_dx) for overlapping operands.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
