@@ -41,7 +41,10 @@ struct ViewBase {
 
 }  // namespace detail
 
-// A mutable view of a row-major block: element (i, j) is data()[i * stride() + j].
+// A mutable view of a row-major block: element (i, j) is data()[i * stride() + j]. The
+// constructor throws ShapeError for a negative shape or a stride below cols, ArgumentError
+// for null data with a non-empty shape. Copying a view copies the pointer, never the data;
+// element access is unchecked (SPRIG_ASSERT in debug builds). All accessors O(1).
 template <class T>
 class MatrixView : private detail::ViewBase<T*> {
   using Base = detail::ViewBase<T*>;
@@ -77,7 +80,7 @@ public:
   }
 };
 
-// A read-only view; every MatrixView converts to it.
+// A read-only view; every MatrixView converts to it. Same contract as MatrixView.
 template <class T>
 class ConstMatrixView : private detail::ViewBase<const T*> {
   using Base = detail::ViewBase<const T*>;
@@ -112,7 +115,9 @@ public:
 
 // An owning, 64-byte aligned, row-major matrix. The row stride defaults to cols; a larger
 // stride may be requested (for example to move it off a power of two, which avoids cache
-// set conflicts when a kernel walks many rows at once).
+// set conflicts when a kernel walks many rows at once). Constructors and resize throw
+// ShapeError for a negative shape or a stride below cols (and std::bad_alloc); element
+// access is unchecked (SPRIG_ASSERT in debug builds).
 template <Value T>
 class Matrix {
 public:
@@ -237,6 +242,7 @@ void transpose_into(std::type_identity_t<ConstMatrixView<T>> src, std::type_iden
         for (std::int64_t j = j0; j < std::min(j0 + tile, src.cols()); ++j) dst(j, i) = src(i, j);
 }
 
+// src^T as a new tight matrix (see transpose_into).
 template <Value T>
 Matrix<T> transposed(std::type_identity_t<ConstMatrixView<T>> src) {
   Matrix<T> out(src.cols(), src.rows());
