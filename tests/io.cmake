@@ -18,9 +18,10 @@ if(TARGET test_io_idx)
   endif()
 endif()
 
-# The text reader is tested on generated text. Tiny Shakespeare is tested too once the
-# repository ships it at data/tinyshakespeare.txt: the test case is compiled in only then.
-if(TARGET test_io_text AND EXISTS ${sprig_SOURCE_DIR}/data/tinyshakespeare.txt)
+# The text reader is tested on generated text, and on the copy of Tiny Shakespeare the
+# repository ships at examples/data/ (the test case is compiled in only where it is, so a
+# tree that drops the file still tests the reader).
+if(TARGET test_io_text AND EXISTS ${sprig_SOURCE_DIR}/examples/data/tinyshakespeare.txt)
   target_compile_definitions(test_io_text PRIVATE
-    SPRIG_TINY_SHAKESPEARE="${sprig_SOURCE_DIR}/data/tinyshakespeare.txt")
+    SPRIG_TINY_SHAKESPEARE="${sprig_SOURCE_DIR}/examples/data/tinyshakespeare.txt")
 endif()
