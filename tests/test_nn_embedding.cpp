@@ -73,11 +73,13 @@ TEMPLATE_TEST_CASE("TokenEmbedding and PositionalEmbedding forward against plain
   const auto Y = buf.view().block(0, 2, d, N);
   tok.forward(tokens, Y);
   for (std::int64_t i = 0; i < d; ++i)
-    for (std::int64_t n = 0; n < N; ++n) REQUIRE(Y(i, n) == tok.table.value[std::size_t(tokens[std::size_t(n)] * d + i)]);
+    for (std::int64_t n = 0; n < N; ++n)
+      REQUIRE(Y(i, n) == tok.table.value[std::size_t(tokens[std::size_t(n)] * d + i)]);
   pos.forward_add(Tn, Y);
   for (std::int64_t i = 0; i < d; ++i)
     for (std::int64_t n = 0; n < N; ++n) {
-      const T want = tok.table.value[std::size_t(tokens[std::size_t(n)] * d + i)] + pos.table.value[std::size_t((n % Tn) * d + i)];
+      const T want =
+          tok.table.value[std::size_t(tokens[std::size_t(n)] * d + i)] + pos.table.value[std::size_t((n % Tn) * d + i)];
       REQUIRE(Y(i, n) == want);
     }
   pos.forward(Tn, Y);
@@ -194,7 +196,8 @@ TEMPLATE_TEST_CASE("Embeddings: bad inputs throw with the values and write nothi
         "TokenEmbedding::forward: token id 70 >= vocabulary 65 at position 3");
   CHECK(Y(0, 0) == T(5));  // checked before writing
   tokens[3] = -1;
-  CHECK(message_of([&] { tok.backward(tokens, dY.view()); }) == "TokenEmbedding::backward: token id -1 < 0 at position 3");
+  CHECK(message_of([&] { tok.backward(tokens, dY.view()); }) ==
+        "TokenEmbedding::backward: token id -1 < 0 at position 3");
   tokens[3] = 0;
   tok.forward(tokens, Y.view());  // valid now
   Matrix<T> wrong_rows(5, 6), wrong_cols(4, 5);
@@ -205,11 +208,13 @@ TEMPLATE_TEST_CASE("Embeddings: bad inputs throw with the values and write nothi
   // sequence length: 0, past the block size, not dividing the columns
   Matrix<T> Z(4, 18);
   CHECK_THROWS_AS(pos.forward(0, Z.view()), ArgumentError);
-  CHECK(message_of([&] { pos.forward(9, Z.view()); }) == "PositionalEmbedding::forward: sequence length 9 > block size 8");
+  CHECK(message_of([&] { pos.forward(9, Z.view()); }) ==
+        "PositionalEmbedding::forward: sequence length 9 > block size 8");
   CHECK_THROWS_AS(pos.forward_add(9, Z.view()), ArgumentError);
   CHECK_THROWS_AS(pos.backward(9, Z.view()), ArgumentError);
   CHECK_THROWS_AS(pos.forward(5, Z.view()), ShapeError);  // 18 columns, T = 5
-  CHECK(message_of([&] { pos.forward_add(5, Z.view()); }).find("multiple of the sequence length 5") != std::string::npos);
+  CHECK(message_of([&] { pos.forward_add(5, Z.view()); }).find("multiple of the sequence length 5") !=
+        std::string::npos);
   CHECK_THROWS_AS(pos.forward(6, wrong_rows.view()), ShapeError);
   CHECK_NOTHROW(pos.forward(6, Z.view()));
   CHECK_THROWS_AS(TokenEmbedding<T>(0, 4, 1), ShapeError);

@@ -55,7 +55,8 @@ TEST_CASE("Sequence cross-entropy: the mean over all B*T positions, and its grad
   LD total = 0, mean_of_sequence_means = 0;
   for (std::int64_t b = 0; b < kB; ++b) {
     LD seq = 0;
-    for (std::int64_t t = 0; t < kT; ++t) seq += position_loss<double>(Z.view(), b * kT + t, y[std::size_t(b * kT + t)], false);
+    for (std::int64_t t = 0; t < kT; ++t)
+      seq += position_loss<double>(Z.view(), b * kT + t, y[std::size_t(b * kT + t)], false);
     total += seq;
     mean_of_sequence_means += seq / kT;
   }

@@ -21,7 +21,7 @@
 // per column for the backward, which must get the same X (unchanged) as the last forward.
 // No in-place mode: Y must not overlap X, and dX must not overlap X or dY (checked).
 //
-// Cost: forward three passes over X, backward four, each O(d x N). Buffers (two doubles and
+// Cost: forward three passes over X, backward five, each O(d x N). Buffers (two doubles and
 // four T per column) are grown on the first call with a larger N and reused: a steady-state
 // step allocates nothing. Threads: the column passes walk the rows in the outer loop, over
 // fixed blocks of kColumnBlock columns with one accumulator per column (contiguous in memory,
@@ -193,8 +193,8 @@ public:
   }
 
   // The per-column mean and 1/sqrt(var + eps) of the last forward's X (N entries), O(1).
-  std::span<const T> mean() const noexcept { return {mean_.data(), static_cast<std::size_t>(std::max<std::int64_t>(cols_, 0))}; }
-  std::span<const T> rstd() const noexcept { return {rstd_.data(), static_cast<std::size_t>(std::max<std::int64_t>(cols_, 0))}; }
+  std::span<const T> mean() const noexcept { return {mean_.data(), cached_cols()}; }
+  std::span<const T> rstd() const noexcept { return {rstd_.data(), cached_cols()}; }
 
   // Calls fn(gain) then fn(bias): what an optimizer's step visits.
   template <class Fn>
@@ -231,6 +231,8 @@ private:
       fn(c0, std::min(kColumnBlock, cols - c0));
     }
   }
+
+  std::size_t cached_cols() const noexcept { return cols_ < 0 ? 0 : static_cast<std::size_t>(cols_); }
 
   void reserve(std::int64_t n) {
     const auto need = static_cast<std::size_t>(n);
