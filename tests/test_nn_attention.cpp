@@ -156,10 +156,13 @@ TEMPLATE_TEST_CASE("CausalSelfAttention matches a full-matrix masked reference o
   struct Shape {
     std::int64_t dm, heads, Tn, B;
   };
-  // d_model 12 with 3 heads at T 1, 5, 17 and B 1..3; a wider head at T 40 and 67 (SIMD bodies
-  // along T, and the size at which the (sequence, head) pairs run on threads)
-  const Shape shapes[] = {{12, 3, 1, 1},  {12, 3, 1, 3},  {12, 3, 5, 1},  {12, 3, 5, 2},
-                          {12, 3, 17, 3}, {12, 3, 17, 1}, {12, 1, 5, 2},  {32, 4, 40, 2}, {24, 2, 67, 3}};
+  // d_model 12 with 3 heads at T 1, 5, 17 and B 1..3; then T at and around the SIMD widths
+  // (8 and 16: whole, shifted and masked registers, rows shorter than one), heads of 5 and
+  // 12 rows (the 4-row tiles' remainders), and T 40 and 67 (four-register tiles, and the size
+  // at which the (sequence, head) pairs run on threads)
+  const Shape shapes[] = {{12, 3, 1, 1},  {12, 3, 1, 3},  {12, 3, 5, 1},  {12, 3, 5, 2},  {12, 3, 17, 3},
+                          {12, 3, 17, 1}, {12, 1, 5, 2},  {12, 3, 8, 2},  {10, 2, 16, 1}, {10, 2, 33, 2},
+                          {32, 4, 40, 2}, {24, 2, 67, 3}};
   std::uint64_t seed = 11;
   for (const Shape& s : shapes) {
     INFO("d_model " << s.dm << " heads " << s.heads << " T " << s.Tn << " B " << s.B);

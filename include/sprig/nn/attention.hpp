@@ -4,8 +4,8 @@
 //
 // Shapes (feature-major): Q, K, V, Out, dOut, dQ, dK, dV are all [d_model x (B*T)]; column
 // b*T + t is token t of sequence b. Head h of sequence b is the [d_head x T] block at rows
-// [h*d_head, (h+1)*d_head), columns [b*T, (b+1)*T) (d_head = d_model / heads), read and written
-// in place through the views' row stride, no copy. For each (b, h), with s = 1/sqrt(d_head):
+// [h*d_head, (h+1)*d_head), columns [b*T, (b+1)*T) (d_head = d_model / heads); any row stride.
+// For each (b, h), with s = 1/sqrt(d_head):
 //   S[q, k]    = s * sum_d Q_h[d, q] K_h[d, k]                 for k <= q only
 //   P[q, :]    = softmax over k <= q of S[q, :]                (shifted by the row maximum)
 //   Out_h[:, q] = sum_{k<=q} P[q, k] V_h[:, k]
@@ -14,21 +14,25 @@
 //   dP[q, k]   = dOut_h[:, q] . V_h[:, k]
 //   dS[q, k]   = P[q, k] (dP[q, k] - sum_{k'<=q} P[q, k'] dP[q, k'])
 //   dQ_h[:, q] = s * sum_{k<=q} dS[q, k] K_h[:, k],  dK_h[:, k] = s * sum_{q>=k} dS[q, k] Q_h[:, q]
-// The masked half (k > q) is never computed: the scores are a packed triangle.
+// The masked half (k > q) is never computed: the scores are a packed triangle (a register on
+// the diagonal computes up to width - 1 masked products per row and discards them).
 //
 // Layout of the scores: key-major. For each (b, h) the triangle holds row k = the keys' row,
-// entries q in [k, T), so every pass walks contiguous memory along q: the scores and dP are
-// axpys of Q_h's and dOut_h's rows (d_head of them per key row), the softmax runs column-wise
-// (element-wise over q, one running max and sum per query), Out_h and dQ_h are axpys of the
-// triangle's rows, and dV_h and dK_h are dot products of a triangle row with a Q_h or dOut_h
-// row (SIMD lanes, then a fixed horizontal sum). Every entry's terms are added in one fixed
-// order, whatever the thread count.
+// entries q in [k, T), so every pass walks contiguous memory along q: a score row (and a dP
+// row) is d_head multiply-adds per entry kept in SIMD registers over d, the softmax runs
+// column-wise (element-wise over q, one running max and sum per query), Out_h and dQ_h are
+// register tiles of 4 head rows summed over the keys k <= q, and dV_h and dK_h are dot products
+// of a triangle row with 4 head rows (SIMD lanes, then a horizontal sum). The head's inputs
+// are first copied into per-thread scratch rows of about T (d_head x T per operand, small
+// beside the d_head x T^2 products): the tiles read d_head rows at once, and at the model's
+// row stride (B*T, often a power of two) those rows share a few L1 sets. Every entry's terms
+// are added in one fixed order that depends on the shape only.
 //
 // The probabilities P are cached by forward (B x heads x T(T+1)/2 values, sized on the first
 // call per shape) rather than recomputed in backward: recomputing costs the score pass again
 // (a third of backward's multiply-adds plus all the exps), caching costs 4 bytes per
-// (sequence, head, query, key<=query) in float: 2.6 MB at B 8, 10 heads, T 128. backward
-// needs one more triangle and a few T-vectors per thread (scratch, kept between calls).
+// (sequence, head, query, key<=query) in float: 2.6 MB at B 8, 10 heads, T 128. The scratch
+// per thread is 4 head copies, one triangle (dS) and two T-vectors, kept between calls.
 //
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
@@ -39,8 +43,8 @@
 // Threads: OpenMP over the B*heads (sequence, head) pairs once the work reaches
 // kParallelMinWork multiply-adds; each pair writes only its own block of Out (dQ, dK, dV) and
 // its own triangle, so the results are bitwise identical for any thread count. The exps of a
-// SIMD body and of a row's scalar tail may differ in the last ulp (xsimd::exp, std::exp); that
-// depends on the shape only. One object serves one call at a time.
+// SIMD register and of a row's scalar tail may differ in the last ulp (xsimd::exp, std::exp);
+// which one an entry gets depends on the shape only. One object serves one call at a time.
 // Throws: ArgumentError for d_model or heads < 1, d_model % heads != 0, B or T < 1, backward
 // before any forward; ShapeError for an operand that is not d_model x (B*T) (naming it and
 // the values). The block size limit on T is the model's to check.
@@ -67,35 +71,165 @@ namespace sprig {
 
 namespace detail {
 
-// y[i] += a * x[i], i < n (contiguous, vectorised by the compiler).
+// The three products of attention on one (sequence, head), over a packed key-major triangle
+// P (row k holds the queries q in [k, t): P.row(k)[q] is element (k, q)) and [d_head x t] head
+// operands given as a first row and a row stride. Each runs SIMD register tiles with no scalar
+// tails: a row's last partial register is shifted back to end at t (it recomputes entries
+// with the same operations, or masks lanes already summed), and a register on the diagonal
+// masks the lanes q < k. Rows shorter than a register, and the scalar build, take plain
+// loops. Which path an entry takes depends on the shape only, never on the thread count.
+// Row k of a triangle of t keys starts at entry k t - k (k - 1) / 2; row(k) is offset back by
+// k so that it is indexed by q.
 template <class T>
-SPRIG_ALWAYS_INLINE void attention_axpy(T a, const T* __restrict x, T* __restrict y, std::int64_t n) noexcept {
-  for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
+struct AttentionTriangle {
+  T* base;
+  std::int64_t t;
+  T* row(std::int64_t k) const noexcept { return base + k * (t - 1) - k * (k - 1) / 2; }
+};
 
-// sum_i a[i] b[i], i < n: lane l of a SIMD accumulator sums the terms i = l mod width, then a
-// horizontal sum, then the scalar tail in order. Depends on n and the data only.
+// out[q] = sum_{d < dh} a[d * as] x[d * xs + q] for q in [qb, t): one triangle row of scores
+// (a = K_h's column k, x = Q_h) or of dP (a = V_h's column k, x = dOut_h). d ascending.
 template <class T>
-SPRIG_ALWAYS_INLINE T attention_dot(const T* __restrict a, const T* __restrict b, std::int64_t n) noexcept {
-  T sum = T(0);
-  std::int64_t i = 0;
+SPRIG_ALWAYS_INLINE void attention_row_axpy(const T* a, std::int64_t as, const T* x, std::int64_t xs, std::int64_t dh,
+                                            std::int64_t qb, std::int64_t t, T* out) noexcept {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T>) {
     using V = Batch<T>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
-    if (n >= w) {
-      V acc0(T(0)), acc1(T(0));
-      for (; i + 2 * w <= n; i += 2 * w) {
-        acc0 = xsimd::fma(V::load_unaligned(a + i), V::load_unaligned(b + i), acc0);
-        acc1 = xsimd::fma(V::load_unaligned(a + i + w), V::load_unaligned(b + i + w), acc1);
-      }
-      for (; i + w <= n; i += w) acc0 = xsimd::fma(V::load_unaligned(a + i), V::load_unaligned(b + i), acc0);
-      sum = reduce_add(acc0 + acc1);
+    if (t - qb >= w) {
+      auto tile = [&]<int R>(std::int64_t q) {
+        V acc[R];
+        for (int v = 0; v < R; ++v) acc[v] = V(T(0));
+        for (std::int64_t d = 0; d < dh; ++d) {
+          const V av(a[d * as]);
+          const T* xr = x + d * xs + q;
+          for (int v = 0; v < R; ++v) acc[v] = xsimd::fma(av, V::load_unaligned(xr + v * w), acc[v]);
+        }
+        for (int v = 0; v < R; ++v) acc[v].store_unaligned(out + q + v * w);
+      };
+      std::int64_t q = qb;
+      for (; q + 4 * w <= t; q += 4 * w) tile.template operator()<4>(q);
+      for (; q + w <= t; q += w) tile.template operator()<1>(q);
+      if (q < t) tile.template operator()<1>(t - w);
+      return;
     }
   }
 #endif
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  for (std::int64_t q = qb; q < t; ++q) {
+    T s = T(0);
+    for (std::int64_t d = 0; d < dh; ++d) s += a[d * as] * x[d * xs + q];
+    out[q] = s;
+  }
+}
+
+// y[d * ys + q] = sum_{k <= q} a[d * as + k] P(k, q) for d < dh, q < t: Out_h = V_h P
+// (a = V_h) and dQ_h = K_h dS (a = K_h). k ascending.
+template <class T>
+void attention_triangle_axpy(const T* a, std::int64_t as, AttentionTriangle<T> P, std::int64_t dh, T* y,
+                             std::int64_t ys) noexcept {
+  const std::int64_t t = P.t;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T>) {
+    using V = Batch<T>;
+    constexpr auto w = static_cast<std::int64_t>(V::size);
+    if (t >= w) {
+      alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                     11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                     22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+      static_assert(w <= 32);
+      const V lanes = V::load_unaligned(lane_index);
+      // rows d0 .. d0 + R of Y over the queries [q0, q0 + w): P(k, q0..) is whole for
+      // k <= q0; for k in (q0, q0 + w) its lanes q < k are masked (they hold the previous
+      // row's end: read, never used)
+      auto tile = [&]<int R>(std::int64_t d0, std::int64_t q0) {
+        V acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = V(T(0));
+        for (std::int64_t k = 0; k <= q0; ++k) {
+          const V p = V::load_unaligned(P.row(k) + q0);
+          for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(V(a[(d0 + r) * as + k]), p, acc[r]);
+        }
+        for (std::int64_t k = q0 + 1; k < q0 + w; ++k) {
+          const V p = xsimd::select(lanes >= V(T(k - q0)), V::load_unaligned(P.row(k) + q0), V(T(0)));
+          for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(V(a[(d0 + r) * as + k]), p, acc[r]);
+        }
+        for (int r = 0; r < R; ++r) acc[r].store_unaligned(y + (d0 + r) * ys + q0);
+      };
+      for (std::int64_t q0 = 0;; q0 += w) {
+        const std::int64_t q = std::min(q0, t - w);
+        std::int64_t d = 0;
+        for (; d + 4 <= dh; d += 4) tile.template operator()<4>(d, q);
+        for (; d < dh; ++d) tile.template operator()<1>(d, q);
+        if (q0 + w >= t) break;
+      }
+      return;
+    }
+  }
+#endif
+  for (std::int64_t d = 0; d < dh; ++d) {
+    T* yr = y + d * ys;
+    const T* ar = a + d * as;
+    std::fill(yr, yr + t, T(0));
+    for (std::int64_t k = 0; k < t; ++k) {
+      const T* p = P.row(k);
+      const T ak = ar[k];
+      for (std::int64_t q = k; q < t; ++q) yr[q] += ak * p[q];
+    }
+  }
+}
+
+// y[d * ys + k] = sum_{q in [k, t)} P(k, q) x[d * xs + q] for d < dh, k < t: dV_h = dOut_h P^T
+// (x = dOut_h) and dK_h = Q_h dS^T (x = Q_h). SIMD lanes sum q = k + l mod width, then one
+// horizontal sum.
+template <class T>
+void attention_triangle_dot(AttentionTriangle<T> P, const T* x, std::int64_t xs, std::int64_t dh, T* y,
+                            std::int64_t ys) noexcept {
+  const std::int64_t t = P.t;
+  std::int64_t k_simd = 0;  // rows [0, k_simd) run on SIMD tiles
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T>) {
+    using V = Batch<T>;
+    constexpr auto w = static_cast<std::int64_t>(V::size);
+    alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                   11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    static_assert(w <= 32);
+    const V lanes = V::load_unaligned(lane_index);
+    k_simd = std::max<std::int64_t>(0, t - w + 1);
+    // rows d0 .. d0 + R of Y at key k: whole registers from q = k, then the last one shifted
+    // back to end at t with the lanes already summed masked
+    auto tile = [&]<int R>(std::int64_t d0, std::int64_t k) {
+      const T* p = P.row(k);
+      V acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = V(T(0));
+      std::int64_t q = k;
+      for (; q + w <= t; q += w) {
+        const V pv = V::load_unaligned(p + q);
+        for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(pv, V::load_unaligned(x + (d0 + r) * xs + q), acc[r]);
+      }
+      if (q < t) {
+        const auto fresh = lanes >= V(T(q - (t - w)));
+        const V pv = V::load_unaligned(p + t - w);
+        for (int r = 0; r < R; ++r)
+          acc[r] += xsimd::select(fresh, pv * V::load_unaligned(x + (d0 + r) * xs + t - w), V(T(0)));
+      }
+      for (int r = 0; r < R; ++r) y[(d0 + r) * ys + k] = reduce_add(acc[r]);
+    };
+    for (std::int64_t k = 0; k < k_simd; ++k) {
+      std::int64_t d = 0;
+      for (; d + 4 <= dh; d += 4) tile.template operator()<4>(d, k);
+      for (; d < dh; ++d) tile.template operator()<1>(d, k);
+    }
+  }
+#endif
+  for (std::int64_t d = 0; d < dh; ++d) {
+    const T* xr = x + d * xs;
+    for (std::int64_t k = k_simd; k < t; ++k) {
+      const T* p = P.row(k);
+      T s = T(0);
+      for (std::int64_t q = k; q < t; ++q) s += p[q] * xr[q];
+      y[d * ys + k] = s;
+    }
+  }
 }
 
 // p[i] = exp(scale * (p[i] - m[i])) and s[i] += p[i], i < n.
@@ -212,9 +346,6 @@ private:
 
   // Entries of one packed triangle of T keys.
   static std::int64_t triangle(std::int64_t t) noexcept { return t * (t + 1) / 2; }
-  // Row k of a triangle at `base`, indexed by the query q in [k, t): element (k, q) is
-  // row(base, k, t)[q]. Rows are stored one after another, row k holding t - k entries.
-  static T* row(T* base, std::int64_t k, std::int64_t t) noexcept { return base + k * (t - 1) - k * (k - 1) / 2; }
 
   static int max_threads() noexcept {
 #if SPRIG_HAS_OPENMP
@@ -231,9 +362,25 @@ private:
     pairs_ = B * heads_;
     const auto probs = static_cast<std::size_t>(pairs_ * triangle(T_len));
     if (probs_.size() < probs) probs_.resize(probs);
-    // one triangle (dS) and two T-vectors per thread, padded to 64 bytes against false sharing
+    // Per thread: the head copies (below), one triangle (dS) and two T-vectors, in whole
+    // 64-byte lines (no false sharing). A copy's rows are T rounded up to a line, plus a line
+    // when that is a multiple of 512 bytes: d_head rows at a stride of a large power of two
+    // share a few L1 sets (at the model's 4 KB stride of B*T = 1024 floats, read in place,
+    // the tiles ran 4-5x slower).
     constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
-    scratch_stride_ = (triangle(T_len) + 2 * T_len + line - 1) / line * line;
+    head_stride_ = (T_len + line - 1) / line * line;
+    if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;
+    const std::int64_t tri = (triangle(T_len) + line - 1) / line * line;
+    const std::int64_t vec = (T_len + line - 1) / line * line;
+    scratch_stride_ = 4 * d_head_ * head_stride_ + tri + 2 * vec;
+    triangle_at_ = 4 * d_head_ * head_stride_;
+    vector_at_ = triangle_at_ + tri;
+    sums_at_ = vector_at_ + vec;
+  }
+
+  // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_.
+  void copy_head(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, T* dst) const noexcept {
+    for (std::int64_t d = 0; d < d_head_; ++d) std::copy_n(X.row(r0 + d) + c0, t_, dst + d * head_stride_);
   }
 
   // Calls fn(pair, scratch of the running thread) for every (sequence, head) pair, the
@@ -256,88 +403,80 @@ private:
     for (std::int64_t pair = 0; pair < pairs_; ++pair) fn(pair, scratch);
   }
 
+  // The scratch of a thread: copies of the head's Q_h, K_h, V_h (and dOut_h), one after
+  // another at head_stride_, then a triangle, then two T-vectors.
   void forward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
                     MatrixView<T> Out, T* scratch) {
-    const std::int64_t t = t_, dh = d_head_, b = pair / heads_, r0 = (pair % heads_) * dh, c0 = b * t;
-    T* P = probs_.data() + pair * triangle(t);
-    T* m = scratch;      // running max of each query's scores
-    T* s = scratch + t;  // running sum of each query's exps
-    // raw scores, key row by key row: row k += K_h[d, k] * Q_h[d, k..t) over d
-    for (std::int64_t k = 0; k < t; ++k) {
-      T* p = row(P, k, t);
-      std::fill(p + k, p + t, T(0));
-      for (std::int64_t d = 0; d < dh; ++d) detail::attention_axpy(K(r0 + d, c0 + k), Q.row(r0 + d) + c0 + k, p + k, t - k);
-    }
+    const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
+                       c0 = b * t;
+    const detail::AttentionTriangle<T> P{probs_.data() + pair * triangle(t), t};
+    T* q_h = scratch;
+    T* k_h = q_h + dh * hs;
+    T* v_h = k_h + dh * hs;
+    T* m = scratch + vector_at_;  // running max of each query's scores
+    T* s = scratch + sums_at_;    // running sum of each query's exps
+    copy_head(Q, r0, c0, q_h);
+    copy_head(K, r0, c0, k_h);
+    copy_head(V, r0, c0, v_h);
+    // raw scores, key row by key row: P(k, q) = K_h[:, k] . Q_h[:, q] for q >= k
+    for (std::int64_t k = 0; k < t; ++k) detail::attention_row_axpy(k_h + k, hs, q_h, hs, dh, k, t, P.row(k));
     // softmax over the keys k <= q of every query q: max, exp and sum, normalise
-    std::copy(P, P + t, m);
+    std::copy(P.base, P.base + t, m);
     for (std::int64_t k = 1; k < t; ++k) {
-      const T* p = row(P, k, t);
+      const T* p = P.row(k);
       for (std::int64_t q = k; q < t; ++q) m[q] = std::max(m[q], p[q]);
     }
     std::fill(s, s + t, T(0));
-    for (std::int64_t k = 0; k < t; ++k) detail::attention_exp_sum(row(P, k, t) + k, m + k, s + k, scale_, t - k);
+    for (std::int64_t k = 0; k < t; ++k) detail::attention_exp_sum(P.row(k) + k, m + k, s + k, scale_, t - k);
     for (std::int64_t q = 0; q < t; ++q) s[q] = T(1) / s[q];
     for (std::int64_t k = 0; k < t; ++k) {
-      T* p = row(P, k, t);
+      T* p = P.row(k);
       for (std::int64_t q = k; q < t; ++q) p[q] *= s[q];
     }
-    // Out_h[d, k..t) += V_h[d, k] * P[k, k..t)
-    for (std::int64_t d = 0; d < dh; ++d) {
-      T* o = Out.row(r0 + d) + c0;
-      const T* v = V.row(r0 + d) + c0;
-      std::fill(o, o + t, T(0));
-      for (std::int64_t k = 0; k < t; ++k) detail::attention_axpy(v[k], row(P, k, t) + k, o + k, t - k);
-    }
+    // Out_h[d, q] = sum_{k <= q} V_h[d, k] P(k, q)
+    detail::attention_triangle_axpy(v_h, hs, P, dh, Out.row(r0) + c0, Out.stride());
   }
 
   void backward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
                      ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
-    const std::int64_t t = t_, dh = d_head_, b = pair / heads_, r0 = (pair % heads_) * dh, c0 = b * t;
-    T* P = probs_.data() + pair * triangle(t);
-    T* G = scratch;                   // dP, then dS (scaled by s), key-major like P
-    T* rs = scratch + triangle(t);    // sum_k P[q, k] dP[q, k] of every query q
-    // dV_h[d, k] = P[k, k..t) . dOut_h[d, k..t)
-    for (std::int64_t d = 0; d < dh; ++d) {
-      const T* g = dOut.row(r0 + d) + c0;
-      T* dv = dV.row(r0 + d) + c0;
-      for (std::int64_t k = 0; k < t; ++k) dv[k] = detail::attention_dot(row(P, k, t) + k, g + k, t - k);
-    }
-    // dP row k += V_h[d, k] * dOut_h[d, k..t) over d
-    for (std::int64_t k = 0; k < t; ++k) {
-      T* g = row(G, k, t);
-      std::fill(g + k, g + t, T(0));
-      for (std::int64_t d = 0; d < dh; ++d)
-        detail::attention_axpy(V(r0 + d, c0 + k), dOut.row(r0 + d) + c0 + k, g + k, t - k);
-    }
+    const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
+                       c0 = b * t;
+    const detail::AttentionTriangle<T> P{probs_.data() + pair * triangle(t), t};
+    const detail::AttentionTriangle<T> G{scratch + triangle_at_, t};  // dP, then s * dS, key-major like P
+    T* q_h = scratch;
+    T* k_h = q_h + dh * hs;
+    T* v_h = k_h + dh * hs;
+    T* g_h = v_h + dh * hs;
+    T* rs = scratch + vector_at_;  // sum_k P(k, q) dP(k, q) of every query q
+    copy_head(Q, r0, c0, q_h);
+    copy_head(K, r0, c0, k_h);
+    copy_head(V, r0, c0, v_h);
+    copy_head(dOut, r0, c0, g_h);
+    // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
+    detail::attention_triangle_dot(P, g_h, hs, dh, dV.row(r0) + c0, dV.stride());
+    // dP(k, q) = V_h[:, k] . dOut_h[:, q]
+    for (std::int64_t k = 0; k < t; ++k) detail::attention_row_axpy(v_h + k, hs, g_h, hs, dh, k, t, G.row(k));
     std::fill(rs, rs + t, T(0));
     for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = row(P, k, t);
-      const T* g = row(G, k, t);
+      const T* p = P.row(k);
+      const T* g = G.row(k);
       for (std::int64_t q = k; q < t; ++q) rs[q] += p[q] * g[q];
     }
     for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = row(P, k, t);
-      T* g = row(G, k, t);
+      const T* p = P.row(k);
+      T* g = G.row(k);
       for (std::int64_t q = k; q < t; ++q) g[q] = scale_ * p[q] * (g[q] - rs[q]);
     }
-    // dQ_h[d, k..t) += K_h[d, k] * dS[k, k..t);  dK_h[d, k] = dS[k, k..t) . Q_h[d, k..t)
-    for (std::int64_t d = 0; d < dh; ++d) {
-      const T* kk = K.row(r0 + d) + c0;
-      const T* qq = Q.row(r0 + d) + c0;
-      T* dq = dQ.row(r0 + d) + c0;
-      T* dk = dK.row(r0 + d) + c0;
-      std::fill(dq, dq + t, T(0));
-      for (std::int64_t k = 0; k < t; ++k) {
-        const T* g = row(G, k, t) + k;
-        detail::attention_axpy(kk[k], g, dq + k, t - k);
-        dk[k] = detail::attention_dot(g, qq + k, t - k);
-      }
-    }
+    // dQ_h[d, q] = sum_{k <= q} K_h[d, k] (s dS)(k, q);  dK_h[d, k] = sum_{q >= k} (s dS)(k, q) Q_h[d, q]
+    detail::attention_triangle_axpy(k_h, hs, G, dh, dQ.row(r0) + c0, dQ.stride());
+    detail::attention_triangle_dot(G, q_h, hs, dh, dK.row(r0) + c0, dK.stride());
   }
 
   std::int64_t d_model_ = 0, heads_ = 0, d_head_ = 0;
   T scale_ = T(1);
   std::int64_t t_ = 0, pairs_ = 0, scratch_stride_ = 0;
+  // the head copies' row stride, and where a thread's scratch holds the triangle and the vectors
+  std::int64_t head_stride_ = 0, triangle_at_ = 0, vector_at_ = 0, sums_at_ = 0;
   std::int64_t cached_b_ = 0, cached_t_ = 0;  // the shape of the last forward (0: none yet)
   AlignedVector<T> probs_, scratch_;
 };
