@@ -16,6 +16,7 @@
 
 #include "observed_new.hpp"
 #include "test_nn_gradcheck.hpp"
+#include "with_threads.hpp"
 
 // Counts heap allocations, to check that steady-state passes make none.
 static std::atomic<long> g_allocations{0};
@@ -23,6 +24,7 @@ void sprig_test_observe_new(std::size_t) noexcept { g_allocations.fetch_add(1, s
 
 using namespace sprig;
 using sprig_test::random_matrix;
+using sprig_test::with_threads;
 
 namespace {
 
@@ -42,19 +44,6 @@ bool same_bits(const T* a, const T* b, std::size_t n) {
 template <class V>
 std::vector<typename V::value_type> as_vector(const V& v) {
   return {v.begin(), v.end()};
-}
-
-template <class Fn>
-void with_threads(int threads, Fn&& fn) {
-#if SPRIG_HAS_OPENMP
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  fn();
-  omp_set_num_threads(saved);
-#else
-  (void)threads;
-  fn();
-#endif
 }
 
 }  // namespace
