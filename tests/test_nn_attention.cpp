@@ -13,10 +13,7 @@
 
 #include "observed_new.hpp"
 #include "test_nn_gradcheck.hpp"
-
-#if SPRIG_HAS_OPENMP
-#  include <omp.h>
-#endif
+#include "with_threads.hpp"
 
 // Counts heap allocations (every form of operator new) for the steady-state test.
 static std::atomic<long> g_allocations{0};
@@ -304,12 +301,9 @@ TEMPLATE_TEST_CASE("CausalSelfAttention gives the same bits with 1, 2 and 3 thre
   const std::int64_t dm = 32, heads = 4, Tn = 67, B = 3, n = B * Tn;
   CausalSelfAttention<T> reused(dm, heads);  // its scratch grows as the thread count does
   auto once = [&](int threads, bool fresh) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
     auto o = std::make_unique<Operands<T>>(dm, n, 41);
     CausalSelfAttention<T> own(dm, heads);
-    run(fresh ? own : reused, *o, B, Tn);
-    omp_set_num_threads(saved);
+    sprig_test::with_threads(threads, [&] { run(fresh ? own : reused, *o, B, Tn); });
     return o;
   };
   const auto one = once(1, true);

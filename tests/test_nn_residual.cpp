@@ -10,12 +10,10 @@
 #include <catch2/catch.hpp>
 
 #include "sprig/core/config.hpp"
-#if SPRIG_HAS_OPENMP
-#  include <omp.h>
-#endif
 
 #include "observed_new.hpp"
 #include "test_nn_gradcheck.hpp"
+#include "with_threads.hpp"
 
 // Counts heap allocations, to check that the adds make none.
 static std::atomic<long> g_allocations{0};
@@ -114,21 +112,14 @@ TEMPLATE_TEST_CASE("residual adds: bitwise identical for 1, 2 and 3 threads, no 
   const auto B = random_matrix<T>(r, c, 22);
   std::vector<Matrix<T>> out;
   for (const int threads : {1, 2, 3}) {
-#if SPRIG_HAS_OPENMP
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-#else
-    (void)threads;
-#endif
     Matrix<T> Y(r, c);
-    residual_add<T>(A.view(), B.view(), Y.view());  // the first parallel region may allocate
-    const long before = g_allocations.load();
-    residual_add<T>(A.view(), B.view(), Y.view());
-    add_into<T>(A.view(), Y.view());
-    CHECK(g_allocations.load() - before == 0);
-#if SPRIG_HAS_OPENMP
-    omp_set_num_threads(saved);
-#endif
+    sprig_test::with_threads(threads, [&] {
+      residual_add<T>(A.view(), B.view(), Y.view());  // the first parallel region may allocate
+      const long before = g_allocations.load();
+      residual_add<T>(A.view(), B.view(), Y.view());
+      add_into<T>(A.view(), Y.view());
+      CHECK(g_allocations.load() - before == 0);
+    });
     out.push_back(std::move(Y));
   }
   for (std::size_t k = 1; k < out.size(); ++k)
