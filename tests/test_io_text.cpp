@@ -26,6 +26,8 @@ fs::path write_text(const std::string& name, const std::string& text) {
   return p;
 }
 
+std::span<std::int32_t> none_of(std::vector<std::int32_t>& v) { return std::span<std::int32_t>(v).first(0); }
+
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -191,3 +193,130 @@ TEST_CASE("read_char_text reads Tiny Shakespeare", "[io][text][dataset]") {
   CHECK(ct.decode(head) == "First Citizen");
 }
 #endif
+
+TEST_CASE("gather_sequence_windows lays out nanoGPT's x and y window by window", "[io][text]") {
+  const auto ct = sprig::char_text("abcdefgh");  // tokens 0..7
+  const std::vector<std::int64_t> starts{0, 3, 1};  // 3 = n - seq_len - 1, the last valid start
+  std::vector<std::int32_t> x(12, -7), y(12, -7);
+  sprig::gather_sequence_windows(ct.tokens, starts, 4, x, y);
+  CHECK(x == std::vector<std::int32_t>{0, 1, 2, 3, 3, 4, 5, 6, 1, 2, 3, 4});
+  CHECK(y == std::vector<std::int32_t>{1, 2, 3, 4, 4, 5, 6, 7, 2, 3, 4, 5});
+  CHECK(ct.decode(std::span<const std::int32_t>(x).subspan(4, 4)) == "defg");
+  CHECK(ct.decode(std::span<const std::int32_t>(y).subspan(4, 4)) == "efgh");
+
+  // no windows: nothing to do
+  std::vector<std::int32_t> none;
+  CHECK_NOTHROW(sprig::gather_sequence_windows(ct.tokens, {}, 4, none, none));
+}
+
+TEST_CASE("gather_sequence_windows takes every start sample_window_starts draws", "[io][text]") {
+  // tokens[i] = (7 i + 3) mod 11, so a window is identified by its values
+  const std::int64_t n = 40, seq_len = 9, batch = 500;
+  std::vector<std::int32_t> tokens(n);
+  for (std::int64_t i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((7 * i + 3) % 11);
+  std::vector<std::int64_t> starts(batch);
+  sprig::sample_window_starts(n, seq_len, 9, 4, starts);
+  CHECK(*std::max_element(starts.begin(), starts.end()) == n - seq_len - 1);  // reached, never passed
+  CHECK(*std::min_element(starts.begin(), starts.end()) == 0);
+  std::vector<std::int32_t> x(batch * seq_len), y(batch * seq_len);
+  sprig::gather_sequence_windows(tokens, starts, seq_len, x, y);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t s = starts[static_cast<std::size_t>(b)];
+    for (std::int64_t t = 0; t < seq_len; ++t) {
+      CHECK(x[static_cast<std::size_t>(b * seq_len + t)] == (7 * (s + t) + 3) % 11);
+      CHECK(y[static_cast<std::size_t>(b * seq_len + t)] == (7 * (s + t + 1) + 3) % 11);
+    }
+  }
+}
+
+TEST_CASE("gather_sequence_windows rejects bad starts, sizes and overlaps, writing nothing", "[io][text]") {
+  const auto ct = sprig::char_text("abcdefgh");
+  std::vector<std::int32_t> x(8, -7), y(8, -7);
+  const std::vector<std::int32_t> untouched(8, -7);
+  const std::vector<std::int64_t> past{0, 4};  // 4 + 4 = n: the last target would be tokens[8]
+  CHECK_THROWS_AS(sprig::gather_sequence_windows(ct.tokens, past, 4, x, y), sprig::ArgumentError);
+  CHECK_THROWS_WITH(sprig::gather_sequence_windows(ct.tokens, past, 4, x, y),
+                    Catch::Matchers::Contains("start 4 at position 1") && Catch::Matchers::Contains("[0, 3]"));
+  const std::vector<std::int64_t> negative{-1, 0};
+  CHECK_THROWS_WITH(sprig::gather_sequence_windows(ct.tokens, negative, 4, x, y),
+                    Catch::Matchers::Contains("start -1 at position 0"));
+  CHECK(x == untouched);
+  CHECK(y == untouched);
+
+  const std::vector<std::int64_t> ok{0, 1};
+  CHECK_THROWS_WITH(sprig::gather_sequence_windows(ct.tokens, ok, 0, x, y), Catch::Matchers::Contains("seq_len 0"));
+  std::vector<std::int32_t> short_y(7);
+  CHECK_THROWS_AS(sprig::gather_sequence_windows(ct.tokens, ok, 4, x, short_y), sprig::ShapeError);
+  CHECK_THROWS_WITH(sprig::gather_sequence_windows(ct.tokens, ok, 4, x, short_y),
+                    Catch::Matchers::Contains("2 x 4 tokens, got 8 and 7"));
+  CHECK_THROWS_AS(sprig::gather_sequence_windows(ct.tokens, ok, 3, x, y), sprig::ShapeError);  // 6 != 8
+  // 4 x 2^62 tokens overflow 64 bits: a ShapeError, not a wrapped product that matches
+  const std::vector<std::int64_t> four{0, 0, 0, 0};
+  CHECK_THROWS_AS(sprig::gather_sequence_windows(ct.tokens, four, std::int64_t{1} << 62, none_of(x), none_of(y)),
+                  sprig::ShapeError);
+
+  // overlapping outputs
+  std::vector<std::int32_t> buffer(12, -7);
+  std::span<std::int32_t> all(buffer);
+  CHECK_THROWS_WITH(sprig::gather_sequence_windows(ct.tokens, ok, 4, all.first(8), all.subspan(4)),
+                    Catch::Matchers::Contains("must not overlap"));
+  std::vector<std::int32_t> tokens = ct.tokens;
+  CHECK_THROWS_AS(sprig::gather_sequence_windows(tokens, ok, 4, std::span<std::int32_t>(tokens), y),
+                  sprig::ArgumentError);
+  CHECK(std::all_of(buffer.begin(), buffer.end(), [](std::int32_t v) { return v == -7; }));
+}
+
+TEST_CASE("evaluation_window_starts spaces a fixed set of windows evenly over the split", "[io][text]") {
+  // n 20, seq_len 4: valid starts 0..15; k * 15 / 4 rounded down
+  CHECK(sprig::evaluation_window_starts(20, 4, 5) == std::vector<std::int64_t>{0, 3, 7, 11, 15});
+  CHECK(sprig::evaluation_window_starts(20, 4, 1) == std::vector<std::int64_t>{0});
+  CHECK(sprig::evaluation_window_starts(20, 4, 2) == std::vector<std::int64_t>{0, 15});
+  std::vector<std::int64_t> every(16);
+  for (std::int64_t s = 0; s < 16; ++s) every[static_cast<std::size_t>(s)] = s;
+  CHECK(sprig::evaluation_window_starts(20, 4, 16) == every);
+  CHECK(sprig::evaluation_window_starts(5, 4, 3) == std::vector<std::int64_t>{0, 0, 0});  // one window only
+
+  // more windows than starts: ascending, every start once or twice
+  const auto many = sprig::evaluation_window_starts(20, 4, 31);
+  CHECK(std::is_sorted(many.begin(), many.end()));
+  for (std::int64_t s = 0; s < 16; ++s) {
+    const auto c = std::count(many.begin(), many.end(), s);
+    CHECK((c == 1 || c == 2));
+  }
+
+  // the same windows at every call
+  CHECK(sprig::evaluation_window_starts(1000, 33, 17) == sprig::evaluation_window_starts(1000, 33, 17));
+
+  // a split large enough that k * last overflows 64 bits: last = 999e14, s_k = k * 1e14
+  const std::int64_t last = 99'900'000'000'000'000;
+  const auto big = sprig::evaluation_window_starts(last + 130, 129, 1000);
+  REQUIRE(big.size() == 1000);
+  for (std::int64_t k = 0; k < 1000; ++k) CHECK(big[static_cast<std::size_t>(k)] == k * 100'000'000'000'000);
+
+  CHECK_THROWS_WITH(sprig::evaluation_window_starts(20, 4, 0), Catch::Matchers::Contains("count 0"));
+  CHECK_THROWS_WITH(sprig::evaluation_window_starts(20, 0, 3), Catch::Matchers::Contains("seq_len 0"));
+  CHECK_THROWS_WITH(sprig::evaluation_window_starts(4, 4, 3),
+                    Catch::Matchers::Contains("4 tokens") && Catch::Matchers::Contains("at least 5"));
+  CHECK_THROWS_AS(sprig::evaluation_window_starts(0, 4, 3), sprig::ArgumentError);
+}
+
+TEST_CASE("validation windows of a 90/10 split gather, the same at every evaluation", "[io][text]") {
+  std::string text;
+  sprig::CounterRng rng(5, 5);
+  while (text.size() < 3000) text += static_cast<char>('a' + rng.uniform_below(26));
+  const auto ct = sprig::char_text(text);
+  const auto [train, val] = sprig::split_tokens(ct.tokens, 0.9);
+  const std::int64_t seq_len = 32, count = 20;
+  const auto starts = sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), seq_len, count);
+  CHECK(starts.front() == 0);
+  CHECK(starts.back() == static_cast<std::int64_t>(val.size()) - seq_len - 1);  // the last full window
+  std::vector<std::int32_t> x1(count * seq_len), y1(count * seq_len), x2(count * seq_len), y2(count * seq_len);
+  sprig::gather_sequence_windows(val, starts, seq_len, x1, y1);
+  sprig::gather_sequence_windows(val, sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), seq_len, count),
+                                 seq_len, x2, y2);
+  CHECK(x1 == x2);
+  CHECK(y1 == y2);
+  // the windows come from the validation text (positions after the training part)
+  CHECK(ct.decode(std::span<const std::int32_t>(x1).first(seq_len)) == text.substr(train.size(), seq_len));
+  CHECK(ct.decode(std::span<const std::int32_t>(y1).last(seq_len)) == text.substr(text.size() - seq_len));
+}

@@ -1,16 +1,25 @@
-// sprig/io/text.hpp — a character-level text data set (Tiny Shakespeare and the like).
+// sprig/io/text.hpp — a character-level text data set (Tiny Shakespeare and the like),
+// prepared as nanoGPT prepares it.
 //
 // Tokens are bytes: the alphabet is the set of distinct bytes of the text in ascending
 // order, and token t stands for alphabet[t] (Tiny Shakespeare: 65 tokens). Multi-byte
 // UTF-8 characters therefore become several tokens, which keeps the reader exact for any
-// input.
+// input. split_tokens cuts the text into a training part (the first 90% in nanoGPT) and a
+// validation part (the rest).
 //
-// Training examples are next-character windows: a start s drawn from CounterRng(seed,
-// step, kTextStream), input tokens[s, s + context), target tokens[s + context]. They are
-// gathered feature-major as a one-hot matrix [context * vocab x B] (row j * vocab + t is 1
-// when position j holds token t), the input of an MLP language model in the style of
-// Bengio et al. 2003, with no allocation per batch. Everything runs on the calling thread;
-// the windows depend on (seed, step) alone.
+// Two kinds of training examples, both read from window starts s:
+// - Sequence windows (a GPT, nanoGPT's get_batch): input tokens[s, s + T), targets
+//   tokens[s + 1, s + T + 1), the next token at every position. gather_sequence_windows lays
+//   B windows out as B*T token ids, window b at [b*T, (b+1)*T) (the order of
+//   nn/embedding.hpp's columns). Training windows are random (sample_window_starts, as
+//   torch.randint(len - T)); evaluation windows are a fixed, evenly spaced set
+//   (evaluation_window_starts), so every evaluation of a run sees the same windows.
+// - Next-character windows (an MLP language model in the style of Bengio et al. 2003): input
+//   tokens[s, s + context), target tokens[s + context], gathered one-hot as a feature-major
+//   matrix [context * vocab x B] (gather_one_hot_windows).
+// A start s needs s + T < n (or s + context < n): its window and its last target fit.
+// Everything runs on the calling thread; random windows depend on (seed, step) alone, and no
+// gather allocates.
 #pragma once
 
 #include <type_traits>
@@ -21,6 +30,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -128,9 +139,10 @@ inline std::pair<std::span<const std::int32_t>, std::span<const std::int32_t>> s
   return {tokens.first(cut), tokens.subspan(cut)};
 }
 
-// Draws starts.size() window starts, uniform in [0, n - context - 1] so that each window
-// and its target fit, from CounterRng(seed, step, kTextStream). O(starts). ArgumentError
-// unless 0 < context < n.
+// Draws starts.size() window starts, uniform in [0, n - context - 1] (nanoGPT's
+// torch.randint(n - context)), from CounterRng(seed, step, kTextStream): every start has
+// s + context <= n - 1, so a window of `context` tokens and its target, or its shifted
+// targets, fit. O(starts). ArgumentError unless 0 < context < n.
 inline void sample_window_starts(std::int64_t n, std::int64_t context, std::uint64_t seed, std::uint64_t step,
                                  std::span<std::int64_t> starts) {
   if (context <= 0 || n <= context)
@@ -176,6 +188,77 @@ void gather_one_hot_windows(std::span<const std::int32_t> tokens, std::int64_t v
     for (std::int64_t j = 0; j < context; ++j) x(j * vocab + tokens[static_cast<std::size_t>(s + j)], b) = T(1);
     targets[static_cast<std::size_t>(b)] = tokens[static_cast<std::size_t>(s + context)];
   }
+}
+
+
+// The sequence windows at `starts`, nanoGPT's x and y: for window b at start s and t < seq_len,
+//   inputs[b * seq_len + t] = tokens[s + t],   targets[b * seq_len + t] = tokens[s + t + 1].
+// O(starts * seq_len), no allocation. Validates everything before writing: ArgumentError for
+// seq_len < 1, a start outside [0, n - seq_len - 1] (n = tokens.size(); naming the start and
+// its position) or inputs / targets that overlap each other or tokens; ShapeError unless
+// inputs and targets hold starts.size() * seq_len entries. Token values are copied as they
+// are (the embedding checks them against its vocabulary).
+inline void gather_sequence_windows(std::span<const std::int32_t> tokens, std::span<const std::int64_t> starts,
+                                    std::int64_t seq_len, std::span<std::int32_t> inputs,
+                                    std::span<std::int32_t> targets) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto batch = static_cast<std::int64_t>(starts.size());
+  if (seq_len < 1)
+    throw ArgumentError(detail::message("gather_sequence_windows: seq_len ", seq_len, " must be >= 1"));
+  if ((batch > 0 && seq_len > std::numeric_limits<std::int64_t>::max() / batch) ||
+      static_cast<std::int64_t>(inputs.size()) != batch * seq_len ||
+      static_cast<std::int64_t>(targets.size()) != batch * seq_len)
+    throw ShapeError(detail::message("gather_sequence_windows: inputs and targets must hold ", batch, " x ", seq_len,
+                                     " tokens, got ", inputs.size(), " and ", targets.size()));
+  auto overlap = [](auto a, auto b) {
+    if (a.empty() || b.empty()) return false;
+    const auto* a0 = reinterpret_cast<const unsigned char*>(a.data());
+    const auto* b0 = reinterpret_cast<const unsigned char*>(b.data());
+    return std::less<>{}(a0, b0 + b.size_bytes()) && std::less<>{}(b0, a0 + a.size_bytes());
+  };
+  if (overlap(inputs, targets) || overlap(inputs, tokens) || overlap(targets, tokens))
+    throw ArgumentError("gather_sequence_windows: inputs, targets and tokens must not overlap");
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t s = starts[static_cast<std::size_t>(b)];
+    if (s < 0 || s > n - seq_len - 1)
+      throw ArgumentError(detail::message("gather_sequence_windows: start ", s, " at position ", b,
+                                          " is outside [0, ", n - seq_len - 1, "]: a window of ", seq_len,
+                                          " tokens and its targets need start + ", seq_len, " < ", n));
+  }
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto s = static_cast<std::size_t>(starts[static_cast<std::size_t>(b)]);
+    const auto o = static_cast<std::size_t>(b * seq_len);
+    const auto len = static_cast<std::size_t>(seq_len);
+    std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(s), len, inputs.begin() + static_cast<std::ptrdiff_t>(o));
+    std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(s + 1), len,
+                targets.begin() + static_cast<std::ptrdiff_t>(o));
+  }
+}
+
+// A fixed set of `count` evaluation windows over a split of n tokens: starts evenly spaced
+// over every valid start [0, last] with last = n - seq_len - 1, s_k = floor(k * last /
+// (count - 1)) for k = 0 .. count - 1 (the first and the last window included; count 1 gives
+// {0}). Deterministic, no seed: every evaluation of a run, and every run on the same split,
+// reads the same windows (nanoGPT draws fresh random ones per evaluation, which adds noise to
+// the curve). Windows overlap when count * seq_len > n; with count > last + 1 some starts
+// repeat, each about equally often. Ascending. O(count). ArgumentError for count < 1,
+// seq_len < 1, or a split too short for one window and its targets (n <= seq_len).
+inline std::vector<std::int64_t> evaluation_window_starts(std::int64_t n, std::int64_t seq_len, std::int64_t count) {
+  if (count < 1)
+    throw ArgumentError(detail::message("evaluation_window_starts: count ", count, " must be >= 1"));
+  if (seq_len < 1)
+    throw ArgumentError(detail::message("evaluation_window_starts: seq_len ", seq_len, " must be >= 1"));
+  if (n <= seq_len)
+    throw ArgumentError(detail::message("evaluation_window_starts: a split of ", n, " tokens cannot hold a window of ",
+                                        seq_len, " tokens and its targets (needs at least ", seq_len + 1, ")"));
+  const auto last = static_cast<std::uint64_t>(n - seq_len - 1);
+  std::vector<std::int64_t> starts(static_cast<std::size_t>(count), 0);
+  if (count == 1) return starts;
+  const auto den = static_cast<std::uint64_t>(count - 1);
+  for (std::int64_t k = 0; k < count; ++k)
+    starts[static_cast<std::size_t>(k)] =
+        static_cast<std::int64_t>(static_cast<detail::uint128>(static_cast<std::uint64_t>(k)) * last / den);
+  return starts;
 }
 
 }  // namespace sprig
