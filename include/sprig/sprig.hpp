@@ -35,11 +35,13 @@
 #include "nn/parameter.hpp"
 #include "nn/relu.hpp"
 #include "nn/residual.hpp"
+#include "nn/sampling.hpp"
 #include "nn/sequential.hpp"
 #include "nn/softmax_cross_entropy.hpp"
 #include "nn/sparse_linear.hpp"
 
 #include "optim/adamw.hpp"
+#include "optim/clip.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/sgd.hpp"
 
