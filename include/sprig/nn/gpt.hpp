@@ -1,0 +1,508 @@
+// sprig/nn/gpt.hpp — GPT<T, Index>: a decoder-only transformer language model (nanoGPT's
+// architecture: pre-LN blocks, learned positions, untied head) whose four projections per
+// block are each a dense Linear or a SparseLinear, and which owns every activation and
+// gradient buffer between its layers.
+//
+// Architecture, for N = batch * seq_len tokens (feature-major, [features x N]):
+//     x = tok_emb(tokens) + pos_emb                                     [d_model x N]
+//     per block l:  x += proj(attn(qkv(LN1(x))))                        (attention)
+//                   x += fc_proj(gelu(fc(LN2(x))))                      (FFN)
+//     logits = head(LN_f(x))                                            [vocab x N]
+// qkv is one layer [3 d_model x d_model] (nanoGPT's c_attn): rows [0, d), [d, 2d), [2d, 3d)
+// of its output are Q, K and V. proj is [d x d], fc [d_ff x d], fc_proj [d x d_ff], each a
+// SparseLinear when its GPTBlockDensity entry is in (0, 1) and a Linear at 1; head is a dense
+// Linear [vocab x d] with a bias. GELU is the tanh form (nn/gelu.hpp); attention is causal
+// (nn/attention.hpp), with d_model / heads features per head.
+//
+// Tokens map to columns: `tokens` holds batch sequences of seq_len ids one after the other;
+// tokens[b * seq_len + t] is token t of sequence b, and it is column b * seq_len + t of every
+// activation, of the logits and of output_grad() (nn/embedding.hpp). Logit column n predicts
+// the token after token n; a loss over the logits takes labels in the same order.
+//
+// A training step:
+//     auto Z = model.forward(tokens, batch, seq_len);           // tokens held by view
+//     loss.forward_backward(Z, labels, model.output_grad());   // after forward (it shapes it)
+//     model.backward();                                         // every parameter's grad
+//     opt.step(model);
+//
+// Parameters (for_each_parameter, in this fixed order): tok_emb.table, pos_emb.table; per
+// block: LN1 gain, bias; qkv weight, bias; proj weight, bias; LN2 gain, bias; fc weight,
+// bias; fc_proj weight, bias; then LN_f gain, bias; head weight, bias. Embeddings, layer
+// norms and biases are not decayed (decay = false), the projection and head weights are.
+// Initialisation: each layer's own (normal(0, 0.02) embeddings, Kaiming-uniform projections
+// and head, LayerNorm gain 1 and bias 0), drawn from (options.seed, layer key): key 0 the
+// token table, 1 the positional table, 2 + 4 l + j projection j of block l (j as
+// GPTProjection), 2 + 4 layers the head. The same config, densities and options give the
+// same model on any run and for any thread count.
+//
+// Sparse layers (sparse_layers()): one SparseLayerRef per SparseLinear, in model order, with
+// position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
+// last forward (LN1's output, the attention output, LN2's output, the GELU output) and
+// output_grad = the dY it got in the last backward. Each sparse layer's dY lives in a buffer
+// of its own (the residual-stream gradient at the point it feeds is kept per block, not
+// overwritten by the blocks below), so the views stay valid and correct after backward() until
+// the next forward; a dense projection's dY lives in a scratch buffer shared by the blocks.
+//
+// Buffers: every activation and gradient is a Matrix<T> member with Sequential's
+// activation_stride, reshaped only when batch * seq_len changes: a steady-state step (same
+// N, no topology change) allocates nothing. Per block the model keeps 8 activations (LN1
+// out, QKV out, attention out, the residual after attention, LN2 out, fc's output, the GELU
+// output, the residual after the FFN) and 2 residual gradients, plus qkv's and fc's dY for
+// sparse ones. fc's output buffer holds gelu'(fc's output) after forward
+// (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
+// to its dX (FusedActivation::gelu): no separate GELU backward pass.
+//
+// Cost: the layers' passes once each per forward and backward; O(parameters) memory plus
+// O((8 d_model + 2 d_ff) N) per block of activations. Threads: every layer gives the same
+// bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: nn/gemm.hpp), so the
+// model does. One model serves one thread at a time.
+//
+// Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible
+// by heads, densities.size() not 0 or layers, a density outside (0, 1], a padding_ratio or
+// growth_reserve outside [0, 64]; from forward, before any layer runs, ArgumentError for
+// batch < 1, seq_len outside [1, block_size] or a token id outside [0, vocab) (naming the id
+// and its position), ShapeError for tokens.size() != batch * seq_len; ArgumentError from
+// output_grad() and backward() without a successful forward. Layers' own errors pass through.
+#pragma once
+
+#include <type_traits>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "attention.hpp"
+#include "embedding.hpp"
+#include "gelu.hpp"
+#include "layer_norm.hpp"
+#include "linear.hpp"
+#include "parameter.hpp"
+#include "residual.hpp"
+#include "sequential.hpp"
+#include "sparse_linear.hpp"
+
+namespace sprig {
+
+// The shape of a GPT: blocks, attention heads, width, FFN width, longest sequence, vocabulary.
+struct GPTConfig {
+  std::int64_t layers = 1, heads = 1, d_model = 1, d_ff = 1, block_size = 1, vocab = 1;
+};
+
+// The density of each projection of one block: 1 = a dense Linear, in (0, 1) a SparseLinear
+// with that fraction of live weights.
+struct GPTBlockDensity {
+  double qkv = 1, proj = 1, fc = 1, fc_proj = 1;
+};
+
+// Seed of every layer's initialisation and topology, and the SparseLinear storage options.
+struct GPTOptions {
+  std::uint64_t seed = 0;
+  double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
+  double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+};
+
+// The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
+enum class GPTProjection : std::size_t { qkv = 0, proj = 1, fc = 2, fc_proj = 3 };
+
+namespace detail {
+// Validates a GPTConfig, naming fn. O(1).
+inline void check_gpt_config(const char* fn, const GPTConfig& c) {
+  const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},   {"heads", c.heads},
+                                                          {"d_model", c.d_model}, {"d_ff", c.d_ff},
+                                                          {"block_size", c.block_size}, {"vocab", c.vocab}};
+  for (const auto& [name, v] : entries)
+    if (v < 1) throw ArgumentError(message(fn, ": ", name, " must be >= 1, got ", v));
+  if (c.d_model % c.heads != 0)
+    throw ArgumentError(message(fn, ": d_model ", c.d_model, " is not divisible by heads ", c.heads));
+}
+
+inline const char* gpt_projection_name(std::size_t j) noexcept {
+  constexpr const char* names[] = {"qkv", "proj", "fc", "fc_proj"};
+  return j < 4 ? names[j] : "?";
+}
+}  // namespace detail
+
+template <Value T, ColumnIndex Index = std::int32_t>
+class GPT {
+public:
+  using value_type = T;
+  using index_type = Index;
+  using Projection = std::variant<Linear<T>, SparseLinear<T, Index>>;
+
+  // Builds the model (see the top for the layers and their initialisation). densities: one
+  // entry per block, or empty for an all-dense model. O(parameters) time for the dense
+  // layers, O(live weights) for the sparse ones. Throws ArgumentError as listed at the top.
+  GPT(const GPTConfig& config, std::vector<GPTBlockDensity> densities, const GPTOptions& options = {})
+      : config_(checked_config(config)),
+        tok_(config.vocab, config.d_model, options.seed, 0),
+        pos_(config.block_size, config.d_model, options.seed, 1),
+        ln_f_(config.d_model),
+        head_(config.d_model, config.vocab, options.seed, 2 + 4 * static_cast<std::uint64_t>(config.layers)) {
+    constexpr const char* fn = "GPT";
+    if (!densities.empty() && std::ssize(densities) != config.layers)
+      throw ArgumentError(detail::message(fn, ": ", densities.size(), " densities for ", config.layers,
+                                          " layers (give one per layer, or none for a dense model)"));
+    if (densities.empty()) densities.resize(static_cast<std::size_t>(config.layers));
+    if (!(options.padding_ratio >= 0.0 && options.padding_ratio <= 64.0))
+      throw ArgumentError(detail::message(fn, ": padding_ratio ", options.padding_ratio, " outside [0, 64]"));
+    if (!(options.growth_reserve >= 0.0 && options.growth_reserve <= 64.0))
+      throw ArgumentError(detail::message(fn, ": growth_reserve ", options.growth_reserve, " outside [0, 64]"));
+    for (std::size_t l = 0; l < densities.size(); ++l) {
+      const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
+      for (std::size_t j = 0; j < 4; ++j)
+        if (!(dens[j] > 0.0 && dens[j] <= 1.0))
+          throw ArgumentError(detail::message(fn, ": density ", dens[j], " of block ", l, "'s ",
+                                              detail::gpt_projection_name(j), " outside (0, 1]"));
+    }
+    const std::int64_t d = config.d_model, f = config.d_ff;
+    blocks_.reserve(densities.size());
+    for (std::size_t l = 0; l < densities.size(); ++l) {
+      const std::uint64_t key = 2 + 4 * static_cast<std::uint64_t>(l);
+      blocks_.emplace_back(d, config.heads, make_projection(d, 3 * d, densities[l].qkv, options, key),
+                           make_projection(d, d, densities[l].proj, options, key + 1),
+                           make_projection(d, f, densities[l].fc, options, key + 2),
+                           make_projection(f, d, densities[l].fc_proj, options, key + 3));
+    }
+  }
+
+  const GPTConfig& config() const noexcept { return config_; }
+  std::int64_t block_size() const noexcept { return config_.block_size; }
+  std::int64_t vocab_size() const noexcept { return config_.vocab; }
+  std::int64_t layers() const noexcept { return config_.layers; }
+
+  // The layers, for inspection (their parameters are what for_each_parameter visits).
+  // projection(): throws ArgumentError for block >= layers().
+  TokenEmbedding<T>& token_embedding() noexcept { return tok_; }
+  const TokenEmbedding<T>& token_embedding() const noexcept { return tok_; }
+  PositionalEmbedding<T>& positional_embedding() noexcept { return pos_; }
+  const PositionalEmbedding<T>& positional_embedding() const noexcept { return pos_; }
+  Projection& projection(std::size_t block, GPTProjection which) { return projection_of(checked(block), which); }
+  const Projection& projection(std::size_t block, GPTProjection which) const {
+    return const_cast<GPT*>(this)->projection_of(checked(block), which);
+  }
+  LayerNorm<T>& final_norm() noexcept { return ln_f_; }
+  Linear<T>& head() noexcept { return head_; }
+
+  // Runs the model on batch sequences of seq_len tokens (token t of sequence b at
+  // tokens[b * seq_len + t]) and returns the logits [vocab x batch * seq_len] (column
+  // b * seq_len + t for token t of sequence b; a view valid until the next forward). tokens is
+  // held by view until backward(): the caller keeps it alive and unchanged. Throws (before any
+  // layer runs) as listed at the top; after a throw, output_grad() and backward() throw until a
+  // forward succeeds.
+  ConstMatrixView<T> forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq_len) {
+    constexpr const char* fn = "GPT::forward";
+    forwarded_ = false;
+    if (batch < 1) throw ArgumentError(detail::message(fn, ": batch ", batch, " must be >= 1"));
+    if (seq_len < 1) throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " must be >= 1"));
+    if (seq_len > config_.block_size)
+      throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " > block size ", config_.block_size));
+    if (std::ssize(tokens) != batch * seq_len)
+      throw ShapeError(detail::message(fn, ": ", tokens.size(), " tokens for batch ", batch, " x sequence length ",
+                                       seq_len, " = ", batch * seq_len));
+    for (std::size_t n = 0; n < tokens.size(); ++n) {
+      const std::int32_t id = tokens[n];
+      if (id < 0 || id >= config_.vocab)
+        throw ArgumentError(detail::message(fn, ": token id ", id, " at position ", n, " (sequence ",
+                                            static_cast<std::int64_t>(n) / seq_len, ", token ",
+                                            static_cast<std::int64_t>(n) % seq_len, ") outside [0, vocab ",
+                                            config_.vocab, ")"));
+    }
+    tokens_ = tokens;
+    seq_len_ = seq_len;
+    shape_buffers(batch * seq_len);
+
+    tok_.forward(tokens, x0_.view());
+    pos_.forward_add(seq_len, x0_.view());
+    const std::int64_t d = config_.d_model;
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      Block& b = blocks_[l];
+      const ConstMatrixView<T> x = input_of(l);
+      b.ln1.forward(x, b.ln1_out.view());
+      run_forward(b.qkv, b.ln1_out.view(), b.qkv_out.view());
+      const ConstMatrixView<T> qkv = b.qkv_out.view();
+      b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
+                     qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, b.att_out.view());
+      run_forward(b.proj, b.att_out.view(), b.x_mid.view());
+      add_into<T>(x, b.x_mid.view());
+      b.ln2.forward(b.x_mid.view(), b.ln2_out.view());
+      run_forward(b.fc, b.ln2_out.view(), b.fc_out.view());
+      gelu_.forward_keep_derivative(b.fc_out.view(), b.gelu_out.view());  // fc_out := gelu'(fc's output)
+      run_forward(b.fc_proj, b.gelu_out.view(), b.x_out.view());
+      add_into<T>(b.x_mid.view(), b.x_out.view());
+    }
+    ln_f_.forward(input_of(blocks_.size()), lnf_out_.view());
+    head_.forward(lnf_out_.view(), logits_.view());
+    forwarded_ = true;
+    return logits_.view();
+  }
+
+  // dLoss/dlogits of the last forward (same shape as its logits): the loss writes it before
+  // backward(). Throws ArgumentError without a successful forward.
+  MatrixView<T> output_grad() {
+    if (!forwarded_) throw ArgumentError("GPT::output_grad: call forward first (no successful forward yet)");
+    return dlogits_.view();
+  }
+
+  // Back-propagates output_grad() through the model, overwriting every parameter's gradient.
+  // Precondition: the tokens of the last forward are alive and unchanged. Throws
+  // ArgumentError without a successful forward, and what a layer throws (ShapeError for a
+  // sparse layer whose topology changed without weight.apply).
+  void backward() {
+    if (!forwarded_) throw ArgumentError("GPT::backward: call forward first (no successful forward yet)");
+    const std::int64_t d = config_.d_model;
+    head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view());
+    ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
+    for (std::size_t l = blocks_.size(); l-- > 0;) {
+      Block& b = blocks_[l];
+      const MatrixView<T> d_fc = dy_buffer(b, GPTProjection::fc).view();
+      const MatrixView<T> d_qkv = dy_buffer(b, GPTProjection::qkv).view();
+      run_backward(b.fc_proj, b.gelu_out.view(), b.g_out.view(), d_fc, FusedActivation::gelu, b.fc_out.view());
+      run_backward(b.fc, b.ln2_out.view(), d_fc, scratch_a_.view());
+      b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
+      residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view());
+      run_backward(b.proj, b.att_out.view(), b.g_mid.view(), scratch_a_.view());
+      const ConstMatrixView<T> qkv = b.qkv_out.view();
+      const std::int64_t n = qkv.cols();
+      b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
+                      d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
+      run_backward(b.qkv, b.ln1_out.view(), d_qkv, scratch_a_.view());
+      b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
+      residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
+    }
+    tok_.backward(tokens_, g_in_.view());
+    pos_.backward(seq_len_, g_in_.view());
+  }
+
+  // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter in the
+  // order listed at the top: what an optimizer's step visits. The const form visits the same
+  // parameters in the same order (a checkpoint writes with it). O(parameters visited).
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    visit_parameters(*this, fn);
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    visit_parameters(*this, fn);
+  }
+
+  // One SparseLayerRef per SparseLinear, in model order (see the top: position = 4 * block +
+  // j); views of the last forward's inputs and the last backward's output gradients, empty
+  // before the first forward, valid until the next forward. O(layers); allocates the vector.
+  std::vector<SparseLayerRef<T, Index>> sparse_layers() {
+    std::vector<SparseLayerRef<T, Index>> out;
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      Block& b = blocks_[l];
+      for (std::size_t j = 0; j < 4; ++j) {
+        const auto which = static_cast<GPTProjection>(j);
+        if (auto* s = std::get_if<SparseLinear<T, Index>>(&projection_of(b, which)))
+          out.push_back({4 * l + j, out.size(), s, input_buffer(b, which).view(), dy_buffer(b, which).view()});
+      }
+    }
+    return out;
+  }
+
+  // Reserves room for topology growth in every sparse projection
+  // (SparseParameter::reserve_growth). Throws ArgumentError unless 0 <= fraction <= 64.
+  void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
+    for (Block& b : blocks_)
+      for (std::size_t j = 0; j < 4; ++j)
+        if (auto* s = std::get_if<SparseLinear<T, Index>>(&projection_of(b, static_cast<GPTProjection>(j))))
+          s->weight.reserve_growth(fraction);
+  }
+
+  // Bytes of all weights as stored (sparse projections: every PaddedCSR array incl. padding);
+  // the same model with every projection dense; everything the model owns (weights,
+  // gradients, optimizer state, layer caches, activation and gradient buffers).
+  std::int64_t weight_bytes() const {
+    return sum_layers([](const auto& l) { return l.weight_bytes(); });
+  }
+  std::int64_t dense_weight_bytes() const {
+    return sum_layers([](const auto& l) { return l.dense_weight_bytes(); });
+  }
+  std::int64_t memory_bytes() const {
+    std::int64_t bytes = sum_layers([](const auto& l) { return l.memory_bytes(); });
+    for (const Block& b : blocks_) {
+      bytes += b.attn.memory_bytes();
+      for (const Matrix<T>* m : {&b.ln1_out, &b.qkv_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.fc_out, &b.gelu_out,
+                                 &b.x_out, &b.g_mid, &b.g_out, &b.d_qkv, &b.d_fc})
+        bytes += m->memory_bytes();
+    }
+    for (const Matrix<T>* m :
+         {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &shared_dqkv_, &shared_dfc_})
+      bytes += m->memory_bytes();
+    return bytes;
+  }
+
+private:
+  struct Block {
+    Block(std::int64_t d, std::int64_t heads, Projection qkv_, Projection proj_, Projection fc_, Projection fc_proj_)
+        : ln1(d), ln2(d), attn(d, heads), qkv(std::move(qkv_)), proj(std::move(proj_)), fc(std::move(fc_)),
+          fc_proj(std::move(fc_proj_)) {}
+    LayerNorm<T> ln1, ln2;
+    CausalSelfAttention<T> attn;
+    Projection qkv, proj, fc, fc_proj;
+    // activations of the last forward (fc_out holds gelu' of fc's output)
+    Matrix<T> ln1_out, qkv_out, att_out, x_mid, ln2_out, fc_out, gelu_out, x_out;
+    // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
+    Matrix<T> g_mid, g_out;
+    // qkv's and fc's dY, when that layer is sparse (else the model's shared scratch)
+    Matrix<T> d_qkv, d_fc;
+  };
+
+  static GPTConfig checked_config(const GPTConfig& c) {
+    detail::check_gpt_config("GPT", c);
+    return c;
+  }
+
+  static Projection make_projection(std::int64_t in, std::int64_t out, double density, const GPTOptions& o,
+                                    std::uint64_t key) {
+    if (density >= 1.0) return Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key);
+    return Projection(std::in_place_type<SparseLinear<T, Index>>, in, out,
+                      SparseLinearOptions{.density = density, .seed = o.seed, .layer_key = key,
+                                          .padding_ratio = o.padding_ratio, .growth_reserve = o.growth_reserve});
+  }
+
+  std::size_t checked(std::size_t block) const {
+    if (block >= blocks_.size())
+      throw ArgumentError(detail::message("GPT::projection: block ", block, " of a model with ", blocks_.size(),
+                                          " blocks"));
+    return block;
+  }
+
+  Projection& projection_of(std::size_t block, GPTProjection which) { return projection_of(blocks_[block], which); }
+  static Projection& projection_of(Block& b, GPTProjection which) noexcept {
+    switch (which) {
+      case GPTProjection::qkv: return b.qkv;
+      case GPTProjection::proj: return b.proj;
+      case GPTProjection::fc: return b.fc;
+      default: return b.fc_proj;
+    }
+  }
+
+  // The X a projection of block b sees, and the buffer its dY is written to.
+  static Matrix<T>& input_buffer(Block& b, GPTProjection which) noexcept {
+    switch (which) {
+      case GPTProjection::qkv: return b.ln1_out;
+      case GPTProjection::proj: return b.att_out;
+      case GPTProjection::fc: return b.ln2_out;
+      default: return b.gelu_out;
+    }
+  }
+  Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
+    switch (which) {
+      case GPTProjection::qkv: return is_sparse(b.qkv) ? b.d_qkv : shared_dqkv_;
+      case GPTProjection::proj: return b.g_mid;
+      case GPTProjection::fc: return is_sparse(b.fc) ? b.d_fc : shared_dfc_;
+      default: return b.g_out;
+    }
+  }
+
+  static bool is_sparse(const Projection& p) noexcept { return std::holds_alternative<SparseLinear<T, Index>>(p); }
+
+  // The residual stream entering block l (l = layers: the input of LN_f).
+  ConstMatrixView<T> input_of(std::size_t l) const noexcept {
+    return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view();
+  }
+
+  static void run_forward(Projection& p, ConstMatrixView<T> X, MatrixView<T> Y) {
+    std::visit([&](auto& layer) { layer.forward(X, Y); }, p);
+  }
+  static void run_backward(Projection& p, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dX,
+                           FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
+    std::visit([&](auto& layer) { layer.backward(X, dY, dX, x_activation, x_derivative); }, p);
+  }
+
+  static void reshape(Matrix<T>& m, std::int64_t rows, std::int64_t cols) {
+    if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols, Sequential<T, Index>::activation_stride(cols));
+  }
+
+  // Shapes every buffer for N columns (a no-op when N is unchanged).
+  void shape_buffers(std::int64_t n) {
+    const std::int64_t d = config_.d_model, f = config_.d_ff, v = config_.vocab;
+    bool dense_qkv = false, dense_fc = false;
+    for (Block& b : blocks_) {
+      for (Matrix<T>* m : {&b.ln1_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.x_out, &b.g_mid, &b.g_out})
+        reshape(*m, d, n);
+      reshape(b.qkv_out, 3 * d, n);
+      reshape(b.fc_out, f, n);
+      reshape(b.gelu_out, f, n);
+      if (is_sparse(b.qkv)) reshape(b.d_qkv, 3 * d, n);
+      else dense_qkv = true;
+      if (is_sparse(b.fc)) reshape(b.d_fc, f, n);
+      else dense_fc = true;
+    }
+    for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
+    reshape(logits_, v, n);
+    reshape(dlogits_, v, n);
+    if (dense_qkv) reshape(shared_dqkv_, 3 * d, n);
+    if (dense_fc) reshape(shared_dfc_, f, n);
+  }
+
+  // fn(param) over every parameter of `self` (GPT or const GPT) in the documented order.
+  template <class Self, class Fn>
+  static void visit_parameters(Self& self, Fn& fn) {
+    fn(self.tok_.table);
+    fn(self.pos_.table);
+    auto proj = [&](auto& p) {
+      std::visit(
+          [&](auto& layer) {
+            fn(layer.weight);
+            fn(layer.bias);
+          },
+          p);
+    };
+    for (auto& b : self.blocks_) {
+      fn(b.ln1.gain);
+      fn(b.ln1.bias);
+      proj(b.qkv);
+      proj(b.proj);
+      fn(b.ln2.gain);
+      fn(b.ln2.bias);
+      proj(b.fc);
+      proj(b.fc_proj);
+    }
+    fn(self.ln_f_.gain);
+    fn(self.ln_f_.bias);
+    fn(self.head_.weight);
+    fn(self.head_.bias);
+  }
+
+  // Sum of fn(layer) over every layer with parameters.
+  template <class Fn>
+  std::int64_t sum_layers(Fn&& fn) const {
+    std::int64_t s = fn(tok_) + fn(pos_) + fn(ln_f_) + fn(head_);
+    for (const Block& b : blocks_) {
+      s += fn(b.ln1) + fn(b.ln2);
+      for (const Projection* p : {&b.qkv, &b.proj, &b.fc, &b.fc_proj})
+        s += std::visit([&](const auto& layer) { return fn(layer); }, *p);
+    }
+    return s;
+  }
+
+  GPTConfig config_;
+  TokenEmbedding<T> tok_;
+  PositionalEmbedding<T> pos_;
+  std::vector<Block> blocks_;
+  LayerNorm<T> ln_f_;
+  Linear<T> head_;
+  GELU<T> gelu_;
+
+  Matrix<T> x0_;          // embeddings: the residual stream entering block 0
+  Matrix<T> lnf_out_;     // LN_f's output, the head's input
+  Matrix<T> logits_, dlogits_;
+  Matrix<T> scratch_a_, scratch_b_;  // [d x N] gradients used within one layer's backward
+  Matrix<T> g_in_;        // gradient at x0 (the embeddings' dY)
+  Matrix<T> shared_dqkv_, shared_dfc_;  // dY of dense qkv / fc projections
+  std::span<const std::int32_t> tokens_;
+  std::int64_t seq_len_ = 0;
+  bool forwarded_ = false;
+};
+
+}  // namespace sprig
