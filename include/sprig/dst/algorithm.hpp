@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -29,6 +30,8 @@
 
 #include "../core/rng.hpp"
 #include "../core/slot_log.hpp"
+#include "../nn/gemm.hpp"
+#include "../nn/model.hpp"
 #include "../nn/sequential.hpp"
 #include "drop_grow.hpp"
 #include "schedule.hpp"
@@ -54,10 +57,18 @@ struct UpdateReport {
 template <Value T, ColumnIndex Index>
 class SparsityAlgorithm;
 
+// A TrainableModel (nn/model.hpp) whose value and index types are T and Index.
+template <class M, class T, class Index>
+concept ModelOf = TrainableModel<M> && std::same_as<typename M::value_type, T> && std::same_as<typename M::index_type, Index>;
+
+// The algorithm type that serves a model.
+template <TrainableModel M>
+using AlgorithmFor = SparsityAlgorithm<typename M::value_type, typename M::index_type>;
+
 // One optimizer step and/or topology update for training step t (defined below).
-template <Value T, ColumnIndex Index, class Optimizer>
-void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, Sequential<T, Index>& model,
-                std::int64_t t, UpdateReport* report = nullptr);
+template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
+void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,
+                UpdateReport* report = nullptr);
 
 // The base of Static, SET, RigL and SNFS. Not thread-safe: one algorithm object serves one
 // model, called from one thread (the kernels inside parallelize themselves).
@@ -145,8 +156,8 @@ protected:
   }
 
 private:
-  template <Value U, ColumnIndex I, class Optimizer>
-  friend void apply_step(SparsityAlgorithm<U, I>&, Optimizer&, Sequential<U, I>&, std::int64_t, UpdateReport*);
+  template <Value U, ColumnIndex I, class Optimizer, ModelOf<U, I> M>
+  friend void apply_step(SparsityAlgorithm<U, I>&, Optimizer&, M&, std::int64_t, UpdateReport*);
 
   // Throws ArgumentError naming `caller` unless every layer holds an input [cols x B] and an
   // output gradient [rows x B], B >= 1, when the algorithm needs them.
@@ -214,16 +225,17 @@ private:
 };
 
 // One optimizer step and/or topology update for training step t (0-based), after forward
-// and backward, in the reference order: the optimizer first, then the topology (so survivors
+// and backward, on any TrainableModel (Sequential, GPT, a user's class: nn/model.hpp), in the
+// reference order: the optimizer first, then the topology (so survivors
 // carry this step's update), except that an algorithm that skips the optimizer on update steps
 // (RigL) only changes the topology. `report`, if given, receives the update's report on an
 // update step and is left untouched otherwise.
 // Throws ArgumentError before anything changes when the algorithm needs gradients (RigL,
 // SNFS) and the model holds no forward/backward; whatever optimizer.step and update() throw.
 // Cost: the optimizer step, plus update() on update steps. Deterministic as update() is.
-template <Value T, ColumnIndex Index, class Optimizer>
-void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, Sequential<T, Index>& model,
-                std::int64_t t, UpdateReport* report) {
+template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
+void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,
+                UpdateReport* report) {
   if (!algorithm.is_update_step(t)) {
     optimizer.step(model);
     return;

@@ -1,6 +1,7 @@
 // sprig/io/checkpoint.hpp — save and load a whole training state (model, optimizer, DST
 // algorithm, progress), so that a run resumed from a checkpoint is bitwise the run that was
-// never interrupted. (One PaddedCSR alone: io/padded_csr_file.hpp.)
+// never interrupted, for any TrainableModel (nn/model.hpp: Sequential, GPT, a user's
+// class). (One PaddedCSR alone: io/padded_csr_file.hpp.)
 //
 //   // every N steps (t = the step just completed, 0-based):
 //   sprig::save_training_state(dir / "state.sprig", model, optimizer,
@@ -15,9 +16,12 @@
 // (i64/u64/f64 little-endian; T values and Index columns at their own width):
 //
 //   training-state file (kind 2), sections in this order:
-//     "MODL"  layer count u32; per layer: kind u8 (1 SparseLinear, 2 Linear, 3 ReLU,
-//             4 GELU), in i64, out i64 (0 and 0 for parameter-free layers)
-//     per parameter, in Sequential::for_each_parameter order:
+//     "MODL"  entry count u32; per entry: kind u8, in i64, out i64. A Sequential's entries
+//             are its layers (kind 1 SparseLinear, 2 Linear, 3 ReLU, 4 GELU; in and out 0
+//             for parameter-free layers); any other TrainableModel's (nn/model.hpp: GPT,
+//             a user's class) are its parameters (kind 5 sparse, 6 dense; in = cols,
+//             out = rows)
+//     per parameter, in the model's for_each_parameter order:
 //       "SPAR"  decay u8, a sparse matrix (as "CSR "), state count u8, per state vector:
 //               present u8 and, if present, T[nnz] (the live slots, in the matrix's order)
 //       "DENS"  rows i64, cols i64, decay u8, values T[rows*cols], state count u8, per
@@ -150,8 +154,54 @@ inline const char* layer_kind_name(std::uint8_t k) {
     case 2: return "Linear";
     case 3: return "ReLU";
     case 4: return "GELU";
+    case 5: return "sparse parameter";
+    case 6: return "dense parameter";
     default: return "unknown";
   }
+}
+
+// One entry of the "MODL" section: a layer of a Sequential, or a parameter of any other TrainableModel.
+struct StructureEntry {
+  std::uint8_t kind = 0;
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+};
+
+template <class M>
+inline constexpr bool is_sequential = false;
+template <Value T, ColumnIndex Index>
+inline constexpr bool is_sequential<Sequential<T, Index>> = true;
+
+// What the "MODL" section records of a model, and the noun its messages use.
+template <TrainableModel M>
+std::vector<StructureEntry> structure(const M& model) {
+  std::vector<StructureEntry> out;
+  if constexpr (is_sequential<M>) {
+    for (std::size_t k = 0; k < model.size(); ++k)
+      std::visit(
+          [&](const auto& l) {
+            using L = std::remove_cvref_t<decltype(l)>;
+            StructureEntry e{layer_kind<L>(), 0, 0};
+            if constexpr (requires { l.in_features(); }) {
+              e.in = l.in_features();
+              e.out = l.out_features();
+            }
+            out.push_back(e);
+          },
+          model.layer(k));
+  } else {
+    model.for_each_parameter([&](const auto& p) {
+      if constexpr (requires { p.weight.storage_size(); })
+        out.push_back({5, p.weight.cols(), p.weight.rows()});
+      else
+        out.push_back({6, p.cols, p.rows});
+    });
+  }
+  return out;
+}
+template <class M>
+constexpr const char* entry_noun() {
+  return is_sequential<M> ? "layer" : "parameter";
 }
 
 // ---- optimizers -------------------------------------------------------------------------
@@ -205,16 +255,6 @@ struct StagedDense {
   bool decay = true;
 };
 
-// Calls fn(param) for every parameter of a layer (const or not), weight then bias, as the
-// layers' own for_each_parameter does (which exists for non-const layers only).
-template <class L, class Fn>
-void for_each_parameter_of(L& layer, Fn&& fn) {
-  if constexpr (requires { layer.weight; layer.bias; }) {
-    fn(layer.weight);
-    fn(layer.bias);
-  }
-}
-
 }  // namespace detail::ckpt
 
 // ---- training state ---------------------------------------------------------------------
@@ -222,30 +262,23 @@ void for_each_parameter_of(L& layer, Fn&& fn) {
 // The bytes of a training-state file (format at the top). `algorithm` may be null (no DST).
 // O(model bytes); reads the model only (safe alongside other readers); throws only
 // std::bad_alloc. The same state gives the same bytes.
-template <Value T, ColumnIndex Index, class Optimizer>
-std::vector<std::byte> encode_training_state(const Sequential<T, Index>& model, const Optimizer& optimizer,
-                                             const TrainingProgress& progress,
-                                             const dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+template <class Optimizer, TrainableModel M>
+std::vector<std::byte> encode_training_state(const M& model, const Optimizer& optimizer, const TrainingProgress& progress,
+                                             const dst::AlgorithmFor<M>* algorithm = nullptr) {
+  using T = typename M::value_type;
+  using Index = typename M::index_type;
   namespace ck = detail::ckpt;
   binary::Writer w;
   w.header(binary::FileKind::training_state, ck::value_code<T>(), ck::index_code<Index>());
 
+  const std::vector<ck::StructureEntry> entries = ck::structure(model);
   w.begin_section(ck::kModel);
-  w.put(static_cast<std::uint32_t>(model.size()));
-  for (std::size_t k = 0; k < model.size(); ++k)
-    std::visit(
-        [&](const auto& l) {
-          using L = std::remove_cvref_t<decltype(l)>;
-          w.put(ck::layer_kind<L>());
-          if constexpr (requires { l.in_features(); }) {
-            w.put(l.in_features());
-            w.put(l.out_features());
-          } else {
-            w.put(std::int64_t{0});
-            w.put(std::int64_t{0});
-          }
-        },
-        model.layer(k));
+  w.put(static_cast<std::uint32_t>(entries.size()));
+  for (const ck::StructureEntry& e : entries) {
+    w.put(e.kind);
+    w.put(e.in);
+    w.put(e.out);
+  }
   w.end_section();
 
   auto put_states = [&](const auto& states, auto&& put_one) {
@@ -255,32 +288,25 @@ std::vector<std::byte> encode_training_state(const Sequential<T, Index>& model, 
       if (!s.empty()) put_one(s);
     }
   };
-  for (std::size_t k = 0; k < model.size(); ++k)
-    std::visit(
-        [&](const auto& l) {
-          ck::for_each_parameter_of(l, [&](const auto& p) {
-            if constexpr (requires { p.weight.storage_size(); }) {
-              p.check_aligned("sprig::save_training_state");
-              if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
-              w.begin_section(ck::kSparse);
-              w.put_bool(p.decay);
-              ck::put_sparse(w, p.weight);
-              put_states(p.state, [&](const AlignedVector<T>& s) { ck::put_live(w, p.weight, s); });
-              w.end_section();
-            } else {
-              p.check_aligned("sprig::save_training_state");
-              if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
-              w.begin_section(ck::kDense);
-              w.put(p.rows);
-              w.put(p.cols);
-              w.put_bool(p.decay);
-              w.put_array(std::span<const T>(p.value));
-              put_states(p.state, [&](const AlignedVector<T>& s) { w.put_array(std::span<const T>(s)); });
-              w.end_section();
-            }
-          });
-        },
-        model.layer(k));
+  model.for_each_parameter([&](const auto& p) {
+    p.check_aligned("sprig::save_training_state");
+    if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
+    if constexpr (requires { p.weight.storage_size(); }) {
+      w.begin_section(ck::kSparse);
+      w.put_bool(p.decay);
+      ck::put_sparse(w, p.weight);
+      put_states(p.state, [&](const AlignedVector<T>& s) { ck::put_live(w, p.weight, s); });
+      w.end_section();
+    } else {
+      w.begin_section(ck::kDense);
+      w.put(p.rows);
+      w.put(p.cols);
+      w.put_bool(p.decay);
+      w.put_array(std::span<const T>(p.value));
+      put_states(p.state, [&](const AlignedVector<T>& s) { w.put_array(std::span<const T>(s)); });
+      w.end_section();
+    }
+  });
 
   const ck::OptimizerImage o = ck::describe(optimizer);
   w.begin_section(ck::kOptimizer);
@@ -322,42 +348,37 @@ std::vector<std::byte> encode_training_state(const Sequential<T, Index>& model, 
 // file's weights, topology, per-slot state, decay flags, optimizer step count and LR and
 // the algorithm's compact_threshold replace theirs. Nothing is changed if it throws. When
 // `algorithm` is null, saved DST state is ignored.
-template <Value T, ColumnIndex Index, class Optimizer>
-TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::string source, Sequential<T, Index>& model,
-                                       Optimizer& optimizer, dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+template <class Optimizer, TrainableModel M>
+TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::string source, M& model,
+                                       Optimizer& optimizer, dst::AlgorithmFor<M>* algorithm = nullptr) {
+  using T = typename M::value_type;
+  using Index = typename M::index_type;
   namespace ck = detail::ckpt;
   const binary::Container c = binary::parse_container(bytes, std::move(source));
   ck::check_types(c, binary::FileKind::training_state, ck::value_code<T>(), ck::index_code<Index>(), "model");
   std::size_t next = 0;
+  const M& target = model;
+  constexpr const char* noun = ck::entry_noun<M>();
 
   // Model structure.
   {
     binary::Reader r = ck::section(c, next++, ck::kModel, "model structure");
+    const std::vector<ck::StructureEntry> want = ck::structure(target);
     const std::int64_t at = r.offset();
-    const auto layers = r.get<std::uint32_t>("layer count");
-    if (layers != model.size())
-      r.fail_at(at, "shape mismatch: the checkpoint has ", layers, " layers, the model has ", model.size());
-    for (std::size_t k = 0; k < model.size(); ++k) {
-      const std::int64_t at_layer = r.offset();
+    const auto count = r.get<std::uint32_t>("layer count");
+    if (count != want.size())
+      r.fail_at(at, "shape mismatch: the checkpoint has ", count, " ", noun, "s, the model has ", want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      const std::int64_t at_entry = r.offset();
       const auto kind = r.get<std::uint8_t>("layer kind");
       const auto in = r.get<std::int64_t>("in features");
       const auto out = r.get<std::int64_t>("out features");
-      std::visit(
-          [&](const auto& l) {
-            using L = std::remove_cvref_t<decltype(l)>;
-            std::int64_t want_in = 0, want_out = 0;
-            if constexpr (requires { l.in_features(); }) {
-              want_in = l.in_features();
-              want_out = l.out_features();
-            }
-            if (kind != ck::layer_kind<L>())
-              r.fail_at(at_layer, "layer ", k, " is a ", ck::layer_kind_name(kind), " in the checkpoint but a ",
-                        ck::layer_kind_name(ck::layer_kind<L>()), " in the model");
-            if (in != want_in || out != want_out)
-              r.fail_at(at_layer, "shape mismatch: layer ", k, " (", ck::layer_kind_name(kind), ") is ", out, "x", in,
-                        " (out x in) in the checkpoint but ", want_out, "x", want_in, " in the model");
-          },
-          model.layer(k));
+      if (kind != want[k].kind)
+        r.fail_at(at_entry, noun, " ", k, " is a ", ck::layer_kind_name(kind), " in the checkpoint but a ",
+                  ck::layer_kind_name(want[k].kind), " in the model");
+      if (in != want[k].in || out != want[k].out)
+        r.fail_at(at_entry, "shape mismatch: ", noun, " ", k, " (", ck::layer_kind_name(kind), ") is ", out, "x", in,
+                  " (out x in) in the checkpoint but ", want[k].out, "x", want[k].in, " in the model");
     }
     r.expect_end();
   }
@@ -365,48 +386,45 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   // Parameters, decoded into temporaries.
   std::vector<ck::StagedSparse<T, Index>> sparse;
   std::vector<ck::StagedDense<T>> dense;
-  for (std::size_t k = 0; k < model.size(); ++k)
-    std::visit(
-        [&](const auto& l) {
-          ck::for_each_parameter_of(l, [&](const auto& p) {
-            if constexpr (requires { p.weight.storage_size(); }) {
-              binary::Reader r = ck::section(c, next++, ck::kSparse, "a sparse parameter");
-              ck::StagedSparse<T, Index> s;
-              s.decay = r.get_bool("decay flag");
-              const std::int64_t at = r.offset();
-              const auto image = ck::get_sparse<T, Index>(r);
-              if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
-                r.fail_at(at, "shape mismatch: layer ", k, " weight is ", image.rows, "x", image.cols,
-                          " in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
-              std::vector<AlignedVector<T>> packed;
-              std::vector<bool> present;
-              ck::get_states<T>(r, image.nnz, packed, present);
-              r.expect_end();
-              s.weight = ck::build(image);
-              s.grad.assign(static_cast<std::size_t>(s.weight.storage_size()), T(0));
-              s.state.resize(packed.size());
-              for (std::size_t q = 0; q < packed.size(); ++q)
-                if (present[q]) s.state[q] = ck::scatter_live(s.weight, packed[q]);
-              sparse.push_back(std::move(s));
-            } else {
-              binary::Reader r = ck::section(c, next++, ck::kDense, "a dense parameter");
-              const std::int64_t at = r.offset();
-              const auto rows = r.get<std::int64_t>("rows");
-              const auto cols = r.get<std::int64_t>("cols");
-              if (rows != p.rows || cols != p.cols)
-                r.fail_at(at, "shape mismatch: layer ", k, " has a ", rows, "x", cols,
-                          " dense parameter in the checkpoint but ", p.rows, "x", p.cols, " in the model");
-              ck::StagedDense<T> s;
-              s.decay = r.get_bool("decay flag");
-              r.get_array<T>(p.size(), s.value, "values");
-              std::vector<bool> present;
-              ck::get_states<T>(r, p.size(), s.state, present);
-              r.expect_end();
-              dense.push_back(std::move(s));
-            }
-          });
-        },
-        model.layer(k));
+  std::size_t k = 0;  // the parameter's index, for messages
+  target.for_each_parameter([&](const auto& p) {
+    if constexpr (requires { p.weight.storage_size(); }) {
+      binary::Reader r = ck::section(c, next++, ck::kSparse, "a sparse parameter");
+      ck::StagedSparse<T, Index> s;
+      s.decay = r.get_bool("decay flag");
+      const std::int64_t at = r.offset();
+      const auto image = ck::get_sparse<T, Index>(r);
+      if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
+        r.fail_at(at, "shape mismatch: parameter ", k, " is a ", image.rows, "x", image.cols,
+                  " sparse weight in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
+      std::vector<AlignedVector<T>> packed;
+      std::vector<bool> present;
+      ck::get_states<T>(r, image.nnz, packed, present);
+      r.expect_end();
+      s.weight = ck::build(image);
+      s.grad.assign(static_cast<std::size_t>(s.weight.storage_size()), T(0));
+      s.state.resize(packed.size());
+      for (std::size_t q = 0; q < packed.size(); ++q)
+        if (present[q]) s.state[q] = ck::scatter_live(s.weight, packed[q]);
+      sparse.push_back(std::move(s));
+    } else {
+      binary::Reader r = ck::section(c, next++, ck::kDense, "a dense parameter");
+      const std::int64_t at = r.offset();
+      const auto rows = r.get<std::int64_t>("rows");
+      const auto cols = r.get<std::int64_t>("cols");
+      if (rows != p.rows || cols != p.cols)
+        r.fail_at(at, "shape mismatch: parameter ", k, " is a ", rows, "x", cols,
+                  " dense parameter in the checkpoint but ", p.rows, "x", p.cols, " in the model");
+      ck::StagedDense<T> s;
+      s.decay = r.get_bool("decay flag");
+      r.get_array<T>(p.size(), s.value, "values");
+      std::vector<bool> present;
+      ck::get_states<T>(r, p.size(), s.state, present);
+      r.expect_end();
+      dense.push_back(std::move(s));
+    }
+    ++k;
+  });
 
   // Optimizer.
   const ck::OptimizerImage mine = ck::describe(optimizer);
@@ -497,29 +515,22 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
 
   // Everything is valid: commit with non-throwing moves.
   std::size_t si = 0, di = 0;
-  for (std::size_t k = 0; k < model.size(); ++k)
-    std::visit(
-        [&](auto& l) {
-          if constexpr (requires { l.weight; l.bias; }) {
-            ck::for_each_parameter_of(l, [&](auto& p) {
-              if constexpr (requires { p.weight.storage_size(); }) {
-                auto& s = sparse[si++];
-                p.weight = std::move(s.weight);
-                p.grad = std::move(s.grad);
-                p.state = std::move(s.state);
-                p.decay = s.decay;
-              } else {
-                auto& s = dense[di++];
-                p.value = std::move(s.value);
-                std::fill(p.grad.begin(), p.grad.end(), T(0));
-                p.state = std::move(s.state);
-                p.decay = s.decay;
-              }
-            });
-            if constexpr (requires { l.transpose_cache().invalidate(); }) l.transpose_cache().invalidate();
-          }
-        },
-        model.layer(k));
+  model.for_each_parameter([&](auto& p) {
+    if constexpr (requires { p.weight.storage_size(); }) {
+      auto& s = sparse[si++];
+      p.weight = std::move(s.weight);
+      p.grad = std::move(s.grad);
+      p.state = std::move(s.state);
+      p.decay = s.decay;
+    } else {
+      auto& s = dense[di++];
+      p.value = std::move(s.value);
+      std::fill(p.grad.begin(), p.grad.end(), T(0));
+      p.state = std::move(s.state);
+      p.decay = s.decay;
+    }
+  });
+  for (const SparseLayerRef<T, Index>& l : model.sparse_layers()) l.layer->transpose_cache().invalidate();
   optimizer.set_step_count(saved.step);
   optimizer.set_lr(saved.lr);
   if (algorithm) {
@@ -532,18 +543,18 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
 // Writes encode_training_state's bytes to `path` atomically (io/atomic_file.hpp): a crash
 // leaves the old file or the new one. Throws sprig::Error naming the call and errno's text
 // when the file cannot be written; `path` is then unchanged.
-template <Value T, ColumnIndex Index, class Optimizer>
-void save_training_state(const std::filesystem::path& path, const Sequential<T, Index>& model, const Optimizer& optimizer,
-                         const TrainingProgress& progress, const dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+template <class Optimizer, TrainableModel M>
+void save_training_state(const std::filesystem::path& path, const M& model, const Optimizer& optimizer,
+                         const TrainingProgress& progress, const dst::AlgorithmFor<M>* algorithm = nullptr) {
   const auto bytes = encode_training_state(model, optimizer, progress, algorithm);
   detail::ckpt::write_file_atomically(path, bytes, "sprig::save_training_state");
 }
 
 // Reads `path` and restores it into the targets as decode_training_state does (all or
 // nothing). Throws FormatError naming the file for a missing, unreadable or invalid file.
-template <Value T, ColumnIndex Index, class Optimizer>
-TrainingProgress load_training_state(const std::filesystem::path& path, Sequential<T, Index>& model, Optimizer& optimizer,
-                                     dst::SparsityAlgorithm<T, Index>* algorithm = nullptr) {
+template <class Optimizer, TrainableModel M>
+TrainingProgress load_training_state(const std::filesystem::path& path, M& model, Optimizer& optimizer,
+                                     dst::AlgorithmFor<M>* algorithm = nullptr) {
   const auto bytes = detail::ckpt::read_file(path);
   return decode_training_state(std::span<const std::byte>(bytes), path.string(), model, optimizer, algorithm);
 }

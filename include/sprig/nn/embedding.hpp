@@ -104,6 +104,10 @@ public:
   void for_each_parameter(Fn&& fn) {
     fn(table);
   }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    fn(table);
+  }
 
   // Bytes of the table; the same (dense); and everything the layer owns (table, gradient,
   // optimizer state).
@@ -189,6 +193,10 @@ public:
   // Calls fn(table): what an optimizer's step visits.
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
+    fn(table);
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
     fn(table);
   }
 

@@ -202,6 +202,11 @@ public:
     fn(gain);
     fn(bias);
   }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    fn(gain);
+    fn(bias);
+  }
 
   // Bytes of gain and bias; the same (dense); and everything the layer owns (parameters,
   // their gradients and optimizer state, the per-column buffers).

@@ -118,6 +118,11 @@ public:
     fn(weight);
     fn(bias);
   }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    fn(weight);
+    fn(bias);
+  }
 
   // Bytes of the weights and bias; the same (a dense layer); and everything the layer owns
   // (weights, gradients, optimizer state).

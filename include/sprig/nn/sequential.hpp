@@ -57,21 +57,11 @@
 #include "../core/matrix.hpp"
 #include "gelu.hpp"
 #include "linear.hpp"
+#include "model.hpp"
 #include "relu.hpp"
 #include "sparse_linear.hpp"
 
 namespace sprig {
-
-// What dynamic sparse training needs from one sparse layer after a step: the layer (its
-// SparseParameter is layer->weight), the input it saw and the gradient of its output.
-template <Value T, ColumnIndex Index>
-struct SparseLayerRef {
-  std::size_t position;       // index of the layer in the Sequential
-  std::size_t sparse_index;   // 0, 1, ... among the sparse layers
-  SparseLinear<T, Index>* layer;
-  ConstMatrixView<T> input;        // X of the last forward   [in x B]
-  ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
-};
 
 template <Value T, ColumnIndex Index = std::int32_t>
 class Sequential {
@@ -203,11 +193,22 @@ public:
 
   // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter,
   // in layer order (each layer's weight, then its bias): what an optimizer's step visits.
+  // With sparse_layers(), what makes a Sequential a Model (nn/model.hpp).
+  // The const form visits the same parameters in the same order (a checkpoint writes with it).
   template <class Fn>
   void for_each_parameter(Fn&& fn) {
     for (auto& l : layers_)
       std::visit(
           [&](auto& layer) {
+            if constexpr (requires { layer.for_each_parameter(fn); }) layer.for_each_parameter(fn);
+          },
+          l);
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    for (const auto& l : layers_)
+      std::visit(
+          [&](const auto& layer) {
             if constexpr (requires { layer.for_each_parameter(fn); }) layer.for_each_parameter(fn);
           },
           l);

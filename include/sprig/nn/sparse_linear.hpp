@@ -194,6 +194,11 @@ public:
     fn(weight);
     fn(bias);
   }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    fn(weight);
+    fn(bias);
+  }
 
   // The cached W^T backward uses (rebuilt when W's topology_key changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }

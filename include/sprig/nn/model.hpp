@@ -1,0 +1,101 @@
+// sprig/nn/model.hpp — the TrainableModel concept: what optimizers, dynamic sparse training
+// (dst::apply_step), checkpoints (io/checkpoint.hpp), gradient clipping and memory
+// accounting need from a model. Sequential and GPT satisfy it; so does a user's own class
+// with these members:
+//
+//   using value_type = T;  using index_type = Index;
+//   template <class Fn> void for_each_parameter(Fn&& fn);        // fn(SparseParameter<T, Index>&)
+//   template <class Fn> void for_each_parameter(Fn&& fn) const;  //  or fn(DenseParameter<T>&),
+//                                                                // const in the const form
+//   std::vector<SparseLayerRef<T, Index>> sparse_layers();
+//
+// Contract: for_each_parameter visits every trainable parameter once, in an order fixed by
+// the model's structure (both forms in the same order: a checkpoint writes with one and
+// reads with the other). sparse_layers() lists the model's SparseLinear layers in a fixed
+// order, each with the input it saw in the last forward and the output gradient of the last
+// backward (empty views before them); those views stay valid until the next forward. A DST
+// algorithm changes the layers' topology through these references; a model that caches
+// anything derived from a sparse weight's topology must key it on
+// PaddedCSR::topology_key() (as SparseLinear's transpose cache does).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/matrix.hpp"
+#include "parameter.hpp"
+#include "sparse_linear.hpp"
+
+namespace sprig {
+
+// What dynamic sparse training needs from one sparse layer after a step: the layer (its
+// SparseParameter is layer->weight), the input it saw and the gradient of its output.
+template <Value T, ColumnIndex Index>
+struct SparseLayerRef {
+  std::size_t position;       // where the layer sits in its model (the model documents it)
+  std::size_t sparse_index;   // 0, 1, ... among the model's sparse layers
+  SparseLinear<T, Index>* layer;
+  ConstMatrixView<T> input;        // X of the last forward   [in x B]
+  ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
+};
+
+namespace detail {
+// Accepts any parameter: the probe the concept calls for_each_parameter with.
+struct ParameterProbe {
+  template <class P>
+  void operator()(P&) const noexcept {}
+};
+}  // namespace detail
+
+template <class M>
+concept TrainableModel = requires(M& m, const M& cm) {
+  typename M::value_type;
+  typename M::index_type;
+  m.for_each_parameter(detail::ParameterProbe{});
+  cm.for_each_parameter(detail::ParameterProbe{});
+  { m.sparse_layers() } -> std::convertible_to<std::vector<SparseLayerRef<typename M::value_type, typename M::index_type>>>;
+};
+
+// Bytes of a model's parameters by kind, from for_each_parameter alone (so any TrainableModel has
+// it). weights: every stored array of the weights (sparse: all PaddedCSR arrays, padding
+// and reserve included); dense_weights: the same parameters stored dense (rows x cols
+// values each); gradients and optimizer_state: capacities of grad and of the state
+// vectors. Activations and scratch are the model's own (its memory_bytes(), if it has one).
+struct ParameterMemory {
+  std::int64_t weights = 0;
+  std::int64_t dense_weights = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_state = 0;
+  std::int64_t parameters = 0;       // live weights (sparse: nnz; dense: rows x cols)
+  std::int64_t dense_parameters = 0; // rows x cols summed over all parameters
+};
+
+// O(parameters); reads only.
+template <TrainableModel M>
+ParameterMemory parameter_memory(const M& model) {
+  using T = typename M::value_type;
+  ParameterMemory m;
+  model.for_each_parameter([&](const auto& p) {
+    std::int64_t rows = 0, cols = 0;
+    if constexpr (requires { p.weight.storage_size(); }) {
+      rows = p.weight.rows();
+      cols = p.weight.cols();
+      m.parameters += p.weight.nnz();
+    } else {
+      rows = p.rows;
+      cols = p.cols;
+      m.parameters += rows * cols;
+    }
+    m.weights += p.weight_bytes();
+    m.dense_weights += rows * cols * static_cast<std::int64_t>(sizeof(T));
+    m.dense_parameters += rows * cols;
+    m.gradients += static_cast<std::int64_t>(p.grad.capacity() * sizeof(T));
+    for (const auto& s : p.state) m.optimizer_state += static_cast<std::int64_t>(s.capacity() * sizeof(T));
+  });
+  return m;
+}
+
+}  // namespace sprig
