@@ -14,7 +14,9 @@
 
 #include "observed_new.hpp"
 #include "sprig/core/rng.hpp"
+#include "sprig/nn/model.hpp"
 #include "sprig/nn/softmax_cross_entropy.hpp"
+#include "sprig/optim/adamw.hpp"
 #include "test_nn_gradcheck.hpp"
 #include "with_threads.hpp"
 
@@ -23,6 +25,9 @@ static std::atomic<long> g_allocations{0};
 void sprig_test_observe_new(std::size_t) noexcept { g_allocations.fetch_add(1, std::memory_order_relaxed); }
 
 using namespace sprig;
+
+static_assert(TrainableModel<GPT<float>>);
+static_assert(TrainableModel<GPT<double, std::int64_t>>);
 
 namespace {
 
@@ -203,6 +208,43 @@ TEMPLATE_TEST_CASE("GPT: a steady-state forward, loss and backward allocate noth
   const long again = g_allocations.load();
   step(model, ce, tokens, labels, 4, 4);
   CHECK(g_allocations.load() - again == 0);
+  // and with the optimizer's step, once its state exists
+  AdamW<T> opt({.lr = 1e-3});
+  step(model, ce, tokens, labels, 4, 4);
+  opt.step(model);
+  const long with_opt = g_allocations.load();
+  step(model, ce, tokens, labels, 4, 4);
+  opt.step(model);
+  CHECK(g_allocations.load() - with_opt == 0);
+}
+
+TEMPLATE_TEST_CASE("GPT: AdamW learns a repeating sequence with sparse projections", "[nn][gpt][train]", float,
+                   double) {
+  using T = TestType;
+  GPT<T> model(kTiny, kTinyDensities, {.seed = 6});
+  // sequences of the period-5 pattern 0 3 1 4 2 ..., each starting at another phase; the
+  // label of token t is token t + 1, which a causal model can learn from the token itself
+  const int pattern[] = {0, 3, 1, 4, 2};
+  std::vector<std::int32_t> tokens;
+  std::vector<int> labels;
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 8; ++t) {
+      tokens.push_back(pattern[(b + t) % 5]);
+      labels.push_back(pattern[(b + t + 1) % 5]);
+    }
+  SoftmaxCrossEntropy<T> ce;
+  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
+  const T first = step(model, ce, tokens, labels, 4, 8);
+  T last = first;
+  for (int s = 0; s < 100; ++s) {
+    opt.step(model);
+    last = step(model, ce, tokens, labels, 4, 8);
+  }
+  CHECK(first > T(2));  // about log(11) at the start
+  CHECK(last < T(0.05));
+  const ParameterMemory mem = parameter_memory(model);
+  CHECK(mem.weights == model.weight_bytes());
+  CHECK(mem.optimizer_state > 0);
 }
 
 TEST_CASE("GPT: sparse_layers lists the sparse projections with the X and dY their gradients came from",

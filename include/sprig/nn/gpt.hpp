@@ -35,6 +35,9 @@
 // GPTProjection), 2 + 4 layers the head. The same config, densities and options give the
 // same model on any run and for any thread count.
 //
+// A GPT is a TrainableModel (nn/model.hpp): optimizers, dst::apply_step, checkpoints and
+// parameter_memory walk it as they walk a Sequential.
+//
 // Sparse layers (sparse_layers()): one SparseLayerRef per SparseLinear, in model order, with
 // position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
 // last forward (LN1's output, the attention output, LN2's output, the GELU output) and
@@ -83,6 +86,7 @@
 #include "gelu.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
+#include "model.hpp"
 #include "parameter.hpp"
 #include "residual.hpp"
 #include "sequential.hpp"
