@@ -1,0 +1,32 @@
+# char_gpt: a character-level GPT on Tiny Shakespeare (examples/data), dense or with sparse
+# attention / FFN projections. Needs CLI11; the head and dense projections use OpenBLAS (the
+# OpenMP build, as fashion_mnist) when it is installed, else the portable GEMM.
+find_package(CLI11 CONFIG QUIET)
+if(CLI11_FOUND)
+  add_executable(char_gpt ${CMAKE_CURRENT_LIST_DIR}/char_gpt.cpp)
+  target_link_libraries(char_gpt PRIVATE sprig::sprig sprig_dev_flags CLI11::CLI11)
+  target_compile_definitions(char_gpt PRIVATE CHAR_GPT_DEFAULT_DATA="${CMAKE_CURRENT_LIST_DIR}/data/tinyshakespeare.txt")
+  include(SprigOpenBLAS)
+  if(TARGET sprig::openblas_openmp)
+    target_link_libraries(char_gpt PRIVATE sprig::openblas_openmp)
+  endif()
+else()
+  message(STATUS "sprig: char_gpt needs CLI11; not built")
+endif()
+
+if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
+  # A tiny model for a few steps: the whole loop (RigL, clipping, validation, sampling) runs.
+  set(CHAR_GPT_TINY --layers 2 --heads 2 --d-model 32 --d-ff 64 --block 32 --batch 4 --eval-windows 8 --threads 1
+                    --attn-sparsity 0.5 --ffn-sparsity 0.8 --algorithm rigl --delta-t 10 --sample 40)
+  add_test(NAME example:char_gpt_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --steps 30 --eval-every 10)
+  set_tests_properties(example:char_gpt_smoke PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "RESULT val_loss=[0-9.]+ ms_per_step=[0-9.]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ tokens_per_s=")
+  add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
+  set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")
+  # Kill-and-resume equals the uninterrupted run: the same validation losses and sample.
+  add_test(NAME example:char_gpt_resume
+           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_resume
+                   "-DARGS=${CHAR_GPT_TINY}" -P ${CMAKE_CURRENT_LIST_DIR}/scripts/char_gpt_resume.cmake)
+  set_tests_properties(example:char_gpt_resume PROPERTIES LABELS example)
+endif()

@@ -1,0 +1,370 @@
+// char_gpt — train a character-level GPT on Tiny Shakespeare, dense or with truly sparse
+// projections (PaddedCSR weights and sparse kernels in attention and/or the FFN), with the
+// nanoGPT recipe: AdamW betas (0.9, 0.99), weight decay on the projection and head matrices
+// only, linear warmup then cosine decay, global-norm clipping, random windows of the block
+// size from the first 90% of the text, validation on a fixed set of windows from the last 10%.
+//
+//   char_gpt                                              # small config, dense
+//   char_gpt --ffn-sparsity 0.9                           # FFN 90% sparse
+//   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl
+//   char_gpt --config mini40m --ffn-sparsity 0.9 --steps 20   # the speed configuration
+//
+// Configs: small = 4 layers, 4 heads, d_model 256, d_ff 1024, block 128, batch 16, 2000
+// steps, lr 1e-3 (warmup 100, cosine to 1e-4), clip 1.0, weight decay 0.1; mini40m = 8
+// layers, 10 heads, d_model 640, d_ff 2560, block 128, batch 8 (same recipe). --layers,
+// --heads, --d-model, --d-ff, --batch, --steps override a config's values.
+// Progress goes to stderr; results to stdout, ending with one machine-readable line:
+//   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
+#include <sprig/dst/gpt_builder.hpp>
+#include <sprig/dst/rigl.hpp>
+#include <sprig/dst/set.hpp>
+#include <sprig/dst/snfs.hpp>
+#include <sprig/dst/static_topology.hpp>
+#include <sprig/io/checkpoint.hpp>
+#include <sprig/io/text.hpp>
+#include <sprig/nn/gpt.hpp>
+#include <sprig/nn/model.hpp>
+#include <sprig/nn/sampling.hpp>
+#include <sprig/nn/softmax_cross_entropy.hpp>
+#include <sprig/optim/adamw.hpp>
+#include <sprig/optim/clip.hpp>
+#include <sprig/optim/lr_schedule.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(_OPENMP)
+#  include <omp.h>
+#endif
+
+#ifndef CHAR_GPT_DEFAULT_DATA
+#  define CHAR_GPT_DEFAULT_DATA "examples/data/tinyshakespeare.txt"
+#endif
+
+namespace {
+
+using T = float;
+using Index = std::int32_t;
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::string config = "small";
+  std::int64_t layers = 0, heads = 0, d_model = 0, d_ff = 0, block = 128, batch = 0, steps = 0;  // 0: the config's
+  double attn_sparsity = 0.0;
+  double ffn_sparsity = 0.0;
+  std::string distribution = "uniform";
+  std::string algorithm = "none";
+  std::int64_t delta_t = 100;
+  double alpha = 0.3;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0;
+  std::int64_t warmup = 100;
+  std::uint64_t seed = 1;
+  int threads = 0;
+  std::string data = CHAR_GPT_DEFAULT_DATA;
+  std::int64_t eval_every = 250;
+  std::int64_t eval_windows = 64;
+  std::string csv;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 250;
+  bool resume = false;
+  std::int64_t stop_after_steps = 0;
+  std::int64_t sample_chars = 300;
+  double temperature = 0.8;
+  std::string prompt = "\n";
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Peak resident set size (VmHWM) in bytes, 0 where /proc is missing.
+std::int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// A redrawn bar on a terminal, a plain line every ~5% otherwise.
+class Progress {
+public:
+  Progress() : tty_(isatty(STDERR_FILENO) != 0) {}
+  void update(std::int64_t step, std::int64_t steps, double loss, double tokens_per_s) {
+    if (tty_) {
+      constexpr int width = 30;
+      std::string bar(static_cast<std::size_t>(width * (step + 1) / steps), '=');
+      bar.resize(width, ' ');
+      std::fprintf(stderr, "\rstep [%s] %lld/%lld loss %.4f %.0f tok/s ", bar.c_str(), static_cast<long long>(step + 1),
+                   static_cast<long long>(steps), loss, tokens_per_s);
+      if (step + 1 == steps) std::fputc('\n', stderr);
+      std::fflush(stderr);
+    } else if ((step + 1) % std::max<std::int64_t>(1, steps / 20) == 0 || step + 1 == steps) {
+      std::fprintf(stderr, "step %lld/%lld loss %.4f %.0f tok/s\n", static_cast<long long>(step + 1),
+                   static_cast<long long>(steps), loss, tokens_per_s);
+    }
+  }
+
+private:
+  bool tty_;
+};
+
+void apply_config_defaults(Config& c) {
+  const bool mini = c.config == "mini40m";
+  auto pick = [](std::int64_t& v, std::int64_t small, std::int64_t big, bool use_big) {
+    if (v == 0) v = use_big ? big : small;
+  };
+  pick(c.layers, 4, 8, mini);
+  pick(c.heads, 4, 10, mini);
+  pick(c.d_model, 256, 640, mini);
+  pick(c.d_ff, 1024, 2560, mini);
+  pick(c.batch, 16, 8, mini);
+  pick(c.steps, 2000, 2000, mini);
+}
+
+// Mean loss over the fixed validation windows, in batches of `batch` windows.
+double evaluate(sprig::GPT<T, Index>& model, std::span<const std::int32_t> val, const std::vector<std::int64_t>& starts,
+                std::int64_t batch, std::int64_t block) {
+  sprig::SoftmaxCrossEntropy<T> ce;
+  std::vector<std::int32_t> x(static_cast<std::size_t>(batch * block)), y(x.size());
+  double sum = 0.0;
+  std::int64_t windows = 0;
+  for (std::size_t b0 = 0; b0 < starts.size(); b0 += static_cast<std::size_t>(batch)) {
+    const std::size_t n = std::min(starts.size() - b0, static_cast<std::size_t>(batch));
+    const std::span<const std::int64_t> s(starts.data() + b0, n);
+    const std::span<std::int32_t> xs(x.data(), n * static_cast<std::size_t>(block)), ys(y.data(), xs.size());
+    sprig::gather_sequence_windows(val, s, block, xs, ys);
+    const auto z = model.forward(xs, static_cast<std::int64_t>(n), block);
+    sum += static_cast<double>(ce.forward(z, std::span<const int>(ys.data(), ys.size()))) * static_cast<double>(n);
+    windows += static_cast<std::int64_t>(n);
+  }
+  return sum / static_cast<double>(windows);
+}
+
+std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Config& cfg) {
+  if (cfg.algorithm == "none") return nullptr;
+  if (cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
+    throw sprig::ArgumentError("char_gpt: --algorithm needs --attn-sparsity or --ffn-sparsity > 0");
+  // updates until 75% of the run, as RigL's reference schedule
+  const auto s = sprig::dst::UpdateSchedule::for_run(cfg.steps, cfg.delta_t, cfg.alpha);
+  if (cfg.algorithm == "static") return std::make_unique<sprig::dst::Static<T, Index>>(s, cfg.seed);
+  if (cfg.algorithm == "set") return std::make_unique<sprig::dst::SET<T, Index>>(s, cfg.seed);
+  if (cfg.algorithm == "rigl") return std::make_unique<sprig::dst::RigL<T, Index>>(s, cfg.seed);
+  return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
+}
+
+int run(Config cfg) {
+  apply_config_defaults(cfg);
+#if defined(_OPENMP)
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const int threads = omp_get_max_threads();
+#else
+  const int threads = 1;
+#endif
+  const sprig::CharText text = sprig::read_char_text(cfg.data);
+  const auto [train, val] = sprig::split_tokens(text.tokens, 0.9);
+  std::printf("data: %s, %lld characters, vocabulary %lld; %zu train / %zu validation tokens\n", cfg.data.c_str(),
+              static_cast<long long>(text.size()), static_cast<long long>(text.vocab_size()), train.size(), val.size());
+
+  const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
+  sprig::dst::GPTSpec spec;
+  spec.config = {.layers = cfg.layers, .heads = cfg.heads, .d_model = cfg.d_model, .d_ff = cfg.d_ff,
+                 .block_size = cfg.block, .vocab = text.vocab_size()};
+  spec.attn_sparsity = cfg.attn_sparsity;
+  spec.ffn_sparsity = cfg.ffn_sparsity;
+  spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
+  spec.seed = cfg.seed;
+  if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
+  sprig::GPT<T, Index> model = sprig::dst::build_gpt<T, Index>(spec);
+  const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
+  std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
+              "FFN %.0f%% sparse (%s); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
+              cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
+              static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
+              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
+              static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
+              static_cast<long long>(cfg.batch), threads);
+
+  sprig::AdamW<T> opt({.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = cfg.weight_decay});
+  const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
+  const auto algorithm = make_algorithm(cfg);
+  std::printf("optimizer: AdamW betas (0.9, 0.99), lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
+              "clip %g; %lld steps; topology: %s\n",
+              cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
+              static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
+
+  const std::vector<std::int64_t> val_starts =
+      sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), cfg.block, cfg.eval_windows);
+
+  std::ofstream csv;
+  if (!cfg.csv.empty()) {
+    csv.open(cfg.csv, cfg.resume ? std::ios::app : std::ios::trunc);
+    if (!csv) throw sprig::ArgumentError("char_gpt: cannot write the CSV file '" + cfg.csv + "'");
+    if (!cfg.resume) csv << "step,train_loss,val_loss,elapsed_s,lr\n";
+  }
+
+  // Checkpoints: the whole training state to DIR/state.sprig; the data windows depend on
+  // (seed, step) alone, so a resumed run is the uninterrupted one bitwise (same threads).
+  const std::filesystem::path state_file =
+      cfg.checkpoint_dir.empty() ? std::filesystem::path() : std::filesystem::path(cfg.checkpoint_dir) / "state.sprig";
+  sprig::TrainingProgress start{.seed = cfg.seed};
+  if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
+  if (cfg.resume) {
+    if (state_file.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
+    if (std::filesystem::exists(state_file)) {
+      start = sprig::load_training_state(state_file, model, opt, algorithm.get());
+      if (start.seed != cfg.seed)
+        throw sprig::ArgumentError("char_gpt: the checkpoint was made with --seed " + std::to_string(start.seed));
+      if (changes_topology) model.reserve_growth();  // loaded matrices come tight: the room again
+      std::printf("resumed from %s at step %lld\n", state_file.c_str(), static_cast<long long>(start.step));
+    } else {
+      std::printf("no checkpoint in %s yet: starting from scratch\n", cfg.checkpoint_dir.c_str());
+    }
+  }
+
+  std::vector<std::int64_t> starts(static_cast<std::size_t>(cfg.batch));
+  std::vector<std::int32_t> x(static_cast<std::size_t>(cfg.batch * cfg.block)), y(x.size());
+  sprig::SoftmaxCrossEntropy<T> ce;
+  Progress progress;
+  double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
+  const auto t_run = Clock::now();
+  std::int64_t step = start.step;
+  for (; step < cfg.steps; ++step) {
+    const auto t0 = Clock::now();
+    sprig::sample_window_starts(static_cast<std::int64_t>(train.size()), cfg.block, cfg.seed,
+                                static_cast<std::uint64_t>(step), starts);
+    sprig::gather_sequence_windows(train, starts, cfg.block, x, y);
+    const auto z = model.forward(x, cfg.batch, cfg.block);
+    const T loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
+    model.backward();
+    sprig::clip_grad_norm(model, cfg.clip);
+    opt.set_lr(schedule(step));
+    if (algorithm)
+      sprig::dst::apply_step(*algorithm, opt, model, step);
+    else
+      opt.step(model);
+    train_seconds += seconds_since(t0);
+    smooth = step == start.step ? loss : 0.95 * smooth + 0.05 * loss;
+    const std::int64_t done = step + 1 - start.step;
+    progress.update(step, cfg.steps, smooth,
+                    static_cast<double>(done * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9));
+    const bool last = step + 1 == cfg.steps;
+    if ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) || last) {
+      val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
+      std::printf("step %lld: train loss %.4f (smoothed) | val loss %.4f | %.1f s\n", static_cast<long long>(step + 1),
+                  smooth, val_loss, seconds_since(t_run));
+      std::fflush(stdout);
+      if (csv) csv << step + 1 << ',' << smooth << ',' << val_loss << ',' << train_seconds << ',' << opt.lr() << '\n';
+    }
+    if (!state_file.empty() && cfg.checkpoint_every > 0 && ((step + 1) % cfg.checkpoint_every == 0 || last))
+      sprig::save_training_state(state_file, model, opt, {.step = step + 1, .seed = cfg.seed}, algorithm.get());
+    if (cfg.stop_after_steps > 0 && step + 1 == cfg.stop_after_steps) {
+      std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(step + 1));
+      return 3;
+    }
+  }
+  if (start.step >= cfg.steps) val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
+
+  if (cfg.sample_chars > 0) {
+    const std::vector<std::int32_t> prompt = text.encode(cfg.prompt);
+    const auto out = sprig::generate(model, prompt, cfg.sample_chars, cfg.temperature, cfg.seed);
+    std::printf("sample (temperature %g):\n%s\n", cfg.temperature, text.decode(out).c_str());
+  }
+
+  const std::int64_t steps_run = std::max<std::int64_t>(1, step - start.step);
+  const double ms_per_step = 1e3 * train_seconds / static_cast<double>(steps_run);
+  const double tokens_per_s = static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9);
+  const sprig::ParameterMemory pm = sprig::parameter_memory(model);
+  const std::int64_t rss = peak_rss_bytes();
+  const std::int64_t everything = model.memory_bytes();
+  std::printf("weights %lld bytes (%.1f%% of dense %lld); optimizer state %lld; gradients %lld; activations, their "
+              "gradients and scratch %lld; peak RSS %lld\n",
+              static_cast<long long>(pm.weights), 100.0 * static_cast<double>(pm.weights) / static_cast<double>(pm.dense_weights),
+              static_cast<long long>(pm.dense_weights), static_cast<long long>(pm.optimizer_state),
+              static_cast<long long>(pm.gradients),
+              static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients),
+              static_cast<long long>(rss));
+  if (algorithm)
+    std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
+                static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
+                100.0 * algorithm->total_seconds() / std::max(train_seconds, 1e-9));
+  std::printf("RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
+              "optimizer_state_bytes=%lld peak_rss_bytes=%lld\n",
+              val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights),
+              tokens_per_s, static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"Train a character-level GPT with truly sparse projections on Tiny Shakespeare"};
+  app.add_option("--config", cfg.config, "small or mini40m")->check(CLI::IsMember({"small", "mini40m"}))->capture_default_str();
+  app.add_option("--attn-sparsity", cfg.attn_sparsity, "Fraction of zero weights in qkv and proj (0 = dense)")
+      ->check(CLI::Range(0.0, 0.9999))
+      ->capture_default_str();
+  app.add_option("--ffn-sparsity", cfg.ffn_sparsity, "Fraction of zero weights in fc and fc_proj (0 = dense)")
+      ->check(CLI::Range(0.0, 0.9999))
+      ->capture_default_str();
+  app.add_option("--distribution", cfg.distribution, "Densities within each group: uniform or erk")
+      ->check(CLI::IsMember({"uniform", "erk"}))
+      ->capture_default_str();
+  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
+      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
+      ->capture_default_str();
+  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--alpha", cfg.alpha, "Initial drop fraction")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--steps", cfg.steps, "Training steps (default: the config's, 2000)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's)")->check(CLI::PositiveNumber);
+  app.add_option("--block", cfg.block, "Block size (tokens per sequence)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--layers", cfg.layers, "Override the config's layers")->check(CLI::PositiveNumber);
+  app.add_option("--heads", cfg.heads, "Override the config's heads")->check(CLI::PositiveNumber);
+  app.add_option("--d-model", cfg.d_model, "Override the config's d_model")->check(CLI::PositiveNumber);
+  app.add_option("--d-ff", cfg.d_ff, "Override the config's d_ff")->check(CLI::PositiveNumber);
+  app.add_option("--lr", cfg.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--min-lr", cfg.min_lr, "Learning rate at the end of the cosine")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup", cfg.warmup, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay (matrices only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->capture_default_str();
+  app.add_option("--threads", cfg.threads, "OpenMP threads (0 = OpenMP's default)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--data", cfg.data, "The text file")->capture_default_str();
+  app.add_option("--eval-every", cfg.eval_every, "Steps between validation evaluations (and at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--csv", cfg.csv, "Write the curve (step, train and validation loss, time, lr) to this CSV file");
+  app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (and at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
+  app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--temperature", cfg.temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--prompt", cfg.prompt, "Sampling prompt");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(cfg);
+  } catch (const sprig::Error& e) {
+    std::cerr << "char_gpt: " << e.what() << "\n";
+    return 1;
+  }
+}
