@@ -10,6 +10,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "sprig/dst/rigl.hpp"
+#include "sprig/nn/softmax_cross_entropy.hpp"
+#include "sprig/optim/adamw.hpp"
+#include "test_nn_gradcheck.hpp"
+
 using namespace sprig;
 using namespace sprig::dst;
 
@@ -182,4 +187,56 @@ TEST_CASE("build_gpt and gpt_densities: bad specs throw naming the call, the fie
   const GPTConfig wide{.layers = 1, .heads = 1, .d_model = 2, .d_ff = 40000, .block_size = 4, .vocab = 3};
   CHECK_THROWS_WITH((build_gpt<float, std::int16_t>({.config = wide, .ffn_sparsity = 0.5})),
                     Catch::Contains("block 0's fc_proj has 40000 columns"));
+}
+
+TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact gradients", "[dst][gpt_builder][rigl]") {
+  using T = double;
+  const GPTConfig config{.layers = 2, .heads = 2, .d_model = 16, .d_ff = 32, .block_size = 8, .vocab = 11};
+  auto model = build_gpt<T>({.config = config, .attn_sparsity = 0.5, .ffn_sparsity = 0.7, .seed = 3,
+                             .growth_reserve = SparseParameter<T, std::int32_t>::kGrowthReserve});
+  REQUIRE(model.sparse_layers().size() == 8);
+  std::vector<std::int64_t> live;
+  std::vector<TopologyKey> keys;
+  for (const auto& r : model.sparse_layers()) {
+    live.push_back(r.layer->weight.live_count());
+    keys.push_back(r.layer->weight.weight.topology_key());
+  }
+  std::vector<std::int32_t> tokens;
+  std::vector<int> labels;
+  for (int n = 0; n < 16; ++n) {
+    tokens.push_back((n * 7 + 3) % 11);
+    labels.push_back((n * 5 + 1) % 11);
+  }
+  SoftmaxCrossEntropy<T> ce;
+  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
+  RigL<T, std::int32_t> rigl({.delta_t = 5, .t_begin = 0, .t_end = 30, .alpha = 0.3}, 1);
+  T first = 0, last = 0;
+  for (std::int64_t t = 0; t < 40; ++t) {
+    const auto Z = model.forward(tokens, 2, 8);
+    last = ce.forward_backward(Z, labels, model.output_grad());
+    if (t == 0) first = last;
+    model.backward();
+    apply_step(rigl, opt, model, t);
+  }
+  CHECK(last < first * 0.5);
+  const auto refs = model.sparse_layers();
+  for (std::size_t k = 0; k < refs.size(); ++k) {
+    INFO("sparse layer " << k);
+    CHECK(refs[k].layer->weight.live_count() == live[k]);
+    CHECK_FALSE(refs[k].layer->weight.weight.topology_key() == keys[k]);
+  }
+  // after the updates the gradient of every sparse weight is still the loss's
+  const auto Z = model.forward(tokens, 2, 8);
+  ce.forward_backward(Z, labels, model.output_grad());
+  model.backward();
+  auto loss = [&] { return double(ce.forward(model.forward(tokens, 2, 8), labels)); };
+  for (const auto& r : refs) {
+    auto& p = r.layer->weight;
+    std::vector<double> analytic(p.grad.begin(), p.grad.end());
+    std::vector<std::size_t> slots;
+    p.weight.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { slots.push_back(std::size_t(s)); });
+    std::vector<std::size_t> which;
+    for (std::size_t q : sprig_test::some_indices(slots.size(), 8)) which.push_back(slots[q]);
+    sprig_test::check_gradient(loss, p.weight.values(), analytic, which);
+  }
 }
