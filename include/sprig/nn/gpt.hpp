@@ -55,8 +55,9 @@
 // (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
 // to its dX (FusedActivation::gelu): no separate GELU backward pass.
 //
-// Cost: the layers' passes once each per forward and backward; O(parameters) memory plus
-// O((8 d_model + 2 d_ff) N) per block of activations. Threads: every layer gives the same
+// Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
+// per block, (8 d_model + 2 d_ff) x N activation values and at most (5 d_model + d_ff) x N
+// gradient values (2 d_model x N with qkv and fc dense). Threads: every layer gives the same
 // bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: nn/gemm.hpp), so the
 // model does. One model serves one thread at a time.
 //
