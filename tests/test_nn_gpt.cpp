@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -336,6 +337,8 @@ TEST_CASE("GPT: an empty density list builds a dense model; memory accounting", 
   for (std::size_t l = 0; l < 2; ++l)
     for (std::size_t j = 0; j < 4; ++j)
       CHECK(std::holds_alternative<Linear<T>>(dense.projection(l, static_cast<GPTProjection>(j))));
+  CHECK(std::holds_alternative<Linear<T>>(std::as_const(dense).projection(1, GPTProjection::fc_proj)));
+  CHECK_THROWS_WITH(std::as_const(dense).projection(2, GPTProjection::qkv), Catch::Contains("block 2 of a model with 2"));
   // dense weights by hand: embeddings, per block 2 LNs and 4 projections with biases, LN_f, head
   const std::int64_t d = 16, f = 32, V = 11, P = 8;
   const std::int64_t per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);

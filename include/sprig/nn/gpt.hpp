@@ -188,12 +188,16 @@ public:
   const TokenEmbedding<T>& token_embedding() const noexcept { return tok_; }
   PositionalEmbedding<T>& positional_embedding() noexcept { return pos_; }
   const PositionalEmbedding<T>& positional_embedding() const noexcept { return pos_; }
-  Projection& projection(std::size_t block, GPTProjection which) { return projection_of(checked(block), which); }
+  Projection& projection(std::size_t block, GPTProjection which) {
+    return projection_of(blocks_[checked(block)], which);
+  }
   const Projection& projection(std::size_t block, GPTProjection which) const {
-    return const_cast<GPT*>(this)->projection_of(checked(block), which);
+    return projection_of(blocks_[checked(block)], which);
   }
   LayerNorm<T>& final_norm() noexcept { return ln_f_; }
+  const LayerNorm<T>& final_norm() const noexcept { return ln_f_; }
   Linear<T>& head() noexcept { return head_; }
+  const Linear<T>& head() const noexcept { return head_; }
 
   // Runs the model on batch sequences of seq_len tokens (token t of sequence b at
   // tokens[b * seq_len + t]) and returns the logits [vocab x batch * seq_len] (column
@@ -381,8 +385,9 @@ private:
     return block;
   }
 
-  Projection& projection_of(std::size_t block, GPTProjection which) { return projection_of(blocks_[block], which); }
-  static Projection& projection_of(Block& b, GPTProjection which) noexcept {
+  // Block or const Block; returns the projection with b's constness.
+  template <class B>
+  static auto& projection_of(B& b, GPTProjection which) noexcept {
     switch (which) {
       case GPTProjection::qkv: return b.qkv;
       case GPTProjection::proj: return b.proj;
