@@ -336,29 +336,30 @@ def cmd_train(args) -> None:
     csv_file = open(args.csv, "w", newline="") if args.csv else None
     writer = csv.writer(csv_file) if csv_file else None
     if writer:
-        writer.writerow(["step", "train_loss", "val_loss", "elapsed_s"])
+        writer.writerow(["step", "train_loss", "val_loss", "elapsed_s", "lr"])
 
-    def record(step: int, train_loss, elapsed: float) -> float:
+    def record(step: int, train_loss, elapsed: float, lr: float) -> float:
         t0 = time.perf_counter()
         v = evaluate(torch, model, val, eval_starts, block, batch)
         tl = "" if train_loss is None else f"{train_loss:.6f}"
         rows.append((step, train_loss, v, elapsed))
-        if writer:
-            writer.writerow([step, tl, f"{v:.6f}", f"{elapsed:.3f}"])
+        if writer and step > 0:  # as char_gpt's CSV: rows after training steps only
+            writer.writerow([step, tl, f"{v:.6f}", f"{elapsed:.3f}", f"{lr:.6g}"])
             csv_file.flush()
         print(f"step {step:5d}  val {v:.4f}  train {tl or '-':>8}  elapsed {elapsed:8.1f} s  "
               f"(eval {time.perf_counter() - t0:.1f} s)", flush=True)
         return v
 
-    record(0, None, 0.0)
-    elapsed = 0.0  # training time only: evaluation and logging are not counted
+    record(0, None, 0.0, 0.0)
+    warmup = min(args.warmup, args.steps - 1)  # as char_gpt
+    elapsed = 0.0  # training time only (window draw included): evaluation and logging are not counted
     step_ms = []
-    since, since_n = 0.0, 0
+    smooth = 0.0
     for step in range(args.steps):
+        t0 = time.perf_counter()
         starts = torch.randint(len(train) - block, (batch,), generator=gen).tolist()
         x, y = windows(torch, train, starts, block)
-        t0 = time.perf_counter()
-        lr = cosine_warmup_lr(step, args.lr, args.warmup, args.steps, args.min_lr)
+        lr = cosine_warmup_lr(step, args.lr, warmup, args.steps, args.min_lr)
         for group in opt.param_groups:
             group["lr"] = lr
         logits = model(x)
@@ -374,15 +375,13 @@ def cmd_train(args) -> None:
         dt = time.perf_counter() - t0
         elapsed += dt
         step_ms.append(dt * 1e3)
-        since += lv
-        since_n += 1
+        smooth = lv if step == 0 else 0.95 * smooth + 0.05 * lv  # char_gpt's smoothed train loss
         done = step + 1
         if done % args.log_every == 0 or done == args.steps:
             print(f"step {done:5d}  loss {lv:.4f}  lr {lr:.2e}  {dt * 1e3:7.1f} ms/step  "
                   f"{batch * block / dt:8.0f} tokens/s", flush=True)
         if done % args.eval_every == 0 or done == args.steps:
-            record(done, since / since_n, elapsed)
-            since, since_n = 0.0, 0
+            record(done, smooth, elapsed, lr)
 
     val_loss = rows[-1][2]
     if csv_file:
