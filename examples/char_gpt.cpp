@@ -57,7 +57,6 @@
 namespace {
 
 using T = float;
-using Index = std::int32_t;
 using Clock = std::chrono::steady_clock;
 
 struct Config {
@@ -84,6 +83,7 @@ struct Config {
   std::int64_t sample_chars = 300;
   double temperature = 0.8;
   std::string prompt = "\n";
+  int index_bits = 32;  // column index width of the sparse projections: 16 or 32
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -134,6 +134,7 @@ void apply_config_defaults(Config& c) {
 }
 
 // Mean loss over the fixed validation windows, in batches of `batch` windows.
+template <class Index>
 double evaluate(sprig::GPT<T, Index>& model, std::span<const std::int32_t> val, const std::vector<std::int64_t>& starts,
                 std::int64_t batch, std::int64_t block) {
   sprig::SoftmaxCrossEntropy<T> ce;
@@ -152,6 +153,7 @@ double evaluate(sprig::GPT<T, Index>& model, std::span<const std::int32_t> val, 
   return sum / static_cast<double>(windows);
 }
 
+template <class Index>
 std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Config& cfg) {
   if (cfg.algorithm == "none") return nullptr;
   if (cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
@@ -164,6 +166,7 @@ std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Co
   return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
 }
 
+template <class Index>
 int run(Config cfg) {
   apply_config_defaults(cfg);
 #if defined(_OPENMP)
@@ -189,16 +192,16 @@ int run(Config cfg) {
   sprig::GPT<T, Index> model = sprig::dst::build_gpt<T, Index>(spec);
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
-              "FFN %.0f%% sparse (%s); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
+              "FFN %.0f%% sparse (%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
               cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
               static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
-              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
+              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(), static_cast<int>(8 * sizeof(Index)),
               static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
               static_cast<long long>(cfg.batch), threads);
 
   sprig::AdamW<T> opt({.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = cfg.weight_decay});
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
-  const auto algorithm = make_algorithm(cfg);
+  const auto algorithm = make_algorithm<Index>(cfg);
   std::printf("optimizer: AdamW betas (0.9, 0.99), lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
               "clip %g; %lld steps; topology: %s\n",
               cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
@@ -360,9 +363,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--prompt", cfg.prompt, "Sampling prompt");
+  app.add_option("--index-bits", cfg.index_bits, "Column index width of the sparse projections (16: inputs <= 32768)")
+      ->check(CLI::IsMember({16, 32}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(cfg);
+    return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
   } catch (const sprig::Error& e) {
     std::cerr << "char_gpt: " << e.what() << "\n";
     return 1;
