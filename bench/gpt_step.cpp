@@ -1,0 +1,706 @@
+// gpt_step — one training step of a character-level GPT (nn/gpt.hpp), dense against FFN-sparse
+// and all-sparse, end to end: forward, sequence cross-entropy over the vocabulary, backward,
+// global-norm gradient clipping and AdamW, as examples/char_gpt.cpp runs it; plus a phase
+// profile of the step (where the time goes).
+//
+//   gpt_step                                   # mini40m, 1 and 2 threads, table on stdout
+//   gpt_step --csv gpt_step.csv                # also CSV rows (steps and phases)
+//   gpt_step --threads 2 --variants all --steps 10 --index-bits 32
+//
+// Config (default mini40m, the reference library's speed gate): 8 layers, 10 heads, d_model
+// 640, d_ff 2560, block 128, batch 8, vocabulary 65; --layers, --heads, --d-model, --d-ff,
+// --block, --batch, --vocab override it. Variants (--variants): dense (every projection a
+// Linear on OpenBLAS), ffn (fc and fc_proj at --ffn-sparsity, default 0.9; attention dense)
+// and all (attention at --attn-sparsity 0.7 and the FFN at --ffn-sparsity), uniform over the
+// chosen layers (dst::build_gpt); embeddings, layer norms and the head stay dense. Sparse
+// projections store --index-bits 16 (default; d_ff 2560 fits) or 32-bit column indices.
+// The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
+// never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
+// the matrices; clip_grad_norm to 1.0 before every step.
+//
+// Timing: per variant, one model; per thread count (omp_set_num_threads and
+// openblas_set_num_threads) --warmup untimed steps, then --steps steps timed back to back,
+// each as one steady_clock interval around the whole step. Reported: median ms/step with min
+// and max, tokens/s (batch x block / median), the weights and optimizer state
+// (sprig::parameter_memory, after the steps, so AdamW's m and v exist) against the dense
+// variant's (when it ran; else against 3 x the dense weight bytes, AdamW's m and v included),
+// and the loss of the first warm-up step and of the last timed one (the model trains on
+// from one thread count to the next).
+//
+// Profile (--profile, default: the ffn and all variants): the same step replicated from the
+// model's public parts, each phase timed on its own: the model's embeddings, projections
+// (forward(X, Y) and backward(X, dY, dX, gelu-fusion) on the model's own Linear /
+// SparseLinear objects, so their caches and workspaces are the ones the model's step uses),
+// final norm, head and the model's parameters for clipping and AdamW; per block LayerNorms
+// and CausalSelfAttention objects of the profiler's own (the model's are private; their cost
+// does not depend on the values) and activation buffers shaped as the model shapes its own.
+// fc_proj's backward applies the GELU's backward in its dX pass (FusedActivation::gelu) as in
+// the model, so "GELU" is the forward only. The profile runs --steps steps after one warm-up
+// step, each followed by one of the model's own steps (timed, so drift and other load hit
+// both alike); each phase's median and the median per-step sum are printed beside the median
+// of those model steps; a sum more than 5% away is flagged.
+//
+// CSV columns: kind,variant,threads,index_bits,phase,median_ms,min_ms,max_ms,tokens_per_s,
+// weight_bytes,optimizer_state_bytes — kind "step" (phase empty) or "phase" (one row per
+// phase, then "sum of phases" and "model step (interleaved)"; min/max, tokens/s and bytes
+// empty).
+//
+// Threads: every sprig layer gives the same bits for any thread count; the dense projections
+// and the head run OpenBLAS (OpenMP build), whose sums may depend on the thread count.
+#include <sprig/dst/gpt_builder.hpp>
+#include <sprig/nn/attention.hpp>
+#include <sprig/nn/gelu.hpp>
+#include <sprig/nn/gpt.hpp>
+#include <sprig/nn/layer_norm.hpp>
+#include <sprig/nn/model.hpp>
+#include <sprig/nn/residual.hpp>
+#include <sprig/nn/softmax_cross_entropy.hpp>
+#include <sprig/optim/adamw.hpp>
+#include <sprig/optim/clip.hpp>
+
+#include <CLI/CLI.hpp>
+
+#if defined(SPRIG_OPENBLAS)
+#  include <cblas.h>
+#endif
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace {
+
+using T = float;
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+// lscpu's "Model name", "CPU family" and "Model", from /proc/cpuinfo (the first processor).
+std::string cpu_description() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "?", family = "?", model = "?";
+  auto value = [](const std::string& l) {
+    const auto p = l.find(':');
+    if (p == std::string::npos) return std::string();
+    const auto b = l.find_first_not_of(" \t", p + 1);
+    return b == std::string::npos ? std::string() : l.substr(b);
+  };
+  while (std::getline(in, line)) {
+    if (line.empty()) break;  // end of the first processor
+    const std::string key = line.substr(0, line.find_first_of("\t:"));
+    if (key == "model name") name = value(line);
+    else if (key == "cpu family") family = value(line);
+    else if (key == "model") model = value(line);
+  }
+  return name + " (family " + family + ", model " + model + ")";
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+#if defined(SPRIG_OPENBLAS)
+// The shared object this process mapped for OpenBLAS.
+std::string loaded_openblas() {
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto p = line.find('/');
+    if (p != std::string::npos && line.find("openblas", p) != std::string::npos) return line.substr(p);
+  }
+  return "(not mapped)";
+}
+#endif
+
+void set_threads(int n) {
+  omp_set_num_threads(n);
+#if defined(SPRIG_OPENBLAS)
+  openblas_set_num_threads(n);
+#endif
+}
+
+struct Options {
+  std::int64_t layers = 8, heads = 10, d_model = 640, d_ff = 2560, block = 128, batch = 8, vocab = 65;
+  double attn_sparsity = 0.7, ffn_sparsity = 0.9;
+  std::vector<std::string> variants = {"dense", "ffn", "all"};
+  std::vector<std::string> profile = {"ffn", "all"};
+  std::vector<int> threads = {1, 2};
+  int warmup = 3, steps = 10, index_bits = 16;
+  double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
+  std::uint64_t seed = 1;
+  std::string csv;
+};
+
+struct Variant {
+  std::string name;
+  double attn = 0, ffn = 0;
+  std::string label() const {
+    if (attn == 0 && ffn == 0) return "dense";
+    return "attn " + fmt("%.0f%%", 100 * attn) + " + FFN " + fmt("%.0f%%", 100 * ffn) + " sparse";
+  }
+  std::string title() const { return name == "dense" ? name : name + " (" + label() + ")"; }
+};
+
+Variant variant_of(const std::string& name, const Options& o) {
+  if (name == "dense") return {name, 0.0, 0.0};
+  if (name == "ffn") return {name, 0.0, o.ffn_sparsity};
+  if (name == "all") return {name, o.attn_sparsity, o.ffn_sparsity};
+  throw std::invalid_argument("unknown variant '" + name + "' (dense, ffn or all)");
+}
+
+// ---------------------------------------------------------------------------------------
+// Phases of the profiled step, in the order they run.
+enum Phase {
+  emb_fwd,
+  ln_fwd,
+  qkv_fwd,
+  attn_fwd,
+  proj_fwd,
+  resid_fwd,
+  fc_fwd,
+  gelu_fwd,
+  fcproj_fwd,
+  head_fwd,
+  loss_phase,
+  head_bwd,
+  ln_bwd,
+  fcproj_bwd,
+  fc_bwd,
+  proj_bwd,
+  attn_bwd,
+  qkv_bwd,
+  resid_bwd,
+  emb_bwd,
+  clip_phase,
+  opt_phase,
+  kPhases
+};
+constexpr std::array<const char*, kPhases> kPhaseNames = {
+    "embeddings forward (token gather + positions)",
+    "layer norms forward (LN1, LN2, LN_f)",
+    "qkv projection forward",
+    "attention core forward (scores, causal softmax, weighted sum)",
+    "proj projection forward",
+    "residual adds forward",
+    "fc projection forward",
+    "GELU forward (keeps its derivative)",
+    "fc_proj projection forward",
+    "head forward (dense, + bias)",
+    "loss (softmax cross-entropy + dlogits)",
+    "head backward",
+    "layer norms backward",
+    "fc_proj projection backward (+ GELU backward in its dX pass)",
+    "fc projection backward",
+    "proj projection backward",
+    "attention core backward",
+    "qkv projection backward",
+    "residual adds backward",
+    "embeddings backward (scatter-add)",
+    "gradient clipping (global norm)",
+    "optimizer (AdamW, all parameters)"};
+
+// Groups of phases for the summary ("where the time goes").
+struct Group {
+  const char* name;
+  std::vector<Phase> phases;
+};
+const std::vector<Group>& groups() {
+  static const std::vector<Group> g = {
+      {"projections forward", {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}},
+      {"projections backward", {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd}},
+      {"attention core forward", {attn_fwd}},
+      {"attention core backward", {attn_bwd}},
+      {"layer norms (forward + backward)", {ln_fwd, ln_bwd}},
+      {"GELU forward", {gelu_fwd}},
+      {"embeddings (forward + backward)", {emb_fwd, emb_bwd}},
+      {"head + loss (forward + backward)", {head_fwd, loss_phase, head_bwd}},
+      {"residual adds (forward + backward)", {resid_fwd, resid_bwd}},
+      {"optimizer", {opt_phase}},
+      {"clipping", {clip_phase}}};
+  return g;
+}
+
+struct ProfileResult {
+  std::array<double, kPhases> ms{};     // median per phase
+  std::array<double, kPhases> flops{};  // 2 x multiply-adds per step (0: not counted)
+  double sum_ms = 0.0;                  // median of the per-step sums
+  double model_ms = 0.0;                // median of the model's own steps, interleaved
+};
+
+// kBatches synthetic batches of uniform token ids and labels, used in turn (step i takes batch
+// i mod kBatches): a step sees data it did not just fit, as in training, so the loss and the
+// gradients stay at a training run's scale.
+struct Batches {
+  static constexpr std::size_t kBatches = 16;
+  std::vector<std::vector<std::int32_t>> x;
+  std::vector<std::vector<int>> y;
+  std::size_t next = 0;
+  Batches(std::int64_t tokens, std::int64_t vocab, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> id(0, static_cast<int>(vocab) - 1);
+    for (std::size_t b = 0; b < kBatches; ++b) {
+      x.emplace_back(static_cast<std::size_t>(tokens));
+      y.emplace_back(static_cast<std::size_t>(tokens));
+      for (auto& t : x.back()) t = id(rng);
+      for (auto& l : y.back()) l = id(rng);
+    }
+  }
+  // The batch of the next step (and advances).
+  std::pair<std::span<const std::int32_t>, std::span<const int>> take() {
+    const std::size_t b = next++ % kBatches;
+    return {x[b], y[b]};
+  }
+};
+
+template <class Index>
+class Profiler {
+public:
+  using Model = sprig::GPT<T, Index>;
+  using Projection = typename Model::Projection;
+
+  explicit Profiler(Model& model) : m_(model) {
+    const sprig::GPTConfig& c = model.config();
+    blocks_.reserve(static_cast<std::size_t>(c.layers));
+    for (std::int64_t l = 0; l < c.layers; ++l) blocks_.emplace_back(c.d_model, c.heads);
+  }
+
+  // steps profiled steps after one warm-up, each followed by one timed model_step() (the
+  // model's own step, so the comparison sees the same machine state).
+  template <class ModelStep>
+  ProfileResult run(Batches& data, std::int64_t batch, std::int64_t seq_len, sprig::AdamW<T>& opt, double clip,
+                    int steps, ModelStep&& model_step) {
+    shape(batch * seq_len);
+    std::array<std::vector<double>, kPhases> samples;
+    std::vector<double> sums, model_ms;
+    for (int it = 0; it < steps + 1; ++it) {  // the first is a warm-up
+      ph_.fill(0.0);
+      const auto [tokens, labels] = data.take();
+      step(tokens, labels, batch, seq_len, opt, clip);
+      const auto t0 = Clock::now();
+      model_step();
+      if (it > 0) model_ms.push_back(ms_between(t0, Clock::now()));
+      if (it == 0) continue;
+      double s = 0.0;
+      for (int p = 0; p < kPhases; ++p) {
+        samples[p].push_back(ph_[p]);
+        s += ph_[p];
+      }
+      sums.push_back(s);
+    }
+    ProfileResult r;
+    for (int p = 0; p < kPhases; ++p) r.ms[p] = median(samples[p]);
+    r.sum_ms = median(sums);
+    r.model_ms = median(model_ms);
+    flops(r, batch, seq_len);
+    return r;
+  }
+
+private:
+  struct Block {
+    Block(std::int64_t d, std::int64_t heads) : ln1(d), ln2(d), attn(d, heads) {}
+    sprig::LayerNorm<T> ln1, ln2;
+    sprig::CausalSelfAttention<T> attn;
+    sprig::Matrix<T> ln1_out, qkv_out, att_out, x_mid, ln2_out, fc_out, gelu_out, x_out, g_mid, g_out, d_qkv, d_fc;
+  };
+
+  template <class Fn>
+  void timed(Phase p, Fn&& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    ph_[static_cast<std::size_t>(p)] += ms_between(t0, Clock::now());
+  }
+
+  static bool is_sparse(const Projection& p) { return std::holds_alternative<sprig::SparseLinear<T, Index>>(p); }
+  Projection& proj(std::size_t l, sprig::GPTProjection j) { return m_.projection(l, j); }
+
+  static void reshape(sprig::Matrix<T>& x, std::int64_t rows, std::int64_t cols) {
+    if (x.rows() != rows || x.cols() != cols)
+      x.resize(rows, cols, sprig::Sequential<T, Index>::activation_stride(cols));
+  }
+
+  // As GPT::shape_buffers: per block activations, per-block dY buffers for sparse qkv / fc
+  // and shared ones for dense.
+  void shape(std::int64_t n) {
+    const sprig::GPTConfig& c = m_.config();
+    const std::int64_t d = c.d_model, f = c.d_ff;
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      Block& b = blocks_[l];
+      for (sprig::Matrix<T>* x : {&b.ln1_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.x_out, &b.g_mid, &b.g_out})
+        reshape(*x, d, n);
+      reshape(b.qkv_out, 3 * d, n);
+      reshape(b.fc_out, f, n);
+      reshape(b.gelu_out, f, n);
+      if (is_sparse(proj(l, sprig::GPTProjection::qkv))) reshape(b.d_qkv, 3 * d, n);
+      else reshape(shared_dqkv_, 3 * d, n);
+      if (is_sparse(proj(l, sprig::GPTProjection::fc))) reshape(b.d_fc, f, n);
+      else reshape(shared_dfc_, f, n);
+    }
+    for (sprig::Matrix<T>* x : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*x, d, n);
+    reshape(logits_, c.vocab, n);
+    reshape(dlogits_, c.vocab, n);
+  }
+
+  sprig::ConstMatrixView<T> input_of(std::size_t l) const {
+    return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view();
+  }
+
+  static void forward(Projection& p, sprig::ConstMatrixView<T> X, sprig::MatrixView<T> Y) {
+    std::visit([&](auto& layer) { layer.forward(X, Y); }, p);
+  }
+  static void backward(Projection& p, sprig::ConstMatrixView<T> X, sprig::ConstMatrixView<T> dY, sprig::MatrixView<T> dX,
+                       sprig::FusedActivation a = sprig::FusedActivation::none,
+                       sprig::ConstMatrixView<T> derivative = {}) {
+    std::visit([&](auto& layer) { layer.backward(X, dY, dX, a, derivative); }, p);
+  }
+
+  // The model's step (GPT::forward, the loss, GPT::backward, clipping, AdamW), phase by phase.
+  void step(std::span<const std::int32_t> tokens, std::span<const int> labels, std::int64_t batch,
+            std::int64_t seq_len, sprig::AdamW<T>& opt, double clip) {
+    using sprig::GPTProjection;
+    const std::int64_t d = m_.config().d_model;
+    timed(emb_fwd, [&] {
+      m_.token_embedding().forward(tokens, x0_.view());
+      m_.positional_embedding().forward_add(seq_len, x0_.view());
+    });
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      Block& b = blocks_[l];
+      const sprig::ConstMatrixView<T> x = input_of(l);
+      timed(ln_fwd, [&] { b.ln1.forward(x, b.ln1_out.view()); });
+      timed(qkv_fwd, [&] { forward(proj(l, GPTProjection::qkv), b.ln1_out.view(), b.qkv_out.view()); });
+      const sprig::ConstMatrixView<T> qkv = b.qkv_out.view();
+      const std::int64_t n = qkv.cols();
+      timed(attn_fwd, [&] {
+        b.attn.forward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), batch, seq_len,
+                       b.att_out.view());
+      });
+      timed(proj_fwd, [&] { forward(proj(l, GPTProjection::proj), b.att_out.view(), b.x_mid.view()); });
+      timed(resid_fwd, [&] { sprig::add_into<T>(x, b.x_mid.view()); });
+      timed(ln_fwd, [&] { b.ln2.forward(b.x_mid.view(), b.ln2_out.view()); });
+      timed(fc_fwd, [&] { forward(proj(l, GPTProjection::fc), b.ln2_out.view(), b.fc_out.view()); });
+      timed(gelu_fwd, [&] { gelu_.forward_keep_derivative(b.fc_out.view(), b.gelu_out.view()); });
+      timed(fcproj_fwd, [&] { forward(proj(l, GPTProjection::fc_proj), b.gelu_out.view(), b.x_out.view()); });
+      timed(resid_fwd, [&] { sprig::add_into<T>(b.x_mid.view(), b.x_out.view()); });
+    }
+    timed(ln_fwd, [&] { m_.final_norm().forward(input_of(blocks_.size()), lnf_out_.view()); });
+    timed(head_fwd, [&] { m_.head().forward(lnf_out_.view(), logits_.view()); });
+    timed(loss_phase, [&] { ce_.forward_backward(logits_.view(), labels, dlogits_.view()); });
+    timed(head_bwd, [&] { m_.head().backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view()); });
+    timed(ln_bwd, [&] {
+      m_.final_norm().backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
+    });
+    for (std::size_t l = blocks_.size(); l-- > 0;) {
+      Block& b = blocks_[l];
+      const sprig::MatrixView<T> d_fc = is_sparse(proj(l, GPTProjection::fc)) ? b.d_fc.view() : shared_dfc_.view();
+      const sprig::MatrixView<T> d_qkv =
+          is_sparse(proj(l, GPTProjection::qkv)) ? b.d_qkv.view() : shared_dqkv_.view();
+      timed(fcproj_bwd, [&] {
+        backward(proj(l, GPTProjection::fc_proj), b.gelu_out.view(), b.g_out.view(), d_fc, sprig::FusedActivation::gelu,
+                 b.fc_out.view());
+      });
+      timed(fc_bwd, [&] { backward(proj(l, GPTProjection::fc), b.ln2_out.view(), d_fc, scratch_a_.view()); });
+      timed(ln_bwd, [&] { b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view()); });
+      timed(resid_bwd, [&] { sprig::residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view()); });
+      timed(proj_bwd, [&] { backward(proj(l, GPTProjection::proj), b.att_out.view(), b.g_mid.view(), scratch_a_.view()); });
+      const sprig::ConstMatrixView<T> qkv = b.qkv_out.view();
+      const std::int64_t n = qkv.cols();
+      timed(attn_bwd, [&] {
+        b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
+                        d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
+      });
+      timed(qkv_bwd, [&] { backward(proj(l, GPTProjection::qkv), b.ln1_out.view(), d_qkv, scratch_a_.view()); });
+      timed(ln_bwd, [&] { b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view()); });
+      timed(resid_bwd, [&] {
+        sprig::residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
+      });
+    }
+    timed(emb_bwd, [&] {
+      m_.token_embedding().backward(tokens, g_in_.view());
+      m_.positional_embedding().backward(seq_len, g_in_.view());
+    });
+    timed(clip_phase, [&] { sprig::clip_grad_norm(m_, clip); });
+    timed(opt_phase, [&] { opt.step(m_); });
+  }
+
+  // 2 x multiply-adds of the phases with a GEMM-like core (projections: live weights; the
+  // attention core: the causal half of the scores and of the weighted sum).
+  void flops(ProfileResult& r, std::int64_t batch, std::int64_t seq_len) {
+    const double n = static_cast<double>(batch * seq_len);
+    const Phase fwd[] = {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}, bwd[] = {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd};
+    for (std::size_t l = 0; l < blocks_.size(); ++l)
+      for (std::size_t j = 0; j < 4; ++j) {
+        const double live = std::visit(
+            [](const auto& layer) -> double {
+              using L = std::decay_t<decltype(layer)>;
+              if constexpr (std::is_same_v<L, sprig::Linear<T>>)
+                return static_cast<double>(layer.in_features() * layer.out_features());
+              else
+                return static_cast<double>(layer.weight.weight.nnz());
+            },
+            proj(l, static_cast<sprig::GPTProjection>(j)));
+        r.flops[fwd[j]] += 2 * live * n;
+        r.flops[bwd[j]] += 4 * live * n;  // weight gradient and dX
+      }
+    const double t = static_cast<double>(seq_len), d = static_cast<double>(m_.config().d_model);
+    const double causal = static_cast<double>(batch) * t * (t + 1) / 2 * d;  // pairs x head dims, all heads
+    r.flops[attn_fwd] = 2 * 2 * causal;  // Q K^T and P V
+    r.flops[attn_bwd] = 2 * 4 * causal;  // dP, dV, dQ, dK
+    const double head = static_cast<double>(m_.config().vocab) * d * n;
+    r.flops[head_fwd] = 2 * head;
+    r.flops[head_bwd] = 4 * head;
+  }
+
+  Model& m_;
+  std::vector<Block> blocks_;
+  sprig::GELU<T> gelu_;
+  sprig::SoftmaxCrossEntropy<T> ce_;
+  sprig::Matrix<T> x0_, lnf_out_, logits_, dlogits_, scratch_a_, scratch_b_, g_in_, shared_dqkv_, shared_dfc_;
+  std::array<double, kPhases> ph_{};
+};
+
+// ---------------------------------------------------------------------------------------
+struct Result {
+  Variant variant;
+  int threads = 1;
+  std::vector<double> step_ms;
+  double first_loss = 0, last_loss = 0;
+  sprig::ParameterMemory pm;
+  bool has_profile = false;
+  ProfileResult profile;
+  double med() const { return median(step_ms); }
+  double min() const { return *std::min_element(step_ms.begin(), step_ms.end()); }
+  double max() const { return *std::max_element(step_ms.begin(), step_ms.end()); }
+};
+
+template <class Index>
+std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& data) {
+  sprig::dst::GPTSpec spec;
+  spec.config = {.layers = o.layers, .heads = o.heads, .d_model = o.d_model, .d_ff = o.d_ff, .block_size = o.block,
+                 .vocab = o.vocab};
+  spec.attn_sparsity = v.attn;
+  spec.ffn_sparsity = v.ffn;
+  spec.seed = o.seed;
+  sprig::GPT<T, Index> model = sprig::dst::build_gpt<T, Index>(spec);
+  sprig::AdamW<T> opt({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = o.weight_decay});
+  sprig::SoftmaxCrossEntropy<T> ce;
+  T loss = 0;
+  auto step = [&] {
+    const auto [tokens, labels] = data.take();  // (not timed: no copy, two spans)
+    const auto z = model.forward(tokens, o.batch, o.block);
+    loss = ce.forward_backward(z, labels, model.output_grad());
+    model.backward();
+    sprig::clip_grad_norm(model, o.clip);
+    opt.step(model);
+  };
+  const bool profile = std::find(o.profile.begin(), o.profile.end(), v.name) != o.profile.end();
+  std::vector<Result> out;
+  for (int th : o.threads) {
+    std::cerr << "gpt_step: " << v.title() << ", " << th << " thread(s): " << o.warmup
+              << " warm-up + " << o.steps << " timed steps" << (profile ? " + profile" : "") << "...\n";
+    set_threads(th);
+    Result r;
+    r.variant = v;
+    r.threads = th;
+    for (int i = 0; i < o.warmup; ++i) {
+      step();
+      if (i == 0) r.first_loss = loss;
+    }
+    for (int i = 0; i < o.steps; ++i) {
+      const auto t0 = Clock::now();
+      step();
+      r.step_ms.push_back(ms_between(t0, Clock::now()));
+    }
+    r.last_loss = loss;
+    r.pm = sprig::parameter_memory(model);
+    if (profile) {
+      Profiler<Index> p(model);
+      r.profile = p.run(data, o.batch, o.block, opt, o.clip, o.steps, step);
+      r.has_profile = true;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Weights + optimizer state of the dense model: the dense variant's own, else 3 x its
+// weight bytes (AdamW keeps m and v per weight).
+std::pair<double, bool> dense_memory(const std::vector<Result>& all, const Result& r) {
+  for (const auto& d : all)
+    if (d.variant.name == "dense") return {static_cast<double>(d.pm.weights + d.pm.optimizer_state), true};
+  return {3.0 * static_cast<double>(r.pm.dense_weights), false};
+}
+
+const Result* dense_of(const std::vector<Result>& all, const Result& r) {
+  for (const auto& d : all)
+    if (d.variant.name == "dense" && d.threads == r.threads) return &d;
+  return nullptr;
+}
+
+void write_report(std::ostream& os, const std::vector<Result>& all, const Options& o) {
+  const double tokens = static_cast<double>(o.batch * o.block);
+  os << "| variant | threads | ms/step (median) | min-max ms | tokens/s | vs dense | weights MB | optimizer state MB"
+        " | weights + state vs dense | live / dense parameters | loss first -> last |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : all) {
+    const Result* d = dense_of(all, r);
+    const auto [dense_bytes, measured] = dense_memory(all, r);
+    os << "| " << r.variant.title() << " | " << r.threads << " | " << fmt("%.2f", r.med()) << " | "
+       << fmt("%.2f", r.min()) << "-" << fmt("%.2f", r.max()) << " | " << fmt("%.0f", tokens / (r.med() / 1e3))
+       << " | " << (d ? fmt("%.2fx", d->med() / r.med()) : std::string("-")) << " | "
+       << fmt("%.2f", static_cast<double>(r.pm.weights) / (1 << 20)) << " | "
+       << fmt("%.2f", static_cast<double>(r.pm.optimizer_state) / (1 << 20)) << " | "
+       << fmt("%.1f%%", 100.0 * static_cast<double>(r.pm.weights + r.pm.optimizer_state) / dense_bytes)
+       << (measured ? "" : " (of 3 x dense weights)") << " | " << r.pm.parameters << " / " << r.pm.dense_parameters
+       << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.last_loss) << " |\n";
+  }
+  for (const auto& r : all) {
+    if (!r.has_profile) continue;
+    const ProfileResult& p = r.profile;
+    const double ratio = p.sum_ms / p.model_ms;
+    os << "\n## Profile: " << r.variant.title() << ", " << r.threads << " thread(s)\n\n"
+       << "sum of phases " << fmt("%.2f", p.sum_ms) << " ms; the model's own step, interleaved with the profiled ones "
+       << fmt("%.2f", p.model_ms) << " ms (median; " << fmt("%.2f", r.med()) << " ms in the timed run); sum / step = "
+       << fmt("%.3f", ratio)
+       << (std::abs(ratio - 1.0) > 0.05 ? "  ** more than 5% apart: the profile does not account for the step **" : "")
+       << "\n\n| where the time goes | ms | share |\n|---|---|---|\n";
+    for (const Group& g : groups()) {
+      double ms = 0;
+      for (Phase ph : g.phases) ms += p.ms[ph];
+      os << "| " << g.name << " | " << fmt("%.3f", ms) << " | " << fmt("%.1f%%", 100.0 * ms / p.sum_ms) << " |\n";
+    }
+    os << "\n| phase (in step order) | ms | share | GFLOP/s |\n|---|---|---|---|\n";
+    for (int ph = 0; ph < kPhases; ++ph)
+      os << "| " << kPhaseNames[ph] << " | " << fmt("%.3f", p.ms[ph]) << " | "
+         << fmt("%.1f%%", 100.0 * p.ms[ph] / p.sum_ms) << " | "
+         << (p.flops[ph] > 0 && p.ms[ph] > 0 ? fmt("%.1f", p.flops[ph] / (p.ms[ph] * 1e6)) : std::string("")) << " |\n";
+  }
+  os << "\nGFLOP/s = 2 x multiply-adds / time: projections over their live weights (backward: weight gradient + dX);"
+        " attention over the causal half of the scores and weighted sums.\n";
+}
+
+void write_csv(std::ostream& os, const std::vector<Result>& all, const Options& o) {
+  const double tokens = static_cast<double>(o.batch * o.block);
+  os << "kind,variant,threads,index_bits,phase,median_ms,min_ms,max_ms,tokens_per_s,weight_bytes,optimizer_state_bytes\n";
+  for (const auto& r : all) {
+    os << "step," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",," << fmt("%.3f", r.med()) << ','
+       << fmt("%.3f", r.min()) << ',' << fmt("%.3f", r.max()) << ',' << fmt("%.0f", tokens / (r.med() / 1e3)) << ','
+       << r.pm.weights << ',' << r.pm.optimizer_state << '\n';
+    if (!r.has_profile) continue;
+    for (int ph = 0; ph < kPhases; ++ph)
+      os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",\"" << kPhaseNames[ph] << "\","
+         << fmt("%.3f", r.profile.ms[ph]) << ",,,,,\n";
+    os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",sum of phases,"
+       << fmt("%.3f", r.profile.sum_ms) << ",,,,,\n";
+    os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",model step (interleaved),"
+       << fmt("%.3f", r.profile.model_ms) << ",,,,,\n";
+  }
+}
+
+template <class Index>
+int run(const Options& o, int argc, char** argv) {
+  Batches data(o.batch * o.block, o.vocab, o.seed);
+  const std::string load_at_start = load_average();
+  std::vector<Result> all;
+  for (const std::string& name : o.variants) {
+    data.next = 0;  // every variant sees the same batches in the same order
+    auto res = run_variant<Index>(variant_of(name, o), o, data);
+    all.insert(all.end(), res.begin(), res.end());
+  }
+  std::sort(all.begin(), all.end(), [](const Result& a, const Result& b) { return a.threads < b.threads; });
+  std::ostringstream head;
+  head << "# gpt_step\n\ncommand:";
+  for (int i = 0; i < argc; ++i) head << ' ' << argv[i];
+  head << "\n\nCPU: " << cpu_description() << "; cores (omp_get_num_procs) " << omp_get_num_procs();
+#if defined(SPRIG_OPENBLAS)
+  head << "; OpenBLAS: " << loaded_openblas() << " (" << openblas_get_config() << ")";
+#endif
+  head << "; SIMD " << xsimd::default_arch::name() << "; load average at start " << load_at_start << ", at end "
+       << load_average() << "\n\nGPT: " << o.layers << " layers, " << o.heads << " heads, d_model " << o.d_model
+       << ", d_ff " << o.d_ff << ", block " << o.block << ", batch " << o.batch << ", vocabulary " << o.vocab
+       << "; fp32, sparse projections with " << o.index_bits << "-bit column indices (uniform sparsity); AdamW (0.9, 0.99)"
+       << " lr " << o.lr << " weight decay " << o.weight_decay << ", clip " << o.clip << "; " << o.warmup
+       << " warm-up + " << o.steps << " timed steps per variant and thread count\n\n";
+  std::cout << head.str();
+  write_report(std::cout, all, o);
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv);
+    if (!f) throw std::invalid_argument("cannot write the CSV file '" + o.csv + "'");
+    write_csv(f, all, o);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"gpt_step: one GPT training step, dense against sparse, with a phase profile"};
+  app.add_option("--variants", o.variants, "dense, ffn (FFN sparse) and/or all (attention + FFN sparse)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--profile", o.profile, "variants to profile phase by phase (empty: none)")->delimiter(',')->capture_default_str();
+  app.add_option("--threads", o.threads, "thread counts")->delimiter(',')->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps per variant and thread count")->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps per variant and thread count (and profiled steps)")->capture_default_str();
+  app.add_option("--index-bits", o.index_bits, "column index width of the sparse projections")
+      ->check(CLI::IsMember({16, 32}))
+      ->capture_default_str();
+  app.add_option("--attn-sparsity", o.attn_sparsity, "sparsity of qkv and proj in the all variant")->capture_default_str();
+  app.add_option("--ffn-sparsity", o.ffn_sparsity, "sparsity of fc and fc_proj in the ffn and all variants")
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "blocks")->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads")->capture_default_str();
+  app.add_option("--d-model", o.d_model, "width")->capture_default_str();
+  app.add_option("--d-ff", o.d_ff, "FFN width")->capture_default_str();
+  app.add_option("--block", o.block, "tokens per sequence")->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary size")->capture_default_str();
+  app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices)")->capture_default_str();
+  app.add_option("--clip", o.clip, "global gradient-norm clipping threshold")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of weights, topology and tokens")->capture_default_str();
+  app.add_option("--csv", o.csv, "also write CSV rows (steps and phases) to this file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (o.warmup < 1 || o.steps < 1) throw std::invalid_argument("--warmup and --steps must be >= 1");
+    for (int t : o.threads)
+      if (t < 1) throw std::invalid_argument("thread count " + std::to_string(t) + " must be >= 1");
+    if (o.variants.empty()) throw std::invalid_argument("--variants is empty");
+    for (const auto& v : o.variants) (void)variant_of(v, o);
+    for (const auto& v : o.profile) (void)variant_of(v, o);
+    return o.index_bits == 16 ? run<std::int16_t>(o, argc, argv) : run<std::int32_t>(o, argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_step: %s\n", e.what());
+    return 1;
+  }
+}
