@@ -16,7 +16,8 @@
 #
 # Usage: examples/char_gpt_compare.sh [BUILD_DIR] [extra char_gpt options...]
 # Environment: PYTHON (default python3) the interpreter with torch; TABLE_ONLY=1 skips the
-# training runs and remakes the table from the logs and curves in OUT; JOBS (default 2) runs at a time, each on THREADS (default 1) threads; RUNS
+# training runs and remakes the table from the logs and curves in OUT (REUSE_TIMING=1: and
+# the step times in OUT/step_ms.txt); JOBS (default 2) runs at a time, each on THREADS (default 1) threads; RUNS
 # (default all) a space-separated subset of the run names; STEPS (default 2000); EVAL_EVERY
 # (default 100) steps between validations; OUT (default examples/results/char_gpt) the output folder.
 set -euo pipefail
@@ -34,6 +35,7 @@ threads="${THREADS:-1}"
 steps="${STEPS:-2000}"
 eval_every="${EVAL_EVERY:-100}"
 common=(--config small --steps "$steps" --eval-every "$eval_every" --threads "$threads" --sample 200 "$@")
+timing_common=(--config small --threads "$threads" "$@")
 
 declare -A args=(
   [dense]=""
@@ -84,14 +86,15 @@ for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # (default 30) steps on THREADS threads, one after the other (runs that share the machine
 # time each other, not themselves). The time axis of the table and plot is step x this.
 timing_steps="${TIMING_STEPS:-30}"
-: >"$out/step_ms.txt"
-for name in "${order[@]}"; do
+# REUSE_TIMING=1 keeps the step times of an earlier call (OUT/step_ms.txt).
+[[ "${REUSE_TIMING:-0}" == 1 && -s "$out/step_ms.txt" ]] || : >"$out/step_ms.txt"
+[[ "${REUSE_TIMING:-0}" == 1 && -s "$out/step_ms.txt" ]] || for name in "${order[@]}"; do
   case "$name" in
     torch_dense) line="$("$python" "$torch_script" train --steps "$timing_steps" --eval-every "$timing_steps" --threads "$threads" 2>/dev/null | grep '^RESULT ')" ;;
     torch_all_static) line="$("$python" "$torch_script" train --steps "$timing_steps" --eval-every "$timing_steps" --threads "$threads" \
                                --attn-sparsity 0.7 --ffn-sparsity 0.9 2>/dev/null | grep '^RESULT ')" ;;
     # shellcheck disable=SC2086
-    *) line="$("$exe" "${common[@]}" ${args[$name]} --steps "$timing_steps" --eval-every 0 --sample 0 2>/dev/null | grep '^RESULT ')" ;;
+    *) line="$("$exe" "${timing_common[@]}" ${args[$name]} --steps "$timing_steps" --eval-every 0 --sample 0 2>/dev/null | grep '^RESULT ')" ;;
   esac
   echo "$name $(sed -E 's/.*ms_per_step=([^ ]+).*/\1/' <<<"$line")" >>"$out/step_ms.txt"
   echo "char_gpt_compare: $name alone: $(tail -1 "$out/step_ms.txt") ms/step" >&2
@@ -146,7 +149,7 @@ if command -v gnuplot >/dev/null; then
     plots_time+="'$out/$n.dat' using 3:2 with lines title '$n', "
   done
   gnuplot <<GP
-set terminal pngcairo size 1400,560
+set terminal pngcairo size 1400,560 noenhanced
 set output '$out/small.png'
 set multiplot layout 1,2
 set ylabel 'validation loss (nats)'
