@@ -33,6 +33,7 @@
 #include "nn/gpt.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"
+#include "nn/model.hpp"
 #include "nn/parameter.hpp"
 #include "nn/relu.hpp"
 #include "nn/residual.hpp"
