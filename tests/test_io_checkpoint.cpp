@@ -793,3 +793,57 @@ TEST_CASE("resume across processes: a child trains and saves, the parent loads a
   train(whole, opt2, algo2, {.seed = 31}, 26);
   require_same_state(whole, opt2, resumed, opt1);
 }
+
+TEST_CASE("training state: AdamW's bias-correction policy is saved, checked, and older files load",
+          "[io][checkpoint][adamw]") {
+  const dst::UpdateSchedule sched{.delta_t = 2, .t_begin = 0, .t_end = 8, .alpha = 0.3};
+  auto model = mlp<float, std::int32_t>(3, 12);
+  AdamW<float> opt({.lr = 0.01});
+  dst::RigL<float, std::int32_t> algo(sched, 8);
+  const TrainingProgress progress = train(model, opt, algo, {.seed = 2}, 7);
+  const std::vector<std::byte> bytes = encode_training_state(model, opt, progress, &algo);
+  model.for_each_parameter([](const auto& p) {  // the per-slot counts are part of the state
+    if constexpr (requires { p.weight; }) CHECK(p.state.size() == 3);
+  });
+  {
+    auto m = mlp<float, std::int32_t>(1, 12);
+    AdamW<float> o({.lr = 0.01, .bias_correction = AdamWBiasCorrection::global});
+    dst::RigL<float, std::int32_t> a(sched, 8);
+    CHECK_THROWS_MATCHES(decode_training_state(bytes, "p.sprig", m, o, &a), FormatError,
+                         WhatHas("optimizer option bias_correction is 0 in the checkpoint but 1"));
+  }
+  // A file from before the option: the same state with AdamW's 4 options and no counts.
+  std::vector<std::byte> legacy;
+  std::int64_t legacy_steps = 0;
+  {
+    auto m = mlp<float, std::int32_t>(3, 12);
+    AdamW<float> o({.lr = 0.01, .bias_correction = AdamWBiasCorrection::global});
+    dst::RigL<float, std::int32_t> a(sched, 8);
+    const TrainingProgress pr = train(m, o, a, {.seed = 2}, 7);
+    legacy = encode_training_state(m, o, pr, &a);
+    legacy_steps = o.step_count();
+  }
+  for (const auto& s : sprig_test::sections_of(legacy)) {
+    if (s.tag != binary::tag("OPTM")) continue;
+    // payload: kind u8, step i64, lr f64, option count u8 (offset 17), options f64[5]
+    REQUIRE(std::to_integer<int>(legacy[s.payload + 17]) == 5);
+    legacy[s.payload + 17] = std::byte{4};
+    legacy.erase(legacy.begin() + static_cast<std::ptrdiff_t>(s.payload + s.length - 8),
+                 legacy.begin() + static_cast<std::ptrdiff_t>(s.payload + s.length));
+    sprig_test::store_le(legacy.data() + s.header + 8, s.length - 8, 8);
+  }
+  sprig_test::reseal(legacy);
+  for (const auto policy : {AdamWBiasCorrection::per_slot, AdamWBiasCorrection::global}) {
+    auto m = mlp<float, std::int32_t>(1, 12);
+    AdamW<float> o({.lr = 0.01, .bias_correction = policy});
+    dst::RigL<float, std::int32_t> a(sched, 8);
+    const TrainingProgress pr = decode_training_state(legacy, "old.sprig", m, o, &a);
+    CHECK(pr.step == 7);
+    CHECK(o.step_count() == legacy_steps);
+    train(m, o, a, pr, 10);  // continues, through a topology update at step 8
+    m.for_each_parameter([&](const auto& p) {
+      if constexpr (requires { p.weight; })
+        CHECK(p.state.size() == (policy == AdamWBiasCorrection::per_slot ? 3u : 2u));
+    });
+  }
+}

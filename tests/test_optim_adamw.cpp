@@ -2,6 +2,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+
+#include "sprig/core/matrix.hpp"
+#include "sprig/core/padded_csr.hpp"
+#include "sprig/core/slot_log.hpp"
+#include "sprig/nn/parameter.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -54,4 +60,122 @@ TEST_CASE("AdamW validates options and needs a step counter >= 1", "[optim][adam
   opt.set_step_count(10);  // restored from a checkpoint
   CHECK_NOTHROW(opt.update(p));
   CHECK(opt.step_count() == 10);
+}
+
+namespace {
+
+// A sparse float parameter with every third position of a rows x cols matrix live, values
+// 0.1 * (r - c) + 0.05, and gradients that vary by position and step.
+SparseParameter<float, std::int16_t> lattice(std::int64_t rows, std::int64_t cols) {
+  Matrix<float> d(rows, cols);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) d(r, c) = (r * cols + c) % 3 == 0 ? 0.1f * float(r - c) + 0.05f : 0.0f;
+  return SparseParameter<float, std::int16_t>(PaddedCSR<float, std::int16_t>::from_dense(d.view()));
+}
+float lattice_grad(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7f * float(r) + 1.3f * float(c) + 0.4f * float(t)); }
+void set_lattice_grad(SparseParameter<float, std::int16_t>& p, std::int64_t t) {
+  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, float, std::int64_t s) { p.grad[s] = lattice_grad(r, c, t); });
+}
+void step_one(AdamW<float>& opt, SparseParameter<float, std::int16_t>& p) {
+  opt.begin_step();
+  opt.update(p);
+}
+bool same_values(const SparseParameter<float, std::int16_t>& a, const SparseParameter<float, std::int16_t>& b) {
+  return a.weight.values().size() == b.weight.values().size() &&
+         std::memcmp(a.weight.values().data(), b.weight.values().data(), a.weight.values().size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter's first update", "[optim][adamw]") {
+  const AdamWOptions o{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+  for (const auto policy : {AdamWBiasCorrection::per_slot, AdamWBiasCorrection::global}) {
+    AdamWOptions op = o;
+    op.bias_correction = policy;
+    AdamW<float> opt(op);
+    auto p = lattice(5, 7);
+    for (std::int64_t t = 1; t <= 30; ++t) {
+      set_lattice_grad(p, t);
+      opt.begin_step();
+      opt.update(p);
+    }
+    // grow (2, 5) at step 31, which was not live
+    REQUIRE(p.weight.find(2, 5) < 0);
+    SlotLog log;
+    p.weight.insert_new(2, 5, 0.0f, &log);
+    p.apply(log);
+    set_lattice_grad(p, 31);
+    const float g = p.grad[p.weight.find(2, 5)];
+    opt.begin_step();
+    opt.update(p);
+    const float grown = p.weight.values()[p.weight.find(2, 5)];
+
+    AdamW<float> fresh_opt(op);  // a fresh parameter, value 0, same gradient, its first step
+    DenseParameter<float> fresh(1, 1, 0.0f);
+    fresh.grad[0] = g;
+    fresh_opt.begin_step();
+    fresh_opt.update(fresh);
+    INFO("g " << g << " grown " << grown << " fresh " << fresh.value[0]);
+    if (policy == AdamWBiasCorrection::per_slot) {
+      CHECK(std::memcmp(&grown, &fresh.value[0], sizeof(float)) == 0);  // bitwise
+      CHECK(p.state[2][p.weight.find(2, 5)] == 1.0f);
+      CHECK(p.state[2][p.weight.find(0, 0)] == 31.0f);  // live since step 1
+      CHECK(std::abs(grown) == Approx(0.01).epsilon(1e-4));   // about lr
+    } else {
+      // corrected with t = 31: lr * (1 - b1) c1(31) g / (sqrt((1 - b2) c2(31)) |g|), 3.2 lr here
+      const double c1 = 1 / (1 - std::pow(0.9, 31.0)), c2 = 1 / (1 - std::pow(0.999, 31.0));
+      const double expected = 0.01 * 0.1 * c1 / std::sqrt(0.001 * c2);
+      CHECK(std::abs(grown) == Approx(expected).epsilon(1e-4));
+      CHECK(p.state.size() == 2);  // no counts with `global`
+    }
+  }
+}
+
+TEST_CASE("AdamW per_slot and global train a fixed topology bitwise alike, past saturation", "[optim][adamw]") {
+  // betas 0.5 and 0.6: both corrections round to 1 in float after ~50 steps, so 60 steps
+  // cover the clamp of the counts at the table's end
+  for (const double b1 : {0.5, 0.7}) {
+    AdamW<float> a({.lr = 0.01, .beta1 = b1, .beta2 = 0.6, .bias_correction = AdamWBiasCorrection::per_slot});
+    AdamW<float> b({.lr = 0.01, .beta1 = b1, .beta2 = 0.6, .bias_correction = AdamWBiasCorrection::global});
+    auto pa = lattice(6, 9), pb = lattice(6, 9);
+    for (std::int64_t t = 1; t <= 60; ++t) {
+      set_lattice_grad(pa, t);
+      set_lattice_grad(pb, t);
+      step_one(a, pa);
+      step_one(b, pb);
+      INFO("b1 " << b1 << " step " << t);
+      REQUIRE(same_values(pa, pb));
+    }
+    CHECK(pa.state.size() == 3);
+    CHECK(pa.state[2][0] < 60.0f);  // clamped where the corrections became 1
+  }
+}
+
+TEST_CASE("AdamW per_slot takes over moments without counts as if it had counted all along", "[optim][adamw]") {
+  // 5 steps with `global`, then a per_slot optimizer restored at step 5 (what loading an
+  // older checkpoint does): bitwise the run that stayed `global` (no slot was born)
+  AdamW<float> g1({.lr = 0.01, .bias_correction = AdamWBiasCorrection::global});
+  AdamW<float> g2({.lr = 0.01, .bias_correction = AdamWBiasCorrection::global});
+  auto pa = lattice(4, 5), pb = lattice(4, 5);
+  for (std::int64_t t = 1; t <= 5; ++t) {
+    set_lattice_grad(pa, t);
+    set_lattice_grad(pb, t);
+    step_one(g1, pa);
+    step_one(g2, pb);
+  }
+  AdamW<float> per_slot({.lr = 0.01});
+  per_slot.set_step_count(5);
+  REQUIRE(pa.state.size() == 2);
+  for (std::int64_t t = 6; t <= 12; ++t) {
+    set_lattice_grad(pa, t);
+    set_lattice_grad(pb, t);
+    step_one(per_slot, pa);
+    step_one(g2, pb);
+    REQUIRE(same_values(pa, pb));
+  }
+  CHECK(pa.state[2][0] == 12.0f);
+}
+
+TEST_CASE("AdamW rejects a bias_correction outside the enumeration", "[optim][adamw]") {
+  CHECK_THROWS_AS(AdamW<float>({.bias_correction = static_cast<AdamWBiasCorrection>(7)}), ArgumentError);
 }

@@ -19,6 +19,7 @@ namespace {
 // A scalar oracle: the optimizer's math for one weight, written independently of the library.
 struct Scalar {
   double w = 0, a = 0, b = 0;  // weight, first state (buf or m), second state (v)
+  std::int64_t n = 0;          // AdamW: updates this weight has had
 };
 struct SgdMath {
   double lr = 0.05, mu = 0.9, wd = 0.01;
@@ -29,21 +30,30 @@ struct SgdMath {
   }
   SGD<double> make() const { return SGD<double>({.lr = lr, .momentum = mu, .weight_decay = wd, .nesterov = true}); }
 };
+// AdamW; per_slot: a weight's bias corrections count its own updates (a newborn one starts
+// at 1), global: they use the optimizer's step t for every weight.
+template <AdamWBiasCorrection Policy>
 struct AdamMath {
   double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.05;
   void step(Scalar& s, double g, std::int64_t t) const {
+    const double n = Policy == AdamWBiasCorrection::per_slot ? double(++s.n) : double(t);
     s.w *= 1 - lr * wd;
     s.a = b1 * s.a + (1 - b1) * g;
     s.b = b2 * s.b + (1 - b2) * g * g;
-    s.w -= lr * (s.a / (1 - std::pow(b1, double(t)))) / (std::sqrt(s.b / (1 - std::pow(b2, double(t)))) + eps);
+    s.w -= lr * (s.a / (1 - std::pow(b1, n))) / (std::sqrt(s.b / (1 - std::pow(b2, n))) + eps);
   }
-  AdamW<double> make() const { return AdamW<double>({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd}); }
+  AdamW<double> make() const {
+    return AdamW<double>({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .bias_correction = Policy});
+  }
 };
+using AdamPerSlot = AdamMath<AdamWBiasCorrection::per_slot>;
+using AdamGlobal = AdamMath<AdamWBiasCorrection::global>;
 
 double grad_of(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7 * r + 1.3 * c + 0.4 * t); }
 
 using Cases = std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>,
-                         std::pair<AdamMath, std::int16_t>, std::pair<AdamMath, std::int32_t>>;
+                         std::pair<AdamPerSlot, std::int16_t>, std::pair<AdamPerSlot, std::int32_t>,
+                         std::pair<AdamGlobal, std::int16_t>>;
 
 }  // namespace
 
@@ -54,7 +64,7 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   auto opt = math.make();
   SparseParameter<double, Index> p(PaddedCSR<double, Index>::random_per_row(5, 12, 4, 9));
   std::map<std::pair<std::int64_t, std::int64_t>, Scalar> oracle;
-  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0}; });
+  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0, 0}; });
 
   auto poison_non_live = [&] {  // garbage where nothing is live must never reach a weight
     for (std::int64_t s = 0; s < p.weight.storage_size(); ++s)
@@ -81,6 +91,7 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
       REQUIRE(v == Approx(sc.w).margin(1e-12));
       REQUIRE(p.state[0][s] == Approx(sc.a).margin(1e-12));
       if (p.state.size() > 1) REQUIRE(p.state[1][s] == Approx(sc.b).margin(1e-12));
+      if (p.state.size() > 2) REQUIRE(p.state[2][s] == double(sc.n));  // AdamW per_slot counts
     });
   };
 
@@ -99,13 +110,13 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   for (std::int64_t c = 0; c < 12; ++c)
     if (p.weight.find(1, c) < 0) {
       p.weight.insert_new(1, c, 0.0, &log);
-      oracle[{1, c}] = {0.0, 0, 0};
+      oracle[{1, c}] = {0.0, 0, 0, 0};
     }
   // insert into row 0's padding (a slot just freed)
   for (std::int64_t c = 0; c < 12; ++c)
     if (p.weight.find(0, c) < 0 && !oracle.count({0, c})) {
       p.weight.insert_new(0, c, 0.25, &log);
-      oracle[{0, c}] = {0.25, 0, 0};
+      oracle[{0, c}] = {0.25, 0, 0, 0};
       break;
     }
   p.apply(log);

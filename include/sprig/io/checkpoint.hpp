@@ -28,7 +28,8 @@
 //               state vector: present u8 and, if present, T[rows*cols]
 //     "OPTM"  kind u8 (1 SGD, 2 AdamW), step count i64, lr f64, option count u8, options
 //             f64[] (SGD: momentum, weight_decay, nesterov; AdamW: beta1, beta2, eps,
-//             weight_decay)
+//             weight_decay, bias_correction 0 per_slot / 1 global; files written before
+//             bias_correction existed hold 4 and load into either policy, see adamw.hpp)
 //     "DST "  present u8; if present: name (u32 length + bytes), delta_t i64, t_begin i64,
 //             t_end i64, alpha f64, seed u64, compact_threshold f64, updates i64,
 //             total_seconds f64
@@ -224,7 +225,8 @@ OptimizerImage describe(const O& o) {
     d.options = {o.options().momentum, o.options().weight_decay, o.options().nesterov ? 1.0 : 0.0};
   } else if constexpr (std::is_same_v<O, AdamW<T>>) {
     d.kind = 2;
-    d.options = {o.options().beta1, o.options().beta2, o.options().eps, o.options().weight_decay};
+    d.options = {o.options().beta1, o.options().beta2, o.options().eps, o.options().weight_decay,
+                 static_cast<double>(o.options().bias_correction)};
   } else {
     static_assert(sizeof(O) == 0, "checkpoint: unknown optimizer type; teach io/checkpoint.hpp its options");
   }
@@ -233,9 +235,9 @@ OptimizerImage describe(const O& o) {
 inline const char* optimizer_name(std::uint8_t k) { return k == 1 ? "SGD" : k == 2 ? "AdamW" : "unknown"; }
 inline const char* option_name(std::uint8_t kind, std::size_t k) {
   static constexpr const char* sgd[] = {"momentum", "weight_decay", "nesterov"};
-  static constexpr const char* adamw[] = {"beta1", "beta2", "eps", "weight_decay"};
+  static constexpr const char* adamw[] = {"beta1", "beta2", "eps", "weight_decay", "bias_correction"};
   if (kind == 1 && k < 3) return sgd[k];
-  if (kind == 2 && k < 4) return adamw[k];
+  if (kind == 2 && k < 5) return adamw[k];
   return "option";
 }
 
@@ -444,7 +446,9 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
     if (!(saved.lr >= 0.0) || !std::isfinite(saved.lr)) r.fail_at(at_lr, "lr ", saved.lr, " is not a finite value >= 0");
     const std::int64_t at_n = r.offset();
     const auto n = r.get<std::uint8_t>("option count");
-    if (std::size_t{n} != mine.options.size())
+    // AdamW files from before bias_correction: its 4 other options, any policy
+    const bool legacy_adamw = saved.kind == 2 && n == 4 && mine.options.size() == 5;
+    if (std::size_t{n} != mine.options.size() && !legacy_adamw)
       r.fail_at(at_n, "the ", ck::optimizer_name(saved.kind), " section has ", int(n), " options, expected ",
                 mine.options.size());
     for (std::size_t q = 0; q < n; ++q) {

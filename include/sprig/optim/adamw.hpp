@@ -4,22 +4,37 @@
 //   w  = w * (1 - lr * weight_decay)                  (decoupled decay; decay == true only)
 //   m  = beta1 * m + (1 - beta1) * g                  (state[0])
 //   v  = beta2 * v + (1 - beta2) * g^2                (state[1])
-//   w  = w - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
-// The bias corrections use the global step t; a weight grown at step t0 > 1 starts with
-// m = v = 0 and is corrected with t like everyone else (as in RigL's reference code).
-// Sparse parameters are updated on live slots only; m and v follow slot moves through
-// SparseParameter::apply().
+//   w  = w - lr * (m / (1 - beta1^n)) / (sqrt(v / (1 - beta2^n)) + eps)
+// where n, the step count of the bias corrections, depends on the policy for slots born
+// during training (AdamWOptions::bias_correction):
+//   per_slot (default): n is the number of updates the slot has had, itself included
+//     (state[2], per slot, of sparse parameters; newborn slots read 0). A weight grown at
+//     step t0 starts with m = v = 0 and n = 0, so its first update is the size of any first
+//     Adam update (about lr), as a fresh parameter's. Slots that live from step 1 have n = t:
+//     a model whose topology never changes trains bitwise as with `global`.
+//   global: n = t for every slot (RigL's reference code): a weight grown at t0 > 1 starts
+//     with m = v = 0 but is corrected with t, so its first update is
+//     lr * (1 - beta1) / sqrt(1 - beta2) (3.2 lr at betas (0.9, 0.999)), largest where the
+//     grow rule put it: where the gradient is largest.
+// Dense parameters never grow: they always use n = t and hold 2 state values per element.
+// Sparse parameters are updated on live slots only; m, v and n follow slot moves, relocation
+// and compaction through SparseParameter::apply() and are saved by checkpoints.
 //
 // Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
-// parameters (live_ranges.hpp); m and v are created (zero) on first use, 2 values per slot.
+// parameters (live_ranges.hpp); state is created (zero) on first use: 2 values per slot, 3 with
+// per_slot on a sparse parameter. The per-slot corrections come from a table of
+// (1 - beta^n)^-1 per n, grown with the step count until both corrections round to 1 in T
+// (n about 1.7e4 for float at beta2 0.999; at most kMaxCorrectionSteps entries).
 // Threads: each element is updated by one thread with the same arithmetic, so the result is
 // bitwise identical for any thread count. The arithmetic is in T, the bias corrections in
-// double (rounded to T once per step).
+// double (rounded to T once per n).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
@@ -29,13 +44,18 @@
 
 namespace sprig {
 
-// torch.optim.AdamW's defaults. Set by name: AdamW<float> opt({.lr = 1e-3, .weight_decay = 0}).
+// Which step count corrects the moments of a slot born during training (top of this file).
+enum class AdamWBiasCorrection : std::uint8_t { per_slot = 0, global = 1 };
+
+// torch.optim.AdamW's defaults, and the per-slot bias correction of grown weights. Set by
+// name: AdamW<float> opt({.lr = 1e-3, .weight_decay = 0}).
 struct AdamWOptions {
   double lr = 1e-3;            // >= 0; set_lr changes it (a schedule: lr_schedule.hpp)
   double beta1 = 0.9;          // in [0, 1): decay of the first moment m
   double beta2 = 0.999;        // in [0, 1): decay of the second moment v
   double eps = 1e-8;           // > 0: added to sqrt(v) in the denominator
   double weight_decay = 1e-2;  // >= 0: decoupled, for parameters with decay == true
+  AdamWBiasCorrection bias_correction = AdamWBiasCorrection::per_slot;
 };
 
 template <Value T>
@@ -54,19 +74,31 @@ public:
     if (!(options.eps > 0.0)) throw ArgumentError(detail::message("AdamW: eps ", options.eps, " must be > 0"));
     if (!(options.weight_decay >= 0.0))
       throw ArgumentError(detail::message("AdamW: weight_decay ", options.weight_decay, " must be >= 0"));
+    if (options.bias_correction != AdamWBiasCorrection::per_slot && options.bias_correction != AdamWBiasCorrection::global)
+      throw ArgumentError(detail::message("AdamW: bias_correction ", static_cast<int>(options.bias_correction),
+                                          " is neither per_slot (0) nor global (1)"));
   }
+
+  // The longest correction table: per-slot step counts saturate here (reached only with
+  // beta2 > 0.99999, where (1 - beta2^n)^-1 has not rounded to 1 yet).
+  static constexpr std::int64_t kMaxCorrectionSteps = std::int64_t{1} << 22;
 
   const AdamWOptions& options() const noexcept { return options_; }
 
   // Updates one parameter with its current gradient at step step_count() (>= 1; step() counts
   // the step, a caller of update() calls begin_step() first). Throws ArgumentError at
   // step_count() 0, ShapeError if grad or state is not aligned with the parameter's slots
-  // (before anything is written).
+  // (before anything is written). With per_slot, a sparse parameter whose moments exist but
+  // whose step counts do not (state from a `global` optimizer, or an older checkpoint) starts
+  // counting from step_count() - 1 for every slot: what `global` would have used.
   template <class P>
     requires requires(P& p) { p.state; p.grad; }
   void update(P& p) {
     if (this->step_count() < 1)
       throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");
+    if constexpr (requires { p.weight.storage_size(); }) {
+      if (options_.bias_correction == AdamWBiasCorrection::per_slot) return update_per_slot(p);
+    }
     detail::ensure_state("AdamW::update", p, 2);
     const double t = static_cast<double>(this->step_count());
     const T lr = static_cast<T>(options_.lr);
@@ -93,7 +125,65 @@ private:
   friend class detail::OptimizerBase<AdamW<T>>;
   using Base = detail::OptimizerBase<AdamW<T>>;
 
+  // Extends the correction tables to n = min(t, saturation, kMaxCorrectionSteps); entry n
+  // is the expression `global` uses at step n, so equal counts give equal bits. O(new
+  // entries).
+  void extend_corrections(std::int64_t t) {
+    if (correction1_.empty()) {
+      correction1_.push_back(T(1));  // n = 0 is never used (a count is >= 1 when read)
+      correction2_.push_back(T(1));
+    }
+    while (!saturated_ && std::ssize(correction1_) <= std::min(t, kMaxCorrectionSteps)) {
+      const double n = static_cast<double>(correction1_.size());
+      const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, n)));
+      const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, n)));
+      correction1_.push_back(c1);
+      correction2_.push_back(c2);
+      saturated_ = (c1 == T(1) && c2 == T(1)) || std::ssize(correction1_) > kMaxCorrectionSteps;
+    }
+  }
+
+  template <class P>
+  void update_per_slot(P& p) {
+    const bool had_moments = p.state.size() >= 2 && !p.state[0].empty();
+    const bool had_counts = p.state.size() >= 3 && !p.state[2].empty();
+    detail::ensure_state("AdamW::update", p, 3);
+    const std::int64_t t = this->step_count();
+    extend_corrections(t);
+    // counts beyond the table's last entry read that entry: exact once saturated (every
+    // later correction is 1 too), and a count never exceeds the step count otherwise
+    const T top = static_cast<T>(std::ssize(correction1_) - 1);
+    if (had_moments && !had_counts) {
+      const T previous = static_cast<T>(std::min<std::int64_t>(t - 1, std::ssize(correction1_) - 1));
+      std::fill(p.state[2].begin(), p.state[2].end(), previous);
+    }
+    const T lr = static_cast<T>(options_.lr);
+    const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+    const T eps = static_cast<T>(options_.eps);
+    const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
+    T* __restrict wp = Base::template values<T>(p).data();
+    const T* __restrict gp = p.grad.data();
+    T* __restrict mp = p.state[0].data();
+    T* __restrict vp = p.state[1].data();
+    T* __restrict np = p.state[2].data();
+    const T* __restrict c1 = correction1_.data();
+    const T* __restrict c2 = correction2_.data();
+    detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t s = b; s < e; ++s) {
+        const T g = gp[s];
+        const T n = std::min(np[s] + T(1), top);
+        np[s] = n;
+        const auto k = static_cast<std::size_t>(n);
+        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
+        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
+        wp[s] = wp[s] * shrink - lr * (mp[s] * c1[k]) / (std::sqrt(vp[s] * c2[k]) + eps);
+      }
+    });
+  }
+
   AdamWOptions options_;
+  std::vector<T> correction1_, correction2_;  // (1 - beta^n)^-1 in T, index n
+  bool saturated_ = false;
 };
 
 }  // namespace sprig

@@ -7,7 +7,9 @@
 //   w   = w - lr * d
 // This is PyTorch's torch.optim.SGD with dampening 0 (buf starts at 0, so its first step
 // is buf = g, as in PyTorch). Sparse parameters are updated on live slots only; their
-// buffer lives in SparseParameter::state and follows slot moves through apply().
+// buffer lives in SparseParameter::state and follows slot moves through apply(). A slot born
+// during training (a grown weight) starts with a zero buffer, as in RigL's reference code; SGD
+// has no step count, so that is the whole policy for grown weights (compare adamw.hpp).
 //
 // Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
 // parameters (live_ranges.hpp); the momentum buffer (one value per slot) is created, zero, on
