@@ -279,3 +279,179 @@ TEST_CASE("apply_step with a gradient-based algorithm before forward/backward sa
                       Catch::Matchers::StartsWith("SparsityAlgorithm::update: rigl needs the input and output gradient"));
   }
 }
+
+namespace {
+
+// What a user's grow rule can get wrong; none = a valid rule (a random free position list).
+enum class Fault { none, out_of_range, negative, repeated, descending, kept, too_few, too_many, regrow_dropped };
+
+// A user subclass whose grow rule returns a valid random list (SET's) with one planted fault.
+class Rogue final : public SparsityAlgorithm<double, std::int32_t> {
+public:
+  Rogue(UpdateSchedule s, Fault f) : SparsityAlgorithm<double, std::int32_t>(s, 1), fault(f) {}
+  std::string_view name() const override { return "rogue"; }
+  Fault fault;
+  std::int64_t bad = 0;      // the offending position returned
+  std::int64_t asked = -1;   // the k it was asked for
+
+protected:
+  std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
+                                                  CounterRng& rng) override {
+    const auto& W = layer.layer->weight.weight;
+    const std::int64_t total = W.rows() * W.cols();
+    asked = k;
+    if (fault == Fault::regrow_dropped) return dropped.positions;
+    std::vector<std::int64_t> v = random_free_linear_positions(W, dropped, fault == Fault::too_many ? k + 1 : k, rng);
+    REQUIRE(v.size() >= 3);
+    switch (fault) {
+      case Fault::out_of_range: bad = v.back() = total; break;
+      case Fault::negative: bad = v.front() = -1; break;
+      case Fault::repeated: bad = v[2] = v[1]; break;
+      case Fault::descending:
+        std::swap(v[1], v[2]);
+        bad = v[2];
+        break;
+      case Fault::kept: {
+        // a live position that was not dropped, in place of one of the free ones
+        const std::set<std::int64_t> drop(dropped.positions.begin(), dropped.positions.end());
+        W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t) {
+          if (!drop.count(i * W.cols() + c)) bad = i * W.cols() + c;
+        });
+        REQUIRE(W.find(bad / W.cols(), bad % W.cols()) >= 0);
+        v.erase(v.begin());
+        v.insert(std::lower_bound(v.begin(), v.end(), bad), bad);
+        break;
+      }
+      case Fault::too_few: v.pop_back(); break;
+      default: break;
+    }
+    return v;
+  }
+};
+
+// Everything of a layer that a topology update could change.
+struct LayerSnapshot {
+  std::vector<double> values, grad, bias;
+  std::vector<std::vector<double>> state;
+  std::vector<std::int32_t> col_indices;
+  std::vector<std::int64_t> row_start, row_nnz;
+  std::int64_t nnz;
+  bool operator==(const LayerSnapshot&) const = default;
+};
+LayerSnapshot snapshot(const SparseLinear<double, std::int32_t>& layer) {
+  const auto& p = layer.weight;
+  LayerSnapshot s;
+  s.values.assign(p.weight.values().begin(), p.weight.values().end());
+  s.col_indices.assign(p.weight.col_indices().begin(), p.weight.col_indices().end());
+  s.grad.assign(p.grad.begin(), p.grad.end());
+  for (const auto& st : p.state) s.state.emplace_back(st.begin(), st.end());
+  for (std::int64_t i = 0; i < p.weight.rows(); ++i) {
+    s.row_start.push_back(p.weight.row_start(i));
+    s.row_nnz.push_back(p.weight.row_nnz(i));
+  }
+  s.bias.assign(layer.bias.value.data(), layer.bias.value.data() + layer.bias.value.size());
+  s.nnz = p.weight.nnz();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a grow rule's positions are validated in every build type before the layer changes", "[dst][errors]") {
+  // 10 x 20 at density 0.3: 60 live, f = alpha = 0.5 at t = 0 -> k = 30 of 170 free positions
+  UpdateSchedule s;
+  s.delta_t = 1;
+  s.t_end = 100;
+  s.alpha = 0.5;
+  auto make_layer = [] {
+    SparseLinear<double, std::int32_t> layer(20, 10, {.density = 0.3, .seed = 4, .padding_ratio = 0.0});
+    auto& p = layer.weight;
+    CounterRng rng(8);
+    for (auto& g : p.grad) g = rng.uniform(-1, 1);
+    p.state.assign(2, AlignedVector<double>(p.grad.size()));
+    for (auto& st : p.state)
+      for (auto& v : st) v = rng.uniform(0, 1);
+    return layer;
+  };
+  const std::int64_t cols = 20;
+  auto expect_rejected = [&](Fault fault, const std::string& why, bool names_position) {
+    auto layer = make_layer();
+    const LayerSnapshot before = snapshot(layer);
+    Rogue algo(s, fault);
+    const std::vector<SparseLayerRef<double, std::int32_t>> refs{{0, 0, &layer, {}, {}}};
+    std::string what;
+    try {
+      algo.update(refs, 0);
+    } catch (const ArgumentError& e) {
+      what = e.what();
+    }
+    INFO(what);
+    REQUIRE_FALSE(what.empty());
+    CHECK(algo.asked == 30);
+    CHECK(what.find("SparsityAlgorithm::update: rogue's grow_linear_positions for sparse layer 0 (10x20)") == 0);
+    CHECK(what.find(why) != std::string::npos);
+    if (names_position) {
+      const std::int64_t row = algo.bad >= 0 ? algo.bad / cols : -1;  // floor division
+      const std::string at = "position " + std::to_string(algo.bad) + " = (" + std::to_string(row) + ", " +
+                             std::to_string(algo.bad - row * cols) + ")";
+      CHECK(what.find(at) != std::string::npos);
+    }
+    CHECK(snapshot(layer) == before);  // weights, topology, gradient, state untouched
+    CHECK(algo.updates() == 0);
+  };
+  SECTION("out of range") { expect_rejected(Fault::out_of_range, "outside [0, rows * cols = 200)", true); }
+  SECTION("negative") { expect_rejected(Fault::negative, "outside [0, rows * cols = 200)", true); }
+  SECTION("repeated") { expect_rejected(Fault::repeated, "strictly ascending (a repeated position)", true); }
+  SECTION("descending") { expect_rejected(Fault::descending, "strictly ascending (descending)", true); }
+  SECTION("already live and kept") { expect_rejected(Fault::kept, "which is live and not dropped (kept)", true); }
+  SECTION("too few") { expect_rejected(Fault::too_few, "returned 29 positions, expected exactly 30", false); }
+  SECTION("too many") { expect_rejected(Fault::too_many, "returned 31 positions, expected exactly 30", false); }
+  SECTION("a just-dropped position may be returned: it is regrown") {
+    auto layer = make_layer();
+    const LayerSnapshot before = snapshot(layer);
+    Rogue algo(s, Fault::regrow_dropped);
+    const std::vector<SparseLayerRef<double, std::int32_t>> refs{{0, 0, &layer, {}, {}}};
+    const UpdateReport r = algo.update(refs, 0);
+    CHECK(r.layers[0].stats.regrown == 30);
+    CHECK(r.layers[0].stats.dropped == 0);
+    CHECK(r.layers[0].stats.grown == 0);
+    CHECK(snapshot(layer) == before);  // every dropped weight regrown: nothing moved
+  }
+  SECTION("a valid rule passes and changes the layer") {
+    auto layer = make_layer();
+    const LayerSnapshot before = snapshot(layer);
+    Rogue algo(s, Fault::none);
+    const std::vector<SparseLayerRef<double, std::int32_t>> refs{{0, 0, &layer, {}, {}}};
+    const UpdateReport r = algo.update(refs, 0);
+    CHECK(r.layers[0].stats.dropped + r.layers[0].stats.regrown == 30);
+    CHECK(layer.weight.weight.nnz() == 60);
+    CHECK_FALSE(snapshot(layer) == before);
+  }
+}
+
+TEST_CASE("malformed grow counts are rejected before any layer changes", "[dst][errors]") {
+  struct BadCounts final : SparsityAlgorithm<double, std::int32_t> {
+    using SparsityAlgorithm<double, std::int32_t>::SparsityAlgorithm;
+    std::vector<std::int64_t> counts;
+    std::string_view name() const override { return "badcounts"; }
+    std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>&) override {
+      return counts;
+    }
+    std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
+                                                    CounterRng& rng) override {
+      return random_free_linear_positions(layer.layer->weight.weight, dropped, k, rng);
+    }
+  };
+  UpdateSchedule s;
+  s.delta_t = 1;
+  s.t_end = 100;
+  Model model = small_mlp(5);
+  const Topology before = topology_of(model);
+  BadCounts algo(s, 1);
+  algo.counts = {5};
+  CHECK_THROWS_WITH(algo.update(model.sparse_layers(), 0),
+                    "SparsityAlgorithm::update: badcounts's grow_counts returned 1 counts for 2 sparse layers");
+  algo.counts = {5, -1};
+  CHECK_THROWS_WITH(algo.update(model.sparse_layers(), 0),
+                    "SparsityAlgorithm::update: badcounts's grow_counts returned -1 for sparse layer 1 (must be >= 0)");
+  CHECK(topology_of(model) == before);
+}

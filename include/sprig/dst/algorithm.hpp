@@ -24,7 +24,9 @@
 #include <concepts>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -118,9 +120,10 @@ public:
   // that). layers: the model's sparse_layers(), each with its sparse_index; when
   // needs_gradients(), each with the input and output gradient of a forward and backward
   // (only their shapes can be checked, not that they are from step t).
-  // Throws ArgumentError, before any layer changes, when a needed gradient is missing, and
-  // ArgumentError if a weight is NaN (magnitudes cannot be ranked; layers before it have
-  // been updated). Cost per layer: O(storage + k log k) for the drop and the random grow,
+  // Throws ArgumentError, before any layer changes, when a needed gradient is missing or
+  // grow_counts is malformed, and ArgumentError if a weight is NaN (magnitudes cannot be
+  // ranked) or a subclass's grow_linear_positions breaks its contract; then that layer is
+  // unchanged (weights, topology, gradient, state) and the layers before it have been updated. Cost per layer: O(storage + k log k) for the drop and the random grow,
   // plus for RigL/SNFS the dense gradient dY X^T (rows x cols x B multiply-adds, streamed in
   // row blocks, never stored whole). Deterministic for a seed (see the top of this file).
   UpdateReport update(std::span<const LayerRef> layers, std::int64_t t) {
@@ -133,8 +136,11 @@ protected:
   virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
     return drop_counts;
   }
-  // k positions, distinct, none of them kept (live and not in `dropped`), for this layer, as
-  // ascending linear positions (row * cols + col): what the update consumes.
+  // Where this layer grows: exactly k linear positions (row * cols + col), strictly ascending
+  // (so distinct), each in [0, rows * cols), none of them kept (kept = live and not in
+  // `dropped`; a just-dropped position may be returned, and then stays with its value and
+  // state). update() checks all of this in every build type before the layer changes and
+  // throws ArgumentError naming the algorithm, the layer and the first offending position.
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                           CounterRng& rng) = 0;
 
@@ -178,6 +184,55 @@ private:
     }
   }
 
+  // Throws ArgumentError naming `caller` unless grow_counts gave one count >= 0 per layer.
+  void check_grow_counts(std::span<const LayerRef> layers, const std::vector<std::int64_t>& grow,
+                         const char* caller) const {
+    if (grow.size() != layers.size())
+      throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_counts returned ", grow.size(),
+                                                 " counts for ", layers.size(), " sparse layers"));
+    for (std::size_t l = 0; l < grow.size(); ++l)
+      if (grow[l] < 0)
+        throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_counts returned ", grow[l],
+                                                   " for sparse layer ", layers[l].sparse_index, " (must be >= 0)"));
+  }
+
+  // Throws ArgumentError naming `caller`, the algorithm, the layer and the first offending
+  // position (row, col) unless `pos` is what grow_linear_positions promises: exactly k
+  // positions, strictly ascending, in [0, rows * cols), none kept. Rows are walked along the
+  // ascending positions (no division per position) and the kept columns of each row that
+  // grows are marked once (KeptColumns): O(k + rows + nnz of the rows in `pos`) time and
+  // cols x 8 bytes, never a search per position.
+  void check_grow_positions(const LayerRef& layer, const DropSet& drop, std::span<const std::int64_t> pos,
+                            std::int64_t k, const char* caller) const {
+    const auto& W = layer.layer->weight.weight;
+    const std::int64_t cols = W.cols(), total = W.rows() * cols;
+    auto fail = [&](const auto&... why) {
+      throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_linear_positions for sparse layer ",
+                                                 layer.sparse_index, " (", W.rows(), "x", cols, ") ", why...));
+    };
+    auto at = [cols](std::int64_t p) {
+      // floor division, so that a negative position reads as a negative row
+      const std::int64_t r = p >= 0 ? p / cols : -((-p + cols - 1) / cols);
+      return sprig::detail::message("position ", p, " = (", r, ", ", p - r * cols, ")");
+    };
+    if (std::ssize(pos) != k) fail("returned ", pos.size(), " positions, expected exactly ", k);
+    KeptColumns<T, Index> kept(W, drop);
+    std::int64_t prev = -1, row = 0, row_start = 0;
+    for (std::size_t q = 0; q < pos.size(); ++q) {
+      const std::int64_t p = pos[q];
+      if (p < 0 || p >= total) fail("returned ", at(p), ", outside [0, rows * cols = ", total, ")");
+      if (p <= prev)
+        fail("returned ", at(p), " at index ", q, " after ", at(prev), ": positions must be strictly ascending (",
+             p == prev ? "a repeated position" : "descending", ")");
+      while (p >= row_start + cols) {
+        ++row;
+        row_start += cols;
+      }
+      if (kept.kept(row, p - row_start)) fail("returned ", at(p), ", which is live and not dropped (kept)");
+      prev = p;
+    }
+  }
+
   UpdateReport update_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
     check_gradients(layers, caller);
     const auto start = std::chrono::steady_clock::now();
@@ -190,6 +245,7 @@ private:
       drop_counts[l] = static_cast<std::int64_t>(
           std::floor(report.drop_fraction * static_cast<double>(layers[l].layer->weight.weight.nnz())));
     const std::vector<std::int64_t> grow = grow_counts(layers, drop_counts);
+    check_grow_counts(layers, grow, caller);
     report.layers.resize(n);
     // One layer at a time, and its slot moves replayed on its state in chunks of
     // kLogChunk events: the update's scratch is that of one layer, not of the model.
@@ -200,6 +256,7 @@ private:
       const DropSet drop = select_drop(param.weight, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
       std::vector<std::int64_t> grow_at = grow_linear_positions(layers[l], drop, grow[l], rng);
+      check_grow_positions(layers[l], drop, grow_at, grow[l], caller);
       SlotLog log;
       log.set_sink(kLogChunk, [&param](const SlotLog& chunk) { param.apply(chunk); });
       u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
