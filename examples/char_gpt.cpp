@@ -66,6 +66,7 @@ struct Config {
   double ffn_sparsity = 0.0;
   std::string distribution = "uniform";
   std::string algorithm = "none";
+  std::string bias_correction = "per-slot";  // AdamW's correction of grown weights: per-slot|global
   std::int64_t delta_t = 100;
   double alpha = 0.3;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0;
@@ -199,12 +200,17 @@ int run(Config cfg) {
               static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
               static_cast<long long>(cfg.batch), threads);
 
-  sprig::AdamW<T> opt({.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = cfg.weight_decay});
+  sprig::AdamW<T> opt({.lr = cfg.lr,
+                       .beta1 = 0.9,
+                       .beta2 = 0.99,
+                       .weight_decay = cfg.weight_decay,
+                       .bias_correction = cfg.bias_correction == "global" ? sprig::AdamWBiasCorrection::global
+                                                                          : sprig::AdamWBiasCorrection::per_slot});
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
   const auto algorithm = make_algorithm<Index>(cfg);
-  std::printf("optimizer: AdamW betas (0.9, 0.99), lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
+  std::printf("optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
               "clip %g; %lld steps; topology: %s\n",
-              cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
+              cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
               static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
 
   const std::vector<std::int64_t> val_starts =
@@ -323,6 +329,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--distribution", cfg.distribution, "Densities within each group: uniform or erk")
       ->check(CLI::IsMember({"uniform", "erk"}))
+      ->capture_default_str();
+  app.add_option("--bias-correction", cfg.bias_correction,
+                 "AdamW: correct a grown weight's moments with its own step count (per-slot) or the global one")
+      ->check(CLI::IsMember({"per-slot", "global"}))
       ->capture_default_str();
   app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
