@@ -4,7 +4,7 @@
 // other and each one's memory is its own), started as
 //   fashion_mnist --algorithm A --sparsity S --seed N --epochs E --csv OUT/A_S_N.csv [extra]
 // and read back from its RESULT line and curve CSV. Prints a table (mean +- std of the test
-// accuracy over seeds, seconds per epoch, seconds spent in topology updates per run) and writes
+// accuracy over seeds and the 95% interval of that mean, seconds per epoch, seconds spent in topology updates per run) and writes
 // OUT/dst_compare.md, OUT/dst_compare.csv and, when gnuplot is installed, OUT/dst_compare.png
 // with the mean test-accuracy curves.
 //
@@ -95,6 +95,16 @@ Stats stats(const std::vector<double>& v) {
   return s;
 }
 
+// Half-width of the two-sided 95% confidence interval of a mean of n samples with sample
+// standard deviation sd (Student's t with n - 1 degrees of freedom; 0 for n < 2).
+double ci95_half_width(std::size_t n, double sd) {
+  static constexpr double t975[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
+  if (n < 2) return 0.0;
+  const double t = n - 1 <= std::size(t975) ? t975[n - 2] : 1.96;
+  return t * sd / std::sqrt(static_cast<double>(n));
+}
+
 std::string fmt(const char* f, double a, double b = 0) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, a, b);
@@ -151,8 +161,11 @@ int main(int argc, char** argv) {
         }
 
     std::ostringstream table;
-    table << "| sparsity | algorithm | test accuracy (mean +- std, " << seeds << " seeds) | s/epoch | topology s/run | "
-          << "topology share |\n|---|---|---|---|---|---|\n";
+    std::string extras;
+    for (const auto& e : extra) extras += (extras.empty() ? "" : " ") + e;
+    table << "fashion_mnist --epochs " << epochs << (extras.empty() ? "" : " ") << extras << "\n\n"
+          << "| sparsity | algorithm | test accuracy (mean +- std, " << seeds << " seeds) | 95% interval of the mean | "
+          << "s/epoch | topology s/run | topology share |\n|---|---|---|---|---|---|---|\n";
     for (std::size_t si = 0; si < sparsities.size(); ++si)
       for (const auto& algo : algorithms) {
         std::vector<double> acc, epoch, topo, share;
@@ -164,8 +177,9 @@ int main(int argc, char** argv) {
           share.push_back(r.result["topology_seconds"] / std::max(1e-9, e * static_cast<double>(r.epoch_seconds.size())));
         }
         const Stats a = stats(acc);
+        const double h = ci95_half_width(acc.size(), a.std);
         table << "| " << fmt("%.0f%%", 100 * sparsities[si]) << " | " << algo << " | " << fmt("%.2f +- %.2f %%", a.mean, a.std)
-              << " | " << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
+              << " | " << fmt("[%.2f, %.2f]", a.mean - h, a.mean + h) << " | " << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
               << fmt("%.2f%%", 100 * stats(share).mean) << " |\n";
       }
     std::printf("%s", table.str().c_str());
