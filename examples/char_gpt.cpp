@@ -32,8 +32,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,6 +47,8 @@
 #if defined(_OPENMP)
 #  include <omp.h>
 #endif
+
+#include "progress.hpp"
 
 #ifndef CHAR_GPT_DEFAULT_DATA
 #  define CHAR_GPT_DEFAULT_DATA "examples/data/tinyshakespeare.txt"
@@ -88,38 +88,6 @@ struct Config {
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Peak resident set size (VmHWM) in bytes, 0 where /proc is missing.
-std::int64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
-// A redrawn bar on a terminal, a plain line every ~5% otherwise.
-class Progress {
-public:
-  Progress() : tty_(isatty(STDERR_FILENO) != 0) {}
-  void update(std::int64_t step, std::int64_t steps, double loss, double tokens_per_s) {
-    if (tty_) {
-      constexpr int width = 30;
-      std::string bar(static_cast<std::size_t>(width * (step + 1) / steps), '=');
-      bar.resize(width, ' ');
-      std::fprintf(stderr, "\rstep [%s] %lld/%lld loss %.4f %.0f tok/s ", bar.c_str(), static_cast<long long>(step + 1),
-                   static_cast<long long>(steps), loss, tokens_per_s);
-      if (step + 1 == steps) std::fputc('\n', stderr);
-      std::fflush(stderr);
-    } else if ((step + 1) % std::max<std::int64_t>(1, steps / 20) == 0 || step + 1 == steps) {
-      std::fprintf(stderr, "step %lld/%lld loss %.4f %.0f tok/s\n", static_cast<long long>(step + 1),
-                   static_cast<long long>(steps), loss, tokens_per_s);
-    }
-  }
-
-private:
-  bool tty_;
-};
 
 void apply_config_defaults(Config& c) {
   const bool mini = c.config == "mini40m";
@@ -245,7 +213,7 @@ int run(Config cfg) {
   std::vector<std::int64_t> starts(static_cast<std::size_t>(cfg.batch));
   std::vector<std::int32_t> x(static_cast<std::size_t>(cfg.batch * cfg.block)), y(x.size());
   sprig::SoftmaxCrossEntropy<T> ce;
-  Progress progress;
+  const examples::ProgressBar progress(20);
   double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
@@ -266,8 +234,8 @@ int run(Config cfg) {
     train_seconds += seconds_since(t0);
     smooth = step == start.step ? loss : 0.95 * smooth + 0.05 * loss;
     const std::int64_t done = step + 1 - start.step;
-    progress.update(step, cfg.steps, smooth,
-                    static_cast<double>(done * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9));
+    progress.update("", step, cfg.steps, smooth,
+                    static_cast<double>(done * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9), "tok/s");
     const bool last = step + 1 == cfg.steps;
     if ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) || last) {
       val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
@@ -295,7 +263,7 @@ int run(Config cfg) {
   const double ms_per_step = 1e3 * train_seconds / static_cast<double>(steps_run);
   const double tokens_per_s = static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9);
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
-  const std::int64_t rss = peak_rss_bytes();
+  const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();
   std::printf("weights %lld bytes (%.1f%% of dense %lld); optimizer state %lld; gradients %lld; activations, their "
               "gradients and scratch %lld; peak RSS %lld\n",

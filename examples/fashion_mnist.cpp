@@ -27,8 +27,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <chrono>
@@ -44,6 +42,7 @@
 #include <vector>
 
 #include "fashion_mnist_data.hpp"
+#include "progress.hpp"
 
 #if defined(_OPENMP)
 #  include <omp.h>
@@ -83,30 +82,6 @@ struct Config {
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Progress on stderr: a redrawn bar on a terminal, a plain line every ~10% otherwise.
-class Progress {
-public:
-  Progress() : tty_(isatty(STDERR_FILENO) != 0) {}
-  void update(int epoch, int epochs, std::int64_t step, std::int64_t steps, double loss, double examples_per_s) {
-    if (tty_) {
-      constexpr int width = 30;
-      const int filled = static_cast<int>(width * (step + 1) / steps);
-      std::string bar(static_cast<std::size_t>(filled), '=');
-      bar.resize(width, ' ');
-      std::fprintf(stderr, "\repoch %d/%d [%s] %lld/%lld loss %.4f %.0f ex/s ", epoch + 1, epochs, bar.c_str(),
-                   static_cast<long long>(step + 1), static_cast<long long>(steps), loss, examples_per_s);
-      if (step + 1 == steps) std::fputc('\n', stderr);
-      std::fflush(stderr);
-    } else if ((step + 1) % std::max<std::int64_t>(1, steps / 10) == 0 || step + 1 == steps) {
-      std::fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f %.0f ex/s\n", epoch + 1, epochs,
-                   static_cast<long long>(step + 1), static_cast<long long>(steps), loss, examples_per_s);
-    }
-  }
-
-private:
-  bool tty_;
-};
 
 #if defined(SPRIG_OPENBLAS)
 constexpr const char* kGemmName = ", dense GEMM: OpenBLAS";
@@ -315,7 +290,7 @@ int run(const Config& cfg) {
   sprig::Matrix<T> x(data.train.features(), cfg.batch);
   std::vector<std::int32_t> y(static_cast<std::size_t>(cfg.batch));
   sprig::SoftmaxCrossEntropy<T> ce;
-  Progress progress;
+  const examples::ProgressBar progress(10);
   double train_seconds = 0.0;
   std::int64_t steps_done = 0;
   Evaluation test{};
@@ -380,8 +355,8 @@ int run(const Config& cfg) {
       loss_sum += loss;
       smooth = k == 0 ? loss : 0.95 * smooth + 0.05 * loss;
       ++steps_done;
-      progress.update(epoch, cfg.epochs, k, steps_per_epoch, smooth,
-                      static_cast<double>((k + 1 - first) * cfg.batch) / seconds_since(t_epoch));
+      progress.update("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs) + " ", k, steps_per_epoch,
+                      smooth, static_cast<double>((k + 1 - first) * cfg.batch) / seconds_since(t_epoch), "ex/s");
       if (cfg.checkpoint_every > 0 && steps_done % cfg.checkpoint_every == 0 && k + 1 < steps_per_epoch)
         save(static_cast<std::uint64_t>(epoch), k + 1);
       if (cfg.stop_after_steps > 0 && steps_done == cfg.stop_after_steps) {
