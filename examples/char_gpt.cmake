@@ -27,6 +27,9 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   # Kill-and-resume equals the uninterrupted run: the same validation losses and sample.
   add_test(NAME example:char_gpt_resume
            COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_resume
-                   "-DARGS=${CHAR_GPT_TINY}" -P ${CMAKE_CURRENT_LIST_DIR}/scripts/char_gpt_resume.cmake)
+                   "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
+                   "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+"
+                   "-DFROM=sample (temperature" "-DUNTIL=weights "
+                   -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
   set_tests_properties(example:char_gpt_resume PROPERTIES LABELS example)
 endif()

@@ -33,7 +33,10 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     # is compared bitwise by test_io_checkpoint).
     add_test(NAME example:fashion_mnist_resume
              COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/resume_test
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/fashion_mnist_resume.cmake)
+                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+                     -DEVERY=7 -DSTOP=53
+                     "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
     set_tests_properties(example:fashion_mnist_resume PROPERTIES LABELS example)
   endif()
 endif()
