@@ -1,6 +1,7 @@
 // dst_update — the cost of one topology update (SET, RigL) on one sparse layer against the
 // cost of one training step of that layer, measured in the same process, plus the split of
-// an update into its phases (drop selection, grow selection, storage changes).
+// an update into its phases (drop selection, grow selection, storage changes), and the same
+// updates with constant fan-in (every row keeps its count) on a layer of equal rows.
 //
 //   dst_update [--rows 4096] [--cols 4096] [--density 0.1] [--batch 128] [--reps 7] [--threads 1]
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <vector>
 
+#include <sprig/dst/fan_in.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/optim/sgd.hpp>
@@ -71,9 +73,23 @@ int main(int argc, char** argv) {
   sprig::dst::SET<T, Index> set(schedule, 1);
   sprig::dst::RigL<T, Index> rigl(schedule, 1);
   const std::vector<sprig::SparseLayerRef<T, Index>> refs{{0, 0, &layer, X.view(), dY.view()}};
+  // constant fan-in: the same shape and density with llround(density * cols) weights per row
+  auto fan_in_layer = sprig::dst::constant_fan_in_linear<T, Index>(cols, rows, {.density = density, .seed = 1});
+  sprig::dst::SET<T, Index> set_cfi(schedule, 1);
+  sprig::dst::RigL<T, Index> rigl_cfi(schedule, 1);
+  set_cfi.constant_fan_in = rigl_cfi.constant_fan_in = true;
+  const std::vector<sprig::SparseLayerRef<T, Index>> cfi_refs{{0, 0, &fan_in_layer, X.view(), dY.view()}};
+  auto cfi_step = [&] {
+    fan_in_layer.forward(X, Y);
+    fan_in_layer.backward(X, dY, dX);
+    opt.update(fan_in_layer.weight);
+    opt.update(fan_in_layer.bias);
+  };
+  std::vector<double> set_cfi_ms, rigl_cfi_ms;
 
   std::vector<double> step_ms, set_ms, rigl_ms, drop_ms, grow_ms, apply_ms;
   step();  // warm-up: creates optimizer state and kernel workspaces
+  cfi_step();
   for (int r = 0; r < reps; ++r) {
     auto t = Clock::now();
     step();
@@ -103,6 +119,14 @@ int main(int argc, char** argv) {
     log.flush();
     apply_ms.push_back(ms_since(t));
     step();
+    t = Clock::now();
+    set_cfi.update(cfi_refs, 100);
+    set_cfi_ms.push_back(ms_since(t));
+    cfi_step();
+    t = Clock::now();
+    rigl_cfi.update(cfi_refs, 100);
+    rigl_cfi_ms.push_back(ms_since(t));
+    cfi_step();
   }
   std::printf("layer %lld x %lld, density %.3f (nnz %lld), batch %lld, %d thread(s), drop fraction %.3f\n",
               static_cast<long long>(rows), static_cast<long long>(cols), density,
@@ -117,6 +141,14 @@ int main(int argc, char** argv) {
   std::printf("RigL update: median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
               median(rigl_ms), *std::min_element(rigl_ms.begin(), rigl_ms.end()),
               *std::max_element(rigl_ms.begin(), rigl_ms.end()), median(rigl_ms) / s, median(rigl_ms) / s / 100);
+  std::printf("constant fan-in (%lld per row): SET update median %.2f ms [%.2f - %.2f] = %.2fx SET, RigL update "
+              "median %.2f ms [%.2f - %.2f] = %.2fx RigL = %.2f training steps\n",
+              static_cast<long long>(fan_in_layer.weight.weight.row_nnz(0)), median(set_cfi_ms),
+              *std::min_element(set_cfi_ms.begin(), set_cfi_ms.end()),
+              *std::max_element(set_cfi_ms.begin(), set_cfi_ms.end()), median(set_cfi_ms) / median(set_ms),
+              median(rigl_cfi_ms), *std::min_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()),
+              *std::max_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()), median(rigl_cfi_ms) / median(rigl_ms),
+              median(rigl_cfi_ms) / s);
   std::printf("SET phases (medians): drop selection %.2f ms, grow selection %.2f ms, storage changes and state "
               "replay %.2f ms\n",
               median(drop_ms), median(grow_ms), median(apply_ms));

@@ -8,8 +8,9 @@
 // gradient and optimizer state (SparseParameter::apply), so a survivor keeps its state and a
 // new weight starts at value 0 with zero state. A subclass is a short class: it names itself,
 // chooses where to grow and, optionally, how many weights each layer grows (grow_counts, for
-// redistribution). docs/dst.md gives the exact semantics and the deviations from the
-// reference implementations.
+// redistribution). With constant_fan_in the drop and the grow are per row instead, so every
+// row keeps its count (grow_linear_positions_per_row). docs/dst.md gives the exact semantics
+// and the deviations from the reference implementations.
 //
 // Training loop (see apply_step below):
 //     forward; loss; backward;
@@ -102,6 +103,19 @@ public:
   // A layer whose dead slots (left behind by relocated rows) exceed this fraction of its
   // storage is compacted after the update.
   double compact_threshold = 0.2;
+  // Constant fan-in (SRigL, Lasby et al. 2024): every output row keeps its live count through
+  // every update. Row i drops the per_row = floor(f(t) * n) weights of smallest |w| of that
+  // row (n: the common live count of the layer's rows, so the layer drops rows * per_row, at
+  // most f(t) * nnz) and grows exactly per_row positions in the same row, chosen by
+  // grow_linear_positions_per_row; grow_counts is not consulted. Precondition, checked at
+  // every update before any layer changes: supports_constant_fan_in(), and every row of every
+  // sparse layer holds the same live count (dst/fan_in.hpp draws such layers); otherwise
+  // ArgumentError. A configuration like compact_threshold: a checkpoint does not record it,
+  // so a resumed run sets it as the interrupted one did.
+  bool constant_fan_in = false;
+  // Whether grow_linear_positions_per_row is implemented (Static, SET, RigL; not SNFS, whose
+  // redistribution between layers changes row counts).
+  virtual bool supports_constant_fan_in() const { return false; }
 
   // Total time spent in topology updates and how many there were (counted by update()).
   double total_seconds() const noexcept { return total_seconds_; }
@@ -120,17 +134,33 @@ public:
   // that). layers: the model's sparse_layers(), each with its sparse_index; when
   // needs_gradients(), each with the input and output gradient of a forward and backward
   // (only their shapes can be checked, not that they are from step t).
-  // Throws ArgumentError, before any layer changes, when a needed gradient is missing or
-  // grow_counts is malformed, and ArgumentError if a weight is NaN (magnitudes cannot be
-  // ranked) or a subclass's grow_linear_positions breaks its contract; then that layer is
-  // unchanged (weights, topology, gradient, state) and the layers before it have been updated. Cost per layer: O(storage + k log k) for the drop and the random grow,
-  // plus for RigL/SNFS the dense gradient dY X^T (rows x cols x B multiply-adds, streamed in
-  // row blocks, never stored whole). Deterministic for a seed (see the top of this file).
+  // Throws ArgumentError, before any layer changes, when a needed gradient is missing,
+  // grow_counts is malformed or constant_fan_in's precondition fails; and ArgumentError if a
+  // weight is NaN (magnitudes cannot be ranked) or a subclass's grow rule breaks its contract:
+  // then that layer is unchanged (weights, topology, gradient, state) and the layers before
+  // it have been updated. Cost per layer: O(storage + k log k) for the drop and the random
+  // grow, plus for RigL/SNFS the dense gradient dY X^T (rows x cols x B multiply-adds,
+  // streamed in row blocks, never stored whole). Deterministic for a seed (see the top of
+  // this file).
   UpdateReport update(std::span<const LayerRef> layers, std::int64_t t) {
     return update_(layers, t, "SparsityAlgorithm::update");
   }
 
 protected:
+  // How many weights each layer drops at update step t (fraction = the schedule's f(t)); by
+  // default floor(fraction * live) (RigL, SET, SNFS). Each must lie in [0, live] (update()
+  // throws ArgumentError otherwise). Not consulted under constant_fan_in.
+  virtual std::vector<std::int64_t> drop_counts(std::span<const LayerRef> layers, std::int64_t /*t*/, double fraction) {
+    std::vector<std::int64_t> k(layers.size());
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      k[l] = static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(layers[l].layer->weight.weight.nnz())));
+    return k;
+  }
+  // Whether a layer is compacted after its update; by default when its dead slots (left
+  // behind by relocated rows) exceed compact_threshold of its storage.
+  virtual bool should_compact(const PaddedCSR<T, Index>& W) const {
+    return W.dead_slots() > compact_threshold * static_cast<double>(W.storage_size());
+  }
   // How many connections each layer grows; by default as many as it dropped (the live count
   // of every layer is preserved).
   virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
@@ -144,17 +174,37 @@ protected:
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                           CounterRng& rng) = 0;
 
+  // Under constant_fan_in, where this layer grows: exactly per_row positions in every row, as
+  // ascending linear positions, with the other requirements of grow_linear_positions (update()
+  // checks all of them, the count of every row included). The default throws ArgumentError:
+  // an algorithm that supports constant fan-in overrides it and supports_constant_fan_in().
+  virtual std::vector<std::int64_t> grow_linear_positions_per_row(const LayerRef&, const DropSet&, std::int64_t,
+                                                                  CounterRng&) {
+    throw ArgumentError(sprig::detail::message(name(), ": grow_linear_positions_per_row is not implemented"));
+  }
+
   // The streamed |dense gradient| top-k of a layer (dL/dW = dY X^T, computed in row blocks of
   // about 1 MiB with a dense GEMM, large enough for an efficient GEMM and small against the
   // layer, never stored whole), as ascending linear positions: RigL's grow rule, reused by
   // others. Needs the layer's input and output gradient (checked by update()).
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
     const auto& W = layer.layer->weight.weight;
-    const std::int64_t block_rows =
-        std::max<std::int64_t>(1, std::min<std::int64_t>(W.rows(), (std::int64_t{1} << 18) / std::max<std::int64_t>(1, W.cols())));
     const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
     return top_gradient_linear_positions(
-        W, dropped, k, block_rows,
+        W, dropped, k, gradient_block_rows(W.rows(), W.cols()),
+        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
+          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+        },
+        gradient_block_);
+  }
+  // top_dense_gradient within each row: the per_row largest |dL/dW| of every row among its
+  // columns not kept (RigL's grow rule under constant fan-in), streamed the same way.
+  std::vector<std::int64_t> top_dense_gradient_per_row(const LayerRef& layer, const DropSet& dropped,
+                                                       std::int64_t per_row) {
+    const auto& W = layer.layer->weight.weight;
+    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
+    return top_gradient_linear_positions_per_row(
+        W, dropped, per_row, gradient_block_rows(W.rows(), W.cols()),
         [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
           gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
         },
@@ -162,6 +212,11 @@ protected:
   }
 
 private:
+  // Rows per block of the streamed dense gradient: about 2^18 elements.
+  static std::int64_t gradient_block_rows(std::int64_t rows, std::int64_t cols) {
+    return std::max<std::int64_t>(1, std::min<std::int64_t>(rows, (std::int64_t{1} << 18) / std::max<std::int64_t>(1, cols)));
+  }
+
   template <Value U, ColumnIndex I, class Optimizer, ModelOf<U, I> M>
   friend void apply_step(SparsityAlgorithm<U, I>&, Optimizer&, M&, std::int64_t, UpdateReport*);
 
@@ -184,6 +239,25 @@ private:
     }
   }
 
+  // Throws ArgumentError naming `caller` unless the algorithm supports constant fan-in and
+  // every row of every layer holds the same live count. O(rows).
+  void check_constant_fan_in(std::span<const LayerRef> layers, const char* caller) const {
+    if (!supports_constant_fan_in())
+      throw ArgumentError(sprig::detail::message(
+          caller, ": ", name(), " does not support constant_fan_in",
+          name() == "snfs" ? " (it redistributes weights between layers, which changes row counts)" : ""));
+    for (const LayerRef& l : layers) {
+      const auto& W = l.layer->weight.weight;
+      for (std::int64_t i = 1; i < W.rows(); ++i)
+        if (W.row_nnz(i) != W.row_nnz(0))
+          throw ArgumentError(sprig::detail::message(
+              caller, ": ", name(), " with constant_fan_in needs every row of sparse layer ", l.sparse_index, " (",
+              W.rows(), "x", W.cols(), ") to hold the same live count, but row 0 holds ", W.row_nnz(0), " and row ", i,
+              " holds ", W.row_nnz(i), " (draw the layer with dst::constant_fan_in_linear or redraw the model with "
+              "dst::redraw_constant_fan_in, dst/fan_in.hpp)"));
+    }
+  }
+
   // Throws ArgumentError naming `caller` unless grow_counts gave one count >= 0 per layer.
   void check_grow_counts(std::span<const LayerRef> layers, const std::vector<std::int64_t>& grow,
                          const char* caller) const {
@@ -198,16 +272,18 @@ private:
 
   // Throws ArgumentError naming `caller`, the algorithm, the layer and the first offending
   // position (row, col) unless `pos` is what grow_linear_positions promises: exactly k
-  // positions, strictly ascending, in [0, rows * cols), none kept. Rows are walked along the
-  // ascending positions (no division per position) and the kept columns of each row that
-  // grows are marked once (KeptColumns): O(k + rows + nnz of the rows in `pos`) time and
-  // cols x 8 bytes, never a search per position.
+  // positions, strictly ascending, in [0, rows * cols), none kept; with per_row >= 0 (constant
+  // fan-in), also exactly per_row in every row. Rows are walked along the ascending positions
+  // (no division per position) and the kept columns of each row that grows are marked once
+  // (KeptColumns): O(k + rows + nnz of the rows in `pos`) time and cols x 8 bytes, never a
+  // search per position.
   void check_grow_positions(const LayerRef& layer, const DropSet& drop, std::span<const std::int64_t> pos,
-                            std::int64_t k, const char* caller) const {
+                            std::int64_t k, std::int64_t per_row, const char* caller) const {
     const auto& W = layer.layer->weight.weight;
     const std::int64_t cols = W.cols(), total = W.rows() * cols;
     auto fail = [&](const auto&... why) {
-      throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_linear_positions for sparse layer ",
+      throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_linear_positions",
+                                                 per_row >= 0 ? "_per_row" : "", " for sparse layer ",
                                                  layer.sparse_index, " (", W.rows(), "x", cols, ") ", why...));
     };
     auto at = [cols](std::int64_t p) {
@@ -217,20 +293,27 @@ private:
     };
     if (std::ssize(pos) != k) fail("returned ", pos.size(), " positions, expected exactly ", k);
     KeptColumns<T, Index> kept(W, drop);
-    std::int64_t prev = -1, row = 0, row_start = 0;
+    std::int64_t prev = -1, row = 0, row_start = 0, in_row = 0;
+    auto next_row = [&] {
+      if (per_row >= 0 && in_row != per_row)
+        fail("returned ", in_row, " positions in row ", row, ", expected exactly ", per_row, " in every row");
+      ++row;
+      row_start += cols;
+      in_row = 0;
+    };
     for (std::size_t q = 0; q < pos.size(); ++q) {
       const std::int64_t p = pos[q];
       if (p < 0 || p >= total) fail("returned ", at(p), ", outside [0, rows * cols = ", total, ")");
       if (p <= prev)
         fail("returned ", at(p), " at index ", q, " after ", at(prev), ": positions must be strictly ascending (",
              p == prev ? "a repeated position" : "descending", ")");
-      while (p >= row_start + cols) {
-        ++row;
-        row_start += cols;
-      }
+      while (p >= row_start + cols) next_row();
       if (kept.kept(row, p - row_start)) fail("returned ", at(p), ", which is live and not dropped (kept)");
+      ++in_row;
       prev = p;
     }
+    if (per_row >= 0)
+      while (row < W.rows()) next_row();
   }
 
   UpdateReport update_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
@@ -240,11 +323,30 @@ private:
     report.step = t;
     report.drop_fraction = schedule_.drop_fraction(t);
     const std::size_t n = layers.size();
-    std::vector<std::int64_t> drop_counts(n);
-    for (std::size_t l = 0; l < n; ++l)
-      drop_counts[l] = static_cast<std::int64_t>(
-          std::floor(report.drop_fraction * static_cast<double>(layers[l].layer->weight.weight.nnz())));
-    const std::vector<std::int64_t> grow = grow_counts(layers, drop_counts);
+    if (constant_fan_in) check_constant_fan_in(layers, caller);
+    // per_row[l] >= 0: the count each row of layer l drops and grows (constant fan-in)
+    std::vector<std::int64_t> drop_counts(n), per_row(n, -1);
+    for (std::size_t l = 0; l < n; ++l) {
+      const auto& W = layers[l].layer->weight.weight;
+      if (constant_fan_in) {
+        per_row[l] = static_cast<std::int64_t>(
+            std::floor(report.drop_fraction * static_cast<double>(W.rows() > 0 ? W.row_nnz(0) : 0)));
+        drop_counts[l] = per_row[l] * W.rows();
+      }
+    }
+    if (!constant_fan_in) {
+      drop_counts = this->drop_counts(layers, t, report.drop_fraction);
+      for (std::size_t l = 0; l < n; ++l) {
+        const std::int64_t live = layers[l].layer->weight.weight.nnz();
+        if (drop_counts.size() != n || drop_counts[l] < 0 || drop_counts[l] > live)
+          throw ArgumentError(sprig::detail::message(
+              caller, ": ", name(), "'s drop_counts gave ", drop_counts.size(), " counts for ", n, " sparse layers",
+              drop_counts.size() == n ? sprig::detail::message(", and ", drop_counts[l], " for sparse layer ",
+                                                               layers[l].sparse_index, " of ", live, " live weights")
+                                      : std::string()));
+      }
+    }
+    const std::vector<std::int64_t> grow = constant_fan_in ? drop_counts : grow_counts(layers, drop_counts);
     check_grow_counts(layers, grow, caller);
     report.layers.resize(n);
     // One layer at a time, and its slot moves replayed on its state in chunks of
@@ -253,15 +355,18 @@ private:
       auto& param = layers[l].layer->weight;
       LayerUpdate& u = report.layers[l];
       u.live_before = param.weight.nnz();
-      const DropSet drop = select_drop(param.weight, drop_counts[l], caller);
+      const DropSet drop = per_row[l] >= 0 ? select_drop_per_row(param.weight, per_row[l], caller)
+                                           : select_drop(param.weight, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
-      std::vector<std::int64_t> grow_at = grow_linear_positions(layers[l], drop, grow[l], rng);
-      check_grow_positions(layers[l], drop, grow_at, grow[l], caller);
+      std::vector<std::int64_t> grow_at = per_row[l] >= 0
+                                              ? grow_linear_positions_per_row(layers[l], drop, per_row[l], rng)
+                                              : grow_linear_positions(layers[l], drop, grow[l], rng);
+      check_grow_positions(layers[l], drop, grow_at, grow[l], per_row[l], caller);
       SlotLog log;
       log.set_sink(kLogChunk, [&param](const SlotLog& chunk) { param.apply(chunk); });
       u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
       log.flush();
-      if (param.weight.dead_slots() > compact_threshold * static_cast<double>(param.weight.storage_size())) {
+      if (should_compact(param.weight)) {
         param.weight.compact(&log);
         log.flush();
         u.compacted = true;
@@ -288,7 +393,8 @@ private:
 // (RigL) only changes the topology. `report`, if given, receives the update's report on an
 // update step and is left untouched otherwise.
 // Throws ArgumentError before anything changes when the algorithm needs gradients (RigL,
-// SNFS) and the model holds no forward/backward; whatever optimizer.step and update() throw.
+// SNFS) and the model holds no forward/backward, or when constant_fan_in's precondition
+// fails; whatever optimizer.step and update() throw.
 // Cost: the optimizer step, plus update() on update steps. Deterministic as update() is.
 template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
 void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,
@@ -299,6 +405,7 @@ void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M&
   }
   const auto layers = model.sparse_layers();
   algorithm.check_gradients(layers, "dst::apply_step");
+  if (algorithm.constant_fan_in) algorithm.check_constant_fan_in(layers, "dst::apply_step");
   if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);
   UpdateReport r = algorithm.update_(layers, t, "dst::apply_step");
   if (report) *report = std::move(r);

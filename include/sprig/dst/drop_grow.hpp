@@ -6,7 +6,8 @@
 // just-dropped position may be chosen again; it then simply stays, keeping its value and
 // optimizer state). Positions that are really new start with value 0 and zero state. The
 // live count of the layer is unchanged; row counts change freely (rows grow past their
-// capacity and relocate).
+// capacity and relocate). The *_per_row forms are the constant-fan-in variants: the same
+// count dropped and grown in every row, so every row keeps its count.
 //
 // Everything here is sequential and deterministic: the same matrix, counts and CounterRng
 // give the same positions for any thread count. Linear positions are row * cols + col.
@@ -16,6 +17,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <span>
@@ -164,6 +166,114 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
   });
   d.positions.pop_back();
   sort_below(d.positions, W.rows() * cols);
+  return d;
+}
+
+// The key of rank r (1-based) among n unsigned keys whose top bit is 0 (magnitude_key),
+// counted from the largest (Largest) or from the smallest: key_of_rank for many short lists
+// (the rows of a layer), with its scratch kept across calls. A histogram of the keys' next 12
+// bits is scanned from the extreme bucket towards the one that holds rank r, and nth_element
+// runs on a copy of that bucket alone; the counts are cleared key by key afterwards, so a call
+// costs O(n + buckets scanned), not O(4096). Precondition: 1 <= r <= n (not checked). 16 KiB
+// of counts plus the bucket; throws only std::bad_alloc.
+template <class Key>
+class KeyRankSelector {
+public:
+  template <bool Largest>
+  Key select(const Key* keys, std::size_t n, std::int64_t r) {
+    constexpr int kBucketBits = 12;
+    constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
+    if (count_.empty()) count_.assign(std::size_t{1} << kBucketBits, 0);
+    std::size_t extreme = Largest ? 0 : count_.size() - 1;
+    for (std::size_t q = 0; q < n; ++q) {
+      const auto b = static_cast<std::size_t>(keys[q] >> kShift);
+      ++count_[b];
+      extreme = Largest ? std::max(extreme, b) : std::min(extreme, b);
+    }
+    std::int64_t before = 0;  // keys in the buckets scanned past
+    std::size_t bucket = extreme;
+    while (before + count_[bucket] < r) {
+      before += count_[bucket];
+      bucket = Largest ? bucket - 1 : bucket + 1;
+    }
+    inside_.clear();
+    for (std::size_t q = 0; q < n; ++q) {
+      if (static_cast<std::size_t>(keys[q] >> kShift) == bucket) inside_.push_back(keys[q]);
+      count_[static_cast<std::size_t>(keys[q] >> kShift)] = 0;
+    }
+    const auto nth = inside_.begin() + (r - 1 - before);
+    if constexpr (Largest) std::nth_element(inside_.begin(), nth, inside_.end(), std::greater<>());
+    else std::nth_element(inside_.begin(), nth, inside_.end());
+    return *nth;
+  }
+
+private:
+  std::vector<std::int64_t> count_;
+  std::vector<Key> inside_;
+};
+
+// The constant-fan-in drop step: in every row, the per_row live weights of smallest |w| of
+// that row (ties: smaller column first), so each row loses the same count. Positions
+// ascending, flags as select_drop's. Per row: the per_row-th smallest magnitude key
+// (KeyRankSelector), then one pass that drops every key below it and, of those equal to it,
+// the ones of smallest column; the positions are radix-sorted once at the end (sort_below).
+// O(storage + nnz) time, O(largest row) scratch.
+// Throws ArgumentError, naming `caller`, if per_row < 0 or a row holds fewer than per_row
+// live weights (naming the row), or if a live weight is NaN.
+template <Value T, ColumnIndex Index>
+DropSet select_drop_per_row(const PaddedCSR<T, Index>& W, std::int64_t per_row,
+                            const char* caller = "dst::select_drop_per_row") {
+  if (per_row < 0) throw ArgumentError(sprig::detail::message(caller, ": per_row = ", per_row, " < 0"));
+  DropSet d;
+  d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
+  if (per_row == 0) return d;
+  const std::int64_t cols = W.cols();
+  using Key = decltype(magnitude_key(T(0)));
+  // positions written at the next free place on every weight and kept by advancing past the
+  // ones below the threshold (fewer than per_row per row): one spare entry for the last write
+  d.positions.resize(static_cast<std::size_t>(per_row * W.rows()) + 1);
+  std::int64_t* out = d.positions.data();
+  std::vector<Key> keys;
+  KeyRankSelector<Key> selector;
+  std::vector<std::pair<std::int64_t, std::int64_t>> ties;  // (column, slot) at the threshold key
+  const Index* col_of = W.col_indices().data();
+  const T* value = W.values().data();
+  std::uint8_t* flag = d.slot_flag.data();
+  for (std::int64_t i = 0; i < W.rows(); ++i) {
+    const std::int64_t start = W.row_start(i), end = start + W.row_nnz(i);
+    if (W.row_nnz(i) < per_row)
+      throw ArgumentError(sprig::detail::message(caller, ": row ", i, " holds ", W.row_nnz(i),
+                                                 " live weights, fewer than the ", per_row, " to drop from every row"));
+    keys.clear();
+    for (std::int64_t s = start; s < end; ++s) {
+      if (std::isnan(value[s]))
+        throw ArgumentError(sprig::detail::message(caller, ": the weight at (", i, ", ", col_of[s],
+                                                   ") is NaN; magnitudes cannot be ranked"));
+      keys.push_back(magnitude_key(value[s]));
+    }
+    const Key threshold = selector.template select<false>(keys.data(), keys.size(), per_row);
+    std::int64_t below = 0;
+    ties.clear();
+    const std::int64_t base = i * cols;
+    for (std::int64_t s = start; s < end; ++s) {
+      const Key m = magnitude_key(value[s]);
+      const bool drop = m < threshold;  // no branch: it goes either way at random
+      *out = base + col_of[s];
+      out += drop;
+      below += drop;
+      flag[s] = static_cast<std::uint8_t>(drop);
+      if (m == threshold) [[unlikely]]
+        ties.emplace_back(col_of[s], s);
+    }
+    const auto need = static_cast<std::size_t>(per_row - below);  // >= 1: the threshold's own key
+    if (ties.size() > need) std::nth_element(ties.begin(), ties.begin() + static_cast<std::ptrdiff_t>(need), ties.end());
+    for (std::size_t q = 0; q < need; ++q) {  // ties dropped: the smallest columns
+      *out++ = base + ties[q].first;
+      flag[ties[q].second] = 1;
+    }
+  }
+  d.positions.pop_back();
+  sort_below(d.positions, W.rows() * cols);  // rows ascend already; within a row, slot order
   return d;
 }
 
@@ -339,6 +449,52 @@ std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>
   return chosen;
 }
 
+// SET's grow step under constant fan-in: in every row, per_row columns uniformly at random
+// (without replacement) among the row's columns that are not kept, as ascending linear
+// positions. Rows are drawn in order from the one `rng` (deterministic for its key): by
+// rejection against the row's kept columns while they are at most half the row and per_row
+// at most half its free columns, otherwise by a partial Fisher-Yates over the free columns.
+// O(rows + nnz + sum over rows of per_row log per_row) expected, or O(cols) for a row drawn
+// by enumeration; cols x 8 bytes of scratch. Throws ArgumentError unless 0 <= per_row <= the
+// free columns of every row (naming the first row short of them).
+template <Value T, ColumnIndex Index>
+std::vector<std::int64_t> random_free_linear_positions_per_row(const PaddedCSR<T, Index>& W, const DropSet& drop,
+                                                               std::int64_t per_row, CounterRng& rng) {
+  const char* fn = "dst::random_free_linear_positions_per_row";
+  const std::int64_t cols = W.cols();
+  if (per_row < 0) throw ArgumentError(sprig::detail::message(fn, ": per_row = ", per_row, " < 0"));
+  std::vector<std::int64_t> out;
+  if (per_row == 0) return out;
+  out.reserve(static_cast<std::size_t>(per_row * W.rows()));
+  KeptColumns<T, Index> kept(W, drop);
+  std::vector<std::int64_t> candidates;
+  const std::uint8_t* flag = drop.slot_flag.data();
+  for (std::int64_t i = 0; i < W.rows(); ++i) {
+    std::int64_t kept_n = 0;
+    for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) kept_n += flag[s] == 0;
+    const std::int64_t free = cols - kept_n;
+    if (per_row > free)
+      throw ArgumentError(sprig::detail::message(fn, ": row ", i, " has ", free, " free columns, fewer than per_row = ",
+                                                 per_row));
+    const std::int64_t base = i * cols;
+    if (2 * kept_n <= cols && 2 * per_row <= free) {
+      for (std::int64_t c : draw_distinct_below(rng, cols, per_row, [&](std::int64_t c) { return kept.kept(i, c); }))
+        out.push_back(base + c);
+      continue;
+    }
+    candidates.clear();
+    for (std::int64_t c = 0; c < cols; ++c)
+      if (!kept.kept(i, c)) candidates.push_back(c);
+    for (std::int64_t q = 0; q < per_row; ++q) {  // partial Fisher-Yates
+      const auto j = q + static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(free - q)));
+      std::swap(candidates[q], candidates[j]);
+    }
+    std::sort(candidates.begin(), candidates.begin() + per_row);
+    for (std::int64_t q = 0; q < per_row; ++q) out.push_back(base + candidates[q]);
+  }
+  return out;
+}
+
 // A candidate of the gradient top-k: magnitude_key(g) and the linear position.
 template <Value T>
 struct KeyedPosition {
@@ -426,6 +582,84 @@ std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index
   auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block);
   std::vector<std::int64_t> out(cand.size());
   for (std::size_t q = 0; q < cand.size(); ++q) out[q] = cand[q].position;
+  return out;
+}
+
+// RigL's grow step under constant fan-in: in every row, the per_row columns with the largest
+// |dense gradient| among the row's columns that are not kept (ties: the smaller column), as
+// ascending linear positions; a row with fewer non-NaN candidates gives all of them (NaN
+// gradients are never chosen; update() then rejects the short list). The gradient is
+// streamed in blocks of `block_rows` rows as for top_gradient_candidates. Extra memory: one
+// block plus cols candidates and keys. O(rows * cols) besides block_gradient; throws
+// ArgumentError if block_rows < 1 or per_row < 0.
+//
+// Per row, one branch-free pass appends (key, column) for the keys at or above an estimate
+// of the row's cut taken from the previous row (its key of rank 2 per_row); when fewer than
+// per_row pass, the row is scanned again without it. The per_row-th largest candidate key
+// (KeyRankSelector) then selects in column order: the keys above it and the first ones equal
+// to it. The estimate only filters out keys that cannot be chosen: the result does not
+// depend on it.
+template <Value T, ColumnIndex Index, class BlockGradient>
+std::vector<std::int64_t> top_gradient_linear_positions_per_row(const PaddedCSR<T, Index>& W, const DropSet& drop,
+                                                                std::int64_t per_row, std::int64_t block_rows,
+                                                                BlockGradient&& block_gradient, Matrix<T>& block) {
+  const char* fn = "dst::top_gradient_linear_positions_per_row";
+  if (block_rows < 1) throw ArgumentError(sprig::detail::message(fn, ": block_rows ", block_rows, " < 1"));
+  if (per_row < 0) throw ArgumentError(sprig::detail::message(fn, ": per_row = ", per_row, " < 0"));
+  std::vector<std::int64_t> out;
+  if (per_row == 0) return out;
+  using Key = decltype(magnitude_key(T(0)));
+  constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
+  const std::int64_t cols = W.cols();
+  out.reserve(static_cast<std::size_t>(per_row * W.rows()));
+  std::vector<KeyedPosition<T>> cand(static_cast<std::size_t>(cols) + 1);  // + 1: the write past the last
+  std::vector<Key> keys(static_cast<std::size_t>(cols));
+  KeyRankSelector<Key> selector;
+  KeptColumns<T, Index> kept(W, drop);
+  Key estimate = 0;
+  for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
+    const std::int64_t rows = std::min(block_rows, W.rows() - r0);
+    if (block.rows() < rows || block.cols() != cols) block.resize(block_rows, cols);
+    MatrixView<T> g_block = block.view().block(0, 0, rows, cols);
+    block_gradient(r0, rows, g_block);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      T* g = g_block.row(i);
+      kept.overwrite_kept(r0 + i, g, std::numeric_limits<T>::quiet_NaN());  // never a candidate
+      auto scan = [&](Key lo) {  // candidates in column order (position = column here)
+        KeyedPosition<T>* c = cand.data();
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const Key key = magnitude_key(g[j]);
+          *c = {key, j};
+          c += key >= lo && key < kExcluded;
+        }
+        return static_cast<std::size_t>(c - cand.data());
+      };
+      std::size_t n = scan(estimate);
+      if (std::cmp_less(n, per_row) && estimate > 0) n = scan(0);
+      const std::int64_t base = (r0 + i) * cols;
+      if (std::cmp_less_equal(n, per_row)) {  // every candidate
+        for (std::size_t q = 0; q < n; ++q) out.push_back(base + cand[q].position);
+        estimate = 0;
+        continue;
+      }
+      for (std::size_t q = 0; q < n; ++q) keys[q] = cand[q].key;
+      // the next row's estimate: the key of rank 2 per_row here, or none when there are not
+      // that many candidates
+      estimate = std::cmp_greater(n, 2 * per_row) ? selector.template select<true>(keys.data(), n, 2 * per_row) : 0;
+      const Key kth = selector.template select<true>(keys.data(), n, per_row);
+      std::int64_t ties = per_row;  // of kth's key, how many are taken (the first columns)
+      for (std::size_t q = 0; q < n; ++q) ties -= cand[q].key > kth;
+      for (std::size_t q = 0; q < n; ++q) {
+        const Key key = cand[q].key;
+        if (key > kth) {
+          out.push_back(base + cand[q].position);
+        } else if (key == kth && ties > 0) [[unlikely]] {
+          out.push_back(base + cand[q].position);
+          --ties;
+        }
+      }
+    }
+  }
   return out;
 }
 

@@ -9,7 +9,9 @@
 // momentum used for redistribution is the optimizer's first state vector (SGD momentum buffer,
 // AdamW first moment); before the optimizer has created it, |grad| is used.
 // Unlike RigL/SET, layer live counts change (the model total is preserved). An update step
-// needs the forward and backward of that step (needs_gradients). Constructor throws as
+// needs the forward and backward of that step (needs_gradients). constant_fan_in is not
+// supported: redistribution changes a layer's count, so its rows cannot all keep theirs (an
+// update with it set throws ArgumentError before any layer changes). Constructor throws as
 // SparsityAlgorithm's.
 #pragma once
 

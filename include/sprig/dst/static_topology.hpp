@@ -13,10 +13,16 @@ public:
   explicit Static(UpdateSchedule schedule = {}, std::uint64_t seed = 0) : SparsityAlgorithm<T, Index>(schedule, seed) {}
   std::string_view name() const override { return "static"; }
   bool is_update_step(std::int64_t) const override { return false; }
+  bool supports_constant_fan_in() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
                                                   const DropSet&, std::int64_t, CounterRng&) override {
+    return {};
+  }
+  // Never updates, so every row keeps its count trivially.
+  std::vector<std::int64_t> grow_linear_positions_per_row(const typename SparsityAlgorithm<T, Index>::LayerRef&,
+                                                          const DropSet&, std::int64_t, CounterRng&) override {
     return {};
   }
 };
