@@ -11,6 +11,8 @@
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
+#include <sprig/dst/fan_in.hpp>
+#include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
@@ -75,6 +77,8 @@ struct Config {
   std::string distribution = "uniform";  // how the sparsity is spread over the hidden layers: uniform|erk
   std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
   std::string bias_correction = "per-slot";  // AdamW's correction of grown weights: per-slot|global
+  double initial_sparsity = 0.5;              // granet / gmp: the sparsity the pruning starts from
+  bool constant_fan_in = false;               // every row keeps its live count (SRigL)
   std::int64_t delta_t = 100;
   double alpha = 0.3;
   int index_bits = 32;  // column index width of the sparse layers: 16 or 32
@@ -95,7 +99,7 @@ bool changes_topology(const Config& cfg) { return cfg.algorithm != "none" && cfg
 // input -> hidden widths (SparseLinear, the global sparsity spread uniformly or by ERK; Linear
 // when the sparsity is 0; each followed by ReLU) -> 10 (Linear).
 template <class Index>
-sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
+sprig::dst::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t inputs) {
   sprig::dst::MLPSpec spec;
   spec.widths.push_back(inputs);
   spec.widths.insert(spec.widths.end(), cfg.widths.begin(), cfg.widths.end());
@@ -106,6 +110,11 @@ sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std:
   spec.seed = cfg.seed;
   // a changing topology relocates rows: room for them, so no update reallocates the layer
   if (changes_topology(cfg)) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
+  return spec;
+}
+template <class Index>
+sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
+  const sprig::dst::MLPSpec spec = mlp_spec<Index>(cfg, sparsity, inputs);
   shape.clear();
   for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
   return sprig::dst::build_mlp<T, Index>(spec);
@@ -229,8 +238,15 @@ int run(const Config& cfg) {
               cfg.data_dir.c_str(), seconds_since(t_load));
 
   std::string shape;
-  sprig::Sequential<T, Index> model = build_model<Index>(cfg, cfg.sparsity, data.train.features(), shape);
-  const double density = 1.0 - cfg.sparsity;
+  // gradual pruning starts from --initial-sparsity and ends at --sparsity
+  const bool prunes = cfg.algorithm == "granet" || cfg.algorithm == "gmp";
+  if (prunes && !(cfg.initial_sparsity >= 0.0 && cfg.initial_sparsity <= cfg.sparsity))
+    throw sprig::ArgumentError("fashion_mnist: --initial-sparsity " + std::to_string(cfg.initial_sparsity) +
+                               " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
+  sprig::Sequential<T, Index> model =
+      build_model<Index>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
+  if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
+  const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
   std::printf("model: %s, hidden layers %s (density %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
               "thread(s)%s\n",
               shape.c_str(), cfg.sparsity > 0.0 ? "sparse" : "dense", density, static_cast<int>(8 * sizeof(Index)),
@@ -273,11 +289,25 @@ int run(const Config& cfg) {
       algorithm = std::make_unique<sprig::dst::SET<T, Index>>(dst_schedule, cfg.seed);
     else if (cfg.algorithm == "rigl")
       algorithm = std::make_unique<sprig::dst::RigL<T, Index>>(dst_schedule, cfg.seed);
-    else
+    else if (cfg.algorithm == "snfs")
       algorithm = std::make_unique<sprig::dst::SNFS<T, Index>>(dst_schedule, cfg.seed);
-    std::printf("topology: %s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)\n",
-                cfg.algorithm.c_str(), static_cast<long long>(dst_schedule.delta_t),
-                static_cast<long long>(dst_schedule.t_end), dst_schedule.alpha);
+    else {
+      sprig::dst::MLPSpec spec = mlp_spec<Index>(cfg, cfg.initial_sparsity, data.train.features());
+      sprig::dst::GraNetOptions g;
+      const std::size_t sparse_layers = model.sparse_layers().size();  // mlp_sparsities also lists the dense output
+      g.initial_sparsity = sprig::dst::mlp_sparsities(spec);
+      g.initial_sparsity.resize(sparse_layers);
+      g.regrow = cfg.algorithm == "granet";
+      spec.sparsity = cfg.sparsity;
+      g.final_sparsity = sprig::dst::mlp_sparsities(spec);
+      g.final_sparsity.resize(sparse_layers);
+      algorithm = std::make_unique<sprig::dst::GraNet<T, Index>>(dst_schedule, cfg.seed, std::move(g));
+    }
+    algorithm->constant_fan_in = cfg.constant_fan_in;
+    std::printf("topology: %s%s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)%s\n",
+                cfg.algorithm.c_str(), cfg.constant_fan_in ? " with constant fan-in" : "", static_cast<long long>(dst_schedule.delta_t),
+                static_cast<long long>(dst_schedule.t_end), dst_schedule.alpha,
+                prunes ? (", sparsity from " + std::to_string(cfg.initial_sparsity) + " (cubic)").c_str() : "");
   }
 
   std::ofstream csv;
@@ -458,9 +488,14 @@ int main(int argc, char** argv) {
                  "AdamW: correct a grown weight's moments with its own step count (per-slot) or the global one")
       ->check(CLI::IsMember({"per-slot", "global"}))
       ->capture_default_str();
-  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
-      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
+  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl, snfs, granet (gradual pruning with regrowth) or gmp")
+      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs", "granet", "gmp"}))
       ->capture_default_str();
+  app.add_option("--initial-sparsity", cfg.initial_sparsity,
+                 "granet / gmp: the sparsity the model starts at, pruned to --sparsity by the cubic schedule")
+      ->capture_default_str();
+  app.add_flag("--constant-fan-in", cfg.constant_fan_in,
+               "Every output row keeps the same live count (drawn so, and kept through every update; not snfs)");
   app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
