@@ -30,12 +30,13 @@ struct SgdMath {
   }
   SGD<double> make() const { return SGD<double>({.lr = lr, .momentum = mu, .weight_decay = wd, .nesterov = true}); }
 };
-// AdamW; per_slot: a weight's bias corrections count its own updates (a newborn one starts
-// at 1), global: they use the optimizer's step t for every weight.
+// AdamW; per_slot: a weight's bias corrections count its updates since its moments were
+// both zero (a newborn one starts at 1), global: they use the optimizer's step t.
 template <AdamWBiasCorrection Policy>
 struct AdamMath {
   double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.05;
   void step(Scalar& s, double g, std::int64_t t) const {
+    if (s.a == 0 && s.b == 0) s.n = 0;  // per_slot: zero moments start a fresh count
     const double n = Policy == AdamWBiasCorrection::per_slot ? double(++s.n) : double(t);
     s.w *= 1 - lr * wd;
     s.a = b1 * s.a + (1 - b1) * g;

@@ -7,11 +7,14 @@
 //   w  = w - lr * (m / (1 - beta1^n)) / (sqrt(v / (1 - beta2^n)) + eps)
 // where n, the step count of the bias corrections, depends on the policy for slots born
 // during training (AdamWOptions::bias_correction):
-//   per_slot (default): n is the number of updates the slot has had, itself included
-//     (state[2], per slot, of sparse parameters; newborn slots read 0). A weight grown at
-//     step t0 starts with m = v = 0 and n = 0, so its first update is the size of any first
-//     Adam update (about lr), as a fresh parameter's. Slots that live from step 1 have n = t:
-//     a model whose topology never changes trains bitwise as with `global`.
+//   per_slot (default): n counts the slot's updates since its moments were last both
+//     exactly zero, this one included (state[2], per slot, of sparse parameters): a slot born
+//     during training (m = v = 0, as SlotLog leaves it) or one that has only seen zero
+//     gradients is treated as a fresh parameter, so a weight grown at step t0 makes a first
+//     update of the size of any first Adam update (about lr). Slots whose moments have been
+//     nonzero since step 1 have n = t, so state[2] is created only once a live slot has zero
+//     moments at a step t > 1 (a topology change, typically): until then the parameter holds
+//     2 values per slot and trains bitwise as with `global`.
 //   global: n = t for every slot (RigL's reference code): a weight grown at t0 > 1 starts
 //     with m = v = 0 but is corrected with t, so its first update is
 //     lr * (1 - beta1) / sqrt(1 - beta2) (3.2 lr at betas (0.9, 0.999)), largest where the
@@ -21,8 +24,9 @@
 // and compaction through SparseParameter::apply() and are saved by checkpoints.
 //
 // Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
-// parameters (live_ranges.hpp); state is created (zero) on first use: 2 values per slot, 3 with
-// per_slot on a sparse parameter. The per-slot corrections come from a table of
+// parameters (live_ranges.hpp); state is created (zero) on first use: 2 values per slot, 3 once
+// per_slot needs counts on a sparse parameter (one more pass over the moments per step until
+// then). The per-slot corrections come from a table of
 // (1 - beta^n)^-1 per n, grown with the step count until both corrections round to 1 in T
 // (n about 1.7e4 for float at beta2 0.999; at most kMaxCorrectionSteps entries).
 // Threads: each element is updated by one thread with the same arithmetic, so the result is
@@ -31,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -88,9 +93,10 @@ public:
   // Updates one parameter with its current gradient at step step_count() (>= 1; step() counts
   // the step, a caller of update() calls begin_step() first). Throws ArgumentError at
   // step_count() 0, ShapeError if grad or state is not aligned with the parameter's slots
-  // (before anything is written). With per_slot, a sparse parameter whose moments exist but
-  // whose step counts do not (state from a `global` optimizer, or an older checkpoint) starts
-  // counting from step_count() - 1 for every slot: what `global` would have used.
+  // (before anything is written). With per_slot, a sparse parameter without counts (never
+  // needed yet, or state from a `global` optimizer or an older checkpoint) gets them at the
+  // first step where a live slot has zero moments: step_count() - 1 for every slot with
+  // nonzero moments, what `global` would have used.
   template <class P>
     requires requires(P& p) { p.state; p.grad; }
   void update(P& p) {
@@ -100,25 +106,7 @@ public:
       if (options_.bias_correction == AdamWBiasCorrection::per_slot) return update_per_slot(p);
     }
     detail::ensure_state("AdamW::update", p, 2);
-    const double t = static_cast<double>(this->step_count());
-    const T lr = static_cast<T>(options_.lr);
-    const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
-    const T eps = static_cast<T>(options_.eps);
-    const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, t)));
-    const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, t)));
-    const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
-    T* __restrict wp = Base::template values<T>(p).data();
-    const T* __restrict gp = p.grad.data();
-    T* __restrict mp = p.state[0].data();
-    T* __restrict vp = p.state[1].data();
-    detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t s = b; s < e; ++s) {
-        const T g = gp[s];
-        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
-        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
-        wp[s] = wp[s] * shrink - lr * (mp[s] * c1) / (std::sqrt(vp[s] * c2) + eps);
-      }
-    });
+    update_global(p);
   }
 
 private:
@@ -143,19 +131,58 @@ private:
     }
   }
 
+  // Every slot corrected with the global step t (state[0], state[1] exist).
+  template <class P>
+  void update_global(P& p) {
+    const double t = static_cast<double>(this->step_count());
+    const T lr = static_cast<T>(options_.lr);
+    const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+    const T eps = static_cast<T>(options_.eps);
+    const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, t)));
+    const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, t)));
+    const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
+    T* __restrict wp = Base::template values<T>(p).data();
+    const T* __restrict gp = p.grad.data();
+    T* __restrict mp = p.state[0].data();
+    T* __restrict vp = p.state[1].data();
+    detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t s = b; s < e; ++s) {
+        const T g = gp[s];
+        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
+        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
+        wp[s] = wp[s] * shrink - lr * (mp[s] * c1) / (std::sqrt(vp[s] * c2) + eps);
+      }
+    });
+  }
+
   template <class P>
   void update_per_slot(P& p) {
-    const bool had_moments = p.state.size() >= 2 && !p.state[0].empty();
     const bool had_counts = p.state.size() >= 3 && !p.state[2].empty();
-    detail::ensure_state("AdamW::update", p, 3);
+    detail::ensure_state("AdamW::update", p, 2);
     const std::int64_t t = this->step_count();
+    if (!had_counts) {
+      // counts are needed once a live slot has zero moments after step 1; until then every
+      // slot's count is t and the global correction is the same arithmetic
+      std::atomic<bool> fresh{false};
+      if (t > 1) {
+        const T* mp = p.state[0].data();
+        const T* vp = p.state[1].data();
+        detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+          bool any = false;
+          for (std::int64_t s = b; s < e; ++s) any |= (mp[s] == T(0)) & (vp[s] == T(0));
+          if (any) fresh.store(true, std::memory_order_relaxed);
+        });
+      }
+      if (!fresh.load(std::memory_order_relaxed)) return update_global(p);
+    }
+    detail::ensure_state("AdamW::update", p, 3);
     extend_corrections(t);
     // counts beyond the table's last entry read that entry: exact once saturated (every
     // later correction is 1 too), and a count never exceeds the step count otherwise
     const T top = static_cast<T>(std::ssize(correction1_) - 1);
-    if (had_moments && !had_counts) {
+    if (!had_counts) {
       const T previous = static_cast<T>(std::min<std::int64_t>(t - 1, std::ssize(correction1_) - 1));
-      std::fill(p.state[2].begin(), p.state[2].end(), previous);
+      std::fill(p.state[2].begin(), p.state[2].end(), previous);  // zero-moment slots restart below
     }
     const T lr = static_cast<T>(options_.lr);
     const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
@@ -171,7 +198,8 @@ private:
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t s = b; s < e; ++s) {
         const T g = gp[s];
-        const T n = std::min(np[s] + T(1), top);
+        const bool fresh = (mp[s] == T(0)) & (vp[s] == T(0));
+        const T n = fresh ? T(1) : std::min(np[s] + T(1), top);
         np[s] = n;
         const auto k = static_cast<std::size_t>(n);
         mp[s] = b1 * mp[s] + (T(1) - b1) * g;
