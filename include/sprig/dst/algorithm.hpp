@@ -21,6 +21,7 @@
 // needs_gradients for OpenBLAS).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cmath>
@@ -110,9 +111,34 @@ public:
   // grow_linear_positions_per_row; grow_counts is not consulted. Precondition, checked at
   // every update before any layer changes: supports_constant_fan_in(), and every row of every
   // sparse layer holds the same live count (dst/fan_in.hpp draws such layers); otherwise
-  // ArgumentError. A configuration like compact_threshold: a checkpoint does not record it,
-  // so a resumed run sets it as the interrupted one did.
+  // ArgumentError. Saved in checkpoints (a load sets it as saved).
   bool constant_fan_in = false;
+
+  // Sparse layers (by SparseLayerRef::sparse_index) that keep their mask bit for bit: updates
+  // skip them (nothing dropped or grown, no gradient needed, the rules and their counts see
+  // only the other layers), which update as usual. Saved in checkpoints (a load sets them as
+  // saved). Throws ArgumentError for a negative or repeated index; an index the model does not
+  // have is an ArgumentError at the next update. O(n log n).
+  void set_excluded_layers(std::vector<std::int64_t> sparse_indices) {
+    std::sort(sparse_indices.begin(), sparse_indices.end());
+    for (std::size_t q = 0; q < sparse_indices.size(); ++q) {
+      if (sparse_indices[q] < 0)
+        throw ArgumentError(sprig::detail::message(name(), ": excluded layer ", sparse_indices[q], " is negative"));
+      if (q > 0 && sparse_indices[q] == sparse_indices[q - 1])
+        throw ArgumentError(sprig::detail::message(name(), ": sparse layer ", sparse_indices[q], " is excluded twice"));
+    }
+    excluded_ = std::move(sparse_indices);
+  }
+  // Ascending.
+  const std::vector<std::int64_t>& excluded_layers() const noexcept { return excluded_; }
+  bool excluded(std::int64_t sparse_index) const noexcept {
+    return std::binary_search(excluded_.begin(), excluded_.end(), sparse_index);
+  }
+
+  // What a subclass was built with beyond schedule and seed (GraNet: its per-layer
+  // sparsities), as numbers: a checkpoint records them and a load into an algorithm built
+  // with other ones is rejected. Default: none.
+  virtual std::vector<double> configuration() const { return {}; }
   // Whether grow_linear_positions_per_row is implemented (Static, SET, RigL; not SNFS, whose
   // redistribution between layers changes row counts).
   virtual bool supports_constant_fan_in() const { return false; }
@@ -316,7 +342,40 @@ private:
       while (row < W.rows()) next_row();
   }
 
+  // The layers an update changes: `layers` without the excluded ones (into `storage`).
+  // Throws ArgumentError if an excluded index is not among the model's sparse layers.
+  std::span<const LayerRef> active_layers(std::span<const LayerRef> layers, std::vector<LayerRef>& storage,
+                                          const char* caller) const {
+    if (excluded_.empty()) return layers;
+    for (std::int64_t e : excluded_)
+      if (std::none_of(layers.begin(), layers.end(), [e](const LayerRef& l) { return static_cast<std::int64_t>(l.sparse_index) == e; }))
+        throw ArgumentError(sprig::detail::message(caller, ": ", name(), " excludes sparse layer ", e,
+                                                   " but the model has ", layers.size(), " sparse layers"));
+    storage.clear();
+    for (const LayerRef& l : layers)
+      if (!excluded(static_cast<std::int64_t>(l.sparse_index))) storage.push_back(l);
+    return storage;
+  }
+
+  // update_ on all of the model's layers: the excluded ones are reported unchanged.
   UpdateReport update_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
+    std::vector<LayerRef> storage;
+    const std::span<const LayerRef> active = active_layers(layers, storage, caller);
+    if (active.size() == layers.size()) return update_active_(layers, t, caller);
+    UpdateReport r = update_active_(active, t, caller);
+    std::vector<LayerUpdate> all(layers.size());
+    for (std::size_t l = 0, a = 0; l < layers.size(); ++l) {
+      if (a < active.size() && active[a].sparse_index == layers[l].sparse_index) {
+        all[l] = r.layers[a++];
+      } else {
+        all[l].live_before = all[l].live_after = layers[l].layer->weight.weight.nnz();
+      }
+    }
+    r.layers = std::move(all);
+    return r;
+  }
+
+  UpdateReport update_active_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
     check_gradients(layers, caller);
     const auto start = std::chrono::steady_clock::now();
     UpdateReport report;
@@ -381,6 +440,7 @@ private:
 
   UpdateSchedule schedule_;
   std::uint64_t seed_;
+  std::vector<std::int64_t> excluded_;  // ascending sparse indices
   double total_seconds_ = 0.0;
   std::int64_t updates_ = 0;
   Matrix<T> gradient_block_;
@@ -403,11 +463,13 @@ void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M&
     optimizer.step(model);
     return;
   }
-  const auto layers = model.sparse_layers();
+  const auto all = model.sparse_layers();
+  std::vector<SparseLayerRef<T, Index>> storage;
+  const auto layers = algorithm.active_layers(all, storage, "dst::apply_step");
   algorithm.check_gradients(layers, "dst::apply_step");
   if (algorithm.constant_fan_in) algorithm.check_constant_fan_in(layers, "dst::apply_step");
   if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);
-  UpdateReport r = algorithm.update_(layers, t, "dst::apply_step");
+  UpdateReport r = algorithm.update_(all, t, "dst::apply_step");
   if (report) *report = std::move(r);
 }
 

@@ -7,7 +7,8 @@
 // progress through the updates (t_last: the schedule's last update step; p = 1 when the
 // schedule has a single update), each sparse layer l of `size` positions has the target
 //   s_l(t) = final_l + (initial_l - final_l) * (1 - p)^3,   live_l(t) = live_count(size, s_l(t))
-// (dst/density.hpp). The layer drops prune = max(0, live - live_l(t)) weights plus
+// (dst/density.hpp), with l the layer's sparse_index (so the lists cover every sparse layer,
+// excluded ones included). The layer drops prune = max(0, live - live_l(t)) weights plus
 // regen = floor(f(t) * min(live, live_l(t))) more (f: the schedule's cosine-decayed drop
 // fraction), all of smallest |w|, and grows regen positions where |dL/dW| is largest among
 // those not kept (RigL's rule; none with regrow off). So after the update the layer holds
@@ -17,9 +18,8 @@
 // layout (PaddedCSR::capacity_for per row) by more than compact_threshold is compacted after
 // the update, so pruned rows return their memory.
 //
-// The model is built at the initial sparsity (e.g. build_mlp with sparsity 0.5); the options
-// are configuration, not state: a checkpoint records the algorithm's name, schedule and seed,
-// and a resumed run passes the same options. constant_fan_in is not supported (pruning by
+// The model is built at the initial sparsity (e.g. build_mlp with sparsity 0.5). A checkpoint
+// records the options (configuration()) and rejects a load into a GraNet built with others. constant_fan_in is not supported (pruning by
 // magnitude changes row counts). Deterministic as every algorithm (algorithm.hpp).
 #pragma once
 
@@ -34,8 +34,8 @@
 namespace sprig::dst {
 
 struct GraNetOptions {
-  std::vector<double> initial_sparsity;  // per sparse layer, in model order, in [0, 1)
-  std::vector<double> final_sparsity;    // per sparse layer, in [initial, 1)
+  std::vector<double> initial_sparsity{};  // per sparse layer, in model order, in [0, 1)
+  std::vector<double> final_sparsity{};  // per sparse layer, in [initial, 1)
   bool regrow = true;                    // false: Zhu & Gupta's gradual pruning, no regrowth
 };
 
@@ -45,8 +45,8 @@ class GraNet final : public SparsityAlgorithm<T, Index> {
 
 public:
   // Throws ArgumentError as SparsityAlgorithm's constructor, and unless both sparsity lists
-  // have the same length and 0 <= initial <= final < 1 for every layer (the list length is
-  // checked against the model at the first update).
+  // have the same length and 0 <= initial <= final < 1 for every layer (a sparse layer
+  // beyond the lists is an ArgumentError at the first update).
   GraNet(UpdateSchedule schedule, std::uint64_t seed, GraNetOptions options)
       : Base(schedule, seed), options_(std::move(options)) {
     if (options_.initial_sparsity.size() != options_.final_sparsity.size())
@@ -63,6 +63,13 @@ public:
   std::string_view name() const override { return options_.regrow ? "granet" : "gmp"; }
   bool needs_gradients() const override { return options_.regrow; }
   const GraNetOptions& options() const noexcept { return options_; }
+  // The sparsities and the regrow flag, for checkpoints: [initial..., final..., regrow].
+  std::vector<double> configuration() const override {
+    std::vector<double> c = options_.initial_sparsity;
+    c.insert(c.end(), options_.final_sparsity.begin(), options_.final_sparsity.end());
+    c.push_back(options_.regrow ? 1.0 : 0.0);
+    return c;
+  }
 
   // The target sparsity of sparse layer l at update step t (the formula at the top). O(1).
   double target_sparsity(std::size_t l, std::int64_t t) const {
@@ -78,15 +85,16 @@ public:
 protected:
   std::vector<std::int64_t> drop_counts(std::span<const typename Base::LayerRef> layers, std::int64_t t,
                                         double fraction) override {
-    if (layers.size() != options_.final_sparsity.size())
-      throw ArgumentError(sprig::detail::message("GraNet: the model has ", layers.size(), " sparse layers but ",
-                                                 options_.final_sparsity.size(), " sparsities were given"));
     std::vector<std::int64_t> drop(layers.size());
     grow_.assign(layers.size(), 0);
     for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto index = static_cast<std::size_t>(layers[l].sparse_index);
+      if (index >= options_.final_sparsity.size())
+        throw ArgumentError(sprig::detail::message("GraNet: sparse layer ", index, " has no sparsity (",
+                                                   options_.final_sparsity.size(), " were given)"));
       const auto& W = layers[l].layer->weight.weight;
       const std::int64_t live = W.nnz();
-      const std::int64_t target = live_count(W.rows() * W.cols(), target_sparsity(l, t));
+      const std::int64_t target = live_count(W.rows() * W.cols(), target_sparsity(index, t));
       const std::int64_t regen =
           options_.regrow ? static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(std::min(live, target))))
                           : 0;

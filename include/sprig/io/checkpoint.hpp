@@ -32,7 +32,11 @@
 //             bias_correction existed hold 4 and load into either policy, see adamw.hpp)
 //     "DST "  present u8; if present: name (u32 length + bytes), delta_t i64, t_begin i64,
 //             t_end i64, alpha f64, seed u64, compact_threshold f64, updates i64,
-//             total_seconds f64
+//             total_seconds f64, constant_fan_in u8, excluded count i64, excluded sparse
+//             indices i64[] (ascending), configuration count i64, configuration f64[]
+//             (SparsityAlgorithm::configuration; must equal the target's). Files written
+//             before constant_fan_in end after total_seconds and leave the target's
+//             constant_fan_in and exclusions as they are
 //     "PROG"  step i64, epoch u64, batch i64, seed u64
 //   Gradients are not saved: every step recomputes them before reading them (load zeroes
 //   them). Per-slot state is stored for live slots only: the entries at padding and dead
@@ -332,6 +336,13 @@ std::vector<std::byte> encode_training_state(const M& model, const Optimizer& op
     w.put(algorithm->compact_threshold);
     w.put(algorithm->updates());
     w.put(algorithm->total_seconds());
+    w.put_bool(algorithm->constant_fan_in);
+    const auto& excluded = algorithm->excluded_layers();
+    w.put(static_cast<std::int64_t>(excluded.size()));
+    w.put_array(std::span<const std::int64_t>(excluded));
+    const std::vector<double> config = algorithm->configuration();
+    w.put(static_cast<std::int64_t>(config.size()));
+    w.put_array(std::span<const double>(config));
   }
   w.end_section();
 
@@ -465,6 +476,8 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   double compact_threshold = 0;
   std::int64_t dst_updates = 0;
   double dst_seconds = 0.0;
+  bool dst_extras = false, dst_fan_in = false;
+  std::vector<std::int64_t> dst_excluded;
   {
     binary::Reader r = ck::section(c, next++, ck::kDST, "DST algorithm");
     const bool present = r.get_bool("DST present flag");
@@ -485,6 +498,29 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
       dst_seconds = r.get<double>("total_seconds");
       if (!(dst_seconds >= 0.0) || !std::isfinite(dst_seconds))
         r.fail_at(r.offset() - 8, "total_seconds ", dst_seconds, " is not a finite non-negative time");
+      // files from before these fields end here: the target keeps its own settings
+      if (r.remaining() > 0) {
+        dst_extras = true;
+        dst_fan_in = r.get_bool("constant_fan_in");
+        const std::int64_t at_ex = r.offset();
+        r.get_array<std::int64_t>(r.get_count("excluded layer count"), dst_excluded, "excluded layers");
+        for (std::size_t q = 0; q < dst_excluded.size(); ++q)
+          if (dst_excluded[q] < 0 || (q > 0 && dst_excluded[q] <= dst_excluded[q - 1]))
+            r.fail_at(at_ex, "excluded layers are not distinct non-negative ascending indices");
+        const std::int64_t at_cfg = r.offset();
+        std::vector<double> config;
+        r.get_array<double>(r.get_count("configuration count"), config, "configuration");
+        if (algorithm) {
+          const std::vector<double> mine = algorithm->configuration();
+          bool same = config.size() == mine.size();
+          for (std::size_t q = 0; same && q < config.size(); ++q)
+            same = std::bit_cast<std::uint64_t>(config[q]) == std::bit_cast<std::uint64_t>(mine[q]);
+          if (!same)
+            r.fail_at(at_cfg, "the DST configuration differs: the checkpoint's ", name, " has ", config.size(),
+                      " configuration values, the target's ", mine.size(),
+                      " (or other values; build the algorithm with the saved options)");
+        }
+      }
       r.expect_end();
       if (algorithm) {
         const auto& m = algorithm->schedule();
@@ -540,6 +576,10 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   if (algorithm) {
     algorithm->compact_threshold = compact_threshold;
     algorithm->restore_counters(dst_updates, dst_seconds);
+    if (dst_extras) {
+      algorithm->constant_fan_in = dst_fan_in;
+      algorithm->set_excluded_layers(std::move(dst_excluded));  // validated above: cannot throw
+    }
   }
   return progress;
 }
