@@ -89,3 +89,25 @@ TEST_CASE("build_mlp's errors name build_mlp, not an internal helper", "[dst][bu
   CHECK_THROWS_WITH(erk_sparsities({{4, 0}}, 0.5), StartsWith("dst::erk_sparsities: layer 0 has shape 4x0"));
   CHECK_THROWS_WITH(mlp_sparsities({.widths = {5}}), StartsWith("dst::mlp_sparsities: need at least 2 widths"));
 }
+
+TEST_CASE("build_mlp: explicit per-layer sparsities, 0 for a dense layer, ERK over a chosen subset", "[dst][builder]") {
+  // layers 784->300 and 300->100 sparse by ERK over those two only; 300->300 dense; output dense
+  const std::vector<dst::LayerShape> chosen = {{300, 784}, {100, 300}};
+  const std::vector<double> erk = dst::erk_sparsities(chosen, 0.9);
+  REQUIRE(erk[0] > 0.0);
+  REQUIRE(erk[1] > 0.0);
+  auto m = dst::build_mlp<float, std::int32_t>(
+      {.widths = {784, 300, 300, 100, 10}, .seed = 1, .layer_sparsities = {erk[0], 0.0, erk[1]}});
+  const auto layers = m.sparse_layers();
+  REQUIRE(layers.size() == 2);
+  CHECK(layers[0].layer->weight.weight.nnz() == dst::live_count(784 * 300, erk[0]));
+  CHECK(layers[1].layer->weight.weight.nnz() == dst::live_count(300 * 100, erk[1]));
+  CHECK(layers[1].position == 4);  // sparse, relu, linear (dense), relu, sparse
+  CHECK(std::holds_alternative<Linear<float>>(m.layer(2)));
+  const MLPSpec two{.widths = {784, 300, 100, 10}, .layer_sparsities = {0.5, 0.8}};
+  CHECK(dst::mlp_sparsities(two) == std::vector<double>{0.5, 0.8, 0.0});
+  CHECK_THROWS_WITH((dst::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {0.5, 0.5}})),
+                    Catch::Contains("2 layer_sparsities for 1 layers that may be sparse"));
+  CHECK_THROWS_WITH((dst::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {1.0}})),
+                    Catch::Contains("layer_sparsities[0] = 1 outside [0, 1)"));
+}

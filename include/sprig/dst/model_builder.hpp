@@ -32,6 +32,10 @@ struct MLPSpec {
   std::uint64_t seed = 0;
   double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0.0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+  // Non-empty: the sparsity of each layer that may be sparse (all but the output with
+  // dense_output), in order, in [0, 1), instead of sparsity and distribution; 0 makes that
+  // layer a dense Linear. ERK over a chosen subset: erk_sparsities of those layers' shapes.
+  std::vector<double> layer_sparsities{};
 };
 
 namespace detail {
@@ -47,6 +51,18 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec) {
   std::vector<LayerShape> shapes;
   for (std::size_t l = 0; l < sparse; ++l) shapes.push_back({spec.widths[l + 1], spec.widths[l]});
   std::vector<double> out(layers, 0.0);
+  if (!spec.layer_sparsities.empty()) {
+    if (spec.layer_sparsities.size() != sparse)
+      throw ArgumentError(sprig::detail::message(fn, ": ", spec.layer_sparsities.size(), " layer_sparsities for ", sparse,
+                                                 " layers that may be sparse"));
+    for (std::size_t l = 0; l < sparse; ++l) {
+      const double s = spec.layer_sparsities[l];
+      if (!(s >= 0.0 && s < 1.0))
+        throw ArgumentError(sprig::detail::message(fn, ": layer_sparsities[", l, "] = ", s, " outside [0, 1)"));
+      out[l] = s;
+    }
+    return out;
+  }
   if (sparse == 0) return out;
   const auto s = spec.distribution == Distribution::erk ? erk_sparsities(fn, shapes, spec.sparsity)
                                                         : uniform_sparsities(fn, shapes, spec.sparsity);
@@ -57,7 +73,7 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec) {
 
 // The sparsity of every layer (0 for a dense one) that `spec` leads to, one per layer.
 // O(layers); throws ShapeError for fewer than 2 widths or a width below 1, ArgumentError
-// unless 0 <= sparsity < 1.
+// unless 0 <= sparsity < 1, or for layer_sparsities of the wrong length or out of [0, 1).
 inline std::vector<double> mlp_sparsities(const MLPSpec& spec) { return detail::mlp_sparsities("dst::mlp_sparsities", spec); }
 
 // Builds the MLP of `spec`: SparseLinear layers at the sparsities of mlp_sparsities, Linear
