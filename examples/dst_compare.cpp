@@ -1,4 +1,5 @@
-// dst_compare — Static vs SET vs RigL vs SNFS on Fashion-MNIST at several sparsities and seeds.
+// dst_compare — Static vs SET vs RigL vs SNFS (and GraNet, gmp, any of them with constant fan-in
+// as NAME-fanin) on Fashion-MNIST at several sparsities and seeds.
 //
 // Each run is the `fashion_mnist` example in its own process (so runs cannot influence each
 // other and each one's memory is its own), started as
@@ -122,7 +123,8 @@ int main(int argc, char** argv) {
   std::string out_dir = "dst_compare_out";
   std::string binary = (fs::path(argv[0]).parent_path() / "fashion_mnist").string();
   std::vector<std::string> extra;
-  app.add_option("--algorithms", algorithms, "Algorithms to compare")->delimiter(',')->capture_default_str();
+  app.add_option("--algorithms", algorithms,
+                 "Algorithms to compare: fashion_mnist's --algorithm names; NAME-fanin adds --constant-fan-in")->delimiter(',')->capture_default_str();
   app.add_option("--sparsities", sparsities, "Hidden-layer sparsities")->delimiter(',')->capture_default_str();
   app.add_option("--seeds", seeds, "Seeds per configuration (1, 2, ...)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs per run")->check(CLI::PositiveNumber)->capture_default_str();
@@ -143,7 +145,11 @@ int main(int argc, char** argv) {
         for (int seed = 1; seed <= seeds; ++seed) {
           const std::string tag = algo + "_" + fmt("%.2f", sparsities[si]) + "_" + std::to_string(seed);
           const fs::path curves = fs::path(out_dir) / (tag + ".csv");
-          std::string cmd = quote(binary) + " --algorithm " + algo + " --sparsity " + fmt("%.4f", sparsities[si]) +
+          // "<algorithm>-fanin": that algorithm with constant fan-in
+          const bool fan_in = algo.size() > 6 && algo.compare(algo.size() - 6, 6, "-fanin") == 0;
+          const std::string base = fan_in ? algo.substr(0, algo.size() - 6) : algo;
+          std::string cmd = quote(binary) + " --algorithm " + base + (fan_in ? " --constant-fan-in" : "") +
+                            " --sparsity " + fmt("%.4f", sparsities[si]) +
                             " --seed " + std::to_string(seed) + " --epochs " + std::to_string(epochs) + " --csv " +
                             quote(curves.string());
           for (const auto& e : extra) cmd += " " + quote(e);
