@@ -1,7 +1,8 @@
 // dst_update — the cost of one topology update (SET, RigL) on one sparse layer against the
 // cost of one training step of that layer, measured in the same process, plus the split of
 // an update into its phases (drop selection, grow selection, storage changes), and the same
-// updates with constant fan-in (every row keeps its count) on a layer of equal rows.
+// updates with constant fan-in (every row keeps its count) on a layer of equal rows, and a
+// GraNet update (prune along the cubic schedule and regrow) on a copy of the layer.
 //
 //   dst_update [--rows 4096] [--cols 4096] [--density 0.1] [--batch 128] [--reps 7] [--threads 1]
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <sprig/dst/fan_in.hpp>
+#include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/optim/sgd.hpp>
@@ -86,6 +88,10 @@ int main(int argc, char** argv) {
     opt.update(fan_in_layer.bias);
   };
   std::vector<double> set_cfi_ms, rigl_cfi_ms;
+  // GraNet (initial sparsity 1 - density, final 0.98) at step 100 of [0, 1000]: prunes to
+  // s(0.1) = 0.92 and regrows f(100) of the rest, on a freshly drawn layer each time
+  sprig::dst::GraNet<T, Index> granet(schedule, 1, {.initial_sparsity = {1.0 - density}, .final_sparsity = {0.98}});
+  std::vector<double> granet_ms;
 
   std::vector<double> step_ms, set_ms, rigl_ms, drop_ms, grow_ms, apply_ms;
   step();  // warm-up: creates optimizer state and kernel workspaces
@@ -127,6 +133,13 @@ int main(int argc, char** argv) {
     rigl_cfi.update(cfi_refs, 100);
     rigl_cfi_ms.push_back(ms_since(t));
     cfi_step();
+    {
+      sprig::SparseLinear<T, Index> pruned(cols, rows, {.density = density, .seed = 1});  // as `layer` was drawn
+      const std::vector<sprig::SparseLayerRef<T, Index>> granet_refs{{0, 0, &pruned, X.view(), dY.view()}};
+      t = Clock::now();
+      granet.update(granet_refs, 100);
+      granet_ms.push_back(ms_since(t));
+    }
   }
   std::printf("layer %lld x %lld, density %.3f (nnz %lld), batch %lld, %d thread(s), drop fraction %.3f\n",
               static_cast<long long>(rows), static_cast<long long>(cols), density,
@@ -149,6 +162,10 @@ int main(int argc, char** argv) {
               median(rigl_cfi_ms), *std::min_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()),
               *std::max_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()), median(rigl_cfi_ms) / median(rigl_ms),
               median(rigl_cfi_ms) / s);
+  std::printf("GraNet update (prune to sparsity %.4f, regrow by gradient): median %.2f ms [%.2f - %.2f] = %.2f "
+              "training steps\n",
+              granet.target_sparsity(0, 100), median(granet_ms), *std::min_element(granet_ms.begin(), granet_ms.end()),
+              *std::max_element(granet_ms.begin(), granet_ms.end()), median(granet_ms) / s);
   std::printf("SET phases (medians): drop selection %.2f ms, grow selection %.2f ms, storage changes and state "
               "replay %.2f ms\n",
               median(drop_ms), median(grow_ms), median(apply_ms));
