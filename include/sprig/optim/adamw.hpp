@@ -113,8 +113,12 @@ private:
   friend class detail::OptimizerBase<AdamW<T>>;
   using Base = detail::OptimizerBase<AdamW<T>>;
 
+  // The bias correction (1 - beta^n)^-1 in double, rounded to T once. The one expression both
+  // policies use, so a per-slot count equal to the step gives the bits of `global`.
+  static T correction(double beta, double n) { return static_cast<T>(1.0 / (1.0 - std::pow(beta, n))); }
+
   // Extends the correction tables to n = min(t, saturation, kMaxCorrectionSteps); entry n
-  // is the expression `global` uses at step n, so equal counts give equal bits. O(new
+  // is correction() at n, so equal counts give equal bits. O(new
   // entries).
   void extend_corrections(std::int64_t t) {
     if (correction1_.empty()) {
@@ -123,8 +127,7 @@ private:
     }
     while (!saturated_ && std::ssize(correction1_) <= std::min(t, kMaxCorrectionSteps)) {
       const double n = static_cast<double>(correction1_.size());
-      const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, n)));
-      const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, n)));
+      const T c1 = correction(options_.beta1, n), c2 = correction(options_.beta2, n);
       correction1_.push_back(c1);
       correction2_.push_back(c2);
       saturated_ = (c1 == T(1) && c2 == T(1)) || std::ssize(correction1_) > kMaxCorrectionSteps;
@@ -138,8 +141,7 @@ private:
     const T lr = static_cast<T>(options_.lr);
     const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
     const T eps = static_cast<T>(options_.eps);
-    const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta1, t)));
-    const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(options_.beta2, t)));
+    const T c1 = correction(options_.beta1, t), c2 = correction(options_.beta2, t);
     const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
     T* __restrict wp = Base::template values<T>(p).data();
     const T* __restrict gp = p.grad.data();
