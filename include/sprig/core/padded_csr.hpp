@@ -280,7 +280,7 @@ public:
   // This object's current topology, unique in the process (see TopologyKey).
   TopologyKey topology_key() const noexcept { return {instance_.value(), topology_version_}; }
   // Total slots in storage (live + padding + dead): the length of col_indices() and of
-  // values() (which only a transpose cache's structure-only W^T leaves empty).
+  // values() (empty in a structure-only matrix).
   std::int64_t storage_size() const noexcept { return std::ssize(col_indices_); }
   // Slots owned by no row (left behind by relocations); compact() reclaims them.
   std::int64_t dead_slots() const noexcept { return dead_slots_; }
@@ -291,6 +291,17 @@ public:
   std::span<const std::int64_t> row_starts() const noexcept { return row_start_; }
   std::span<const std::int64_t> row_nnzs() const noexcept { return row_nnz_; }
   std::span<const std::int64_t> row_capacities() const noexcept { return row_capacity_; }
+
+  // Structure only: drops the values for good (values() is empty from now on, and every
+  // structural operation keeps it so); the pattern and its SlotLog records are unchanged. For
+  // a pattern whose values live elsewhere (BlockPaddedCSR's blocks) or are not needed (a
+  // transpose's structure). to_dense() and to_csr() then throw ArgumentError; row(i).values
+  // and for_each_live's values read as 0.
+  void drop_values() noexcept {
+    AlignedVector<T>().swap(values_);
+    structure_only_ = true;
+  }
+  bool structure_only() const noexcept { return structure_only_; }
 
   // Values may be changed freely (that is not a topology change); columns may not.
   std::span<T> values() noexcept { return values_; }
@@ -310,11 +321,13 @@ public:
   };
   RowRef row(std::int64_t i) noexcept {
     const auto s = static_cast<std::size_t>(row_start_[i]), n = static_cast<std::size_t>(row_nnz_[i]);
-    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n), std::span<T>(values_).subspan(s, n)};
+    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n),
+            structure_only_ ? std::span<T>() : std::span<T>(values_).subspan(s, n)};
   }
   ConstRowRef row(std::int64_t i) const noexcept {
     const auto s = static_cast<std::size_t>(row_start_[i]), n = static_cast<std::size_t>(row_nnz_[i]);
-    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n), std::span<const T>(values_).subspan(s, n)};
+    return {row_start_[i], std::span<const Index>(col_indices_).subspan(s, n),
+            structure_only_ ? std::span<const T>() : std::span<const T>(values_).subspan(s, n)};
   }
 
   // Calls fn(row, col, value, slot) for every live entry, rows in order.
@@ -322,7 +335,7 @@ public:
   void for_each_live(Fn&& fn) const {
     for (std::int64_t i = 0; i < rows_; ++i)
       for (std::int64_t s = row_start_[i], e = s + row_nnz_[i]; s < e; ++s)
-        fn(i, static_cast<std::int64_t>(col_indices_[s]), values_[s], s);
+        fn(i, static_cast<std::int64_t>(col_indices_[s]), value_at(s), s);
   }
 
   // The slot holding (row, col), or -1 if not live. O(row_nnz(row)).
@@ -334,6 +347,7 @@ public:
   // ---- export -------------------------------------------------------------------------
 
   void to_dense(std::type_identity_t<MatrixView<T>> out) const {
+    check_has_values("PaddedCSR::to_dense");
     if (out.rows() != rows_ || out.cols() != cols_)
       throw ShapeError(detail::message("PaddedCSR::to_dense: output is ", out.rows(), "x", out.cols(), ", matrix is ",
                                        rows_, "x", cols_));
@@ -348,6 +362,7 @@ public:
 
   // Tight CSR with columns sorted within each row.
   CSRArrays<T, Index> to_csr() const {
+    check_has_values("PaddedCSR::to_csr");
     CSRArrays<T, Index> out;
     out.rows = rows_;
     out.cols = cols_;
@@ -459,12 +474,13 @@ public:
   // counts it, as it counts every capacity. Never shrinks; throws ArgumentError if slots < 0.
   void reserve_storage(std::int64_t slots) {
     if (slots < 0) throw ArgumentError(detail::message("PaddedCSR::reserve_storage: slots ", slots, " < 0"));
-    values_.reserve(static_cast<std::size_t>(slots));
+    if (!structure_only_) values_.reserve(static_cast<std::size_t>(slots));
     col_indices_.reserve(static_cast<std::size_t>(slots));
   }
   // Slots storage can hold without reallocating (>= storage_size()).
   std::int64_t storage_capacity() const noexcept {
-    return static_cast<std::int64_t>(std::min(values_.capacity(), col_indices_.capacity()));
+    return static_cast<std::int64_t>(structure_only_ ? col_indices_.capacity()
+                                                     : std::min(values_.capacity(), col_indices_.capacity()));
   }
 
   // Ensures row `row` can hold `capacity` entries without relocating (relocates now if not).
@@ -496,8 +512,8 @@ public:
       if (c > row_capacity_[row]) extra += c;
     }
     if (extra == 0) return;
-    const std::size_t total = values_.size() + static_cast<std::size_t>(extra);
-    values_.reserve(total);
+    const std::size_t total = col_indices_.size() + static_cast<std::size_t>(extra);
+    if (!structure_only_) values_.reserve(total);
     col_indices_.reserve(total);
     if (log) log->resize(static_cast<std::int64_t>(total));  // one resize event: state arrays grow once
     for (const auto& [row, capacity] : row_capacity) {
@@ -519,12 +535,12 @@ public:
       new_cap[i] = capacity_for(row_nnz_[i], padding_ratio);
       total += new_cap[i];
     }
-    AlignedVector<T> values(static_cast<std::size_t>(total), T(0));
+    AlignedVector<T> values(structure_only_ ? 0 : static_cast<std::size_t>(total), T(0));
     AlignedVector<Index> cols(static_cast<std::size_t>(total), kPadding);
     std::vector<std::int64_t> sources(static_cast<std::size_t>(total), -1);
     for (std::int64_t i = 0; i < rows_; ++i)
       for (std::int64_t q = 0; q < row_nnz_[i]; ++q) {
-        values[new_start[i] + q] = values_[row_start_[i] + q];
+        if (!structure_only_) values[new_start[i] + q] = values_[row_start_[i] + q];
         cols[new_start[i] + q] = col_indices_[row_start_[i] + q];
         sources[new_start[i] + q] = row_start_[i] + q;
       }
@@ -587,9 +603,10 @@ public:
     if (rows_ < 0 || cols_ < 0) fail("negative shape ", rows_, "x", cols_);
     if (std::ssize(row_start_) != rows_ || std::ssize(row_nnz_) != rows_ || std::ssize(row_capacity_) != rows_)
       fail("row arrays have ", row_start_.size(), "/", row_nnz_.size(), "/", row_capacity_.size(), " entries, rows = ", rows_);
-    if (col_indices_.size() != values_.size())
+    if (!structure_only_ && col_indices_.size() != values_.size())
       fail("values has ", values_.size(), " slots but col_indices has ", col_indices_.size());
-    const std::int64_t cap = std::ssize(values_);
+    if (structure_only_ && !values_.empty()) fail("a structure-only matrix holds ", values_.size(), " values");
+    const std::int64_t cap = std::ssize(col_indices_);
     std::vector<std::int64_t> order(static_cast<std::size_t>(rows_));
     std::iota(order.begin(), order.end(), 0);
     std::int64_t live = 0, owned = 0;
@@ -618,14 +635,14 @@ public:
           if (c < 0 || c >= cols_) fail("row ", i, " slot ", s, " holds column ", c, " outside [0, ", cols_, ")");
           if (seen[c] == i) fail("row ", i, " holds column ", c, " twice");
           seen[c] = i;
-        } else if (c != kPadding || values_[s] != T(0)) {
-          fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", values_[s], " (expected -1 and 0)");
+        } else if (c != kPadding || value_at(s) != T(0)) {
+          fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", value_at(s), " (expected -1 and 0)");
         }
       }
     }
     for (std::int64_t s = 0; s < cap; ++s)
-      if (!owned_slot[s] && (col_indices_[s] != kPadding || values_[s] != T(0)))
-        fail("dead slot ", s, " holds column ", col_indices_[s], " and value ", values_[s], " (expected -1 and 0)");
+      if (!owned_slot[s] && (col_indices_[s] != kPadding || value_at(s) != T(0)))
+        fail("dead slot ", s, " holds column ", col_indices_[s], " and value ", value_at(s), " (expected -1 and 0)");
   }
 
   PaddedCSRMemory memory() const noexcept {
@@ -672,8 +689,7 @@ private:
 
   // Tight padded layout for the given per-row counts; all slots padding. Arrays whose
   // capacity is too small are released before they are refilled (never old and new at once);
-  // with_values = false leaves values_ empty, a structure-only state that only the transpose
-  // cache uses (through PaddedCSRAccess) and that check_invariants() rejects.
+  // with_values = false leaves values_ empty: the structure-only state (drop_values()).
   void layout_from_counts(const std::vector<std::int64_t>& counts, bool with_values = true) {
     row_start_.resize(static_cast<std::size_t>(rows_));
     row_nnz_.assign(counts.begin(), counts.end());
@@ -685,6 +701,7 @@ private:
       total += row_capacity_[i];
     }
     const auto n = static_cast<std::size_t>(total);
+    structure_only_ = !with_values;
     if (with_values)
       detail::refill(values_, n, T(0));
     else
@@ -695,7 +712,11 @@ private:
 
   void put(std::int64_t slot, Index col, T value) noexcept {
     col_indices_[slot] = col;
-    values_[slot] = value;
+    if (!structure_only_) values_[slot] = value;
+  }
+  T value_at(std::int64_t slot) const noexcept { return structure_only_ ? T(0) : values_[slot]; }
+  void check_has_values(const char* fn) const {
+    if (structure_only_) throw ArgumentError(detail::message(fn, ": the matrix is structure-only (no values)"));
   }
 
   static void validate_row(const char* fn, std::int64_t row, std::vector<std::pair<std::int64_t, T>>& entries,
@@ -743,7 +764,7 @@ private:
   std::int64_t erase_slot_unchecked(std::int64_t row, std::int64_t slot, SlotLog* log) noexcept {
     const std::int64_t last = row_start_[row] + --row_nnz_[row];
     if (slot != last) {
-      put(slot, col_indices_[last], values_[last]);
+      put(slot, col_indices_[last], value_at(last));
       if (log) log->move(last, slot);
     }
     put(last, kPadding, T(0));
@@ -783,18 +804,18 @@ private:
   void relocate_row(std::int64_t row, std::int64_t capacity, SlotLog* log, bool log_resize = true) {
     SPRIG_ASSERT(capacity >= row_nnz_[row], "relocate_row capacity");
     const std::int64_t old_start = row_start_[row], old_cap = row_capacity_[row];
-    const std::int64_t new_start = std::ssize(values_);
-    if (static_cast<std::size_t>(new_start + capacity) > values_.capacity()) {  // grow by >= 1/8, not 2x
+    const std::int64_t new_start = std::ssize(col_indices_);
+    if (static_cast<std::size_t>(new_start + capacity) > col_indices_.capacity()) {  // grow by >= 1/8, not 2x
       const std::size_t grown = std::max(static_cast<std::size_t>(new_start + capacity),
-                                         values_.capacity() + values_.capacity() / 8);
-      values_.reserve(grown);
+                                         col_indices_.capacity() + col_indices_.capacity() / 8);
+      if (!structure_only_) values_.reserve(grown);
       col_indices_.reserve(grown);
     }
-    values_.resize(static_cast<std::size_t>(new_start + capacity), T(0));
+    if (!structure_only_) values_.resize(static_cast<std::size_t>(new_start + capacity), T(0));
     col_indices_.resize(static_cast<std::size_t>(new_start + capacity), kPadding);
     if (log && log_resize) log->resize(new_start + capacity);
     for (std::int64_t q = 0; q < row_nnz_[row]; ++q) {
-      put(new_start + q, col_indices_[old_start + q], values_[old_start + q]);
+      put(new_start + q, col_indices_[old_start + q], value_at(old_start + q));
       put(old_start + q, kPadding, T(0));
       if (log) {
         log->move(old_start + q, new_start + q);
@@ -812,6 +833,7 @@ private:
   std::int64_t dead_slots_ = 0;
   double padding_ratio_ = kDefaultPaddingRatio;
   std::uint64_t topology_version_ = 0;
+  bool structure_only_ = false;
   detail::InstanceId instance_;
   AlignedVector<T> values_;
   AlignedVector<Index> col_indices_;

@@ -80,38 +80,55 @@ public:
   // size then W.storage_size()); every per-slot array must replay the same log, or it falls
   // out of step. Ranges are checked only by SPRIG_ASSERT (debug builds). O(events + the
   // remapped sizes); may allocate (Resize, Remap) and then throws std::bad_alloc.
+  // With width w > 1 every slot owns w consecutive elements (a BlockPaddedCSR's R x C
+  // block, or per-slot state of one): slot s is state[s*w, (s+1)*w) and every event acts on
+  // all w of them.
   template <class Vec>
-  void apply(Vec& state) const {
+  void apply(Vec& state, std::int64_t width = 1) const {
     using V = typename Vec::value_type;
+    const auto w = static_cast<std::size_t>(width);
+    SPRIG_ASSERT(width >= 1, "SlotLog width");
     Vec scratch;
     for (const Event& e : events_) {
+      const auto a = static_cast<std::size_t>(e.a) * w, b = static_cast<std::size_t>(e.b) * w;
       switch (e.kind) {
         case Kind::Move:
-          SPRIG_ASSERT(e.a < std::ssize(state) && e.b < std::ssize(state), "SlotLog move range");
-          state[static_cast<std::size_t>(e.b)] = state[static_cast<std::size_t>(e.a)];
+          SPRIG_ASSERT(a + w <= state.size() && b + w <= state.size(), "SlotLog move range");
+          for (std::size_t k = 0; k < w; ++k) state[b + k] = state[a + k];
           break;
         case Kind::Clear:
-          SPRIG_ASSERT(e.a < std::ssize(state), "SlotLog clear range");
-          state[static_cast<std::size_t>(e.a)] = V{};
+          SPRIG_ASSERT(a + w <= state.size(), "SlotLog clear range");
+          for (std::size_t k = 0; k < w; ++k) state[a + k] = V{};
           break;
         case Kind::Resize:
           // grows by at least 1/8 (amortised O(1) per slot over many small relocations), not the
           // vector's default doubling, which would hold up to twice the state after an update
-          if (static_cast<std::size_t>(e.a) > state.capacity())
-            state.reserve(std::max(static_cast<std::size_t>(e.a), state.capacity() + state.capacity() / 8));
-          state.resize(static_cast<std::size_t>(e.a), V{});
+          if (a > state.capacity()) state.reserve(std::max(a, state.capacity() + state.capacity() / 8));
+          state.resize(a, V{});
           break;
         case Kind::Remap: {
-          scratch.assign(static_cast<std::size_t>(e.a), V{});
+          scratch.assign(a, V{});
           for (std::int64_t s = 0; s < e.a; ++s) {
             const std::int64_t src = remap_sources_[static_cast<std::size_t>(e.b + s)];
-            if (src >= 0) scratch[static_cast<std::size_t>(s)] = state[static_cast<std::size_t>(src)];
+            if (src >= 0)
+              for (std::size_t k = 0; k < w; ++k)
+                scratch[static_cast<std::size_t>(s) * w + k] = state[static_cast<std::size_t>(src) * w + k];
           }
           std::swap(state, scratch);
           break;
         }
       }
     }
+  }
+
+  // Appends another log's events after this one's (as if they had been recorded here).
+  void append(const SlotLog& other) {
+    const auto offset = static_cast<std::int64_t>(remap_sources_.size());
+    for (Event e : other.events_) {
+      if (e.kind == Kind::Remap) e.b += offset;
+      events_.push_back(e);
+    }
+    remap_sources_.insert(remap_sources_.end(), other.remap_sources_.begin(), other.remap_sources_.end());
   }
 
 private:

@@ -34,6 +34,9 @@ struct PaddedCSRAccess {
   static auto& col_indices(M& m) { return m.col_indices_; }
   template <class M>
   static auto& row_nnz(M& m) { return m.row_nnz_; }
+  // A structure-only matrix given values again (values(m) assigned one per slot by the caller).
+  template <class M>
+  static void mark_valued(M& m) noexcept { m.structure_only_ = false; }
   template <class M>
   static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
                      const std::vector<std::int64_t>& counts, bool with_values = true) {
@@ -132,8 +135,10 @@ public:
   // is current for W's topology (get() or sync_topology() ran since W's last change).
   void refresh_values(const PaddedCSR<T, Index>& W) {
     auto& values = detail::PaddedCSRAccess::values(cached_.matrix);
-    if (std::ssize(values) != cached_.matrix.storage_size())  // structure-only so far
+    if (std::ssize(values) != cached_.matrix.storage_size()) {  // structure-only so far
       values.assign(static_cast<std::size_t>(cached_.matrix.storage_size()), T(0));
+      detail::PaddedCSRAccess::mark_valued(cached_.matrix);
+    }
     T* tvals = values.data();
     const T* vals = W.values().data();
     const SourceSlot* src = cached_.source_slot.data();
