@@ -1,0 +1,363 @@
+// sprig/kernels/block_sddmm.hpp — the weight gradient of a block-sparse layer: for every live
+// R x C block (bi, bj) of W, the R * C dots grad[s*R*C + r*C + c] = dot(dY[bi*R + r, :],
+// X[bj*C + c, :]), written into an array aligned with W.values().
+//
+// How: the batch is cut into panels of whole registers (panels.hpp) and, unless both operands
+// can be read in place, dY and X are packed panel by panel, zero-padded to whole registers and
+// to whole blocks (ceil(M / R) * R and ceil(K / C) * C rows), so a block's rows sit at one
+// fixed stride and an edge block reads zero rows instead of rows outside the matrix. For one
+// live block and one panel, the R * C dots are done in tiles of RT x CT lane-wise
+// accumulators (block_sddmm_tiling: as many as the register file holds beside the loaded
+// rows), fed by RT dY and CT X registers per batch register; each tile's accumulators are
+// reduced N at a time by one batched horizontal sum (simd.hpp: batched_hsum). Panels after
+// the first add their partial dots to grad.
+//
+// Determinism: every grad element is summed in an order fixed by the block shape, the batch
+// width and K alone (the panel plan), so the result is bitwise identical for every thread
+// count.
+#pragma once
+
+#include <type_traits>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "../core/block_padded_csr.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "panels.hpp"
+#include "parallel.hpp"
+#include "row_partition.hpp"
+#include "simd.hpp"
+#include "update_mode.hpp"
+#include "workspace.hpp"
+
+// Bytes of packed X one block weight-gradient panel may span (K rows x panel width). Twice
+// the spmm budget, as for sddmm: every panel pays a horizontal sum per tile and re-adds into
+// grad, so wide panels pay off even when they spill from L2.
+#ifndef SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES
+#  define SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES (2 * SPRIG_PANEL_BUDGET_BYTES)
+#endif
+
+namespace sprig {
+
+namespace detail {
+
+#if SPRIG_KERNEL_SIMD
+// A tile of RT x CT accumulators within an R x C block.
+struct BlockTile {
+  int rt = 1, ct = 1;
+};
+
+// Vector registers the tiles may use: 32 with AVX-512 and on aarch64 NEON, 16 on SSE/AVX.
+template <class T>
+constexpr int block_sddmm_registers() noexcept {
+#  if defined(__aarch64__) || defined(_M_ARM64)
+  return 32;
+#  else
+  return sizeof(Batch<T>) == 64 ? 32 : 16;
+#  endif
+}
+
+// Lane-wise chains per accumulator: blocks of fewer than 8 entries have too few accumulators
+// to hide the multiply-add latency, so each gets two (even and odd batch registers).
+template <int R, int C>
+inline constexpr int kBlockSddmmChains = R * C < 8 ? 2 : 1;
+
+// The tile shape for an R x C block: among tiles whose accumulators, the held registers of
+// the shorter side and one streamed register fit the register file (one spare), the fewest
+// loads per batch register over the whole block (each tile loads its RT dY and CT X rows),
+// then the fewest horizontal sums (ceil(RT * CT / N) per tile), then the fewest tiles.
+template <class T, int R, int C>
+constexpr BlockTile block_sddmm_tiling() noexcept {
+  constexpr int N = static_cast<int>(Batch<T>::size);
+  constexpr int budget = block_sddmm_registers<T>() - 1;
+  constexpr int chains = kBlockSddmmChains<R, C>;
+  BlockTile best;
+  long best_loads = -1, best_sums = 0, best_tiles = 0;
+  for (int rt = 1; rt <= R; ++rt)
+    for (int ct = 1; ct <= C; ++ct) {
+      if (rt * ct * chains + std::min(rt, ct) + 1 > budget && !(rt == 1 && ct == 1)) continue;
+      const long nr = (R + rt - 1) / rt, nc = (C + ct - 1) / ct;
+      const long loads = nc * R + nr * C;
+      long sums = 0;
+      for (int tr = 0; tr < R; tr += rt)
+        for (int tc = 0; tc < C; tc += ct) sums += (std::min(rt, R - tr) * std::min(ct, C - tc) + N - 1) / N;
+      const long tiles = nr * nc;
+      const bool better = best_loads < 0 || loads < best_loads || (loads == best_loads && sums < best_sums) ||
+                          (loads == best_loads && sums == best_sums && tiles < best_tiles);
+      if (better) {
+        best = {rt, ct};
+        best_loads = loads;
+        best_sums = sums;
+        best_tiles = tiles;
+      }
+    }
+  return best;
+}
+
+// One tile over one panel: out[r * LD + c] = sum over the `steps` batch registers of
+// d[r * ds + .] * x[c * xs + .], for r < RT, c < CT. The shorter side's registers are held
+// per batch register, the other side's streamed through one.
+template <class T, int RT, int CT, int CH, int LD>
+SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds, const T* __restrict x,
+                                          std::int64_t xs, std::int64_t steps, T* __restrict out) noexcept {
+  using B = Batch<T>;
+  constexpr std::int64_t N = B::size;
+  constexpr int A = RT * CT;
+  B acc[CH][A];
+  for (int h = 0; h < CH; ++h)
+    for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  auto step = [&](B* a, std::int64_t off) {
+    if constexpr (RT <= CT) {
+      B dv[RT];
+      for (int r = 0; r < RT; ++r) dv[r] = B::load_unaligned(d + r * ds + off);
+      for (int c = 0; c < CT; ++c) {
+        const B xv = B::load_unaligned(x + c * xs + off);
+        for (int r = 0; r < RT; ++r) a[r * CT + c] = xsimd::fma(dv[r], xv, a[r * CT + c]);
+      }
+    } else {
+      B xv[CT];
+      for (int c = 0; c < CT; ++c) xv[c] = B::load_unaligned(x + c * xs + off);
+      for (int r = 0; r < RT; ++r) {
+        const B dv = B::load_unaligned(d + r * ds + off);
+        for (int c = 0; c < CT; ++c) a[r * CT + c] = xsimd::fma(dv, xv[c], a[r * CT + c]);
+      }
+    }
+  };
+  std::int64_t j = 0;
+  if constexpr (CH == 2) {
+    for (; j + 2 <= steps; j += 2) {
+      step(acc[0], j * N);
+      step(acc[CH - 1], (j + 1) * N);
+    }
+  }
+  for (; j < steps; ++j) step(acc[0], j * N);
+  if constexpr (CH == 2)
+    for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+  for (int k0 = 0; k0 < A; k0 += static_cast<int>(N)) {
+    B rows[N];
+    for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k0 + k < A ? acc[0][k0 + k] : B(T(0));
+    const B sums = batched_hsum(rows);
+    if constexpr (CT == LD) {  // the tile's rows are contiguous in out
+      if (k0 + static_cast<int>(N) <= A) {
+        sums.store_unaligned(out + k0);
+        continue;
+      }
+    }
+    alignas(64) T tmp[N];
+    sums.store_aligned(tmp);
+    for (int k = 0; k < static_cast<int>(N) && k0 + k < A; ++k) out[((k0 + k) / CT) * LD + (k0 + k) % CT] = tmp[k];
+  }
+}
+
+// All R * C dots of one block over one panel into res (row-major R x C).
+template <class T, int R, int C>
+SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
+                                           std::int64_t steps, T* res) noexcept {
+  constexpr BlockTile tile = block_sddmm_tiling<T, R, C>();
+  constexpr int rt = tile.rt, ct = tile.ct, CH = kBlockSddmmChains<R, C>;
+  auto row_tiles = [&]<int RT>(int tr) {
+    int tc = 0;
+    for (; tc + ct <= C; tc += ct) block_sddmm_tile<T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+    if constexpr (C % ct != 0)
+      block_sddmm_tile<T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+  };
+  int tr = 0;
+  for (; tr + rt <= R; tr += rt) row_tiles.template operator()<rt>(tr);
+  if constexpr (R % rt != 0) row_tiles.template operator()<R % rt>(tr);
+}
+
+// Rows [r0, r1) of src into `packed` with the plan's layout over `padded` rows (rows past
+// src.rows() and columns past the batch zero). O((r1 - r0) x B).
+template <class T>
+void block_sddmm_pack(const PanelPlan& plan, ConstMatrixView<T> src, std::int64_t padded, T* packed, std::int64_t r0,
+                      std::int64_t r1) noexcept {
+  for (std::int64_t p = 0; p < plan.count(); ++p) {
+    const std::int64_t b0 = plan.begin(p), nb = plan.columns(p), stride = plan.regs_of(p) * plan.simd;
+    T* base = packed + padded * b0;
+    for (std::int64_t i = r0; i < r1; ++i) {
+      T* dst = base + i * stride;
+      std::int64_t j = 0;
+      if (i < src.rows()) {
+        std::memcpy(dst, src.row(i) + b0, static_cast<std::size_t>(nb) * sizeof(T));
+        j = nb;
+      }
+      std::fill(dst + j, dst + stride, T(0));
+    }
+  }
+}
+
+template <Value T, ColumnIndex Index, int R, int C>
+void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X,
+                      std::span<T> grad, Update mode, KernelWorkspace<T>& ws) {
+  constexpr std::int64_t N = Batch<T>::size, RC = std::int64_t{R} * C;
+  const auto& P = W.pattern();
+  const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
+  const std::int64_t Mp = P.rows() * R, Kp = P.cols() * C;  // padded to whole blocks
+  // No panel wider than the batch: a wider one would only pack zeros.
+  const PanelPlan plan(Bw, Kp, N, sizeof(T), SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES, (Bw + N - 1) / N);
+  const bool in_place = plan.in_place() && Mp == M && Kp == K;
+  T* packed_dy = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(Mp) + plan.packed_size(Kp)));
+  T* packed_x = in_place ? nullptr : packed_dy + plan.packed_size(Mp);
+  ws.partition.update(P);
+  const Index* cols = P.col_indices().data();
+  const bool overwrite = mode == Update::overwrite;
+  const bool dead = P.dead_slots() > 0;
+  run_partitioned(
+      ws.partition, P.nnz() * RC * Bw,
+      [&](int t, int n) {
+        if (!in_place) {
+          block_sddmm_pack(plan, dY, Mp, packed_dy, Mp * t / n, Mp * (t + 1) / n);
+          block_sddmm_pack(plan, X, Kp, packed_x, Kp * t / n, Kp * (t + 1) / n);
+        }
+        if (overwrite && dead) {  // slots owned by no row: zeroed by storage range
+          const std::int64_t S = std::ssize(grad);
+          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, T(0));
+        }
+      },
+      [&](std::int64_t r0, std::int64_t r1) {
+        if (overwrite)
+          for (std::int64_t bi = r0; bi < r1; ++bi) {
+            const std::int64_t s = P.row_start(bi);
+            std::fill(grad.data() + (s + P.row_nnz(bi)) * RC, grad.data() + (s + P.row_capacity(bi)) * RC, T(0));
+          }
+        alignas(64) T res[RC];
+        for (std::int64_t p = 0; p < plan.count(); ++p) {
+          const std::int64_t b0 = plan.begin(p), steps = plan.regs_of(p);
+          const T* dbase = in_place ? dY.data() : packed_dy + Mp * b0;
+          const T* xbase = in_place ? X.data() : packed_x + Kp * b0;
+          const std::int64_t ds = in_place ? dY.stride() : steps * N;
+          const std::int64_t xs = in_place ? X.stride() : steps * N;
+          const bool add = !overwrite || p > 0;
+          for (std::int64_t bi = r0; bi < r1; ++bi) {
+            const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
+            const std::int64_t rows_in = std::min<std::int64_t>(R, M - bi * R);
+            const T* d = dbase + bi * R * ds;
+            for (std::int64_t q = 0; q < nb; ++q) {
+              const std::int64_t bj = cols[s0 + q];
+              const std::int64_t cols_in = std::min<std::int64_t>(C, K - bj * C);
+              block_sddmm_block<T, R, C>(d, ds, xbase + bj * C * xs, xs, steps, res);
+              T* g = grad.data() + (s0 + q) * RC;
+              if (rows_in == R && cols_in == C) {
+                if (add)
+                  for (std::int64_t k = 0; k < RC; ++k) g[k] += res[k];
+                else
+                  for (std::int64_t k = 0; k < RC; ++k) g[k] = res[k];
+              } else {  // edge block: out-of-matrix entries 0 (overwrite) or left alone
+                for (std::int64_t r = 0; r < R; ++r)
+                  for (std::int64_t c = 0; c < C; ++c) {
+                    T& e = g[r * C + c];
+                    if (r < rows_in && c < cols_in)
+                      e = add ? e + res[r * C + c] : res[r * C + c];
+                    else if (!add)
+                      e = T(0);
+                  }
+              }
+            }
+          }
+        }
+      });
+}
+#endif
+
+// Scalar path: each in-matrix dot of a live block in batch order.
+template <Value T, ColumnIndex Index, int R, int C>
+void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X,
+                        std::span<T> grad, Update mode, KernelWorkspace<T>& ws) {
+  constexpr std::int64_t RC = std::int64_t{R} * C;
+  const auto& P = W.pattern();
+  ws.partition.update(P);
+  const Index* cols = P.col_indices().data();
+  const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
+  const bool overwrite = mode == Update::overwrite;
+  const bool dead = P.dead_slots() > 0;
+  run_partitioned(
+      ws.partition, P.nnz() * RC * Bw,
+      [&](int t, int n) {
+        if (overwrite && dead) {
+          const std::int64_t S = std::ssize(grad);
+          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, T(0));
+        }
+      },
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t bi = r0; bi < r1; ++bi) {
+          const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
+          for (std::int64_t q = 0; q < nb; ++q) {
+            const std::int64_t bj = cols[s0 + q];
+            T* g = grad.data() + (s0 + q) * RC;
+            for (std::int64_t r = 0; r < R; ++r)
+              for (std::int64_t c = 0; c < C; ++c) {
+                T& e = g[r * C + c];
+                if (bi * R + r < M && bj * C + c < K) {
+                  const T* d = dY.row(bi * R + r);
+                  const T* x = X.row(bj * C + c);
+                  T acc = T(0);
+                  for (std::int64_t b = 0; b < Bw; ++b) acc += d[b] * x[b];
+                  e = overwrite ? acc : e + acc;
+                } else if (overwrite) {
+                  e = T(0);
+                }
+              }
+          }
+          if (overwrite)
+            std::fill(grad.data() + (s0 + nb) * RC, grad.data() + (s0 + P.row_capacity(bi)) * RC, T(0));
+        }
+      });
+}
+
+}  // namespace detail
+
+// grad (=|+=) the weight gradient of W's live blocks, with a caller-owned workspace: for every
+// live block slot s = (bi, bj) and every (r, c) with bi*R + r < M and bj*C + c < K,
+// grad[s*R*C + r*C + c] (=|+=) dot(dY[bi*R + r, :], X[bj*C + c, :]).
+// Preconditions: dY is W.rows() x B, X is W.cols() x B and grad.size() == W.storage_size() *
+// R * C (else ShapeError); grad shares no memory with dY, X or W.values() (else
+// ArgumentError). Overwrite writes every entry (0 at padding and dead slots and at the
+// out-of-matrix entries of edge blocks) and never reads grad; accumulate leaves those
+// unchanged. W's values are never read, and no row of dY or X outside the matrix is.
+// Complexity: O(nnz_blocks x R x C x B) multiply-adds, plus O((M + K) x B) to pack dY and X
+// where they are not read in place, and O(block rows) per topology change (partition).
+// Threads: OpenMP over nnz-balanced block-row ranges; bitwise identical for any thread count.
+// The workspace must not be shared by concurrent calls.
+template <Value T, ColumnIndex Index, int R, int C>
+void block_sddmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> dY,
+                 std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
+                 KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
+  constexpr std::int64_t RC = std::int64_t{R} * C;
+  if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() ||
+      std::ssize(grad) != W.storage_size() * RC)
+    throw ShapeError(detail::message("sprig::block_sddmm: W is ", W.rows(), "x", W.cols(), " (", R, "x", C,
+                                     " blocks) with ", W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(),
+                                     ", X is ", X.rows(), "x", X.cols(), ", grad has ", grad.size(),
+                                     " entries (need dY ", W.rows(), "xB, X ", W.cols(), "xB, grad ",
+                                     W.storage_size() * RC, ")"));
+  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "dY", dY);
+  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "X", X);
+  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "W's values", W.values());
+  if (X.cols() == 0 || W.nnz_blocks() == 0) {  // every dot is empty
+    if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
+    return;
+  }
+#if SPRIG_KERNEL_SIMD
+  if constexpr (detail::kSimdFor<T>) {
+    detail::block_sddmm_simd(W, dY, X, grad, mode, workspace);
+    return;
+  }
+#endif
+  detail::block_sddmm_scalar(W, dY, X, grad, mode, workspace);
+}
+
+// The same with a temporary workspace (allocates per call).
+template <Value T, ColumnIndex Index, int R, int C>
+void block_sddmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> dY,
+                 std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
+                 Update mode = Update::overwrite) {
+  KernelWorkspace<T> workspace;
+  block_sddmm(W, dY, X, grad, workspace, mode);
+}
+
+}  // namespace sprig
