@@ -1,0 +1,415 @@
+// sprig/kernels/block_spmm.hpp — the block-sparse products of a linear layer on a
+// BlockPaddedCSR W (M x K in R x C blocks), X, Y, dY, dX dense and feature-major (batch
+// contiguous):
+//   block_spmm:            Y[M,B]  (=|+=) W X      (optionally act(W X + bias), RowEpilogue)
+//   block_spmm_transposed: dX[K,B] (=|+=) W^T dY   (through the transposed block pattern)
+//
+// How: as spmm (spmm.hpp), the batch is cut into panels of whole SIMD registers (panels.hpp,
+// X packed where it is not read in place) and threads take nnz-balanced ranges of block rows.
+// For one block row and one panel, a tile of R output rows stays in registers across all the
+// row's blocks and is stored once; per block and block column c, the X panel row bj*C + c is
+// loaded once and multiplied with the R weights of that column, broadcast: each X load
+// serves R multiply-adds, where the unstructured kernel gets one. The tile is at most 8 rows
+// (taller blocks are done in chunks of 8 rows, each over all the row's blocks) and at most
+// 12 accumulator registers (panel width per tile height: block_max_regs), so that the
+// tile, the X registers and a broadcast fit a 16-register ISA. Small tiles deal the blocks
+// round-robin to independent accumulator sets (block_chains), summed pairwise at the end, so
+// that the multiply-add latency is hidden; the same kernel runs W^T, whose C x R blocks are
+// W's blocks read transposed in place (TransposedBlocks), not copied.
+//
+// Edges: M and K need not be multiples of R and C. A block of the last block column reads
+// only the X rows inside the matrix (one branch per block), and the last block row stores
+// only the rows inside it; an edge block's out-of-matrix weights meet only skipped X rows or
+// unstored accumulators, so they never reach a result.
+//
+// Determinism: each output element is summed in an order fixed by its block row, the block
+// shape and the batch width alone (chain q mod chains per block, then the pairwise sum), so
+// the result is bitwise identical for every thread count.
+#pragma once
+
+#include <type_traits>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+
+#include "../core/block_padded_csr.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "panels.hpp"
+#include "parallel.hpp"
+#include "row_epilogue.hpp"
+#include "row_partition.hpp"
+#include "simd.hpp"
+#include "spmm.hpp"
+#include "transpose.hpp"
+#include "update_mode.hpp"
+#include "workspace.hpp"
+
+// How many blocks ahead the X rows (and, for W^T, the gathered weight blocks) are
+// prefetched: a tuning knob.
+#ifndef SPRIG_BLOCK_SPMM_PREFETCH
+#  define SPRIG_BLOCK_SPMM_PREFETCH 8
+#endif
+
+namespace sprig {
+
+namespace detail {
+
+// Where the kernel reads the block of slot s, as a kRows x kCols block whose element (r, c)
+// is at(s)[r * kRowStep + c * kColStep].
+// W's own R x C blocks, row-major.
+template <class T, int R, int C>
+struct ForwardBlocks {
+  static constexpr int kRows = R, kCols = C;
+  static constexpr std::int64_t kRowStep = C, kColStep = 1;
+  const T* values;
+  SPRIG_ALWAYS_INLINE const T* at(std::int64_t s) const noexcept { return values + s * (std::int64_t{R} * C); }
+  SPRIG_ALWAYS_INLINE void prefetch(std::int64_t) const noexcept {}  // a row's blocks are contiguous
+};
+// W^T's C x R blocks: for slot t of the transposed pattern, W's block at source[t], read
+// transposed (element (c, r) of W^T's block is W's (r, c)). Consecutive slots of W^T gather
+// from different block rows of W, so the blocks ahead are prefetched.
+template <class T, int R, int C>
+struct TransposedBlocks {
+  static constexpr int kRows = C, kCols = R;
+  static constexpr std::int64_t kRowStep = 1, kColStep = C;
+  const T* values;           // W.values()
+  const SourceSlot* source;  // transposed().source_slot
+  SPRIG_ALWAYS_INLINE const T* at(std::int64_t t) const noexcept {
+    return values + static_cast<std::int64_t>(source[t]) * (std::int64_t{R} * C);
+  }
+  SPRIG_ALWAYS_INLINE void prefetch(std::int64_t t) const noexcept {
+    constexpr std::int64_t bytes = std::min<std::int64_t>(std::int64_t{R} * C * sizeof(T), 256);
+    const char* p = reinterpret_cast<const char*>(at(t));
+    for (std::int64_t off = 0; off < bytes; off += 64) detail::prefetch(p + off);
+  }
+};
+
+// The tile height for blocks of R rows (taller blocks go in chunks of this many rows), the
+// most panel registers a tile of `rows` rows may span (rows x regs <= 12 accumulators), and
+// how many accumulator sets a tile of `accs` registers deals its blocks to (>= 8 registers
+// of multiply-adds in flight).
+constexpr int block_tile_rows(int R) noexcept { return R < 8 ? R : 8; }
+constexpr int block_max_regs(int rows) noexcept {
+  return std::clamp(12 / rows, 1, static_cast<int>(kMaxPanelRegs));
+}
+constexpr int block_chains(int accs) noexcept { return accs >= 8 ? 1 : 8 / accs; }
+
+// Which rows a block kernel reads and writes: `in_rows` rows of input (X or dY) and the
+// output view; the Y row count bounds the last block row's store.
+template <class T, ColumnIndex Index, int R, int C>
+void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& W, const char* in_name,
+                          const ConstMatrixView<T>& in, std::int64_t in_rows, const char* out_name,
+                          const MatrixView<T>& out, std::int64_t out_rows) {
+  if (in.rows() != in_rows || out.rows() != out_rows || out.cols() != in.cols())
+    throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), " (", R, "x", C, " blocks), ", in_name, " is ",
+                             in.rows(), "x", in.cols(), ", ", out_name, " is ", out.rows(), "x", out.cols(), " (need ",
+                             in_name, " ", in_rows, "xB and ", out_name, " ", out_rows, "xB)"));
+  check_no_overlap(fn, out_name, out, in_name, in);
+  check_no_overlap(fn, out_name, out, "W's values", W.values());
+}
+
+#if SPRIG_KERNEL_SIMD
+// One block's contribution to a tile: for each of its first n block columns (BC, or fewer for
+// an edge block), the X panel row loaded once into G registers and multiplied with the block
+// column's Rows weights.
+template <class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full>
+SPRIG_ALWAYS_INLINE void block_fma(Batch<T> (&acc)[Rows][G], const T* __restrict w, const T* __restrict x,
+                                   std::int64_t xs, std::int64_t cn) noexcept {
+  using B = Batch<T>;
+  constexpr std::int64_t N = B::size;
+  const std::int64_t n = Full ? BC : cn;
+  for (std::int64_t c = 0; c < n; ++c) {
+    B xv[G];
+    for (int g = 0; g < G; ++g) xv[g] = B::load_unaligned(x + c * xs + g * N);
+    for (int r = 0; r < Rows; ++r) {
+      const B wv(w[r * RS + c * CS]);
+      for (int g = 0; g < G; ++g) acc[r][g] = xsimd::fma(wv, xv[g], acc[r][g]);
+    }
+  }
+}
+
+// Adds the block of `slot` to a tile: its first X rows inside the matrix (all BC but in the
+// last block column).
+template <class T, class Index, int Rows, int G, class Blocks>
+SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __restrict cols, std::int64_t slot,
+                                   const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
+                                   std::int64_t in_rows) noexcept {
+  constexpr int BC = Blocks::kCols;
+  constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
+  const std::int64_t x0 = static_cast<std::int64_t>(cols[slot]) * BC;
+  const T* w = blocks.at(slot) + r0 * RS;
+  const T* x = xp + x0 * xs;
+  if (x0 + BC <= in_rows) [[likely]]
+    block_fma<T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
+  else
+    block_fma<T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
+}
+
+// Rows [row0, row0 + rows_valid) of the output over one panel: a tile of Rows block rows
+// (from block row r0 on) and G registers, over the n blocks from slot s on (block columns
+// cols[s ..)). X panel rows are xs elements apart from xp, `in_rows` of them inside the
+// matrix; the first `valid` columns of each tile row are stored at y (rows ys apart) through
+// finish()'s order (bias: the chunk's first row's or nullptr).
+template <class T, class Index, int Rows, int G, class Blocks>
+SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n,
+                                    const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
+                                    std::int64_t in_rows, T* __restrict y, std::int64_t ys, std::int64_t rows_valid,
+                                    std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
+  using B = Batch<T>;
+  constexpr std::int64_t N = B::size;
+  constexpr int BC = Blocks::kCols;
+  constexpr int Ch = block_chains(Rows * G);
+  constexpr std::int64_t D = SPRIG_BLOCK_SPMM_PREFETCH;
+  constexpr std::int64_t row_bytes = G * N * static_cast<std::int64_t>(sizeof(T));
+  B acc[Ch][Rows][G];
+  for (int k = 0; k < Ch; ++k)
+    for (int r = 0; r < Rows; ++r)
+      for (int g = 0; g < G; ++g) acc[k][r][g] = B(T(0));
+  std::int64_t q = 0;
+  for (; q + Ch <= n; q += Ch) {
+    if (q + D + Ch <= n)
+      for (int k = 0; k < Ch; ++k) {
+        const T* x = xp + static_cast<std::int64_t>(cols[s + q + D + k]) * BC * xs;
+        for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
+        blocks.prefetch(s + q + D + k);
+      }
+    for (int k = 0; k < Ch; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+  }
+  for (int k = 0; q + k < n; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+  for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
+    for (int k = 0; k + step < Ch; k += 2 * step)
+      for (int r = 0; r < Rows; ++r)
+        for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
+  for (int r = 0; r < Rows && r < rows_valid; ++r) {
+    T* yr = y + r * ys;
+    const T* br = bias ? bias + r : nullptr;
+    int g = 0;
+    for (; g < G && (g + 1) * N <= valid; ++g) {
+      B v = acc[0][r][g];
+      if (accumulate) v += B::load_unaligned(yr + g * N);
+      if (br) v += B(*br);
+      if (relu) v = xsimd::select(v > B(T(0)), v, B(T(0)));
+      v.store_unaligned(yr + g * N);
+    }
+    if (g < G && g * N < valid) {
+      alignas(64) T tmp[N];
+      acc[0][r][g].store_aligned(tmp);
+      for (std::int64_t j = 0; j < valid - g * N; ++j)
+        yr[g * N + j] = finish(tmp[j], yr + g * N + j, accumulate, br, relu);
+    }
+  }
+}
+
+// Block rows [i0, i1) of pattern P over one panel (b0: its first batch column), in tiles of
+// block_tile_rows(kRows) rows; the rows past the output's end are not stored.
+template <class T, class Index, int G, class Blocks>
+void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
+                      const T* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0,
+                      std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
+  constexpr int BR = Blocks::kRows;
+  constexpr int Rows = block_tile_rows(BR);
+  constexpr int Tail = BR % Rows;
+  const Index* cols = P.col_indices().data();
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const std::int64_t s = P.row_start(i), n = P.row_nnz(i);
+    for (int r0 = 0; r0 < BR; r0 += Rows) {
+      const std::int64_t row = i * BR + r0;
+      if (row >= Y.rows()) break;
+      const std::int64_t rv = std::min<std::int64_t>(Y.rows() - row, std::min(Rows, BR - r0));
+      T* y = Y.row(row) + b0;
+      const T* br = bias ? bias + row : nullptr;
+      if constexpr (Tail != 0)
+        if (BR - r0 < Rows) {
+          block_tile<T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
+                                        accumulate, br, relu);
+          continue;
+        }
+      block_tile<T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
+                                    br, relu);
+    }
+  }
+}
+
+// Y (=|+=) P X for block pattern P read through `blocks`: X has the input rows (the pattern's
+// columns times kCols, the last block column possibly partial), Y the output rows.
+template <Value T, ColumnIndex Index, class Blocks>
+void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+                     Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+  constexpr std::int64_t N = Batch<T>::size;
+  constexpr int max_regs = block_max_regs(block_tile_rows(Blocks::kRows));
+  const std::int64_t K = X.rows(), Bw = X.cols();
+  const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, max_regs);
+  const bool in_place = plan.in_place();
+  T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  ws.partition.update(P);
+  const bool accumulate = mode == Update::accumulate;
+  run_partitioned(
+      ws.partition, P.nnz() * Blocks::kRows * Blocks::kCols * Bw,
+      [&](int t, int n) {
+        if (in_place) return;
+        pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
+      },
+      [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t p = 0; p < plan.count(); ++p) {
+          const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
+          const T* xp = in_place ? X.data() : packed + K * b0;
+          const std::int64_t xs = in_place ? X.stride() : regs * N;
+          const std::int64_t valid = plan.columns(p);
+          with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
+            if constexpr (G <= max_regs)
+              block_panel_rows<T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu);
+          });
+        }
+      });
+}
+#endif
+
+// Scalar path: the same block-row tiling with a 16-wide tile of plain accumulators per row.
+template <Value T, ColumnIndex Index, class Blocks>
+void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+                       Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+  constexpr int BR = Blocks::kRows, BC = Blocks::kCols;
+  constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
+  constexpr std::int64_t tile = 16;
+  const bool accumulate = mode == Update::accumulate;
+  const std::int64_t K = X.rows(), M = Y.rows(), Bw = X.cols();
+  const Index* cols = P.col_indices().data();
+  ws.partition.update(P);
+  run_partitioned(
+      ws.partition, P.nnz() * BR * BC * Bw, [](int, int) {},
+      [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const std::int64_t s = P.row_start(i), n = P.row_nnz(i);
+          const std::int64_t rv = std::min<std::int64_t>(BR, M - i * BR);
+          for (std::int64_t b0 = 0; b0 < Bw; b0 += tile) {
+            const std::int64_t nb = std::min(tile, Bw - b0);
+            T acc[BR][tile] = {};
+            for (std::int64_t q = 0; q < n; ++q) {
+              const std::int64_t x0 = static_cast<std::int64_t>(cols[s + q]) * BC;
+              const std::int64_t cn = std::min<std::int64_t>(BC, K - x0);
+              const T* w = blocks.at(s + q);
+              for (std::int64_t c = 0; c < cn; ++c) {
+                const T* x = X.row(x0 + c) + b0;
+                for (std::int64_t r = 0; r < rv; ++r) {
+                  const T wv = w[r * RS + c * CS];
+                  for (std::int64_t j = 0; j < nb; ++j) acc[r][j] += wv * x[j];
+                }
+              }
+            }
+            for (std::int64_t r = 0; r < rv; ++r) {
+              T* y = Y.row(i * BR + r) + b0;
+              const T* br = bias ? bias + i * BR + r : nullptr;
+              for (std::int64_t j = 0; j < nb; ++j) y[j] = finish(acc[r][j], y + j, accumulate, br, relu);
+            }
+          }
+        }
+      });
+}
+
+template <Value T, ColumnIndex Index, class Blocks>
+void block_spmm_dispatch(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+                         Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T>) {
+    block_spmm_simd(P, blocks, X, Y, mode, ws, bias, relu);
+    return;
+  }
+#endif
+  block_spmm_scalar(P, blocks, X, Y, mode, ws, bias, relu);
+}
+
+}  // namespace detail
+
+// Y (=|+=) W X with a caller-owned workspace (row partition and packing buffer kept across
+// calls, so a training step allocates nothing).
+// Preconditions: X is W.cols() x B and Y is W.rows() x B (else ShapeError); Y shares no
+// memory with X or W.values() (else ArgumentError). Overwrite never reads Y (NaN there does
+// not propagate); only live blocks are read, and no X row or Y row outside the matrix.
+// Complexity: O(nnz_blocks x R x C x B) multiply-adds, plus O(K x B) to pack X where it is
+// not read in place and O(block rows) per topology change for the partition.
+// Threads: OpenMP over nnz-balanced block-row ranges; bitwise identical for any thread count
+// (a call inside a parallel region runs on its thread). The workspace must not be shared by
+// concurrent calls.
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
+                std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
+  detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
+  if (Y.rows() == 0 || Y.cols() == 0) return;
+  detail::block_spmm_dispatch(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y, mode, workspace,
+                              static_cast<const T*>(nullptr), false);
+}
+
+// The same with a temporary workspace (allocates per call).
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
+                std::type_identity_t<MatrixView<T>> Y, Update mode = Update::overwrite) {
+  KernelWorkspace<T> workspace;
+  block_spmm(W, X, Y, workspace, mode);
+}
+
+// Y = act(W X + bias) (row_epilogue.hpp): bias[i] added to output row i and the activation
+// applied in the kernel's store, bitwise the same as block_spmm followed by a bias pass and a
+// ReLU pass. Throws as block_spmm does; ShapeError unless the bias is empty (none) or has
+// W.rows() entries; ArgumentError for an activation that is not a forward epilogue (gelu) or
+// a bias that overlaps Y. Complexity and threads as block_spmm.
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
+                std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace,
+                const RowEpilogue<T>& epilogue) {
+  detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
+  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
+    throw ShapeError(detail::message("sprig::block_spmm: bias has ", epilogue.bias.size(), " entries, W has ",
+                                     W.rows(), " rows"));
+  detail::check_forward_activation("sprig::block_spmm", epilogue.activation);
+  detail::check_no_overlap("sprig::block_spmm", "Y", Y, "the bias", epilogue.bias);
+  if (Y.rows() == 0 || Y.cols() == 0) return;
+  detail::block_spmm_dispatch(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
+                              Update::overwrite, workspace, epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
+                              epilogue.activation == FusedActivation::relu);
+}
+
+// The same with a temporary workspace (allocates per call).
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
+                std::type_identity_t<MatrixView<T>> Y, const RowEpilogue<T>& epilogue) {
+  KernelWorkspace<T> workspace;
+  block_spmm(W, X, Y, workspace, epilogue);
+}
+
+// dX (=|+=) W^T dY with a caller-owned workspace (for W^T's block rows). `cache` holds the
+// transposed block pattern (K/C x M/R blocks) and, per slot, the slot of W's block: it should
+// belong to W (one cache per weight matrix; another matrix is detected by its topology key
+// and costs a rebuild) and serve only this kernel (it is kept structure-only: W's values are
+// read through the permutation, each R x C block as its C x R transpose, never copied).
+// Preconditions: dY is W.rows() x B and dX is W.cols() x B (else ShapeError); dX shares no
+// memory with dY or W.values() (else ArgumentError). Overwrite never reads dX; no dY row or
+// dX row outside the matrix is touched.
+// Complexity: O(nnz_blocks x R x C x B) multiply-adds; O(nnz_blocks + block rows + block
+// cols) for a rebuild after a topology change. Throws ArgumentError where the transpose
+// cannot be built (transpose_into: more than kMaxTransposeSlots slots, or block rows Index
+// cannot number). Threads: as block_spmm, bitwise identical for any thread count.
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm_transposed(const BlockPaddedCSR<T, Index, R, C>& W, TransposeCache<T, Index>& cache,
+                           std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dX,
+                           KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
+  detail::check_block_operands("sprig::block_spmm_transposed", W, "dY", dY, W.rows(), "dX", dX, W.cols());
+  if (dX.rows() == 0 || dX.cols() == 0) return;
+  const auto& t = cache.sync_topology(W.pattern());
+  detail::block_spmm_dispatch(t.matrix, detail::TransposedBlocks<T, R, C>{W.values().data(), t.source_slot.data()}, dY,
+                              dX, mode, workspace, static_cast<const T*>(nullptr), false);
+}
+
+// The same with a temporary workspace (allocates per call).
+template <Value T, ColumnIndex Index, int R, int C>
+void block_spmm_transposed(const BlockPaddedCSR<T, Index, R, C>& W, TransposeCache<T, Index>& cache,
+                           std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<MatrixView<T>> dX,
+                           Update mode = Update::overwrite) {
+  KernelWorkspace<T> workspace;
+  block_spmm_transposed(W, cache, dY, dX, workspace, mode);
+}
+
+}  // namespace sprig
