@@ -11,6 +11,10 @@
 //     param.weight.erase(r2, c2, &log);
 //     param.apply(log);          // grad and state moved / cleared / resized like the slots
 //
+// BlockSparseParameter<T, Index, R, C>: the weight is a BlockPaddedCSR; grad and state hold
+// R * C entries per slot (storage_size() * R * C), block s at [s * R * C, (s + 1) * R * C),
+// and follow the blocks through apply(log) as above.
+//
 // DenseParameter<T>: the same for a dense rows x cols tensor (no topology).
 //
 // Contract for optimizers: the entries of grad/state at non-live slots carry no meaning and
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "../core/aligned_allocator.hpp"
+#include "../core/block_padded_csr.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
@@ -134,6 +139,69 @@ struct SparseParameter {
   // Bytes owned by the weight (all PaddedCSR arrays), not counting grad and state.
   std::int64_t weight_bytes() const noexcept { return weight.memory_bytes(); }
   // Bytes of grad and optimizer state.
+  std::int64_t state_bytes() const noexcept {
+    std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
+    for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));
+    return b;
+  }
+};
+
+template <Value T, ColumnIndex Index, int R, int C>
+struct BlockSparseParameter {
+  using value_type = T;
+  using index_type = Index;
+  static constexpr std::int64_t kBlockSize = std::int64_t{R} * C;
+
+  BlockPaddedCSR<T, Index, R, C> weight;
+  AlignedVector<T> grad;                // size weight.storage_size() * R * C
+  std::vector<AlignedVector<T>> state;  // each empty or the size of grad
+  bool decay = true;
+
+  BlockSparseParameter() = default;
+  explicit BlockSparseParameter(BlockPaddedCSR<T, Index, R, C> w)
+      : weight(std::move(w)), grad(static_cast<std::size_t>(weight.storage_size() * kBlockSize), T(0)) {}
+
+  // Entries of grad and of each state array: R * C per slot.
+  std::int64_t entry_count() const noexcept { return weight.storage_size() * kBlockSize; }
+
+  // As SparseParameter::reserve_growth, in slots (each of R * C entries).
+  void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
+    if (!(fraction >= 0.0 && fraction <= 64.0))
+      throw ArgumentError(
+          detail::message("BlockSparseParameter::reserve_growth: fraction ", fraction, " outside [0, 64]"));
+    const std::int64_t n = weight.storage_size();
+    const std::int64_t slots = n + static_cast<std::int64_t>(static_cast<double>(n) * fraction);
+    weight.reserve_storage(slots);
+    grad.reserve(static_cast<std::size_t>(slots * kBlockSize));
+    for (auto& s : state)
+      if (!s.empty()) s.reserve(static_cast<std::size_t>(slots * kBlockSize));
+  }
+
+  // Replays a structural change of `weight` (its SlotLog) on grad and every state array, R * C
+  // entries per slot; preconditions as SparseParameter::apply.
+  void apply(const SlotLog& log) {
+    log.apply(grad, kBlockSize);
+    for (auto& s : state) log.apply(s, kBlockSize);
+    SPRIG_ASSERT(std::ssize(grad) == entry_count(), "BlockSparseParameter::apply left grad misaligned");
+  }
+
+  // Throws ShapeError, naming fn, unless grad and each non-empty state array hold
+  // entry_count() entries.
+  void check_aligned(const char* fn) const {
+    const std::int64_t n = entry_count();
+    if (std::ssize(grad) != n)
+      throw ShapeError(detail::message(fn, ": gradient has ", grad.size(), " entries but the weight has ",
+                                       weight.storage_size(), " slots of ", kBlockSize, " (was a structural change ",
+                                       "made without BlockSparseParameter::apply?)"));
+    for (std::size_t k = 0; k < state.size(); ++k)
+      if (!state[k].empty() && std::ssize(state[k]) != n)
+        throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ", n));
+  }
+
+  void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
+  // Stored weights: live blocks x R x C (an edge block's out-of-matrix entries included).
+  std::int64_t live_count() const noexcept { return weight.nnz_blocks() * kBlockSize; }
+  std::int64_t weight_bytes() const noexcept { return weight.memory_bytes(); }
   std::int64_t state_bytes() const noexcept {
     std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
     for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));

@@ -1,8 +1,13 @@
 // sprig/nn/sequential.hpp — Sequential<T, Index>: a chain of layers that owns the
 // activation and gradient buffers between them.
 //
-// Layers are a closed set held in a std::variant (SparseLinear, Linear, ReLU, GELU): no
-// virtual calls, and a caller can std::visit or std::get_if a layer to reach its type.
+// Layers are a closed set held in a std::variant (SparseLinear, Linear, ReLU, GELU, and the
+// extra layer types named as template arguments, e.g. BlockSparseLinear<T, Index, 4, 4>): no
+// virtual calls, and a caller can std::visit or std::get_if a layer to reach its type. An
+// extra type with in_features()/out_features() is a linear layer (forward(X, Y, act) and
+// backward(X, dY, dX, x_activation, x_derivative) as SparseLinear's, so the fusions below
+// apply to it); one without them is element-wise (forward(X, Y), backward(X, dY, dX)).
+// Only SparseLinear layers are sparse_layers() (what DST updates).
 //
 // Buffers: act(k) holds the output of layer k, grad(k) the loss gradient with respect to
 // it; both are [width_k x batch] with a row stride padded to a 64-byte multiple that is not
@@ -63,12 +68,12 @@
 
 namespace sprig {
 
-template <Value T, ColumnIndex Index = std::int32_t>
+template <Value T, ColumnIndex Index = std::int32_t, class... ExtraLayers>
 class Sequential {
 public:
   using value_type = T;
   using index_type = Index;
-  using Layer = std::variant<SparseLinear<T, Index>, Linear<T>, ReLU<T>, GELU<T>>;
+  using Layer = std::variant<SparseLinear<T, Index>, Linear<T>, ReLU<T>, GELU<T>, ExtraLayers...>;
 
   // Appends a layer (SparseLinear, Linear, ReLU or GELU) and returns a reference to it (valid
   // until the next add()). Widths are checked by the next forward, which add() makes due
@@ -293,7 +298,7 @@ private:
   }
 
   static bool is_linear(const Layer& l) noexcept {
-    return std::holds_alternative<SparseLinear<T, Index>>(l) || std::holds_alternative<Linear<T>>(l);
+    return std::visit([](const auto& layer) { return requires { layer.out_features(); }; }, l);
   }
 
   std::int64_t out_width(std::size_t k, std::int64_t in) const {

@@ -35,6 +35,20 @@ void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
     if (n > 0) fn(w.row_start(i), w.row_start(i) + n);
   }
 }
+// A block-sparse weight: the entries of each block row's live blocks, one range per non-empty
+// block row (R * C entries per slot).
+template <Value T, ColumnIndex Index, int R, int C, class Fn>
+void for_each_live_range(const BlockSparseParameter<T, Index, R, C>& p, Fn&& fn) {
+  const auto& w = p.weight.pattern();
+  const std::int64_t rows = w.rows(), size = std::int64_t{R} * C;
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (w.storage_size() * size >= kParallelMinWork)
+#endif
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t n = w.row_nnz(i);
+    if (n > 0) fn(w.row_start(i) * size, (w.row_start(i) + n) * size);
+  }
+}
 // A dense parameter: [0, size) in one range, or one contiguous chunk per thread (large
 // parameters, concurrently as above; an element's update does not depend on the chunk).
 template <Value T, class Fn>
@@ -58,7 +72,9 @@ void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
 // Entries of grad and state a parameter has: a sparse weight's storage_size(), a dense one's size.
 template <class P>
 std::int64_t slot_count(const P& p) {
-  if constexpr (requires { p.weight.storage_size(); })
+  if constexpr (requires { p.entry_count(); })
+    return p.entry_count();
+  else if constexpr (requires { p.weight.storage_size(); })
     return p.weight.storage_size();
   else
     return p.size();

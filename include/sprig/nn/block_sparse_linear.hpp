@@ -1,0 +1,191 @@
+// sprig/nn/block_sparse_linear.hpp — BlockSparseLinear<T, Index, R, C>: Y = W X + b with W
+// a BlockPaddedCSR of dense R x C blocks (R output rows by C inputs).
+//
+// Shapes (feature-major) as SparseLinear: X [in x B], Y and dY [out x B], dX [in x B],
+// W out x in (out and in need not be multiples of R and C).
+//   forward:  Y = act(W X + b), act none or relu          (block_spmm; bias and ReLU in its store)
+//   backward: dW = dY X^T at the entries of live blocks   (block_sddmm, aligned with W's blocks)
+//             db = sum over the batch of dY
+//             dX = W^T dY                                  (block_spmm_transposed on the
+//                                                          cached transposed block pattern),
+//             then the backward of the activation that produced X (x_activation relu or gelu
+//             with x_derivative, as SparseLinear)
+// backward overwrites the gradients. The two-argument backward skips dX.
+//
+// Cost: O(live blocks x R x C x B) per pass, plus O(live blocks) to rebuild the transposed
+// pattern after a topology change; a steady-state step allocates nothing.
+// Threads: bitwise identical results for any OpenMP thread count (the kernels' guarantee).
+// One layer serves one thread at a time (it owns its caches and workspaces).
+#pragma once
+
+#include <type_traits>
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "../core/block_padded_csr.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/rng.hpp"
+#include "../kernels/block_sddmm.hpp"
+#include "../kernels/block_spmm.hpp"
+#include "../kernels/row_epilogue.hpp"
+#include "../kernels/transpose.hpp"
+#include "../kernels/workspace.hpp"
+#include "bias.hpp"
+#include "init.hpp"
+#include "parameter.hpp"
+
+namespace sprig {
+
+// The parameters of a random BlockSparseLinear, by name:
+//     BlockSparseLinear<float, std::int32_t, 4, 4> layer(1024, 4096, {.density = 0.1, .seed = 1});
+struct BlockSparseLinearOptions {
+  double density = 0.0;         // fraction of the block grid's blocks that are live, in (0, 1]; required
+  std::uint64_t seed = 0;       // with layer_key, the only input of the topology and the values
+  std::uint64_t layer_key = 0;  // tells apart the layers of one model drawn from one seed
+  double padding_ratio = kDefaultPaddingRatio;  // spare slots per block row (PaddedCSR)
+  double growth_reserve = 0.0;  // storage reserved for relocated block rows (reserve_growth)
+};
+
+template <Value T, ColumnIndex Index, int R, int C>
+class BlockSparseLinear {
+public:
+  using value_type = T;
+  using index_type = Index;
+  using Weight = BlockPaddedCSR<T, Index, R, C>;
+  static constexpr int kBlockRows = R;
+  static constexpr int kBlockCols = C;
+
+  BlockSparseParameter<T, Index, R, C> weight;  // out x in
+  DenseParameter<T> bias;                       // out x 1, not decayed
+
+  // A random in -> out layer: round(density * block grid) live blocks at uniformly random
+  // block positions, Kaiming-uniform with the effective fan-in (live entries / out), zero
+  // bias; a function of (options.seed, options.layer_key) only. Memory O(live blocks).
+  // Throws ShapeError for in or out < 1; ArgumentError for a density outside (0, 1] or one
+  // that rounds to no block, a padding ratio or growth reserve outside [0, 64], or more block
+  // columns than Index holds.
+  BlockSparseLinear(std::int64_t in, std::int64_t out, const BlockSparseLinearOptions& options) {
+    if (in <= 0 || out <= 0)
+      throw ShapeError(detail::message("BlockSparseLinear: in and out must be > 0, got ", in, " and ", out));
+    const double density = options.density;
+    if (!(density > 0.0 && density <= 1.0))
+      throw ArgumentError(detail::message("BlockSparseLinear: density ", density,
+                                          " outside (0, 1] (set BlockSparseLinearOptions::density)"));
+    if (!(options.growth_reserve >= 0.0 && options.growth_reserve <= 64.0))
+      throw ArgumentError(
+          detail::message("BlockSparseLinear: growth_reserve ", options.growth_reserve, " outside [0, 64]"));
+    CounterRng rng(options.seed, options.layer_key, kInitKey);
+    Weight w = Weight::random_density(out, in, density, rng(), options.padding_ratio);
+    if (w.nnz_blocks() == 0)
+      throw ArgumentError(detail::message("BlockSparseLinear: density ", density, " of a ", out, "x", in,
+                                          " layer in ", R, "x", C, " blocks rounds to no block at all"));
+    std::int64_t live = 0;  // in-matrix entries of live blocks
+    w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
+      live += (std::min<std::int64_t>(out, (i + 1) * R) - i * R) * (std::min<std::int64_t>(in, (j + 1) * C) - j * C);
+    });
+    const double bound = kaiming_uniform_bound(static_cast<double>(live) / static_cast<double>(out));
+    for (T& v : w.values()) v = static_cast<T>(v * bound);  // zeros (padding, outside) stay 0
+    init(std::move(w));
+    if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
+  }
+
+  // A layer with the given weight and zero bias. Throws ShapeError for an empty weight.
+  explicit BlockSparseLinear(Weight w) {
+    if (w.rows() <= 0 || w.cols() <= 0)
+      throw ShapeError(detail::message("BlockSparseLinear: weight must be non-empty, got ", w.rows(), "x", w.cols()));
+    init(std::move(w));
+  }
+
+  std::int64_t in_features() const noexcept { return weight.weight.cols(); }
+  std::int64_t out_features() const noexcept { return weight.weight.rows(); }
+  // Live blocks over the blocks of the grid.
+  double density() const noexcept { return weight.weight.block_density(); }
+
+  // Y = act(W X + b). Throws ShapeError for the shapes, ArgumentError for act = gelu or
+  // overlapping operands (block_spmm's checks), before writing anything.
+  void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none) {
+    block_spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+  }
+
+  // Weight and bias gradients (overwritten) and dX = W^T dY, with the backward of X's
+  // activation applied to dX (x_activation relu: relu_backward(X, .); gelu: x_derivative *
+  // .). X is the input of the last forward. Throws ShapeError for the shapes or a gradient
+  // not aligned with W's slots, ArgumentError for overlapping operands, before writing.
+  void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(),
+                                       ", expected ", in_features(), "x", X.cols()));
+    detail::check_input_activation("BlockSparseLinear::backward", x_activation, X, x_derivative);
+    check_backward(X, dY);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "dY", dY);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
+                             std::span<const T>(weight.grad));
+    block_sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    detail::sum_rows<T>(dY, bias.grad);
+    block_spmm_transposed(weight.weight, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
+    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+  }
+
+  // Weight and bias gradients only (the first layer of a network).
+  void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
+    check_backward(X, dY);
+    block_sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    detail::sum_rows<T>(dY, bias.grad);
+  }
+
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    fn(weight);
+    fn(bias);
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    fn(weight);
+    fn(bias);
+  }
+
+  // The cached transposed block pattern backward uses (rebuilt when W's topology changes).
+  TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
+
+  // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
+  // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces).
+  std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
+  std::int64_t dense_weight_bytes() const noexcept {
+    return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
+  }
+  std::int64_t memory_bytes() const noexcept {
+    return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
+  }
+
+private:
+  static constexpr std::uint64_t kInitKey = 0xB10C'11A1ULL;
+
+  void check_backward(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+    if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
+      throw ShapeError(detail::message("BlockSparseLinear::backward: layer is ", out_features(), "x", in_features(),
+                                       ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
+    weight.check_aligned("BlockSparseLinear::backward");
+  }
+
+  void init(Weight w) {
+    const std::int64_t out = w.rows();
+    weight = BlockSparseParameter<T, Index, R, C>(std::move(w));
+    bias = DenseParameter<T>(out, 1);
+    bias.decay = false;
+  }
+
+  TransposeCache<T, Index> transpose_;
+  KernelWorkspace<T> workspace_;
+  KernelWorkspace<T> transpose_workspace_;
+};
+
+}  // namespace sprig
