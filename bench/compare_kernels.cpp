@@ -10,9 +10,15 @@
 //   dw   G  = dY X^T    sprig::sddmm (live   | sgemm(dY, X^T)   | (none: Eigen has no SDDMM)
 //                       slots only)
 //
+// With --block RxC[,RxC...] each configuration also times the block-sparse kernels
+// (block_spmm, block_spmm_transposed, block_sddmm) on a BlockPaddedCSR at block density =
+// the density, as implementation "RxC", beside the others in the same alternation.
+//
 // Every configuration times the implementations alternately, rep by rep, and reports the
 // median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
 // 2 * nnz * B for sparse implementations, 2 * M * K * B for dense sgemm.
+#include <sprig/kernels/block_sddmm.hpp>
+#include <sprig/kernels/block_spmm.hpp>
 #include <sprig/kernels/sddmm.hpp>
 #include <sprig/kernels/spmm.hpp>
 #include <sprig/kernels/spmm_transposed.hpp>
@@ -20,11 +26,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -121,12 +129,94 @@ double rel_diff(const sprig::Matrix<float>& a, const sprig::Matrix<float>& b) {
   return s > 0 ? d / s : d;
 }
 
+// The block shapes compare_kernels is built for; fn.template operator()<R, C>() for "RxC".
+template <class F>
+bool with_block_shape(const std::string& name, F&& fn) {
+  auto one = [&]<int R, int C>() {
+    if (name != std::to_string(R) + "x" + std::to_string(C)) return false;
+    fn.template operator()<R, C>();
+    return true;
+  };
+  return one.template operator()<1, 4>() || one.template operator()<4, 1>() || one.template operator()<4, 4>() ||
+         one.template operator()<8, 1>() || one.template operator()<8, 8>() || one.template operator()<16, 1>();
+}
+
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return std::nan("");
   double s = 0;
   for (double x : v) s += std::log(x);
   return std::exp(s / static_cast<double>(v.size()));
 }
+
+// One block shape's matrix, workspaces and outputs for a configuration; check_* compare its
+// results with dense sgemm on the same (block) matrix and warn past 1e-4.
+struct BlockCase {
+  std::string name;
+  std::int64_t entries = 0;  // live blocks x R x C: the useful multiply-adds per batch column
+  virtual ~BlockCase() = default;
+  virtual void prepare(std::int64_t B) = 0;
+  virtual void fwd(const sprig::Matrix<float>& X) = 0;
+  virtual void dx(const sprig::Matrix<float>& dY) = 0;
+  virtual void dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) = 0;
+  virtual void check_fwd(const sprig::Matrix<float>& X) = 0;
+  virtual void check_dx(const sprig::Matrix<float>& dY) = 0;
+  virtual void check_dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) = 0;
+};
+
+template <int R, int C>
+struct BlockCaseOf final : BlockCase {
+  sprig::BlockPaddedCSR<float, std::int32_t, R, C> W;
+  sprig::Matrix<float> Wd;
+  sprig::TransposeCache<float, std::int32_t> cache;
+  sprig::KernelWorkspace<float> ws, ws_t;
+  sprig::Matrix<float> Y, dX;
+  std::vector<float> grad;
+
+  BlockCaseOf(std::int64_t M, std::int64_t K, double density, std::uint64_t seed)
+      : W(sprig::BlockPaddedCSR<float, std::int32_t, R, C>::random_density(M, K, density, seed)), Wd(W.to_dense()) {
+    name = std::to_string(R) + "x" + std::to_string(C);
+    entries = W.nnz_blocks() * R * C;
+    grad.assign(static_cast<std::size_t>(W.storage_size() * R * C), 0.0f);
+  }
+  void prepare(std::int64_t B) override {
+    Y = sprig::Matrix<float>(W.rows(), B);
+    dX = sprig::Matrix<float>(W.cols(), B);
+  }
+  void fwd(const sprig::Matrix<float>& X) override { sprig::block_spmm(W, X, Y.view(), ws); }
+  void dx(const sprig::Matrix<float>& dY) override { sprig::block_spmm_transposed(W, cache, dY, dX.view(), ws_t); }
+  void dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) override {
+    sprig::block_sddmm(W, dY, X, std::span<float>(grad), ws);
+  }
+  void check_fwd(const sprig::Matrix<float>& X) override {
+    sprig::Matrix<float> ref(W.rows(), X.cols());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(W.rows()), int(X.cols()), int(W.cols()), 1.0f,
+                Wd.data(), int(W.cols()), X.data(), int(X.cols()), 0.0f, ref.data(), int(X.cols()));
+    fwd(X);
+    if (const double e = rel_diff(Y, ref); e > 1e-4) std::fprintf(stderr, "warning: %s fwd differs by %g\n", name.c_str(), e);
+  }
+  void check_dx(const sprig::Matrix<float>& dY) override {
+    sprig::Matrix<float> ref(W.cols(), dY.cols());
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(W.cols()), int(dY.cols()), int(W.rows()), 1.0f,
+                Wd.data(), int(W.cols()), dY.data(), int(dY.cols()), 0.0f, ref.data(), int(dY.cols()));
+    dx(dY);
+    if (const double e = rel_diff(dX, ref); e > 1e-4) std::fprintf(stderr, "warning: %s dx differs by %g\n", name.c_str(), e);
+  }
+  void check_dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) override {
+    sprig::Matrix<float> G(W.rows(), W.cols());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(W.rows()), int(W.cols()), int(X.cols()), 1.0f, dY.data(),
+                int(dY.cols()), X.data(), int(X.cols()), 0.0f, G.data(), int(W.cols()));
+    dw(dY, X);
+    double e = 0, s = 0;
+    W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t slot, const float*) {
+      for (int r = 0; r < R && i * R + r < W.rows(); ++r)
+        for (int c = 0; c < C && j * C + c < W.cols(); ++c) {
+          e = std::max(e, std::abs(double(grad[slot * R * C + r * C + c]) - double(G(i * R + r, j * C + c))));
+          s = std::max(s, std::abs(double(G(i * R + r, j * C + c))));
+        }
+    });
+    if (s > 0 && e > 1e-4 * s) std::fprintf(stderr, "warning: %s dw differs by %g\n", name.c_str(), e / s);
+  }
+};
 
 }  // namespace
 
@@ -151,6 +241,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "batch widths B")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--density", densities, "densities")->delimiter(',')->check(CLI::Range(1e-6, 1.0));
   app.add_option("--shapes", shape_args, "MxK shapes, e.g. 1024x1024,2560x640")->delimiter(',');
+  std::vector<std::string> block_shapes;
+  app.add_option("--block", block_shapes, "also time block-sparse kernels with these RxC blocks (1x4,4x1,4x4,8x1,8x8,16x1)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   CLI11_PARSE(app, argc, argv);
   g_cpu_clock = clock == "cpu";
   if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
@@ -213,6 +307,11 @@ int main(int argc, char** argv) {
       }
       sprig::TransposeCache<float, std::int32_t> cache;
       cache.get(W);  // the topology is fixed: dx times the value refresh, never a rebuild
+      std::vector<std::unique_ptr<BlockCase>> blocks;
+      for (const std::string& name : block_shapes)
+        with_block_shape(name, [&]<int R, int C>() {
+          blocks.push_back(std::make_unique<BlockCaseOf<R, C>>(M, K, density, seed++));
+        });
       for (std::int64_t B : batches) {
         sprig::Matrix<float> X(K, B), dY(M, B), Y(M, B), Yd(M, B), dX(K, B), dXd(K, B), Gd(M, K);
         fill_random(X, seed++);
@@ -222,20 +321,39 @@ int main(int argc, char** argv) {
         for (int t : threads) {
           set_threads(t);
           sprig::KernelWorkspace<float> ws, ws_t;
-          auto run = [&](const char* kernel, auto&& sprig_fn, auto&& dense_fn, auto&& eigen_fn, bool has_eigen) {
+          // Block-sparse implementations of this kernel: (name, function, useful flops).
+          struct Extra {
+            std::string name;
+            std::function<void()> fn;
+            double flops;
+          };
+          auto run = [&](const char* kernel, auto&& sprig_fn, auto&& dense_fn, auto&& eigen_fn, bool has_eigen,
+                         const std::vector<Extra>& extras = {}) {
             std::vector<double> ts, td, te;
+            std::vector<std::vector<double>> tx(extras.size());
             sprig_fn();  // warm-up: caches, workspaces, OpenMP and BLAS thread pools
             dense_fn();
             if (has_eigen) eigen_fn();
+            for (const Extra& x : extras) x.fn();
             for (int r = 0; r < reps; ++r) {
               ts.push_back(time_ms(sprig_fn));
               td.push_back(time_ms(dense_fn));
               if (has_eigen) te.push_back(time_ms(eigen_fn));
+              for (std::size_t q = 0; q < extras.size(); ++q) tx[q].push_back(time_ms(extras[q].fn));
             }
             add(kernel, sh, density, B, t, "sprig", median(ts), sparse_flops);
             add(kernel, sh, density, B, t, "openblas", median(td), dense_flops);
             if (has_eigen) add(kernel, sh, density, B, t, "eigen", median(te), sparse_flops);
+            for (std::size_t q = 0; q < extras.size(); ++q)
+              add(kernel, sh, density, B, t, extras[q].name.c_str(), median(tx[q]), extras[q].flops);
           };
+          std::vector<Extra> block_fwd, block_dx, block_dw;
+          for (auto& b : blocks) {
+            block_fwd.push_back({b->name, [&b, &X] { b->fwd(X); }, 2.0 * double(b->entries) * double(B)});
+            block_dx.push_back({b->name, [&b, &dY] { b->dx(dY); }, 2.0 * double(b->entries) * double(B)});
+            block_dw.push_back({b->name, [&b, &dY, &X] { b->dw(dY, X); }, 2.0 * double(b->entries) * double(B)});
+            b->prepare(B);
+          }
           if (want("fwd")) {
             run(
                 "fwd", [&] { sprig::spmm(W, X, Y.view(), ws); },
@@ -247,7 +365,8 @@ int main(int argc, char** argv) {
                   MapMat Ye(Y.data(), M, B);
                   Ye.noalias() = Ws * MapMat(X.data(), K, B);
                 },
-                !no_eigen);
+                !no_eigen, block_fwd);
+            for (auto& b : blocks) b->check_fwd(X);
             sprig::spmm(W, X, Y.view(), ws);
             if (const double e = rel_diff(Y, Yd); e > 1e-4) std::fprintf(stderr, "warning: fwd differs from sgemm by %g\n", e);
           }
@@ -262,7 +381,8 @@ int main(int argc, char** argv) {
                   MapMat dXe(dX.data(), K, B);
                   dXe.noalias() = Ws.transpose() * MapMat(dY.data(), M, B);
                 },
-                !no_eigen);
+                !no_eigen, block_dx);
+            for (auto& b : blocks) b->check_dx(dY);
             sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t);
             if (const double e = rel_diff(dX, dXd); e > 1e-4) std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
           }
@@ -273,7 +393,8 @@ int main(int argc, char** argv) {
                   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(K), int(B), 1.0f, dY.data(), int(B),
                               X.data(), int(B), 0.0f, Gd.data(), int(K));
                 },
-                [] {}, false);
+                [] {}, false, block_dw);
+            for (auto& b : blocks) b->check_dw(dY, X);
             double e = 0, s = 0;
             W.for_each_live([&](std::int64_t i, std::int64_t c, float, std::int64_t slot) {
               e = std::max(e, std::abs(double(grad[slot]) - double(Gd(i, c))));
@@ -292,8 +413,11 @@ int main(int argc, char** argv) {
   for (const Row& r : rows) table[{r.kernel, r.M, r.K, r.density, r.B, r.threads}][r.impl] = r;
   std::printf("%-4s %5s %5s %5s %4s %2s | %9s %7s | %9s %7s | %9s %7s | %8s %8s\n", "kern", "M", "K", "dens", "B", "t",
               "sprig ms", "GF/s", "blas ms", "GF/s", "eigen ms", "GF/s", "blas/spr", "eig/spr");
-  // ratio[density][kernel][threads]
+  // ratio[density][kernel][threads]; block_ratios[RxC][...] likewise, with GFLOP/s of useful
+  // work (block, and OpenBLAS's in the same configurations)
   std::map<double, std::map<std::string, std::map<int, std::vector<double>>>> ratios, eigen_ratios;
+  std::map<std::string, std::map<double, std::map<std::string, std::map<int, std::vector<double>>>>> block_ratios,
+      block_gflops, blas_gflops;
   std::map<std::string, std::map<double, std::vector<double>>> scaling;  // 4096x4096 t1/t2 per kernel, density
   for (const auto& [key, impls] : table) {
     const auto& [kernel, M, K, density, B, t] = key;
@@ -310,6 +434,15 @@ int main(int argc, char** argv) {
                   impls.at("eigen").median_ms / s.median_ms);
     else
       std::printf("%9s %7s | %8.2f %8s\n", "-", "-", ratio, "-");
+    for (const auto& [impl, r] : impls) {
+      if (impl == "sprig" || impl == "openblas" || impl == "eigen") continue;
+      std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   block %-4s        blas/blk %6.2f  (unstructured/blk %5.2f)\n",
+                  kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops,
+                  impl.c_str(), d.median_ms / r.median_ms, s.median_ms / r.median_ms);
+      block_ratios[impl][density][kernel][t].push_back(d.median_ms / r.median_ms);
+      block_gflops[impl][density][kernel][t].push_back(r.gflops);
+      blas_gflops[impl][density][kernel][t].push_back(d.gflops);
+    }
     if (M == 4096 && K == 4096 && t == 2) {
       auto one = table.find({kernel, M, K, density, B, 1});
       if (one != table.end() && one->second.count("sprig"))
@@ -326,6 +459,16 @@ int main(int argc, char** argv) {
         if (!ev.empty()) std::printf("   vs eigen %6.2fx", geomean(ev));
         std::printf("\n");
       }
+  for (const auto& [impl, per_density] : block_ratios) {
+    std::printf("\nBlock %s: geometric mean of dense_time / block_time [min]; GFLOP/s of useful work, block vs OpenBLAS\n",
+                impl.c_str());
+    for (const auto& [density, per_kernel] : per_density)
+      for (const auto& [kernel, per_t] : per_kernel)
+        for (const auto& [t, v] : per_t)
+          std::printf("block %-4s density %.2f  %-3s  threads %d:  %6.2fx  [min %5.2fx]   %6.1f vs %6.1f GFLOP/s\n",
+                      impl.c_str(), density, kernel.c_str(), t, geomean(v), *std::min_element(v.begin(), v.end()),
+                      geomean(block_gflops[impl][density][kernel][t]), geomean(blas_gflops[impl][density][kernel][t]));
+  }
   if (!scaling.empty()) {
     std::printf("\nsprig 2-thread speed-up over 1 thread on 4096x4096 (geometric mean over B)\n");
     for (const auto& [kernel, per_d] : scaling)
