@@ -28,6 +28,13 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
+    # Block-sparse hidden layers train (a fixed topology), and a DST algorithm is refused by name.
+    add_test(NAME example:fashion_mnist_block_smoke COMMAND fashion_mnist --block 4x4 --epochs 1 --max-steps 30 --threads 1)
+    set_tests_properties(example:fashion_mnist_block_smoke PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "sparse in 4x4 blocks.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
+    add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm rigl --max-steps 1)
+    set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "--block trains a fixed topology \\(--algorithm none or static\\), not rigl")
     # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates
     # and a checkpoint in between (the test loss is printed with 4 decimals; the state itself
     # is compared bitwise by test_io_checkpoint).

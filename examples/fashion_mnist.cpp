@@ -5,9 +5,12 @@
 //   fashion_mnist --sparsity 0                      # the same model dense (GEMM), for comparison
 //   fashion_mnist --optimizer sgd --lr 0.05 --epochs 10 --csv curves.csv
 //   fashion_mnist --algorithm rigl --sparsity 0.95   # dynamic sparse training (sprig/dst)
+//   fashion_mnist --block 4x4                        # hidden layers in dense 4x4 blocks
 //
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
+// --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
+// (32-bit indices; a fixed topology: no DST, checkpoints or --compare-steps with blocks yet).
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
@@ -83,6 +86,7 @@ struct Config {
   double alpha = 0.3;
   int index_bits = 32;  // column index width of the sparse layers: 16 or 32
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
+  std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -112,12 +116,18 @@ sprig::dst::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t in
   if (changes_topology(cfg)) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   return spec;
 }
-template <class Index>
-sprig::Sequential<T, Index> build_model(const Config& cfg, double sparsity, std::int64_t inputs, std::string& shape) {
+// The model of a run: Sequential<T, Index> (unstructured sparse layers), or with one block
+// layer type Sequential<T, Index, BlockSparseLinear<T, Index, R, C>>.
+template <class Index, class... Block>
+sprig::Sequential<T, Index, Block...> build_model(const Config& cfg, double sparsity, std::int64_t inputs,
+                                                  std::string& shape) {
   const sprig::dst::MLPSpec spec = mlp_spec<Index>(cfg, sparsity, inputs);
   shape.clear();
   for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
-  return sprig::dst::build_mlp<T, Index>(spec);
+  if constexpr (sizeof...(Block) == 0)
+    return sprig::dst::build_mlp<T, Index>(spec);
+  else
+    return sprig::dst::build_block_mlp<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
 }
 
 struct Quantiles {
@@ -190,8 +200,8 @@ struct Evaluation {
 };
 
 // Accuracy and mean loss over a whole set, in chunks of 1000 columns.
-template <class Index>
-Evaluation evaluate(sprig::Sequential<T, Index>& model, const sprig::LabeledImages<T>& data, T mean, T inv_std) {
+template <class Model>
+Evaluation evaluate(Model& model, const sprig::LabeledImages<T>& data, T mean, T inv_std) {
   sprig::MiniBatches<T> chunks(data.images.view(), sprig::DataLayout::example_major, data.labels,
                                {.batch_size = 1000, .shuffle = false});
   sprig::Matrix<T> x(data.features(), 1000);
@@ -211,8 +221,9 @@ Evaluation evaluate(sprig::Sequential<T, Index>& model, const sprig::LabeledImag
   return {loss / static_cast<double>(data.size()), static_cast<double>(correct) / static_cast<double>(data.size())};
 }
 
-template <class Index>
+template <class Index, class... Block>
 int run(const Config& cfg) {
+  constexpr bool blocks = sizeof...(Block) > 0;
 #if defined(_OPENMP)
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = omp_get_max_threads();
@@ -243,15 +254,24 @@ int run(const Config& cfg) {
   if (prunes && !(cfg.initial_sparsity >= 0.0 && cfg.initial_sparsity <= cfg.sparsity))
     throw sprig::ArgumentError("fashion_mnist: --initial-sparsity " + std::to_string(cfg.initial_sparsity) +
                                " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
-  sprig::Sequential<T, Index> model =
-      build_model<Index>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
-  if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
+  if (blocks && (cfg.algorithm != "none" && cfg.algorithm != "static"))
+    throw sprig::ArgumentError("fashion_mnist: --block trains a fixed topology (--algorithm none or static), not " +
+                               cfg.algorithm);
+  if (blocks && (cfg.constant_fan_in || !cfg.checkpoint_dir.empty() || cfg.resume || cfg.compare_steps > 0))
+    throw sprig::ArgumentError(
+        "fashion_mnist: --block does not take --constant-fan-in, --checkpoint, --resume or --compare-steps yet");
+  auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
+                                            shape);
+  if constexpr (!blocks)
+    if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
   const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
-  std::printf("model: %s, hidden layers %s (density %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
+  const std::string kind = cfg.sparsity <= 0.0 ? "dense" : blocks ? "sparse in " + cfg.block + " blocks" : "sparse";
+  std::printf("model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
               "thread(s)%s\n",
-              shape.c_str(), cfg.sparsity > 0.0 ? "sparse" : "dense", density, static_cast<int>(8 * sizeof(Index)),
+              shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
               static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName);
-  if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);
+  if constexpr (!blocks)
+    if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);
 
   sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
                                 {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
@@ -280,7 +300,7 @@ int run(const Config& cfg) {
   // Dynamic sparse training: the algorithm takes over the optimizer step (dst::apply_step:
   // RigL skips it on update steps) and changes the topology every delta_t steps until 75%.
   std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> algorithm;
-  if (cfg.algorithm != "none") {
+  if (cfg.algorithm != "none" && !blocks) {
     if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --algorithm needs --sparsity > 0");
     const auto dst_schedule = sprig::dst::UpdateSchedule::for_run(total_steps, cfg.delta_t, cfg.alpha);
     if (cfg.algorithm == "static")
@@ -335,7 +355,9 @@ int run(const Config& cfg) {
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {
     if (state_file.empty()) throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
-    if (std::filesystem::exists(state_file)) {
+    if constexpr (blocks) {
+      // rejected above: no checkpoints of block-sparse models yet
+    } else if (std::filesystem::exists(state_file)) {
       std::visit([&](auto& opt) { start = sprig::load_training_state(state_file, model, opt, algorithm.get()); },
                  optimizer);
       if (start.seed != cfg.seed)
@@ -351,9 +373,11 @@ int run(const Config& cfg) {
   steps_done = start.step;
   auto save = [&](std::uint64_t epoch, std::int64_t next_batch) {
     if (state_file.empty()) return;
-    const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
-    std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
-               optimizer);
+    if constexpr (!blocks) {
+      const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
+      std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
+                 optimizer);
+    }
   };
 
   for (int epoch = static_cast<int>(start.epoch); epoch < cfg.epochs; ++epoch) {
@@ -376,10 +400,14 @@ int run(const Config& cfg) {
       std::visit(
           [&](auto& opt) {
             opt.set_lr(schedule(steps_done));  // the global step: RigL skips some optimizer steps
-            if (algorithm)
-              sprig::dst::apply_step(*algorithm, opt, model, steps_done);
-            else
-              opt.step(model);
+            if constexpr (!blocks) {
+              if (algorithm)
+                sprig::dst::apply_step(*algorithm, opt, model, steps_done);
+              else
+                opt.step(model);
+            } else {
+              opt.step(model);  // a fixed topology
+            }
           },
           optimizer);
       loss_sum += loss;
@@ -411,7 +439,7 @@ int run(const Config& cfg) {
   }
 
   if (start.epoch >= static_cast<std::uint64_t>(cfg.epochs)) test = evaluate(model, data.test, mean, inv_std);
-  if (algorithm) {
+  if (algorithm && !blocks) {
     // Topology updates leave relocated rows' old slots dead and storage vectors grown
     // geometrically; compact() (as before saving a model) restores a tight padded layout.
     std::printf("weights as held at the end of training: %lld bytes; compacting\n",
@@ -505,6 +533,8 @@ int main(int argc, char** argv) {
   app.add_option("--compare-steps", cfg.compare_steps,
                  "Instead of training: time this many steps of the dense and the sparse model, alternating")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--block", cfg.block, "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
+      ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_option("--max-steps", cfg.max_steps, "Stop each epoch after this many steps (0 = full epochs)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
@@ -514,6 +544,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   try {
+    if (!cfg.block.empty()) {
+      if (cfg.index_bits != 32) throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
+      using I = std::int32_t;
+      if (cfg.block == "1x4") return run<I, sprig::BlockSparseLinear<T, I, 1, 4>>(cfg);
+      if (cfg.block == "4x1") return run<I, sprig::BlockSparseLinear<T, I, 4, 1>>(cfg);
+      if (cfg.block == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
+      if (cfg.block == "8x1") return run<I, sprig::BlockSparseLinear<T, I, 8, 1>>(cfg);
+      if (cfg.block == "8x8") return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
+      return run<I, sprig::BlockSparseLinear<T, I, 16, 1>>(cfg);
+    }
     return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
   } catch (const sprig::Error& e) {
     std::cerr << "fashion_mnist: " << e.what() << "\n";

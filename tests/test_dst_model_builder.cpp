@@ -111,3 +111,42 @@ TEST_CASE("build_mlp: explicit per-layer sparsities, 0 for a dense layer, ERK ov
   CHECK_THROWS_WITH((dst::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {1.0}})),
                     Catch::Contains("layer_sparsities[0] = 1 outside [0, 1)"));
 }
+
+TEST_CASE("build_block_mlp: block layers at the block densities, ERK over the block grids", "[dst][builder][block]") {
+  MLPSpec spec{.widths = {784, 300, 100, 10}, .sparsity = 0.9, .seed = 3};
+  auto model = build_block_mlp<float, std::int32_t, 4, 4>(spec);
+  using B = BlockSparseLinear<float, std::int32_t, 4, 4>;
+  REQUIRE(model.size() == 5);
+  const auto* l0 = std::get_if<B>(&model.layer(0));
+  const auto* l2 = std::get_if<B>(&model.layer(2));
+  REQUIRE(l0);
+  REQUIRE(l2);
+  CHECK(std::holds_alternative<Linear<float>>(model.layer(4)));
+  // round((1 - 0.9) * block grid): 75 x 196 and 25 x 75 blocks (1 - 0.9 is just below 0.1)
+  CHECK(l0->weight.weight.nnz_blocks() == 1470);
+  CHECK(l2->weight.weight.nnz_blocks() == std::llround((1.0 - 0.9) * 1875.0));
+  CHECK(l2->weight.weight.nnz_blocks() == 187);
+  CHECK(model.sparse_layers().empty());  // no element-sparse layer for DST
+  // ERK over the grids: erk_sparsities of the grid shapes (out / R, in / C)
+  MLPSpec erk = spec;
+  erk.distribution = Distribution::erk;
+  erk.dense_output = false;
+  auto blocks = build_block_mlp<double, std::int32_t, 8, 1>(erk);
+  const auto want = erk_sparsities({{38, 784}, {13, 300}, {2, 100}}, 0.9);
+  int k = 0;
+  for (std::size_t l = 0; l < blocks.size(); ++l)
+    std::visit(
+        [&](const auto& layer) {
+          if constexpr (requires { layer.weight.entry_count(); }) {
+            const auto& W = layer.weight.weight;
+            CHECK(W.nnz_blocks() == std::llround((1.0 - want[k]) * double(W.block_rows() * W.block_cols())));
+            ++k;
+          }
+        },
+        blocks.layer(l));
+  // a layer ERK makes dense is a Linear
+  CHECK(k + std::count(want.begin(), want.end(), 0.0) == 3);
+  MLPSpec bad = spec;
+  bad.sparsity = 0.9999;
+  CHECK_THROWS_AS((build_block_mlp<float, std::int32_t, 4, 4>(bad)), ArgumentError);
+}
