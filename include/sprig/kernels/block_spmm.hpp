@@ -54,6 +54,15 @@
 #  define SPRIG_BLOCK_SPMM_PREFETCH 8
 #endif
 
+// The tile's loops have compile-time trip counts and index the accumulator array: unrolled
+// completely, every index is a constant and the compiler keeps the array in registers (GCC 12
+// otherwise left some tiles' accumulators on the stack).
+#if defined(__GNUC__)
+#  define SPRIG_BLOCK_UNROLL _Pragma("GCC unroll 16")
+#else
+#  define SPRIG_BLOCK_UNROLL
+#endif
+
 namespace sprig {
 
 namespace detail {
@@ -113,7 +122,7 @@ void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& 
 }
 
 #if SPRIG_KERNEL_SIMD
-// One block's contribution to a tile: for each of its first n block columns (BC, or fewer for
+// One block's contribution to a tile: for each of its first cn block columns (BC, or fewer for
 // an edge block), the X panel row loaded once into G registers and multiplied with the block
 // column's Rows weights.
 template <class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full>
@@ -121,19 +130,24 @@ SPRIG_ALWAYS_INLINE void block_fma(Batch<T> (&acc)[Rows][G], const T* __restrict
                                    std::int64_t xs, std::int64_t cn) noexcept {
   using B = Batch<T>;
   constexpr std::int64_t N = B::size;
-  const std::int64_t n = Full ? BC : cn;
-  for (std::int64_t c = 0; c < n; ++c) {
+  SPRIG_BLOCK_UNROLL
+  for (int c = 0; c < BC; ++c) {
+    if (!Full && c >= cn) break;
     B xv[G];
+    SPRIG_BLOCK_UNROLL
     for (int g = 0; g < G; ++g) xv[g] = B::load_unaligned(x + c * xs + g * N);
+    SPRIG_BLOCK_UNROLL
     for (int r = 0; r < Rows; ++r) {
       const B wv(w[r * RS + c * CS]);
+      SPRIG_BLOCK_UNROLL
       for (int g = 0; g < G; ++g) acc[r][g] = xsimd::fma(wv, xv[g], acc[r][g]);
     }
   }
 }
 
 // Adds the block of `slot` to a tile: its first X rows inside the matrix (all BC but in the
-// last block column).
+// last block column; a one-column block is never partial, and saying so keeps the tile in
+// registers).
 template <class T, class Index, int Rows, int G, class Blocks>
 SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __restrict cols, std::int64_t slot,
                                    const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
@@ -143,7 +157,7 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __rest
   const std::int64_t x0 = static_cast<std::int64_t>(cols[slot]) * BC;
   const T* w = blocks.at(slot) + r0 * RS;
   const T* x = xp + x0 * xs;
-  if (x0 + BC <= in_rows) [[likely]]
+  if (BC == 1 || x0 + BC <= in_rows) [[likely]]
     block_fma<T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
   else
     block_fma<T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
@@ -177,9 +191,12 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
         for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
         blocks.prefetch(s + q + D + k);
       }
+    SPRIG_BLOCK_UNROLL
     for (int k = 0; k < Ch; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   }
-  for (int k = 0; q + k < n; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+  SPRIG_BLOCK_UNROLL
+  for (int k = 0; k < Ch - 1; ++k)  // the last < Ch blocks
+    if (q + k < n) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
     for (int k = 0; k + step < Ch; k += 2 * step)
       for (int r = 0; r < Rows; ++r)
