@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -88,10 +89,12 @@ std::vector<Case> block_cases() {
   // Edge shapes: zero extents, zero batch, matrices smaller than one block.
   const std::int64_t edge[][3] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 3}, {6, 5, 0}, {1, 1, 1},
                                   {1, 3, 17}, {3, 1, 33}, {7, 7, 9}, {15, 2, 40}, {2, 15, 40}};
-  for (const auto& e : edge) cases.push_back({e[0], e[1], e[2], 1.0, 0.0, 0.0, places[seed % 3], places[(seed + 1) % 3], false, seed++});
-  cases.push_back({30, 33, 19, 0.0, 0.0, 0.0, st::Placement::strided, st::Placement::unaligned, false, seed++});  // empty
-  cases.push_back({30, 33, 21, 1.0, 0.0, 0.0, st::Placement::unaligned, st::Placement::strided, false, seed++});  // full
-  cases.push_back({29, 35, 23, 1.0, 0.0, 0.0, st::Placement::tight, st::Placement::tight, true, seed++});  // full, scrambled
+  for (const auto& e : edge)
+    cases.push_back({e[0], e[1], e[2], 1.0, 0.0, 0.0, places[seed % 3], places[(seed + 1) % 3], false, seed++});
+  using P = st::Placement;
+  cases.push_back({30, 33, 19, 0.0, 0.0, 0.0, P::strided, P::unaligned, false, seed++});  // empty
+  cases.push_back({30, 33, 21, 1.0, 0.0, 0.0, P::unaligned, P::strided, false, seed++});  // full
+  cases.push_back({29, 35, 23, 1.0, 0.0, 0.0, P::tight, P::tight, true, seed++});         // full, scrambled
   for (int k = 0; k < 12; ++k)
     cases.push_back({pick(1, 90), pick(1, 90), pick(1, 80), rng.uniform01(), 0.2, 0.2, places[k % 3],
                      places[(k + 2) % 3], true, seed++});
@@ -163,7 +166,8 @@ BlockMatrix<R, C, T, Index> case_matrix(const Case& c) {
       if (full || rng.uniform01() < c.density) {
         const auto v = block_values<R, C, T>(c.M, c.K, bi, bj, rng);
         for (std::int64_t r = 0; r < R && bi * R + r < c.M; ++r)
-          for (std::int64_t col = 0; col < C && bj * C + col < c.K; ++col) dense(bi * R + r, bj * C + col) = v[r * C + col];
+          for (std::int64_t col = 0; col < C && bj * C + col < c.K; ++col)
+            dense(bi * R + r, bj * C + col) = v[r * C + col];
       }
   }
   auto W = BlockMatrix<R, C, T, Index>::from_dense(dense.view());
@@ -205,7 +209,8 @@ st::Mismatches compare(const BlockMatrix<R, C, T, Index>& W, std::type_identity_
     }
     const std::int64_t i = entry[e] / W.cols(), k = entry[e] % W.cols();
     double S = 0;
-    for (std::int64_t b = 0; b < X.cols(); ++b) S += std::fabs(static_cast<double>(dY(i, b)) * static_cast<double>(X(k, b)));
+    for (std::int64_t b = 0; b < X.cols(); ++b)
+      S += std::fabs(static_cast<double>(dY(i, b)) * static_cast<double>(X(k, b)));
     double n = static_cast<double>(X.cols());
     if (mode == Update::accumulate) {
       S += std::fabs(static_cast<double>(g0[e]));
@@ -306,6 +311,46 @@ TEMPLATE_LIST_TEST_CASE("block_sddmm never reads W's values", "[block_sddmm]", S
   const auto m = compare(clean, dY.view(), X.view(), std::vector<T>(got.size()), Update::overwrite, got, want);
   INFO(m.first);
   CHECK(m.count == 0);
+}
+
+// An edge block's out-of-matrix entries are 0 (overwrite) or untouched (accumulate) by
+// contract, not because their dots happen to vanish: with Inf in every row of dY and X, a
+// kernel that stored a dot there (zero padding times Inf) would leave NaN.
+TEMPLATE_LIST_TEST_CASE("block_sddmm sets out-of-matrix entries, it does not compute them", "[block_sddmm]",
+                        SomeBlockTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  constexpr int R = TestType::R, C = TestType::C;
+  constexpr std::int64_t RC = std::int64_t{R} * C;
+  const Case c{16 * 2 + 5, 8 * 3 + 3, 0, 1.0, 0.0, 0.0, st::Placement::tight, st::Placement::tight, true, 31};
+  const auto W = case_matrix<R, C, T, Index>(c);
+  for (std::int64_t B : {7, 32}) {
+    CAPTURE(R, C, B);
+    CounterRng rng(31, static_cast<std::uint64_t>(B));
+    Matrix<T> dY(c.M, B), X(c.K, B);
+    st::fill_uniform(dY, rng);
+    st::fill_uniform(X, rng);
+    for (std::int64_t i = 0; i < c.M; ++i) dY(i, 3) = std::numeric_limits<T>::infinity();
+    for (std::int64_t k = 0; k < c.K; ++k) X(k, 3) = std::numeric_limits<T>::infinity();
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(st::name(mode));
+      const std::vector<T> g0 = start_grad<T>(W.storage_size() * RC, mode, rng);
+      std::vector<T> got = g0;
+      block_sddmm(W, dY.view(), X.view(), std::span<T>(got), mode);
+      std::int64_t edge = 0, wrong = 0;
+      W.for_each_block([&](std::int64_t bi, std::int64_t bj, std::int64_t s, const T*) {
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t col = 0; col < C; ++col) {
+            if (bi * R + r < c.M && bj * C + col < c.K) continue;
+            const auto e = static_cast<std::size_t>(s * RC + r * C + col);
+            ++edge;
+            wrong += mode == Update::overwrite ? !(got[e] == T(0)) : !st::same_bits(got[e], g0[e]);
+          }
+      });
+      CHECK(edge > 0);
+      CHECK(wrong == 0);
+    }
+  }
 }
 
 TEMPLATE_LIST_TEST_CASE("block_sddmm is bitwise identical for 1, 2 and 3 threads", "[block_sddmm][threads]",

@@ -9,8 +9,10 @@
 // live block and one panel, the R * C dots are done in tiles of RT x CT lane-wise
 // accumulators (block_sddmm_tiling: as many as the register file holds beside the loaded
 // rows), fed by RT dY and CT X registers per batch register; each tile's accumulators are
-// reduced N at a time by one batched horizontal sum (simd.hpp: batched_hsum). Panels after
-// the first add their partial dots to grad.
+// reduced N at a time by one batched horizontal sum (simd.hpp: batched_hsum). Blocks of
+// fewer than N entries with several rows are done G at a time (block_sddmm_group), so that
+// one horizontal sum and each loaded dY register serve G blocks. Panels after the first add
+// their partial dots to grad.
 //
 // Determinism: every grad element is summed in an order fixed by the block shape, the batch
 // width and K alone (the panel plan), so the result is bitwise identical for every thread
@@ -47,6 +49,21 @@ namespace sprig {
 namespace detail {
 
 #if SPRIG_KERNEL_SIMD
+// v, kept in a register for its `uses` multiply-adds: GCC otherwise folds the load into
+// each of them, and a loaded register that feeds several becomes as many loads (the load
+// ports then bound the tile instead of the FMA units).
+template <int uses, class B>
+SPRIG_ALWAYS_INLINE B pinned(B v) noexcept {
+#  if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  if constexpr (uses > 1) {
+    auto r = static_cast<typename B::register_type>(v);
+    __asm__("" : "+v"(r));
+    return B(r);
+  }
+#  endif
+  return v;
+}
+
 // A tile of RT x CT accumulators within an R x C block.
 struct BlockTile {
   int rt = 1, ct = 1;
@@ -114,16 +131,16 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
   auto step = [&](B* a, std::int64_t off) {
     if constexpr (RT <= CT) {
       B dv[RT];
-      for (int r = 0; r < RT; ++r) dv[r] = B::load_unaligned(d + r * ds + off);
+      for (int r = 0; r < RT; ++r) dv[r] = pinned<CT>(B::load_unaligned(d + r * ds + off));
       for (int c = 0; c < CT; ++c) {
-        const B xv = B::load_unaligned(x + c * xs + off);
+        const B xv = pinned<RT>(B::load_unaligned(x + c * xs + off));
         for (int r = 0; r < RT; ++r) a[r * CT + c] = xsimd::fma(dv[r], xv, a[r * CT + c]);
       }
     } else {
       B xv[CT];
-      for (int c = 0; c < CT; ++c) xv[c] = B::load_unaligned(x + c * xs + off);
+      for (int c = 0; c < CT; ++c) xv[c] = pinned<RT>(B::load_unaligned(x + c * xs + off));
       for (int r = 0; r < RT; ++r) {
-        const B dv = B::load_unaligned(d + r * ds + off);
+        const B dv = pinned<CT>(B::load_unaligned(d + r * ds + off));
         for (int c = 0; c < CT; ++c) a[r * CT + c] = xsimd::fma(dv, xv[c], a[r * CT + c]);
       }
     }
@@ -154,21 +171,108 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
   }
 }
 
+// One row of tiles (block rows [tr, tr + RT)) of a block over one panel into res.
+template <class T, int R, int C, int RT>
+SPRIG_ALWAYS_INLINE void block_sddmm_row_tiles(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
+                                               std::int64_t steps, T* res, int tr) noexcept {
+  constexpr int ct = block_sddmm_tiling<T, R, C>().ct, CH = kBlockSddmmChains<R, C>;
+  int tc = 0;
+  for (; tc + ct <= C; tc += ct)
+    block_sddmm_tile<T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+  if constexpr (C % ct != 0)
+    block_sddmm_tile<T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+}
+
 // All R * C dots of one block over one panel into res (row-major R x C).
 template <class T, int R, int C>
 SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
                                            std::int64_t steps, T* res) noexcept {
-  constexpr BlockTile tile = block_sddmm_tiling<T, R, C>();
-  constexpr int rt = tile.rt, ct = tile.ct, CH = kBlockSddmmChains<R, C>;
-  auto row_tiles = [&]<int RT>(int tr) {
-    int tc = 0;
-    for (; tc + ct <= C; tc += ct) block_sddmm_tile<T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
-    if constexpr (C % ct != 0)
-      block_sddmm_tile<T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
-  };
+  constexpr int rt = block_sddmm_tiling<T, R, C>().rt;
   int tr = 0;
-  for (; tr + rt <= R; tr += rt) row_tiles.template operator()<rt>(tr);
-  if constexpr (R % rt != 0) row_tiles.template operator()<R % rt>(tr);
+  for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<T, R, C, rt>(d, ds, x, xs, steps, res, tr);
+  if constexpr (R % rt != 0) block_sddmm_row_tiles<T, R, C, R % rt>(d, ds, x, xs, steps, res, tr);
+}
+
+// How many blocks of a block row block_sddmm_group does at a time: as many as fill one
+// horizontal sum (N / (R * C)) and fit the registers, for blocks of fewer than N entries and
+// more than one row. A one-row block has no dY register to share, and its grouped X loads
+// (G blocks' rows at once) made it no faster than one block at a time.
+template <class T, int R, int C>
+constexpr int block_sddmm_group_size() noexcept {
+  constexpr int N = static_cast<int>(Batch<T>::size), RC = R * C;
+  int g = RC < N && R > 1 ? N / RC : 1;
+  while (g > 1 && g * RC * (g * RC < 8 ? 2 : 1) + R + 1 > block_sddmm_registers<T>() - 1) --g;
+  return g;
+}
+
+// G blocks of one block row over one panel: one batched horizontal sum serves all G, and
+// each dY register of a batch step feeds G blocks' multiply-adds. xg: the G blocks' X rows;
+// res: their G * R * C dots, block after block.
+template <class T, int R, int C, int G>
+SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t ds, const T* const* xg,
+                                           std::int64_t xs, std::int64_t steps, T* __restrict res) noexcept {
+  using B = Batch<T>;
+  constexpr std::int64_t N = B::size;
+  constexpr int RC = R * C, A = G * RC, CH = A < 8 ? 2 : 1;
+  static_assert(A <= N);
+  B acc[CH][A];
+  for (int h = 0; h < CH; ++h)
+    for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  auto step = [&](B* a, std::int64_t off) {
+    B dv[R];
+    for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(B::load_unaligned(d + r * ds + off));
+    for (int g = 0; g < G; ++g)
+      for (int c = 0; c < C; ++c) {
+        const B xv = pinned<R>(B::load_unaligned(xg[g] + c * xs + off));
+        for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
+      }
+  };
+  std::int64_t j = 0;
+  if constexpr (CH == 2) {
+    for (; j + 2 <= steps; j += 2) {
+      step(acc[0], j * N);
+      step(acc[CH - 1], (j + 1) * N);
+    }
+  }
+  for (; j < steps; ++j) step(acc[0], j * N);
+  if constexpr (CH == 2)
+    for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+  B rows[N];
+  for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k < A ? acc[0][k] : B(T(0));
+  const B sums = batched_hsum(rows);
+  if constexpr (A == N) {
+    sums.store_unaligned(res);
+  } else {
+    alignas(64) T tmp[N];
+    sums.store_aligned(tmp);
+    for (int k = 0; k < A; ++k) res[k] = tmp[k];
+  }
+}
+
+// The grad of the block at `slot` from its dots r (R x C): = or += (add); an edge block
+// (rows_in < R or cols_in < C in-matrix rows and columns) writes 0 at its out-of-matrix
+// entries when not adding, and leaves them alone when adding. Called once per block: inlined
+// by force, as GCC otherwise calls it.
+template <class T, int R, int C>
+SPRIG_ALWAYS_INLINE void block_sddmm_store(T* __restrict grad, std::int64_t slot, std::int64_t rows_in,
+                                           std::int64_t cols_in, bool add, const T* __restrict r) noexcept {
+  constexpr std::int64_t RC = std::int64_t{R} * C;
+  T* g = grad + slot * RC;
+  if (rows_in >= R && cols_in >= C) {
+    if (add)
+      for (std::int64_t k = 0; k < RC; ++k) g[k] += r[k];
+    else
+      for (std::int64_t k = 0; k < RC; ++k) g[k] = r[k];
+    return;
+  }
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t c = 0; c < C; ++c) {
+      T& e = g[i * C + c];
+      if (i < rows_in && c < cols_in)
+        e = add ? e + r[i * C + c] : r[i * C + c];
+      else if (!add)
+        e = T(0);
+    }
 }
 
 // Rows [r0, r1) of src into `packed` with the plan's layout over `padded` rows (rows past
@@ -225,7 +329,8 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
             const std::int64_t s = P.row_start(bi);
             std::fill(grad.data() + (s + P.row_nnz(bi)) * RC, grad.data() + (s + P.row_capacity(bi)) * RC, T(0));
           }
-        alignas(64) T res[RC];
+        constexpr int G = block_sddmm_group_size<T, R, C>();
+        alignas(64) T res[G * RC];
         for (std::int64_t p = 0; p < plan.count(); ++p) {
           const std::int64_t b0 = plan.begin(p), steps = plan.regs_of(p);
           const T* dbase = in_place ? dY.data() : packed_dy + Mp * b0;
@@ -237,25 +342,20 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
             const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
             const std::int64_t rows_in = std::min<std::int64_t>(R, M - bi * R);
             const T* d = dbase + bi * R * ds;
-            for (std::int64_t q = 0; q < nb; ++q) {
-              const std::int64_t bj = cols[s0 + q];
-              const std::int64_t cols_in = std::min<std::int64_t>(C, K - bj * C);
-              block_sddmm_block<T, R, C>(d, ds, xbase + bj * C * xs, xs, steps, res);
-              T* g = grad.data() + (s0 + q) * RC;
-              if (rows_in == R && cols_in == C) {
-                if (add)
-                  for (std::int64_t k = 0; k < RC; ++k) g[k] += res[k];
-                else
-                  for (std::int64_t k = 0; k < RC; ++k) g[k] = res[k];
-              } else {  // edge block: out-of-matrix entries 0 (overwrite) or left alone
-                for (std::int64_t r = 0; r < R; ++r)
-                  for (std::int64_t c = 0; c < C; ++c) {
-                    T& e = g[r * C + c];
-                    if (r < rows_in && c < cols_in)
-                      e = add ? e + res[r * C + c] : res[r * C + c];
-                    else if (!add)
-                      e = T(0);
-                  }
+            if constexpr (G > 1) {
+              for (std::int64_t q = 0; q < nb; q += G) {
+                const T* xg[G];  // a short last group repeats its last block (computed, not stored)
+                for (int g = 0; g < G; ++g)
+                  xg[g] = xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
+                block_sddmm_group<T, R, C, G>(d, ds, xg, xs, steps, res);
+                for (std::int64_t g = 0; g < std::min<std::int64_t>(G, nb - q); ++g)
+                  block_sddmm_store<T, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, add,
+                                             res + g * RC);
+              }
+            } else {
+              for (std::int64_t q = 0; q < nb; ++q) {
+                block_sddmm_block<T, R, C>(d, ds, xbase + cols[s0 + q] * C * xs, xs, steps, res);
+                block_sddmm_store<T, R, C>(grad.data(), s0 + q, rows_in, K - cols[s0 + q] * C, add, res);
               }
             }
           }
