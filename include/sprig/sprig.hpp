@@ -6,6 +6,7 @@
 #include "version.hpp"
 
 #include "core/aligned_allocator.hpp"
+#include "core/block_padded_csr.hpp"
 #include "core/block_order.hpp"
 #include "core/concepts.hpp"
 #include "core/config.hpp"
@@ -17,6 +18,8 @@
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 
+#include "kernels/block_sddmm.hpp"
+#include "kernels/block_spmm.hpp"
 #include "kernels/narrow_dense.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"
@@ -27,6 +30,7 @@
 #include "kernels/update_mode.hpp"
 
 #include "nn/attention.hpp"
+#include "nn/block_sparse_linear.hpp"
 #include "nn/embedding.hpp"
 #include "nn/gelu.hpp"
 #include "nn/gemm.hpp"

@@ -140,6 +140,29 @@ public:
     return random(rows, cols, std::llround(density * blocks), seed, padding_ratio);
   }
 
+  // A matrix from its parts, as a loader restores one: the block pattern (ceil(rows / R) x
+  // ceil(cols / C); its values, if any, are dropped) and storage_size() * R * C block values.
+  // Throws ShapeError for a pattern or value count that does not fit the shape, and
+  // sprig::Error for parts that break an invariant (check_invariants), nothing kept then.
+  static BlockPaddedCSR from_parts(std::int64_t rows, std::int64_t cols, PaddedCSR<T, Index> pattern,
+                                   AlignedVector<T> values) {
+    const char* fn = "BlockPaddedCSR::from_parts";
+    BlockPaddedCSR m;
+    m.set_shape(fn, rows, cols);
+    if (pattern.rows() != grid(rows, R) || pattern.cols() != grid(cols, C))
+      throw ShapeError(detail::message(fn, ": a ", pattern.rows(), "x", pattern.cols(), " block pattern for a ", rows, "x",
+                                       cols, " matrix in ", R, "x", C, " blocks (needs ", grid(rows, R), "x",
+                                       grid(cols, C), ")"));
+    if (std::ssize(values) != pattern.storage_size() * kBlockSize)
+      throw ShapeError(detail::message(fn, ": ", values.size(), " values for ", pattern.storage_size(), " slots of ",
+                                       kBlockSize));
+    pattern.drop_values();
+    m.pattern_ = std::move(pattern);
+    m.values_ = std::move(values);
+    m.check_invariants();
+    return m;
+  }
+
   // ---- shape and accessors ------------------------------------------------------------
 
   std::int64_t rows() const noexcept { return rows_; }

@@ -57,6 +57,7 @@ inline constexpr std::size_t kSectionHeaderBytes = 24;
 enum class FileKind : std::uint16_t {
   padded_csr = 1,      // one PaddedCSR
   training_state = 2,  // model, optimizer, DST algorithm, progress
+  block_padded_csr = 3,  // one BlockPaddedCSR
 };
 
 // ---- CRC-32 ----------------------------------------------------------------------------

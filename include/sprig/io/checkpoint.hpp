@@ -19,13 +19,15 @@
 //     "MODL"  entry count u32; per entry: kind u8, in i64, out i64. A Sequential's entries
 //             are its layers (kind 1 SparseLinear, 2 Linear, 3 ReLU, 4 GELU; in and out 0
 //             for parameter-free layers); any other TrainableModel's (nn/model.hpp: GPT,
-//             a user's class) are its parameters (kind 5 sparse, 6 dense; in = cols,
-//             out = rows)
+//             a user's class, a Sequential with extra layer types) are its parameters
+//             (kind 5 sparse, 6 dense, 7 block-sparse; in = cols, out = rows)
 //     per parameter, in the model's for_each_parameter order:
 //       "SPAR"  decay u8, a sparse matrix (as "CSR "), state count u8, per state vector:
 //               present u8 and, if present, T[nnz] (the live slots, in the matrix's order)
 //       "DENS"  rows i64, cols i64, decay u8, values T[rows*cols], state count u8, per
 //               state vector: present u8 and, if present, T[rows*cols]
+//       "BSPR"  decay u8, a block-sparse matrix (as "BCSR" of a BlockPaddedCSR file), state
+//               count u8, per state vector: present u8 and, if present, T[live blocks*R*C]
 //     "OPTM"  kind u8 (1 SGD, 2 AdamW), step count i64, lr f64, option count u8, options
 //             f64[] (SGD: momentum, weight_decay, nesterov; AdamW: beta1, beta2, eps,
 //             weight_decay, bias_correction 0 per_slot / 1 global; files written before
@@ -76,6 +78,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string>
@@ -116,6 +119,7 @@ namespace detail::ckpt {
 inline constexpr std::uint32_t kModel = binary::tag("MODL");
 inline constexpr std::uint32_t kSparse = binary::tag("SPAR");
 inline constexpr std::uint32_t kDense = binary::tag("DENS");
+inline constexpr std::uint32_t kBlockSparse = binary::tag("BSPR");
 inline constexpr std::uint32_t kOptimizer = binary::tag("OPTM");
 inline constexpr std::uint32_t kDST = binary::tag("DST ");
 inline constexpr std::uint32_t kProgress = binary::tag("PROG");
@@ -161,6 +165,7 @@ inline const char* layer_kind_name(std::uint8_t k) {
     case 4: return "GELU";
     case 5: return "sparse parameter";
     case 6: return "dense parameter";
+    case 7: return "block-sparse parameter";
     default: return "unknown";
   }
 }
@@ -196,7 +201,9 @@ std::vector<StructureEntry> structure(const M& model) {
           model.layer(k));
   } else {
     model.for_each_parameter([&](const auto& p) {
-      if constexpr (requires { p.weight.storage_size(); })
+      if constexpr (requires { p.entry_count(); })
+        out.push_back({7, p.weight.cols(), p.weight.rows()});
+      else if constexpr (requires { p.weight.storage_size(); })
         out.push_back({5, p.weight.cols(), p.weight.rows()});
       else
         out.push_back({6, p.cols, p.rows});
@@ -297,7 +304,13 @@ std::vector<std::byte> encode_training_state(const M& model, const Optimizer& op
   model.for_each_parameter([&](const auto& p) {
     p.check_aligned("sprig::save_training_state");
     if (p.state.size() > 255) throw ArgumentError("sprig::save_training_state: more than 255 state vectors");
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.entry_count(); }) {
+      w.begin_section(ck::kBlockSparse);
+      w.put_bool(p.decay);
+      ck::put_block_sparse(w, p.weight);
+      put_states(p.state, [&](const AlignedVector<T>& s) { ck::put_block_live(w, p.weight.pattern(), s, p.kBlockSize); });
+      w.end_section();
+    } else if constexpr (requires { p.weight.storage_size(); }) {
       w.begin_section(ck::kSparse);
       w.put_bool(p.decay);
       ck::put_sparse(w, p.weight);
@@ -399,9 +412,31 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
   // Parameters, decoded into temporaries.
   std::vector<ck::StagedSparse<T, Index>> sparse;
   std::vector<ck::StagedDense<T>> dense;
+  std::vector<std::shared_ptr<void>> blocks;  // staged BlockSparseParameters, each of its layer's type
   std::size_t k = 0;  // the parameter's index, for messages
   target.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.entry_count(); }) {
+      using P = std::remove_cvref_t<decltype(p)>;
+      using W = decltype(P::weight);
+      binary::Reader r = ck::section(c, next++, ck::kBlockSparse, "a block-sparse parameter");
+      auto s = std::make_shared<P>();
+      s->decay = r.get_bool("decay flag");
+      const std::int64_t at = r.offset();
+      const auto image = ck::get_block_sparse<T, Index, W::kBlockRows, W::kBlockCols>(r);
+      if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
+        r.fail_at(at, "shape mismatch: parameter ", k, " is a ", image.rows, "x", image.cols,
+                  " block-sparse weight in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
+      std::vector<AlignedVector<T>> packed;
+      std::vector<bool> present;
+      ck::get_states<T>(r, image.pattern.nnz * P::kBlockSize, packed, present);
+      r.expect_end();
+      s->weight = ck::build_block<T, Index, W::kBlockRows, W::kBlockCols>(image);
+      s->grad.assign(static_cast<std::size_t>(s->entry_count()), T(0));
+      s->state.resize(packed.size());
+      for (std::size_t q = 0; q < packed.size(); ++q)
+        if (present[q]) s->state[q] = ck::scatter_block_live(s->weight.pattern(), packed[q], P::kBlockSize);
+      blocks.push_back(std::move(s));
+    } else if constexpr (requires { p.weight.storage_size(); }) {
       binary::Reader r = ck::section(c, next++, ck::kSparse, "a sparse parameter");
       ck::StagedSparse<T, Index> s;
       s.decay = r.get_bool("decay flag");
@@ -554,9 +589,11 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
                                       binary::tag_name(ck::kProgress)));
 
   // Everything is valid: commit with non-throwing moves.
-  std::size_t si = 0, di = 0;
+  std::size_t si = 0, di = 0, bi = 0;
   model.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.entry_count(); }) {
+      p = std::move(*static_cast<std::remove_cvref_t<decltype(p)>*>(blocks[bi++].get()));
+    } else if constexpr (requires { p.weight.storage_size(); }) {
       auto& s = sparse[si++];
       p.weight = std::move(s.weight);
       p.grad = std::move(s.grad);

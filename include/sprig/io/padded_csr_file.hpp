@@ -13,6 +13,12 @@
 //   implied), but only live slots are stored: rows in order, each row's live entries in slot
 //   order. Padding and dead slots are -1 / 0 by the PaddedCSR invariant.
 //
+//   BlockPaddedCSR file (kind 3): one section "BCSR" = a block-sparse matrix:
+//     block rows R i64, block cols C i64, rows i64, cols i64, then its block pattern as a
+//     sparse matrix above with R * C values per live entry (each block row-major) in place
+//     of one. Loading also checks the block shape against the target's, the pattern's shape
+//     against ceil(rows / R) x ceil(cols / C) and that entries outside the matrix are 0.
+//
 // Loading validates everything first: the container and every checksum, the value and
 // index types against the target, and the matrix against the PaddedCSR invariants (regions
 // inside storage and disjoint, 0 <= nnz <= capacity, columns in range and distinct within a
@@ -42,6 +48,7 @@
 #include "../core/aligned_allocator.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/block_padded_csr.hpp"
 #include "../core/padded_csr.hpp"
 #include "../kernels/transpose.hpp"  // detail::PaddedCSRAccess: a loaded layout is set directly
 #include "atomic_file.hpp"
@@ -52,6 +59,7 @@ namespace sprig {
 namespace detail::ckpt {
 
 inline constexpr std::uint32_t kCSR = binary::tag("CSR ");
+inline constexpr std::uint32_t kBlockCSR = binary::tag("BCSR");
 
 template <class T>
 constexpr std::uint8_t value_code() {
@@ -68,8 +76,9 @@ inline std::string index_name(std::uint8_t c) {
   return c == 1 ? "int16" : c == 2 ? "int32" : c == 3 ? "int64" : c == 0 ? "none" : message("unknown index type code ", int(c));
 }
 inline std::string kind_name(binary::FileKind k) {
-  return k == binary::FileKind::padded_csr       ? "a PaddedCSR file"
-         : k == binary::FileKind::training_state ? "a training-state file"
+  return k == binary::FileKind::padded_csr         ? "a PaddedCSR file"
+         : k == binary::FileKind::block_padded_csr ? "a BlockPaddedCSR file"
+         : k == binary::FileKind::training_state   ? "a training-state file"
                                                  : message("an unknown kind of file (", int(k), ")");
 }
 
@@ -106,8 +115,9 @@ struct SparseImage {
   AlignedVector<T> values;
 };
 
+// values_per_entry values follow per live entry (a block pattern's R * C).
 template <Value T, ColumnIndex Index>
-SparseImage<T, Index> get_sparse(binary::Reader& r) {
+SparseImage<T, Index> get_sparse(binary::Reader& r, std::int64_t values_per_entry = 1) {
   SparseImage<T, Index> s;
   const std::int64_t at_rows = r.offset();
   s.rows = r.get_count("rows", static_cast<std::int64_t>(r.remaining() / 24));  // 3 row arrays of i64
@@ -186,8 +196,80 @@ SparseImage<T, Index> get_sparse(binary::Reader& r) {
     }
     q += n;
   }
-  r.get_array<T>(s.nnz, s.values, "values");
+  r.get_array<T>(s.nnz * values_per_entry, s.values, "values");
   return s;
+}
+
+// ---- block-sparse matrices -------------------------------------------------------------------
+
+template <Value T, ColumnIndex Index, int R, int C>
+void put_block_sparse(binary::Writer& w, const BlockPaddedCSR<T, Index, R, C>& m) {
+  w.put(std::int64_t{R});
+  w.put(std::int64_t{C});
+  w.put(m.rows());
+  w.put(m.cols());
+  put_sparse(w, m.pattern());  // structure-only: no values here
+  const auto& P = m.pattern();
+  for (std::int64_t i = 0; i < P.rows(); ++i)
+    w.put_array(std::span<const T>(m.block(P.row_start(i)), static_cast<std::size_t>(P.row_nnz(i) * R * C)));
+}
+
+// Per-slot state of R * C entries per slot, live slots in file order.
+template <Value T, ColumnIndex Index>
+void put_block_live(binary::Writer& w, const PaddedCSR<T, Index>& pattern, const AlignedVector<T>& per_entry,
+                    std::int64_t block_size) {
+  for (std::int64_t i = 0; i < pattern.rows(); ++i)
+    w.put_array(std::span<const T>(per_entry.data() + pattern.row_start(i) * block_size,
+                                   static_cast<std::size_t>(pattern.row_nnz(i) * block_size)));
+}
+
+// A decoded, validated block-sparse matrix: its shape and pattern image (R * C values per entry).
+template <Value T, ColumnIndex Index>
+struct BlockImage {
+  std::int64_t rows = 0, cols = 0;
+  SparseImage<T, Index> pattern;
+};
+
+template <Value T, ColumnIndex Index, int R, int C>
+BlockImage<T, Index> get_block_sparse(binary::Reader& r) {
+  BlockImage<T, Index> b;
+  const std::int64_t at = r.offset();
+  const auto br = r.get<std::int64_t>("block rows");
+  const auto bc = r.get<std::int64_t>("block cols");
+  if (br != R || bc != C)
+    r.fail_at(at, "block shape mismatch: the file holds ", br, "x", bc, " blocks, the target ", R, "x", C);
+  const std::int64_t at_shape = r.offset();
+  b.rows = r.get_count("rows");
+  b.cols = r.get_count("cols");
+  b.pattern = get_sparse<T, Index>(r, std::int64_t{R} * C);
+  if (b.pattern.rows != (b.rows + R - 1) / R || b.pattern.cols != (b.cols + C - 1) / C)
+    r.fail_at(at_shape, "a ", b.pattern.rows, "x", b.pattern.cols, " block pattern for a ", b.rows, "x", b.cols,
+              " matrix in ", R, "x", C, " blocks");
+  // entries of edge blocks outside the matrix must be 0
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < b.pattern.rows; ++i)
+    for (std::int64_t e = 0; e < b.pattern.row_nnz[i]; ++e, ++q) {
+      const auto j = static_cast<std::int64_t>(b.pattern.col_indices[static_cast<std::size_t>(q)]);
+      for (std::int64_t rr = 0; rr < R; ++rr)
+        for (std::int64_t cc = 0; cc < C; ++cc)
+          if ((i * R + rr >= b.rows || j * C + cc >= b.cols) &&
+              b.pattern.values[static_cast<std::size_t>(q * R * C + rr * C + cc)] != T(0))
+            r.fail("block (", i, ", ", j, ") holds a nonzero at (", rr, ", ", cc, "), outside the ", b.rows, "x",
+                   b.cols, " matrix");
+    }
+  return b;
+}
+
+// Live-packed per-entry values (R * C per live slot, file order) scattered over a pattern's slots.
+template <Value T, ColumnIndex Index>
+AlignedVector<T> scatter_block_live(const PaddedCSR<T, Index>& pattern, const AlignedVector<T>& packed,
+                                    std::int64_t block_size) {
+  AlignedVector<T> out(static_cast<std::size_t>(pattern.storage_size() * block_size), T(0));
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < pattern.rows(); ++i)
+    for (std::int64_t s = pattern.row_start(i), e = s + pattern.row_nnz(i); s < e; ++s, ++q)
+      std::copy_n(packed.begin() + q * block_size, block_size, out.begin() + s * block_size);
+  return out;
 }
 
 // The PaddedCSR of a validated image: tight row-order layout, each row's live entries in
@@ -208,6 +290,23 @@ PaddedCSR<T, Index> build(const SparseImage<T, Index>& s) {
     }
   }
   return m;
+}
+
+// The BlockPaddedCSR of a validated image: the pattern in a tight row-order layout (as
+// build), each block row's blocks in their saved order.
+template <Value T, ColumnIndex Index, int R, int C>
+BlockPaddedCSR<T, Index, R, C> build_block(const BlockImage<T, Index>& b) {
+  const SparseImage<T, Index>& s = b.pattern;
+  PaddedCSR<T, Index> pattern;
+  PaddedCSRAccess::layout(pattern, "sprig::load (BlockPaddedCSR)", s.rows, s.cols, s.padding_ratio, s.row_nnz,
+                          /*with_values=*/false);
+  auto& cols = PaddedCSRAccess::col_indices(pattern);
+  std::int64_t q = 0;
+  for (std::int64_t i = 0; i < s.rows; ++i)
+    for (std::int64_t e = 0; e < s.row_nnz[i]; ++e, ++q)
+      cols[static_cast<std::size_t>(pattern.row_start(i) + e)] = s.col_indices[static_cast<std::size_t>(q)];
+  AlignedVector<T> values = scatter_block_live(pattern, s.values, std::int64_t{R} * C);
+  return BlockPaddedCSR<T, Index, R, C>::from_parts(b.rows, b.cols, std::move(pattern), std::move(values));
 }
 
 // Per-slot vector of m (storage_size entries, zero off the live slots) from live-packed values.
@@ -290,6 +389,56 @@ template <Value T, ColumnIndex Index>
 PaddedCSR<T, Index> load_padded_csr(const std::filesystem::path& path) {
   const auto bytes = detail::ckpt::read_file(path);
   return decode_padded_csr<T, Index>(bytes, path.string());
+}
+
+// ---- BlockPaddedCSR -------------------------------------------------------------------------
+
+// The bytes of a BlockPaddedCSR file holding W (kind 3, format at the top). O(storage x R x
+// C); the same matrix gives the same bytes; throws only std::bad_alloc.
+template <Value T, ColumnIndex Index, int R, int C>
+std::vector<std::byte> encode_block_padded_csr(const BlockPaddedCSR<T, Index, R, C>& W) {
+  namespace ck = detail::ckpt;
+  binary::Writer w;
+  w.header(binary::FileKind::block_padded_csr, ck::value_code<T>(), ck::index_code<Index>());
+  w.begin_section(ck::kBlockCSR);
+  ck::put_block_sparse(w, W);
+  w.end_section();
+  return w.finish();
+}
+
+// Decodes a BlockPaddedCSR file into the target type (its block shape must be the file's);
+// throws FormatError for any input that is not a valid BlockPaddedCSR<T, Index, R, C> file.
+template <Value T, ColumnIndex Index, int R, int C>
+BlockPaddedCSR<T, Index, R, C> decode_block_padded_csr(std::span<const std::byte> bytes,
+                                                       std::string source = "<memory>") {
+  namespace ck = detail::ckpt;
+  const binary::Container c = binary::parse_container(bytes, std::move(source));
+  ck::check_types(c, binary::FileKind::block_padded_csr, ck::value_code<T>(), ck::index_code<Index>(),
+                  "target BlockPaddedCSR");
+  binary::Reader r = ck::section(c, 0, ck::kBlockCSR, "the block matrix");
+  const auto image = ck::get_block_sparse<T, Index, R, C>(r);
+  r.expect_end();
+  if (c.sections.size() != 1)
+    throw FormatError(
+        detail::message(c.source, ": ", c.sections.size(), " sections, a BlockPaddedCSR file has exactly 1"));
+  return ck::build_block<T, Index, R, C>(image);
+}
+
+// Writes encode_block_padded_csr(W) to `path` atomically; throws as save_padded_csr.
+template <Value T, ColumnIndex Index, int R, int C>
+void save_block_padded_csr(const std::filesystem::path& path, const BlockPaddedCSR<T, Index, R, C>& W) {
+  const auto bytes = encode_block_padded_csr(W);
+  detail::ckpt::write_file_atomically(path, bytes, "sprig::save_block_padded_csr");
+}
+
+// Reads and decodes a BlockPaddedCSR file of the target type; throws FormatError naming the
+// file for a missing, unreadable or invalid one.
+template <class M>
+  requires requires { M::kBlockRows; }
+M load_block_padded_csr(const std::filesystem::path& path) {
+  const auto bytes = detail::ckpt::read_file(path);
+  return decode_block_padded_csr<typename M::value_type, typename M::index_type, M::kBlockRows, M::kBlockCols>(
+      bytes, path.string());
 }
 
 }  // namespace sprig
