@@ -35,6 +35,13 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm rigl --max-steps 1)
     set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "--block trains a fixed topology \\(--algorithm none or static\\), not rigl")
+    add_test(NAME example:fashion_mnist_block_resume
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/block_resume_test
+                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--sparsity;0.8;--widths;64,64"
+                     -DEVERY=7 -DSTOP=53
+                     "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
+    set_tests_properties(example:fashion_mnist_block_resume PROPERTIES LABELS example)
     # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates
     # and a checkpoint in between (the test loss is printed with 4 decimals; the state itself
     # is compared bitwise by test_io_checkpoint).

@@ -10,7 +10,7 @@
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
-// (32-bit indices; a fixed topology: no DST, checkpoints or --compare-steps with blocks yet).
+// (32-bit indices; a fixed topology: no DST, --constant-fan-in or --compare-steps with blocks yet).
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
@@ -257,9 +257,8 @@ int run(const Config& cfg) {
   if (blocks && (cfg.algorithm != "none" && cfg.algorithm != "static"))
     throw sprig::ArgumentError("fashion_mnist: --block trains a fixed topology (--algorithm none or static), not " +
                                cfg.algorithm);
-  if (blocks && (cfg.constant_fan_in || !cfg.checkpoint_dir.empty() || cfg.resume || cfg.compare_steps > 0))
-    throw sprig::ArgumentError(
-        "fashion_mnist: --block does not take --constant-fan-in, --checkpoint, --resume or --compare-steps yet");
+  if (blocks && (cfg.constant_fan_in || cfg.compare_steps > 0))
+    throw sprig::ArgumentError("fashion_mnist: --block does not take --constant-fan-in or --compare-steps yet");
   auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
                                             shape);
   if constexpr (!blocks)
@@ -355,9 +354,7 @@ int run(const Config& cfg) {
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {
     if (state_file.empty()) throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
-    if constexpr (blocks) {
-      // rejected above: no checkpoints of block-sparse models yet
-    } else if (std::filesystem::exists(state_file)) {
+    if (std::filesystem::exists(state_file)) {
       std::visit([&](auto& opt) { start = sprig::load_training_state(state_file, model, opt, algorithm.get()); },
                  optimizer);
       if (start.seed != cfg.seed)
@@ -373,11 +370,9 @@ int run(const Config& cfg) {
   steps_done = start.step;
   auto save = [&](std::uint64_t epoch, std::int64_t next_batch) {
     if (state_file.empty()) return;
-    if constexpr (!blocks) {
-      const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
-      std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
-                 optimizer);
-    }
+    const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
+    std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
+               optimizer);
   };
 
   for (int epoch = static_cast<int>(start.epoch); epoch < cfg.epochs; ++epoch) {
