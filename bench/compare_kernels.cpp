@@ -40,6 +40,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "block_shapes.hpp"
 #include <Eigen/Core>
 #include <Eigen/SparseCore>
 #include <cblas.h>
@@ -129,17 +131,7 @@ double rel_diff(const sprig::Matrix<float>& a, const sprig::Matrix<float>& b) {
   return s > 0 ? d / s : d;
 }
 
-// The block shapes compare_kernels is built for; fn.template operator()<R, C>() for "RxC".
-template <class F>
-bool with_block_shape(const std::string& name, F&& fn) {
-  auto one = [&]<int R, int C>() {
-    if (name != std::to_string(R) + "x" + std::to_string(C)) return false;
-    fn.template operator()<R, C>();
-    return true;
-  };
-  return one.template operator()<1, 4>() || one.template operator()<4, 1>() || one.template operator()<4, 4>() ||
-         one.template operator()<8, 1>() || one.template operator()<8, 8>() || one.template operator()<16, 1>();
-}
+using sprig_bench::with_block_shape;
 
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return std::nan("");

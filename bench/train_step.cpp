@@ -73,6 +73,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "block_shapes.hpp"
+
 #ifndef SPRIG_TRAIN_STEP_BLAS
 #  define SPRIG_TRAIN_STEP_BLAS 1
 #endif
@@ -135,17 +137,7 @@ template <int R, int C>
 using Block = sprig::BlockSparseLinear<T, Index, R, C>;
 using Model = sprig::Sequential<T, Index, Block<1, 4>, Block<4, 1>, Block<4, 4>, Block<8, 1>, Block<8, 8>, Block<16, 1>>;
 
-// fn.template operator()<R, C>() for a block shape "RxC" of Model; false for another name.
-template <class F>
-bool with_block_shape(const std::string& name, F&& fn) {
-  auto one = [&]<int R, int C>() {
-    if (name != std::to_string(R) + "x" + std::to_string(C)) return false;
-    fn.template operator()<R, C>();
-    return true;
-  };
-  return one.template operator()<1, 4>() || one.template operator()<4, 1>() || one.template operator()<4, 4>() ||
-         one.template operator()<8, 1>() || one.template operator()<8, 8>() || one.template operator()<16, 1>();
-}
+using sprig_bench::with_block_shape;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
