@@ -8,5 +8,6 @@ set xlabel "ms per training step"
 set ylabel "test accuracy (%)"
 set grid
 set key bottom right title "sparsity"
-plot for [s in sparsities] datafile using 5:(strcol(2) eq s ? 100*$4 : 1/0):1 \
-     with labels point pointtype 7 pointsize 1 offset char 0,0.7 font ",8" title s
+plot for [i=1:words(sparsities)] datafile using 5:(strcol(2) eq word(sparsities, i) ? 100*$4 : 1/0):1 \
+     with labels offset char 0,0.7 font ",8" textcolor lt i point pointtype (i == 1 ? 7 : 5) linecolor i \
+     title word(sparsities, i)
