@@ -549,3 +549,24 @@ TEMPLATE_TEST_CASE("spmm_transposed rejects a dX that overlaps dY or W's values"
     for (std::int64_t b = 0; b < 8; ++b) untouched = untouched && dY(i, b) == dY0(i, b);
   CHECK(untouched);
 }
+
+TEST_CASE("A structure-only W transposes its structure; asking for its values is an error", "[transpose]") {
+  using M = sprig::PaddedCSR<float, std::int32_t>;
+  M valued = M::random_density(9, 13, 0.3, 4);
+  M W = valued;
+  W.drop_values();
+  sprig::Transposed<float, std::int32_t> out;
+  REQUIRE_THROWS_AS(sprig::transpose_into(W, out, 0.0, true), sprig::ArgumentError);
+  sprig::transpose_into(W, out, 0.0, false);
+  const auto ref = sprig::transpose(valued);
+  REQUIRE(out.source_slot == ref.source_slot);
+  REQUIRE(std::equal(out.matrix.col_indices().begin(), out.matrix.col_indices().end(),
+                     ref.matrix.col_indices().begin(), ref.matrix.col_indices().end()));
+  // a cache that held another matrix's values syncs to the structure-only one without them
+  sprig::TransposeCache<float, std::int32_t> cache;
+  cache.get(valued);
+  REQUIRE_THROWS_AS(cache.get(W), sprig::ArgumentError);
+  const auto& t = cache.sync_topology(W);
+  REQUIRE(t.source_slot == ref.source_slot);
+  REQUIRE_THROWS_AS(cache.refresh_values(W), sprig::ArgumentError);
+}

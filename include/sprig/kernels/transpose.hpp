@@ -68,13 +68,16 @@ struct Transposed {
 // with_values = false, out.matrix keeps no values (structure-only: kernels that gather W's
 // values through source_slot need none).
 // Throws ArgumentError if W has more than kMaxTransposeSlots slots or M rows of W cannot be
-// indexed as columns by Index, or for a bad padding_ratio (as PaddedCSR's constructor).
+// indexed as columns by Index, for a bad padding_ratio (as PaddedCSR's constructor), or for
+// with_values = true on a structure-only W (a block pattern: it has no values to carry).
 // O(nnz + M + K) time, O(K) scratch; one thread.
 template <Value T, ColumnIndex Index>
 void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, double padding_ratio = 0.0,
                     bool with_values = true) {
   using Access = detail::PaddedCSRAccess;
   const std::int64_t M = W.rows(), K = W.cols();
+  if (with_values && W.structure_only())
+    throw ArgumentError("sprig::transpose: W is structure-only (no values); transpose its structure only");
   if (W.storage_size() > kMaxTransposeSlots)
     throw ArgumentError(detail::message("sprig::transpose: W has ", W.storage_size(), " slots; the transpose indexes ",
                                         "them with 32 bits (at most ", kMaxTransposeSlots, ")"));
@@ -134,6 +137,8 @@ public:
   // by one thread, so the result is the same for any thread count). Precondition: the cache
   // is current for W's topology (get() or sync_topology() ran since W's last change).
   void refresh_values(const PaddedCSR<T, Index>& W) {
+    if (W.structure_only())
+      throw ArgumentError("sprig::TransposeCache: W is structure-only (no values); use sync_topology");
     auto& values = detail::PaddedCSRAccess::values(cached_.matrix);
     if (std::ssize(values) != cached_.matrix.storage_size()) {  // structure-only so far
       values.assign(static_cast<std::size_t>(cached_.matrix.storage_size()), T(0));
@@ -159,7 +164,7 @@ public:
   // transposed().matrix.values() is empty until the next get()). For kernels that read W's
   // values through transposed().source_slot themselves (spmm_transposed).
   const Transposed<T, Index>& sync_topology(const PaddedCSR<T, Index>& W) {
-    if (stale(W)) rebuild(W, !detail::PaddedCSRAccess::values(cached_.matrix).empty());
+    if (stale(W)) rebuild(W, !W.structure_only() && !detail::PaddedCSRAccess::values(cached_.matrix).empty());
     return cached_;
   }
 
