@@ -24,15 +24,13 @@ struct Case {
   static constexpr int kC = C;
 };
 
-// Every (T, Index) pair at 4x4, every block shape at (float, int32), and the odd shapes at
-// (double, int16) where index range limits bite first.
+// 4x4 at three (T, Index) pairs, every other block shape once, 16x1 at int16 where the index
+// range limits bite first, and an odd 3x5.
 using Cases = std::tuple<Case<float, std::int16_t, 4, 4>, Case<float, std::int32_t, 4, 4>,
-                         Case<float, std::int64_t, 4, 4>, Case<double, std::int16_t, 4, 4>,
-                         Case<double, std::int32_t, 4, 4>, Case<double, std::int64_t, 4, 4>,
-                         Case<float, std::int32_t, 1, 4>, Case<float, std::int32_t, 4, 1>,
-                         Case<float, std::int32_t, 8, 1>, Case<float, std::int32_t, 8, 8>,
-                         Case<float, std::int32_t, 16, 1>, Case<double, std::int16_t, 16, 1>,
-                         Case<double, std::int16_t, 1, 4>, Case<float, std::int64_t, 3, 5>>;
+                         Case<double, std::int64_t, 4, 4>, Case<float, std::int32_t, 1, 4>,
+                         Case<float, std::int32_t, 4, 1>, Case<double, std::int32_t, 8, 1>,
+                         Case<float, std::int32_t, 8, 8>, Case<double, std::int16_t, 16, 1>,
+                         Case<float, std::int64_t, 3, 5>>;
 
 #define FAST_REQUIRE(...)                     \
   do {                                        \

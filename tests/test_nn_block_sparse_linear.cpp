@@ -30,8 +30,9 @@ struct Shape {
   static constexpr int kR = R;
   static constexpr int kC = C;
 };
-using Shapes = std::tuple<Shape<std::int32_t, 4, 4>, Shape<std::int16_t, 1, 4>, Shape<std::int64_t, 4, 1>,
-                          Shape<std::int32_t, 8, 1>, Shape<std::int32_t, 8, 8>, Shape<std::int16_t, 16, 1>>;
+// A square, a wide and a tall block, over the three index types (the kernels' own tests cover
+// every shape; each shape here is another set of kernel instantiations to compile).
+using Shapes = std::tuple<Shape<std::int32_t, 4, 4>, Shape<std::int16_t, 1, 4>, Shape<std::int64_t, 8, 1>>;
 
 }  // namespace
 
