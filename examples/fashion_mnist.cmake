@@ -28,16 +28,18 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
-    # Block-sparse hidden layers train (a fixed topology), and a DST algorithm is refused by name.
-    add_test(NAME example:fashion_mnist_block_smoke COMMAND fashion_mnist --block 4x4 --epochs 1 --max-steps 30 --threads 1)
+    # Block-sparse hidden layers train with SET on the block grid, and an algorithm that does
+    # not update blocks is refused by name.
+    add_test(NAME example:fashion_mnist_block_smoke
+             COMMAND fashion_mnist --block 4x4 --algorithm set --delta-t 10 --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_block_smoke PROPERTIES LABELS example
-                         PASS_REGULAR_EXPRESSION "sparse in 4x4 blocks.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
-    add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm rigl --max-steps 1)
+                         PASS_REGULAR_EXPRESSION "sparse in 4x4 blocks.*topology: set.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
+    add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm snfs --max-steps 1)
     set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
-                         PASS_REGULAR_EXPRESSION "--block trains a fixed topology \\(--algorithm none or static\\), not rigl")
+                         PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs")
     add_test(NAME example:fashion_mnist_block_resume
              COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/block_resume_test
-                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--sparsity;0.8;--widths;64,64"
+                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
                      -DEVERY=7 -DSTOP=53
                      "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
                      -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)

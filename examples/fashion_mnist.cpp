@@ -10,7 +10,8 @@
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
-// (32-bit indices; a fixed topology: no DST, --constant-fan-in or --compare-steps with blocks yet).
+// (32-bit indices; --algorithm static, set or rigl update on the block grid; no --constant-fan-in
+// or --compare-steps with blocks).
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
@@ -254,9 +255,9 @@ int run(const Config& cfg) {
   if (prunes && !(cfg.initial_sparsity >= 0.0 && cfg.initial_sparsity <= cfg.sparsity))
     throw sprig::ArgumentError("fashion_mnist: --initial-sparsity " + std::to_string(cfg.initial_sparsity) +
                                " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
-  if (blocks && (cfg.algorithm != "none" && cfg.algorithm != "static"))
-    throw sprig::ArgumentError("fashion_mnist: --block trains a fixed topology (--algorithm none or static), not " +
-                               cfg.algorithm);
+  if (blocks && cfg.algorithm != "none" && cfg.algorithm != "static" && cfg.algorithm != "set" && cfg.algorithm != "rigl")
+    throw sprig::ArgumentError("fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the block "
+                               "grid), not " + cfg.algorithm);
   if (blocks && (cfg.constant_fan_in || cfg.compare_steps > 0))
     throw sprig::ArgumentError("fashion_mnist: --block does not take --constant-fan-in or --compare-steps yet");
   auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
@@ -299,7 +300,7 @@ int run(const Config& cfg) {
   // Dynamic sparse training: the algorithm takes over the optimizer step (dst::apply_step:
   // RigL skips it on update steps) and changes the topology every delta_t steps until 75%.
   std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> algorithm;
-  if (cfg.algorithm != "none" && !blocks) {
+  if (cfg.algorithm != "none") {
     if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --algorithm needs --sparsity > 0");
     const auto dst_schedule = sprig::dst::UpdateSchedule::for_run(total_steps, cfg.delta_t, cfg.alpha);
     if (cfg.algorithm == "static")
@@ -395,14 +396,10 @@ int run(const Config& cfg) {
       std::visit(
           [&](auto& opt) {
             opt.set_lr(schedule(steps_done));  // the global step: RigL skips some optimizer steps
-            if constexpr (!blocks) {
-              if (algorithm)
-                sprig::dst::apply_step(*algorithm, opt, model, steps_done);
-              else
-                opt.step(model);
-            } else {
-              opt.step(model);  // a fixed topology
-            }
+            if (algorithm)
+              sprig::dst::apply_step(*algorithm, opt, model, steps_done);
+            else
+              opt.step(model);
           },
           optimizer);
       loss_sum += loss;
@@ -434,16 +431,18 @@ int run(const Config& cfg) {
   }
 
   if (start.epoch >= static_cast<std::uint64_t>(cfg.epochs)) test = evaluate(model, data.test, mean, inv_std);
-  if (algorithm && !blocks) {
+  if (algorithm) {
     // Topology updates leave relocated rows' old slots dead and storage vectors grown
     // geometrically; compact() (as before saving a model) restores a tight padded layout.
     std::printf("weights as held at the end of training: %lld bytes; compacting\n",
                 static_cast<long long>(model.weight_bytes()));
-    for (auto& ref : model.sparse_layers()) {
-      sprig::SlotLog log;
-      ref.layer->weight.weight.compact(&log);
-      ref.layer->weight.apply(log);
-    }
+    model.for_each_parameter([](auto& p) {
+      if constexpr (requires { p.weight.compact(); }) {
+        sprig::SlotLog log;
+        p.weight.compact(&log);
+        p.apply(log);
+      }
+    });
   }
   const std::int64_t weight_bytes = model.weight_bytes();
   const std::int64_t dense_bytes = model.dense_weight_bytes();

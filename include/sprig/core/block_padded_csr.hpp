@@ -303,6 +303,39 @@ public:
   }
   void compact(SlotLog* log = nullptr) { compact(pattern_.padding_ratio(), log); }
 
+  // ---- topology changes made on a stand-in (dynamic sparse training) --------------------
+  // A DST update ranks and changes a PaddedCSR over the block grid (block_norms()), then
+  // replays what it recorded here: apply_slot_moves for every chunk of the stand-in's SlotLog,
+  // then adopt_pattern once. Between the two the matrix is not consistent.
+
+  // The block pattern with slot s holding the Frobenius norm of block s (0 for padding and
+  // dead slots; NaN for a block holding one): what drop-by-magnitude ranks. O(storage x R x C).
+  PaddedCSR<T, Index> block_norms() const {
+    AlignedVector<T> norms(static_cast<std::size_t>(storage_size()), T(0));
+    for_each_block([&](std::int64_t, std::int64_t, std::int64_t s, const T* b) {
+      T sum = T(0);
+      for (std::int64_t q = 0; q < kBlockSize; ++q) sum += b[q] * b[q];
+      norms[static_cast<std::size_t>(s)] = std::sqrt(sum);
+    });
+    return pattern_.with_values(std::move(norms));
+  }
+  // Replays slot changes recorded on the stand-in on the blocks, R x C values per slot: a
+  // moved block keeps its values, a freed or born one is zero.
+  void apply_slot_moves(const SlotLog& log) { log.apply(values_, kBlockSize); }
+  // Takes the stand-in's pattern after the replayed changes (its values are not kept) and a
+  // new topology_key(). Throws ShapeError, nothing changed, unless its grid is this one's and
+  // its storage matches the values replayed. O(storage).
+  void adopt_pattern(const PaddedCSR<T, Index>& changed) {
+    if (changed.rows() != block_rows() || changed.cols() != block_cols() ||
+        changed.storage_size() * kBlockSize != std::ssize(values_))
+      throw ShapeError(detail::message("BlockPaddedCSR::adopt_pattern: a ", changed.rows(), "x", changed.cols(),
+                                       " pattern of ", changed.storage_size(), " slots for a ", block_rows(), "x",
+                                       block_cols(), " block grid holding ", values_.size() / kBlockSize,
+                                       " slots of values (replay every change with apply_slot_moves first)"));
+    pattern_ = changed;
+    pattern_.drop_values();
+  }
+
   // ---- checks and accounting ----------------------------------------------------------
 
   // Throws sprig::Error naming the first violated invariant: the pattern's, the value array's

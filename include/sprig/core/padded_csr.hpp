@@ -302,6 +302,18 @@ public:
     structure_only_ = true;
   }
   bool structure_only() const noexcept { return structure_only_; }
+  // A copy of this pattern holding values[s] at slot s: a stand-in that ranks a pattern by
+  // values kept elsewhere (DST drops a BlockPaddedCSR's blocks by the norms put here). The
+  // copy's slots are this matrix's, so a SlotLog recorded on it replays on arrays aligned
+  // with this one. Throws ShapeError unless values holds storage_size() entries. O(storage).
+  PaddedCSR with_values(AlignedVector<T> values) const {
+    if (std::ssize(values) != storage_size())
+      throw ShapeError(detail::message("PaddedCSR::with_values: ", values.size(), " values for ", storage_size(), " slots"));
+    PaddedCSR m(*this);
+    m.values_ = std::move(values);
+    m.structure_only_ = false;
+    return m;
+  }
 
   // Values may be changed freely (that is not a topology change); columns may not.
   std::span<T> values() noexcept { return values_; }

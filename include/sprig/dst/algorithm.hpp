@@ -44,7 +44,7 @@ namespace sprig::dst {
 
 // What one topology update did to one sparse layer.
 struct LayerUpdate {
-  std::int64_t live_before = 0;  // live weights before the update
+  std::int64_t live_before = 0;  // live weights (blocks, for a block-sparse layer) before the update
   std::int64_t live_after = 0;   // and after (equal unless the algorithm redistributes: SNFS)
   DropGrowStats stats;
   bool compacted = false;        // the layer's dead slots were compacted away after the update
@@ -142,6 +142,12 @@ public:
   // Whether grow_linear_positions_per_row is implemented (Static, SET, RigL; not SNFS, whose
   // redistribution between layers changes row counts).
   virtual bool supports_constant_fan_in() const { return false; }
+  // Whether the algorithm updates block-sparse layers (SparseLayerRef::blocks): Static, SET
+  // and RigL, on the block grid. There a block is dropped by its Frobenius norm, RigL grows
+  // the blocks of largest sum of |dL/dW| over their entries, and a new block starts at zero
+  // with zero state. update() throws ArgumentError, before any layer changes, for a block
+  // layer with an algorithm that does not, or with constant_fan_in.
+  virtual bool supports_blocks() const { return false; }
 
   // Total time spent in topology updates and how many there were (counted by update()).
   double total_seconds() const noexcept { return total_seconds_; }
@@ -213,34 +219,70 @@ protected:
   // about 1 MiB with a dense GEMM, large enough for an efficient GEMM and small against the
   // layer, never stored whole), as ascending linear positions: RigL's grow rule, reused by
   // others. Needs the layer's input and output gradient (checked by update()).
+  // For a block-sparse layer the positions are on the block grid, ranked by each block's sum
+  // of |dL/dW| over its entries.
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
-    const auto& W = layer.layer->weight.weight;
-    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
     return top_gradient_linear_positions(
-        W, dropped, k, gradient_block_rows(W.rows(), W.cols()),
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
-        },
+        layer.layer->weight.weight, dropped, k, gradient_block_rows(layer),
+        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
         gradient_block_);
   }
   // top_dense_gradient within each row: the per_row largest |dL/dW| of every row among its
   // columns not kept (RigL's grow rule under constant fan-in), streamed the same way.
   std::vector<std::int64_t> top_dense_gradient_per_row(const LayerRef& layer, const DropSet& dropped,
                                                        std::int64_t per_row) {
-    const auto& W = layer.layer->weight.weight;
-    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
     return top_gradient_linear_positions_per_row(
-        W, dropped, per_row, gradient_block_rows(W.rows(), W.cols()),
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-          gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
-        },
+        layer.layer->weight.weight, dropped, per_row, gradient_block_rows(layer),
+        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
         gradient_block_);
   }
 
 private:
-  // Rows per block of the streamed dense gradient: about 2^18 elements.
-  static std::int64_t gradient_block_rows(std::int64_t rows, std::int64_t cols) {
-    return std::max<std::int64_t>(1, std::min<std::int64_t>(rows, (std::int64_t{1} << 18) / std::max<std::int64_t>(1, cols)));
+  // Rows of the layer's grid per block of the streamed dense gradient: about 2^18 elements
+  // of dY X^T (R x in of them per grid row of a block layer).
+  static std::int64_t gradient_block_rows(const LayerRef& layer) {
+    const std::int64_t per_row = layer.blocks ? layer.blocks->block_height() * layer.in_features() : layer.in_features();
+    return std::max<std::int64_t>(1, std::min<std::int64_t>(layer.layer->weight.weight.rows(),
+                                                            (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_row)));
+  }
+
+  // out = rows [r0, r0 + rows) of dL/dW on the layer's grid: dY X^T, or for a block layer the
+  // sum of |dY X^T| over each block's in-matrix entries (one GEMM into block_gradient_, then
+  // the sums in a fixed order: deterministic as the GEMM is).
+  void gradient_rows(const LayerRef& layer, std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
+    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
+    if (!layer.blocks) {
+      gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+      return;
+    }
+    const std::int64_t R = layer.blocks->block_height(), C = layer.blocks->block_width();
+    const std::int64_t in = layer.in_features(), e0 = r0 * R;
+    const std::int64_t erows = std::min(layer.out_features(), (r0 + rows) * R) - e0;
+    block_gradient_.resize(erows, in);
+    gemm<T>(Trans::no, Trans::yes, T(1), dY.block(e0, 0, erows, dY.cols()), X, T(0), block_gradient_.view());
+    const ConstMatrixView<T> g = block_gradient_.view();
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < out.cols(); ++j) {
+        T sum = T(0);
+        for (std::int64_t r = i * R; r < std::min(erows, (i + 1) * R); ++r)
+          for (std::int64_t c = j * C; c < std::min(in, (j + 1) * C); ++c) sum += std::abs(g(r, c));
+        out(i, j) = sum;
+      }
+  }
+
+  // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
+  // support blocks or runs with constant_fan_in. O(layers).
+  void check_blocks(std::span<const LayerRef> layers, const char* caller) const {
+    for (const LayerRef& l : layers) {
+      if (!l.blocks) continue;
+      if (!supports_blocks() || constant_fan_in)
+        throw ArgumentError(sprig::detail::message(
+            caller, ": sparse layer ", l.sparse_index, " (", l.out_features(), "x", l.in_features(), " in ",
+            l.blocks->block_height(), "x", l.blocks->block_width(), " blocks) is block-sparse, and ",
+            constant_fan_in ? std::string("constant_fan_in is not supported on block-sparse layers")
+                            : sprig::detail::message(name(), " does not update block-sparse layers (static, set and "
+                                                              "rigl do)")));
+    }
   }
 
   template <Value U, ColumnIndex I, class Optimizer, ModelOf<U, I> M>
@@ -251,16 +293,16 @@ private:
   void check_gradients(std::span<const LayerRef> layers, const char* caller) const {
     if (!needs_gradients()) return;
     for (const LayerRef& l : layers) {
-      const auto& W = l.layer->weight.weight;
+      const std::int64_t rows = l.out_features(), cols = l.in_features();
       const ConstMatrixView<T> X = l.input, dY = l.output_grad;
-      if (X.rows() == W.cols() && dY.rows() == W.rows() && X.cols() == dY.cols() && X.cols() > 0) continue;
+      if (X.rows() == cols && dY.rows() == rows && X.cols() == dY.cols() && X.cols() > 0) continue;
       const bool none = X.rows() * X.cols() == 0 && dY.rows() * dY.cols() == 0;
       throw ArgumentError(sprig::detail::message(
           caller, ": ", name(), " needs the input and output gradient of sparse layer ", l.sparse_index,
-          " (model layer ", l.position, ", ", W.rows(), "x", W.cols(), ") from a forward and backward on this step; ",
+          " (model layer ", l.position, ", ", rows, "x", cols, ") from a forward and backward on this step; ",
           none ? std::string("none was recorded")
                : sprig::detail::message("the input recorded is ", X.rows(), "x", X.cols(), " and the output gradient ",
-                                        dY.rows(), "x", dY.cols(), ", expected ", W.cols(), "xB and ", W.rows(), "xB"),
+                                        dY.rows(), "x", dY.cols(), ", expected ", cols, "xB and ", rows, "xB"),
           " (call forward and backward before an update step)"));
     }
   }
@@ -376,6 +418,7 @@ private:
   }
 
   UpdateReport update_active_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
+    check_blocks(layers, caller);
     check_gradients(layers, caller);
     const auto start = std::chrono::steady_clock::now();
     UpdateReport report;
@@ -422,7 +465,11 @@ private:
                                               : grow_linear_positions(layers[l], drop, grow[l], rng);
       check_grow_positions(layers[l], drop, grow_at, grow[l], per_row[l], caller);
       SlotLog log;
-      log.set_sink(kLogChunk, [&param](const SlotLog& chunk) { param.apply(chunk); });
+      BlockTopology<T, Index>* blocks = layers[l].blocks;
+      log.set_sink(kLogChunk, [&param, blocks](const SlotLog& chunk) {
+        param.apply(chunk);
+        if (blocks) blocks->apply_slot_moves(chunk);
+      });
       u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
       log.flush();
       if (should_compact(param.weight)) {
@@ -430,6 +477,7 @@ private:
         log.flush();
         u.compacted = true;
       }
+      if (blocks) blocks->adopt_pattern(param.weight);
       u.live_after = param.weight.nnz();
     }
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -444,6 +492,7 @@ private:
   double total_seconds_ = 0.0;
   std::int64_t updates_ = 0;
   Matrix<T> gradient_block_;
+  Matrix<T> block_gradient_;  // dY X^T rows of a block layer, before the block sums
 };
 
 // One optimizer step and/or topology update for training step t (0-based), after forward
@@ -466,6 +515,7 @@ void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M&
   const auto all = model.sparse_layers();
   std::vector<SparseLayerRef<T, Index>> storage;
   const auto layers = algorithm.active_layers(all, storage, "dst::apply_step");
+  algorithm.check_blocks(layers, "dst::apply_step");
   algorithm.check_gradients(layers, "dst::apply_step");
   if (algorithm.constant_fan_in) algorithm.check_constant_fan_in(layers, "dst::apply_step");
   if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);

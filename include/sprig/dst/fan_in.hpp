@@ -76,7 +76,7 @@ SparseLinear<T, Index> constant_fan_in_linear(std::int64_t in, std::int64_t out,
 // Biases and dense layers are untouched. For a freshly built model (build_mlp, build_gpt, a
 // user's), before the optimizer's first step: optimizer state of the old weights is
 // discarded with them. Throws ArgumentError, before any layer changes, unless
-// 0 <= growth_reserve <= 64. O(nnz + cols) per layer.
+// 0 <= growth_reserve <= 64, or if a layer is block-sparse. O(nnz + cols) per layer.
 template <TrainableModel M>
 void redraw_constant_fan_in(M& model, std::uint64_t seed,
                             double growth_reserve = SparseParameter<typename M::value_type,
@@ -86,7 +86,12 @@ void redraw_constant_fan_in(M& model, std::uint64_t seed,
   if (!(growth_reserve >= 0.0 && growth_reserve <= 64.0))
     throw ArgumentError(
         sprig::detail::message("dst::redraw_constant_fan_in: growth_reserve ", growth_reserve, " outside [0, 64]"));
-  for (const SparseLayerRef<T, Index>& ref : model.sparse_layers()) {
+  const auto layers = model.sparse_layers();
+  for (const SparseLayerRef<T, Index>& ref : layers)
+    if (ref.blocks)
+      throw ArgumentError(sprig::detail::message("dst::redraw_constant_fan_in: sparse layer ", ref.sparse_index,
+                                                 " is block-sparse (constant fan-in is for unstructured layers)"));
+  for (const SparseLayerRef<T, Index>& ref : layers) {
     auto& param = ref.layer->weight;
     const auto& W = param.weight;
     if (W.rows() == 0) continue;

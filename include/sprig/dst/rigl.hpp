@@ -20,6 +20,7 @@ public:
   bool skips_optimizer_on_update() const override { return true; }
   bool needs_gradients() const override { return true; }
   bool supports_constant_fan_in() const override { return true; }
+  bool supports_blocks() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,

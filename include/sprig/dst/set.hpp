@@ -16,6 +16,7 @@ public:
   SET(UpdateSchedule schedule, std::uint64_t seed) : SparsityAlgorithm<T, Index>(schedule, seed) {}
   std::string_view name() const override { return "set"; }
   bool supports_constant_fan_in() const override { return true; }
+  bool supports_blocks() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,

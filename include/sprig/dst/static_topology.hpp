@@ -14,6 +14,7 @@ public:
   std::string_view name() const override { return "static"; }
   bool is_update_step(std::int64_t) const override { return false; }
   bool supports_constant_fan_in() const override { return true; }
+  bool supports_blocks() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,

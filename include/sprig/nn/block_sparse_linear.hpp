@@ -36,7 +36,9 @@
 #include "../kernels/workspace.hpp"
 #include "bias.hpp"
 #include "init.hpp"
+#include "model.hpp"
 #include "parameter.hpp"
+#include "sparse_linear.hpp"
 
 namespace sprig {
 
@@ -51,7 +53,7 @@ struct BlockSparseLinearOptions {
 };
 
 template <Value T, ColumnIndex Index, int R, int C>
-class BlockSparseLinear {
+class BlockSparseLinear final : public BlockTopology<T, Index> {
 public:
   using value_type = T;
   using index_type = Index;
@@ -100,8 +102,8 @@ public:
     init(std::move(w));
   }
 
-  std::int64_t in_features() const noexcept { return weight.weight.cols(); }
-  std::int64_t out_features() const noexcept { return weight.weight.rows(); }
+  std::int64_t in_features() const noexcept override { return weight.weight.cols(); }
+  std::int64_t out_features() const noexcept override { return weight.weight.rows(); }
   // Live blocks over the blocks of the grid.
   double density() const noexcept { return weight.weight.block_density(); }
 
@@ -155,6 +157,23 @@ public:
   // The cached transposed block pattern backward uses (rebuilt when W's topology changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
 
+  // Dynamic sparse training (SparseLayerRef, BlockTopology): a stand-in SparseLinear over the
+  // block grid whose weight holds each live block's Frobenius norm, rebuilt from the blocks by
+  // every call (O(storage x R x C)); a DST update changes it and replays its changes here.
+  SparseLinear<T, Index>& topology_stand_in() {
+    stand_in_ = SparseLinear<T, Index>(weight.weight.block_norms());
+    return stand_in_;
+  }
+  std::int64_t block_height() const noexcept override { return R; }
+  std::int64_t block_width() const noexcept override { return C; }
+  void apply_slot_moves(const SlotLog& chunk) override {
+    // not BlockSparseParameter::apply: its alignment check holds only once the pattern is adopted
+    weight.weight.apply_slot_moves(chunk);
+    chunk.apply(weight.grad, Weight::kBlockSize);
+    for (auto& s : weight.state) chunk.apply(s, Weight::kBlockSize);
+  }
+  void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.weight.adopt_pattern(grid); }
+
   // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
   // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces).
   std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
@@ -186,6 +205,7 @@ private:
   TransposeCache<T, Index> transpose_;
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
+  SparseLinear<T, Index> stand_in_{PaddedCSR<T, Index>(1, 1)};  // topology_stand_in()
 };
 
 }  // namespace sprig

@@ -13,7 +13,9 @@
 // the model's structure (both forms in the same order: a checkpoint writes with one and
 // reads with the other). sparse_layers() lists the model's SparseLinear layers in a fixed
 // order, each with the input it saw in the last forward and the output gradient of the last
-// backward (empty views before them); those views stay valid until the next forward. A DST
+// backward (empty views before them); those views stay valid until the next forward. Block-
+// sparse layers (BlockSparseLinear) are listed through a stand-in over their block grid
+// (SparseLayerRef::blocks), rebuilt by each call. A DST
 // algorithm changes the layers' topology through these references; a model that caches
 // anything derived from a sparse weight's topology must key it on
 // PaddedCSR::topology_key() (as SparseLinear's transpose cache does).
@@ -26,13 +28,38 @@
 
 #include "../core/concepts.hpp"
 #include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "../core/slot_log.hpp"
 #include "parameter.hpp"
 #include "sparse_linear.hpp"
 
 namespace sprig {
 
+// A layer whose weight is stored in dense R x C blocks (BlockSparseLinear), as dynamic sparse
+// training changes it: through a stand-in SparseLinear over the block grid (one entry per
+// block, its value the block's Frobenius norm), whose slot changes are replayed here.
+template <Value T, ColumnIndex Index>
+class BlockTopology {
+public:
+  virtual std::int64_t block_height() const noexcept = 0;  // R: output rows per block
+  virtual std::int64_t block_width() const noexcept = 0;   // C: inputs per block
+  virtual std::int64_t out_features() const noexcept = 0;  // rows of the weight
+  virtual std::int64_t in_features() const noexcept = 0;   // columns of the weight
+  // Replays one chunk of the stand-in's SlotLog on the blocks, their gradient and optimizer
+  // state (R x C entries per slot).
+  virtual void apply_slot_moves(const SlotLog& chunk) = 0;
+  // Takes the stand-in's pattern once every chunk was replayed (BlockPaddedCSR::adopt_pattern).
+  virtual void adopt_pattern(const PaddedCSR<T, Index>& grid) = 0;
+
+protected:
+  ~BlockTopology() = default;
+};
+
 // What dynamic sparse training needs from one sparse layer after a step: the layer (its
 // SparseParameter is layer->weight), the input it saw and the gradient of its output.
+// For a block-sparse layer, `blocks` is the layer and `layer` its stand-in over the block
+// grid (BlockTopology), valid until the layer's next structural change; input and
+// output_grad are the layer's own, [in x B] and [out x B] in elements.
 template <Value T, ColumnIndex Index>
 struct SparseLayerRef {
   std::size_t position;       // where the layer sits in its model (the model documents it)
@@ -40,6 +67,11 @@ struct SparseLayerRef {
   SparseLinear<T, Index>* layer;
   ConstMatrixView<T> input;        // X of the last forward   [in x B]
   ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
+  BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
+
+  // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
+  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.weight.rows(); }
+  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.weight.cols(); }
 };
 
 namespace detail {

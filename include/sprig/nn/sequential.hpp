@@ -7,7 +7,8 @@
 // extra type with in_features()/out_features() is a linear layer (forward(X, Y, act) and
 // backward(X, dY, dX, x_activation, x_derivative) as SparseLinear's, so the fusions below
 // apply to it); one without them is element-wise (forward(X, Y), backward(X, dY, dX)).
-// Only SparseLinear layers are sparse_layers() (what DST updates).
+// sparse_layers() (what DST updates) lists the SparseLinear layers and the block-sparse ones
+// (BlockSparseLinear: through its stand-in over the block grid, SparseLayerRef::blocks).
 //
 // Buffers: act(k) holds the output of layer k, grad(k) the loss gradient with respect to
 // it; both are [width_k x batch] with a row stride padded to a 64-byte multiple that is not
@@ -220,14 +221,22 @@ public:
   }
 
   // The sparse layers with their last input and output gradient (valid until the next
-  // forward/backward or add(); empty views before the first forward). O(layers).
+  // forward/backward or add(); empty views before the first forward). O(layers), plus
+  // O(storage x R x C) per block-sparse layer to rebuild its stand-in.
   std::vector<SparseLayerRef<T, Index>> sparse_layers() {
     std::vector<SparseLayerRef<T, Index>> out;
     for (std::size_t k = 0; k < layers_.size(); ++k)
-      if (auto* s = std::get_if<SparseLinear<T, Index>>(&layers_[k])) {
-        const ConstMatrixView<T> in = input_of(k);
-        out.push_back({k, out.size(), s, in, ConstMatrixView<T>(grads_[grad_of_[k]].view())});
-      }
+      std::visit(
+          [&](auto& layer) {
+            using L = std::remove_cvref_t<decltype(layer)>;
+            const ConstMatrixView<T> dY(grads_[grad_of_[k]].view());
+            if constexpr (std::is_same_v<L, SparseLinear<T, Index>>) {
+              out.push_back({k, out.size(), &layer, input_of(k), dY});
+            } else if constexpr (requires { layer.topology_stand_in(); }) {
+              out.push_back({k, out.size(), &layer.topology_stand_in(), input_of(k), dY, &layer});
+            }
+          },
+          layers_[k]);
     return out;
   }
 

@@ -1,0 +1,408 @@
+// Dynamic sparse training at block granularity: Static, SET and RigL on BlockSparseLinear
+// layers through their stand-in over the block grid. Checked against oracles written here:
+// the dropped blocks are those of smallest Frobenius norm, RigL's grown blocks those of
+// largest sum of |dY X^T| (computed in double from the recorded X and dY), survivors keep
+// their values and optimizer state bit for bit, new blocks start at zero with zero state, the
+// live block count is preserved, and the layer's kernels see the new topology (a backward
+// after the update against the dense oracle). Unsupported combinations are rejected with
+// nothing changed; a run is bitwise the same for 1 and 2 threads.
+#include "sprig/dst/algorithm.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "sprig/dst/fan_in.hpp"
+#include "sprig/dst/granet.hpp"
+#include "sprig/dst/model_builder.hpp"
+#include "sprig/dst/rigl.hpp"
+#include "sprig/dst/set.hpp"
+#include "sprig/dst/snfs.hpp"
+#include "sprig/dst/static_topology.hpp"
+#include "sprig/nn/softmax_cross_entropy.hpp"
+#include "sprig/optim/adamw.hpp"
+#include "with_threads.hpp"
+
+using namespace sprig;
+
+namespace {
+
+template <class T, class Index>
+using Block44 = BlockSparseLinear<T, Index, 4, 4>;
+template <class T, class Index>
+using Model = Sequential<T, Index, Block44<T, Index>>;
+
+// 13-37-22-3 in 4x4 blocks (edge blocks partly outside every layer), the output dense.
+template <class T, class Index>
+Model<T, Index> make_model(double sparsity = 0.7) {
+  return dst::build_block_mlp<T, Index, 4, 4>(
+      {.widths = {13, 37, 22, 3}, .sparsity = sparsity, .seed = 5, .growth_reserve = 0.25});
+}
+
+// One forward and backward on the data of step t (X stays alive in `x` for the update).
+template <class T, class Index>
+void forward_backward(Model<T, Index>& model, Matrix<T>& x, std::int64_t t) {
+  SoftmaxCrossEntropy<T> loss;
+  std::vector<int> y(9);
+  x = Matrix<T>(13, 9);
+  std::mt19937 gen(static_cast<unsigned>(t));
+  std::normal_distribution<double> n(0.0, 1.0);
+  for (std::int64_t b = 0; b < 9; ++b) {
+    y[b] = static_cast<int>(gen() % 3);
+    for (std::int64_t f = 0; f < 13; ++f) x(f, b) = static_cast<T>(n(gen) + (f % 3 == y[b] ? 1.0 : 0.0));
+  }
+  const auto z = model.forward(x);
+  loss.forward_backward(z, y, model.output_grad());
+  model.backward();
+}
+
+// Steps [from, to) with apply_step (the optimizer creates its state).
+template <class T, class Index>
+void train(Model<T, Index>& model, AdamW<T>& opt, dst::SparsityAlgorithm<T, Index>& algo, std::int64_t from,
+           std::int64_t to) {
+  Matrix<T> x;
+  for (std::int64_t t = from; t < to; ++t) {
+    forward_backward(model, x, t);
+    dst::apply_step(algo, opt, model, t);
+  }
+}
+
+// What a live block holds: its R x C values and the same entries of every state array.
+template <class T>
+struct BlockImage {
+  std::vector<T> values;
+  std::vector<std::vector<T>> state;
+  bool operator==(const BlockImage&) const = default;
+};
+
+template <class T, class Index>
+std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>> blocks_of(const Block44<T, Index>& layer) {
+  std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>> out;
+  const auto& W = layer.weight.weight;
+  W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T* b) {
+    BlockImage<T> img;
+    img.values.assign(b, b + 16);
+    for (const auto& st : layer.weight.state)
+      if (!st.empty()) img.state.emplace_back(st.begin() + s * 16, st.begin() + (s + 1) * 16);
+    out[{i, j}] = std::move(img);
+  });
+  return out;
+}
+
+template <class T, class Index>
+std::vector<Block44<T, Index>*> block_layers(Model<T, Index>& model) {
+  std::vector<Block44<T, Index>*> out;
+  for (std::size_t k = 0; k < model.size(); ++k)
+    if (auto* l = std::get_if<Block44<T, Index>>(&model.layer(k))) out.push_back(l);
+  return out;
+}
+
+double frobenius(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+// The k blocks of smallest Frobenius norm (no ties among random values).
+template <class T>
+std::set<std::pair<std::int64_t, std::int64_t>> smallest_norms(
+    const std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>& blocks, std::int64_t k) {
+  std::vector<std::pair<double, std::pair<std::int64_t, std::int64_t>>> by_norm;
+  for (const auto& [pos, img] : blocks)
+    by_norm.push_back({frobenius(std::vector<double>(img.values.begin(), img.values.end())), pos});
+  std::sort(by_norm.begin(), by_norm.end());
+  std::set<std::pair<std::int64_t, std::int64_t>> out;
+  for (std::int64_t q = 0; q < k; ++q) out.insert(by_norm[static_cast<std::size_t>(q)].second);
+  return out;
+}
+
+// The weight as a dense matrix (for the backward oracle).
+template <class T, class Index>
+Matrix<double> dense(const Block44<T, Index>& layer) {
+  const Matrix<T> d = layer.weight.weight.to_dense();
+  Matrix<double> out(d.rows(), d.cols());
+  for (std::int64_t i = 0; i < d.rows(); ++i)
+    for (std::int64_t j = 0; j < d.cols(); ++j) out(i, j) = d(i, j);
+  return out;
+}
+
+// After an update: a backward through the layer gives dX = W^T dY with the new topology (a
+// stale transposed pattern would not).
+template <class T, class Index>
+void check_backward_sees_topology(Block44<T, Index>& layer) {
+  const std::int64_t in = layer.in_features(), out = layer.out_features(), B = 5;
+  Matrix<T> X(in, B), dY(out, B), dX(in, B);
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (std::int64_t i = 0; i < in; ++i)
+    for (std::int64_t b = 0; b < B; ++b) X(i, b) = static_cast<T>(u(gen));
+  for (std::int64_t i = 0; i < out; ++i)
+    for (std::int64_t b = 0; b < B; ++b) dY(i, b) = static_cast<T>(u(gen));
+  const auto saved_grad = layer.weight.grad;
+  layer.backward(X, dY, dX);
+  layer.weight.grad = saved_grad;
+  const Matrix<double> W = dense(layer);
+  for (std::int64_t c = 0; c < in; ++c)
+    for (std::int64_t b = 0; b < B; ++b) {
+      double want = 0;
+      for (std::int64_t r = 0; r < out; ++r) want += W(r, c) * static_cast<double>(dY(r, b));
+      REQUIRE(static_cast<double>(dX(c, b)) == Approx(want).margin(1e-4));
+    }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("SET on block layers drops the smallest block norms and grows zero blocks", "[dst][blocks]",
+                   (std::tuple<float, std::int32_t>), (std::tuple<double, std::int16_t>)) {
+  using T = std::tuple_element_t<0, TestType>;
+  using Index = std::tuple_element_t<1, TestType>;
+  Model<T, Index> model = make_model<T, Index>();
+  AdamW<T> opt({.lr = 1e-2});
+  const dst::UpdateSchedule schedule{.delta_t = 4, .t_begin = 0, .t_end = 40, .alpha = 0.4};
+  dst::SET<T, Index> set(schedule, 11);
+  train(model, opt, set, 1, 4);  // AdamW state exists, no update yet
+
+  const auto layers = block_layers(model);
+  REQUIRE(layers.size() == 2);
+  for (std::int64_t t : {4, 8, 12}) {
+    const double f = schedule.drop_fraction(t);
+    std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> before;
+    std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
+    for (auto* l : layers) {
+      before.push_back(blocks_of(*l));
+      const auto k = static_cast<std::int64_t>(std::floor(f * static_cast<double>(l->weight.weight.nnz_blocks())));
+      REQUIRE(k > 0);
+      dropped.push_back(smallest_norms(before.back(), k));
+    }
+    const dst::UpdateReport r = set.update(model.sparse_layers(), t);
+    REQUIRE(r.layers.size() == 2);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      INFO("step " << t << ", block layer " << l);
+      auto& layer = *layers[l];
+      layer.weight.weight.check_invariants();
+      layer.weight.check_aligned("test");
+      const auto after = blocks_of(layer);
+      REQUIRE(std::ssize(after) == std::ssize(before[l]));  // the live block count is preserved
+      CHECK(r.layers[l].live_before == std::ssize(before[l]));
+      CHECK(r.layers[l].live_after == std::ssize(after));
+      std::int64_t grown = 0;
+      for (const auto& [pos, img] : before[l])
+        if (!dropped[l].count(pos)) {
+          REQUIRE(after.count(pos));
+          CHECK(after.at(pos) == img);  // a survivor keeps its values and state bit for bit
+        }
+      for (const auto& [pos, img] : after) {
+        if (before[l].count(pos) && !dropped[l].count(pos)) continue;
+        if (before[l].count(pos)) {  // a dropped block chosen again stays as it was
+          CHECK(img == before[l].at(pos));
+          continue;
+        }
+        ++grown;
+        for (T v : img.values) CHECK(v == T(0));
+        for (const auto& st : img.state)
+          for (T v : st) CHECK(v == T(0));
+      }
+      CHECK(grown > 0);
+      check_backward_sees_topology(layer);
+    }
+    train(model, opt, set, t + 1, t + 4);  // and training goes on
+  }
+}
+
+TEST_CASE("RigL on a block layer grows the blocks of largest sum of |dL/dW|", "[dst][blocks]") {
+  using T = float;
+  using Index = std::int32_t;
+  Model<T, Index> model = make_model<T, Index>(0.75);
+  AdamW<T> opt({.lr = 1e-2});
+  const dst::UpdateSchedule schedule{.delta_t = 5, .t_begin = 0, .t_end = 50, .alpha = 0.3};
+  dst::RigL<T, Index> rigl(schedule, 2);
+  train(model, opt, rigl, 1, 5);
+  Matrix<T> x;
+  forward_backward(model, x, 5);
+  const auto refs = model.sparse_layers();
+  REQUIRE(refs.size() == 2);
+  const auto layers = block_layers(model);
+  // the oracle's inputs, copied before the update
+  std::vector<Matrix<double>> score(2);
+  std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> before;
+  std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
+  for (std::size_t l = 0; l < 2; ++l) {
+    const auto& ref = refs[l];
+    REQUIRE(ref.blocks == layers[l]);
+    REQUIRE(ref.out_features() == layers[l]->out_features());
+    const std::int64_t out = ref.out_features(), in = ref.in_features();
+    const std::int64_t gr = (out + 3) / 4, gc = (in + 3) / 4;
+    score[l] = Matrix<double>(gr, gc);
+    for (std::int64_t r = 0; r < out; ++r)
+      for (std::int64_t c = 0; c < in; ++c) {
+        double g = 0;
+        for (std::int64_t b = 0; b < ref.input.cols(); ++b)
+          g += static_cast<double>(ref.output_grad(r, b)) * static_cast<double>(ref.input(c, b));
+        score[l](r / 4, c / 4) += std::abs(g);
+      }
+    before.push_back(blocks_of(*layers[l]));
+    const auto k = static_cast<std::int64_t>(std::floor(schedule.drop_fraction(5) * static_cast<double>(before[l].size())));
+    dropped.push_back(smallest_norms(before[l], k));
+  }
+  dst::apply_step(rigl, opt, model, 5);
+  for (std::size_t l = 0; l < 2; ++l) {
+    INFO("block layer " << l);
+    layers[l]->weight.weight.check_invariants();
+    const auto after = blocks_of(*layers[l]);
+    REQUIRE(after.size() == before[l].size());
+    // grown: live after, not kept; candidates: every grid position not kept
+    std::set<std::pair<std::int64_t, std::int64_t>> grown;
+    for (const auto& [pos, img] : after)
+      if (!before[l].count(pos) || dropped[l].count(pos)) grown.insert(pos);
+    REQUIRE(grown.size() == dropped[l].size());
+    double lowest_grown = 1e300, highest_left = -1;
+    for (std::int64_t i = 0; i < score[l].rows(); ++i)
+      for (std::int64_t j = 0; j < score[l].cols(); ++j) {
+        const std::pair<std::int64_t, std::int64_t> pos{i, j};
+        const bool kept = before[l].count(pos) && !dropped[l].count(pos);
+        if (kept) continue;
+        if (grown.count(pos))
+          lowest_grown = std::min(lowest_grown, score[l](i, j));
+        else
+          highest_left = std::max(highest_left, score[l](i, j));
+      }
+    // the float GEMM and the double oracle may order near-ties differently: within 1e-5
+    CHECK(lowest_grown >= highest_left - 1e-5 * std::max(1.0, highest_left));
+    CHECK(lowest_grown > 0);
+    for (const auto& pos : grown)
+      if (!before[l].count(pos))
+        for (T v : after.at(pos).values) CHECK(v == T(0));
+    check_backward_sees_topology(*layers[l]);
+  }
+}
+
+TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs change nothing", "[dst][blocks]") {
+  using T = float;
+  using Index = std::int32_t;
+  const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 0, .t_end = 30, .alpha = 0.3};
+  SECTION("an excluded block layer keeps its blocks bit for bit, the other updates") {
+    Model<T, Index> model = make_model<T, Index>();
+    AdamW<T> opt({.lr = 1e-2});
+    dst::RigL<T, Index> rigl(schedule, 3);
+    rigl.set_excluded_layers({1});
+    train(model, opt, rigl, 1, 3);
+    const auto layers = block_layers(model);
+    const auto kept = layers[1]->weight.weight.pattern().col_indices();
+    const std::vector<Index> cols_before(kept.begin(), kept.end());
+    const auto first_before = blocks_of(*layers[0]);
+    train(model, opt, rigl, 3, 4);  // step 3 updates
+    const auto kept_after = layers[1]->weight.weight.pattern().col_indices();
+    CHECK(std::vector<Index>(kept_after.begin(), kept_after.end()) == cols_before);
+    std::set<std::pair<std::int64_t, std::int64_t>> a, b;
+    for (const auto& [pos, img] : first_before) a.insert(pos);
+    for (const auto& [pos, img] : blocks_of(*layers[0])) b.insert(pos);
+    CHECK(a != b);
+  }
+  SECTION("SNFS, GraNet and constant_fan_in are refused before anything changes") {
+    Model<T, Index> model = make_model<T, Index>();
+    AdamW<T> opt({.lr = 1e-2});
+    dst::Static<T, Index> stat(schedule, 1);
+    train(model, opt, stat, 1, 3);
+    Matrix<T> x;
+    forward_backward(model, x, 3);
+    const auto layers = block_layers(model);
+    const auto image = blocks_of(*layers[0]);
+    const auto grad = layers[0]->weight.grad;
+    dst::SNFS<T, Index> snfs(schedule, 1);
+    CHECK_THROWS_AS(dst::apply_step(snfs, opt, model, 3), ArgumentError);
+    CHECK_THROWS_WITH(snfs.update(model.sparse_layers(), 3), Catch::Contains("block-sparse"));
+    dst::SET<T, Index> set(schedule, 1);
+    set.constant_fan_in = true;
+    CHECK_THROWS_WITH(dst::apply_step(set, opt, model, 3), Catch::Contains("constant_fan_in"));
+    CHECK_THROWS_AS(dst::redraw_constant_fan_in(model, 1), ArgumentError);
+    CHECK(blocks_of(*layers[0]) == image);
+    CHECK(layers[0]->weight.grad == grad);
+    CHECK(opt.step_count() == 2);  // apply_step refused before the optimizer's step
+  }
+}
+
+TEST_CASE("block RigL and SET runs are bitwise identical for 1 and 2 threads", "[dst][blocks][threads]") {
+  using T = float;
+  using Index = std::int32_t;
+  const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 0, .t_end = 30, .alpha = 0.3};
+  auto run = [&](int threads, bool rigl) {
+    std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> out;
+    sprig_test::with_threads(threads, [&] {
+      Model<T, Index> model = make_model<T, Index>();
+      AdamW<T> opt({.lr = 1e-2});
+      dst::RigL<T, Index> r(schedule, 9);
+      dst::SET<T, Index> s(schedule, 9);
+      if (rigl)
+        train(model, opt, r, 1, 14);
+      else
+        train(model, opt, s, 1, 14);
+      for (auto* l : block_layers(model)) out.push_back(blocks_of(*l));
+    });
+    return out;
+  };
+  for (bool rigl : {true, false}) {
+    INFO((rigl ? "rigl" : "set"));
+    CHECK(run(1, rigl) == run(2, rigl));
+  }
+}
+
+TEST_CASE("the block grid stand-in: norms per slot, replay and adoption, errors", "[dst][blocks]") {
+  using W = BlockPaddedCSR<double, std::int32_t, 4, 4>;
+  W w = W::random(10, 9, 4, 7);  // a 3x3 grid, edge blocks partly outside
+  const PaddedCSR<double, std::int32_t> norms = w.block_norms();
+  REQUIRE(norms.storage_size() == w.storage_size());
+  std::int64_t seen = 0;
+  w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const double* b) {
+    double sum = 0;
+    for (int q = 0; q < 16; ++q) sum += b[q] * b[q];
+    CHECK(norms.values()[s] == Approx(std::sqrt(sum)).epsilon(1e-15));
+    CHECK(norms.find(i, j) == s);  // the stand-in's slots are the pattern's
+    ++seen;
+  });
+  CHECK(seen == 4);
+  CHECK_THROWS_AS(w.pattern().with_values(AlignedVector<double>(3)), ShapeError);
+
+  // a change made on the stand-in, replayed: the erased block's values go, the others stay
+  PaddedCSR<double, std::int32_t> grid = norms;
+  const Matrix<double> before = w.to_dense();
+  const std::vector<double> values_before(w.values().begin(), w.values().end());
+  std::int64_t bi = -1, bj = -1;
+  w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const double*) {
+    if (bi < 0) bi = i, bj = j;
+  });
+  SlotLog log;
+  REQUIRE(grid.erase(bi, bj, &log));
+  std::int64_t gi = -1, gj = -1;  // a block position live in neither
+  for (std::int64_t i = 0; i < 3 && gi < 0; ++i)
+    for (std::int64_t j = 0; j < 3 && gi < 0; ++j)
+      if (grid.find(i, j) < 0 && !(i == bi && j == bj)) gi = i, gj = j;
+  REQUIRE(gi >= 0);
+  grid.insert(gi, gj, 1.0, &log);
+  // adopting without the replay is refused when the storage no longer matches, nothing changed
+  PaddedCSR<double, std::int32_t> wrong(4, 3);
+  CHECK_THROWS_AS(w.adopt_pattern(wrong), ShapeError);
+  CHECK(std::vector<double>(w.values().begin(), w.values().end()) == values_before);
+  const TopologyKey key = w.topology_key();
+  w.apply_slot_moves(log);
+  w.adopt_pattern(grid);
+  w.check_invariants();
+  CHECK(w.nnz_blocks() == 4);
+  CHECK(w.pattern().find(bi, bj) < 0);
+  CHECK(w.pattern().find(gi, gj) >= 0);
+  CHECK(!(w.topology_key() == key));
+  const Matrix<double> after = w.to_dense();
+  for (std::int64_t r = 0; r < 10; ++r)
+    for (std::int64_t c = 0; c < 9; ++c) {
+      const bool erased = r / 4 == bi && c / 4 == bj, born = r / 4 == gi && c / 4 == gj;
+      CHECK(after(r, c) == (erased || born ? 0.0 : before(r, c)));  // a born block starts at zero
+    }
+}
