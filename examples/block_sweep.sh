@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speed/quality frontier of block-sparse hidden layers on Fashion-MNIST: fashion_mnist with
 # unstructured sparse layers and with each block shape, at each sparsity, over seeds, one
-# thread, a fixed topology (no DST: the same for every shape), then writes
+# thread, a fixed topology unless the extra options name an algorithm (--algorithm set or
+# rigl updates every shape, on the block grid for blocks), then writes
 #   OUT/block_sweep.md    table per sparsity: accuracy (mean +- std), ms/step, weight bytes,
 #                         and which shapes are on the frontier (no other shape is both faster
 #                         and more accurate)
