@@ -101,7 +101,7 @@ struct ParameterMemory {
   std::int64_t dense_weights = 0;
   std::int64_t gradients = 0;
   std::int64_t optimizer_state = 0;
-  std::int64_t parameters = 0;       // live weights (sparse: nnz; dense: rows x cols)
+  std::int64_t parameters = 0;       // live weights (sparse: live_count(); dense: rows x cols)
   std::int64_t dense_parameters = 0; // rows x cols summed over all parameters
 };
 
@@ -115,7 +115,7 @@ ParameterMemory parameter_memory(const M& model) {
     if constexpr (requires { p.weight.storage_size(); }) {
       rows = p.weight.rows();
       cols = p.weight.cols();
-      m.parameters += p.weight.nnz();
+      m.parameters += p.live_count();
     } else {
       rows = p.rows;
       cols = p.cols;

@@ -3,11 +3,12 @@
 //   norm = sqrt(sum over every parameter of sum over its gradient entries of g^2)
 //   if max_norm / (norm + 1e-6) < 1:  g = g * (max_norm / (norm + 1e-6))  for every g
 //
-// The model is anything with for_each_parameter(fn) calling fn(SparseParameter<T, Index>&) or
-// fn(DenseParameter<T>&) (Sequential, a GPT, nn/model.hpp). A sparse parameter counts and
-// scales its live slots only ([row_start, row_start + row_nnz) of every row): the gradient at
-// padding and dead slots carries no meaning (nn/parameter.hpp) and is neither read nor
-// written. A dense parameter counts every element. Call it between backward and the
+// The model is anything with for_each_parameter(fn) calling fn(SparseParameter<T, Index>&),
+// fn(BlockSparseParameter<T, Index, R, C>&) or fn(DenseParameter<T>&) (Sequential, a GPT,
+// nn/model.hpp). A sparse parameter counts and scales its live slots only ([row_start,
+// row_start + row_nnz) of every row; for a block-sparse one, the R x C entries of each): the
+// gradient at padding and dead slots carries no meaning (nn/parameter.hpp) and is neither
+// read nor written. A dense parameter counts every element. Call it between backward and the
 // optimizer's step.
 //
 // Arithmetic: squares are accumulated in double; the scale is computed in double and rounded
@@ -89,6 +90,30 @@ double grad_sum_squares(const SparseParameter<T, Index>& p) {
     double s = 0.0;
     for (std::int64_t i = rows * j / k, e = rows * (j + 1) / k; i < e; ++i)
       s += sum_squares(g + w.row_start(i), w.row_nnz(i));
+    part[j] = s;
+  }
+  double total = 0.0;
+  for (std::int64_t j = 0; j < k; ++j) total += part[j];
+  return total;
+}
+
+// A block-sparse parameter: the R x C entries of its live blocks (block rows cut as rows);
+// out-of-matrix entries hold 0.
+template <Value T, ColumnIndex Index, int R, int C>
+double grad_sum_squares(const BlockSparseParameter<T, Index, R, C>& p) {
+  const auto& w = p.weight.pattern();
+  constexpr std::int64_t width = std::int64_t{R} * C;
+  const std::int64_t rows = w.rows();
+  const std::int64_t k = clip_chunks(w.storage_size() * width, rows);
+  double part[kClipChunks];
+  const T* g = p.grad.data();
+#if SPRIG_HAS_OPENMP
+#  pragma omp parallel for schedule(static) if (k > 1 && w.storage_size() * width >= kParallelMinWork)
+#endif
+  for (std::int64_t j = 0; j < k; ++j) {
+    double s = 0.0;
+    for (std::int64_t i = rows * j / k, e = rows * (j + 1) / k; i < e; ++i)
+      s += sum_squares(g + w.row_start(i) * width, w.row_nnz(i) * width);
     part[j] = s;
   }
   double total = 0.0;
