@@ -21,6 +21,10 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   add_test(NAME example:char_gpt_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_smoke PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "RESULT val_loss=[0-9.]+ ms_per_step=[0-9.]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ tokens_per_s=")
+  # The same loop with the projections in dense 4x4 blocks (RigL on the block grid).
+  add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
+  set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "in 4x4 blocks.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
   add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")

@@ -8,6 +8,7 @@
 //   char_gpt --ffn-sparsity 0.9                           # FFN 90% sparse
 //   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl
 //   char_gpt --config mini40m --ffn-sparsity 0.9 --steps 20   # the speed configuration
+//   char_gpt --ffn-sparsity 0.9 --weight-blocks 4x4 --algorithm rigl   # FFN in dense 4x4 blocks
 //
 // Configs: small = 4 layers, 4 heads, d_model 256, d_ff 1024, block 128, batch 16, 2000
 // steps, lr 1e-3 (warmup 100, cosine to 1e-4), clip 1.0, weight decay 0.1; mini40m = 8
@@ -22,6 +23,7 @@
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/io/text.hpp>
+#include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gpt.hpp>
 #include <sprig/nn/model.hpp>
 #include <sprig/nn/sampling.hpp>
@@ -85,6 +87,7 @@ struct Config {
   double temperature = 0.8;
   std::string prompt = "\n";
   int index_bits = 32;  // column index width of the sparse projections: 16 or 32
+  std::string weight_blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -103,8 +106,8 @@ void apply_config_defaults(Config& c) {
 }
 
 // Mean loss over the fixed validation windows, in batches of `batch` windows.
-template <class Index>
-double evaluate(sprig::GPT<T, Index>& model, std::span<const std::int32_t> val, const std::vector<std::int64_t>& starts,
+template <class Model>
+double evaluate(Model& model, std::span<const std::int32_t> val, const std::vector<std::int64_t>& starts,
                 std::int64_t batch, std::int64_t block) {
   sprig::SoftmaxCrossEntropy<T> ce;
   std::vector<std::int32_t> x(static_cast<std::size_t>(batch * block)), y(x.size());
@@ -135,8 +138,10 @@ std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Co
   return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
 }
 
-template <class Index>
+// Block... empty: unstructured sparse projections; one BlockSparseLinear type: in its blocks.
+template <class Index, class... Block>
 int run(Config cfg) {
+  constexpr bool blocks = sizeof...(Block) > 0;
   apply_config_defaults(cfg);
 #if defined(_OPENMP)
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
@@ -158,13 +163,21 @@ int run(Config cfg) {
   spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
   spec.seed = cfg.seed;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
-  sprig::GPT<T, Index> model = sprig::dst::build_gpt<T, Index>(spec);
+  if (blocks && cfg.algorithm == "snfs")
+    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not snfs");
+  auto model = [&] {
+    if constexpr (blocks)
+      return sprig::dst::build_block_gpt<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
+    else
+      return sprig::dst::build_gpt<T, Index>(spec);
+  }();
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
-              "FFN %.0f%% sparse (%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
+              "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
               cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
               static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
-              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(), static_cast<int>(8 * sizeof(Index)),
+              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
+              blocks ? (", in " + cfg.weight_blocks + " blocks").c_str() : "", static_cast<int>(8 * sizeof(Index)),
               static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
               static_cast<long long>(cfg.batch), threads);
 
@@ -344,8 +357,17 @@ int main(int argc, char** argv) {
   app.add_option("--index-bits", cfg.index_bits, "Column index width of the sparse projections (16: inputs <= 32768)")
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
+  app.add_option("--weight-blocks", cfg.weight_blocks,
+                 "Sparse projections in dense RxC blocks: 4x4 or 8x8 (32-bit indices; DST on the block grid)")
+      ->check(CLI::IsMember({"4x4", "8x8"}));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!cfg.weight_blocks.empty()) {
+      if (cfg.index_bits != 32) throw sprig::ArgumentError("--weight-blocks is built with --index-bits 32 only");
+      using I = std::int32_t;
+      if (cfg.weight_blocks == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
+      return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
+    }
     return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
   } catch (const sprig::Error& e) {
     std::cerr << "char_gpt: " << e.what() << "\n";

@@ -126,7 +126,11 @@ TEST_CASE("build_block_mlp: block layers at the block densities, ERK over the bl
   CHECK(l0->weight.weight.nnz_blocks() == 1470);
   CHECK(l2->weight.weight.nnz_blocks() == std::llround((1.0 - 0.9) * 1875.0));
   CHECK(l2->weight.weight.nnz_blocks() == 187);
-  CHECK(model.sparse_layers().empty());  // no element-sparse layer for DST
+  const auto refs = model.sparse_layers();  // the block layers, through their grid stand-ins
+  REQUIRE(refs.size() == 2);
+  CHECK(refs[0].blocks == l0);
+  CHECK(refs[1].blocks == l2);
+  CHECK(refs[1].layer->weight.weight.nnz() == 187);
   // ERK over the grids: erk_sparsities of the grid shapes (out / R, in / C)
   MLPSpec erk = spec;
   erk.distribution = Distribution::erk;

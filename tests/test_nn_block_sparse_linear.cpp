@@ -267,7 +267,12 @@ TEST_CASE("Sequential with block-sparse layers: the same bits as the layers chai
           std::vector<double>(l0.weight.grad.begin(), l0.weight.grad.end()));
   REQUIRE(std::vector<double>(m2.weight.grad.begin(), m2.weight.grad.end()) ==
           std::vector<double>(l2.weight.grad.begin(), l2.weight.grad.end()));
-  REQUIRE(model.sparse_layers().size() == 1);  // DST sees the element-sparse layer only
+  const auto refs = model.sparse_layers();  // two block layers (through their stand-ins), one element layer
+  REQUIRE(refs.size() == 3);
+  CHECK(refs[0].blocks == &m0);
+  CHECK(refs[1].blocks == &m2);
+  CHECK(refs[2].blocks == nullptr);
+  CHECK(refs[2].position == 4);
   REQUIRE(model.weight_bytes() == m0.weight_bytes() + m2.weight_bytes() +
                                       std::get<SparseLinear<double, std::int32_t>>(model.layer(4)).weight_bytes());
   // and an optimizer steps every parameter of the model

@@ -17,6 +17,7 @@
 
 #include "../core/error.hpp"
 #include "../core/padded_csr.hpp"
+#include "../nn/block_sparse_linear.hpp"
 #include "../nn/gpt.hpp"
 #include "density.hpp"
 #include "model_builder.hpp"
@@ -35,8 +36,10 @@ struct GPTSpec {
 };
 
 namespace detail {
-// gpt_densities with `fn` (the public call) named in its errors.
-inline std::vector<GPTBlockDensity> gpt_densities(const char* fn, const GPTSpec& spec) {
+// gpt_densities with `fn` (the public call) named in its errors; ERK over the block grids of
+// R x C blocks (R = C = 1: the matrices themselves).
+inline std::vector<GPTBlockDensity> gpt_densities(const char* fn, const GPTSpec& spec, std::int64_t R = 1,
+                                                  std::int64_t C = 1) {
   sprig::detail::check_gpt_config(fn, spec.config);
   if (!(spec.attn_sparsity >= 0.0 && spec.attn_sparsity < 1.0))
     throw ArgumentError(sprig::detail::message(fn, ": attn_sparsity ", spec.attn_sparsity, " outside [0, 1)"));
@@ -44,12 +47,13 @@ inline std::vector<GPTBlockDensity> gpt_densities(const char* fn, const GPTSpec&
     throw ArgumentError(sprig::detail::message(fn, ": ffn_sparsity ", spec.ffn_sparsity, " outside [0, 1)"));
   const auto L = static_cast<std::size_t>(spec.config.layers);
   const std::int64_t d = spec.config.d_model, f = spec.config.d_ff;
+  auto grid = [&](std::int64_t rows, std::int64_t cols) { return LayerShape{(rows + R - 1) / R, (cols + C - 1) / C}; };
   std::vector<LayerShape> attn, ffn;
   for (std::size_t l = 0; l < L; ++l) {
-    attn.push_back({3 * d, d});
-    attn.push_back({d, d});
-    ffn.push_back({f, d});
-    ffn.push_back({d, f});
+    attn.push_back(grid(3 * d, d));
+    attn.push_back(grid(d, d));
+    ffn.push_back(grid(f, d));
+    ffn.push_back(grid(d, f));
   }
   auto spread = [&](const std::vector<LayerShape>& shapes, double sparsity) {
     if (sparsity == 0.0) return std::vector<double>(shapes.size(), 0.0);
@@ -74,6 +78,40 @@ inline std::vector<GPTBlockDensity> gpt_densities(const GPTSpec& spec) {
   return detail::gpt_densities("dst::gpt_densities", spec);
 }
 
+namespace detail {
+// The GPT of `spec` (a GPT type), its densities over grids of R x C blocks (1 x 1: SparseLinear).
+template <class Model>
+Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::int64_t C) {
+  using Index = typename Model::index_type;
+  const std::vector<GPTBlockDensity> densities = gpt_densities(fn, spec, R, C);
+  if (!(spec.padding_ratio >= 0.0 && spec.padding_ratio <= 64.0))
+    throw ArgumentError(sprig::detail::message(fn, ": padding_ratio ", spec.padding_ratio, " outside [0, 64]"));
+  if (!(spec.growth_reserve >= 0.0 && spec.growth_reserve <= 64.0))
+    throw ArgumentError(sprig::detail::message(fn, ": growth_reserve ", spec.growth_reserve, " outside [0, 64]"));
+  constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
+  const std::int64_t d = spec.config.d_model, f = spec.config.d_ff;
+  const bool blocks = R * C > 1;
+  for (std::size_t l = 0; l < densities.size(); ++l) {
+    const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
+    const std::int64_t rows[] = {3 * d, d, f, d}, cols[] = {d, d, d, f};
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (dens[j] >= 1.0) continue;
+      const char* name = sprig::detail::gpt_projection_name(j);
+      const std::int64_t grid_rows = (rows[j] + R - 1) / R, grid_cols = (cols[j] + C - 1) / C;
+      if (grid_cols - 1 > max_index)
+        throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " has ", grid_cols,
+                                                   blocks ? " block columns" : " columns", ", more than a ", sizeof(Index) * 8,
+                                                   "-bit column index addresses (at most ", max_index, " + 1)"));
+      if (std::llround(dens[j] * static_cast<double>(grid_rows) * static_cast<double>(grid_cols)) == 0)
+        throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " (", rows[j], "x", cols[j],
+                                                   ") at density ", dens[j], " keeps no ", blocks ? "block" : "weight"));
+    }
+  }
+  return Model(spec.config, densities,
+               {.seed = spec.seed, .padding_ratio = spec.padding_ratio, .growth_reserve = spec.growth_reserve});
+}
+}  // namespace detail
+
 // Builds the GPT of `spec`: SparseLinear projections at the densities of gpt_densities,
 // Linear ones where that is 1. O(dense parameters + live weights). Deterministic for
 // spec.seed. Throws, naming dst::build_gpt, what gpt_densities throws, and ArgumentError for
@@ -81,31 +119,16 @@ inline std::vector<GPTBlockDensity> gpt_densities(const GPTSpec& spec) {
 // cannot address, or one whose density rounds to no weight.
 template <Value T, ColumnIndex Index = std::int32_t>
 GPT<T, Index> build_gpt(const GPTSpec& spec) {
-  constexpr const char* fn = "dst::build_gpt";
-  const std::vector<GPTBlockDensity> densities = detail::gpt_densities(fn, spec);
-  if (!(spec.padding_ratio >= 0.0 && spec.padding_ratio <= 64.0))
-    throw ArgumentError(sprig::detail::message(fn, ": padding_ratio ", spec.padding_ratio, " outside [0, 64]"));
-  if (!(spec.growth_reserve >= 0.0 && spec.growth_reserve <= 64.0))
-    throw ArgumentError(sprig::detail::message(fn, ": growth_reserve ", spec.growth_reserve, " outside [0, 64]"));
-  constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
-  const std::int64_t d = spec.config.d_model, f = spec.config.d_ff;
-  for (std::size_t l = 0; l < densities.size(); ++l) {
-    const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
-    const std::int64_t rows[] = {3 * d, d, f, d}, cols[] = {d, d, d, f};
-    for (std::size_t j = 0; j < 4; ++j) {
-      if (dens[j] >= 1.0) continue;
-      const char* name = sprig::detail::gpt_projection_name(j);
-      if (cols[j] - 1 > max_index)
-        throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " has ", cols[j],
-                                                   " columns, more than a ", sizeof(Index) * 8,
-                                                   "-bit column index addresses (at most ", max_index, " + 1)"));
-      if (std::llround(dens[j] * static_cast<double>(rows[j]) * static_cast<double>(cols[j])) == 0)
-        throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " (", rows[j], "x", cols[j],
-                                                   ") at density ", dens[j], " keeps no weight"));
-    }
-  }
-  return GPT<T, Index>(spec.config, densities,
-                       {.seed = spec.seed, .padding_ratio = spec.padding_ratio, .growth_reserve = spec.growth_reserve});
+  return detail::build_gpt_with<GPT<T, Index>>("dst::build_gpt", spec, 1, 1);
+}
+
+// The same GPT with its sparse projections in dense R x C blocks (BlockSparseLinear at block
+// density = the projection's density; ERK over the block grids). Throws as build_gpt, naming
+// dst::build_block_gpt, for block columns Index cannot address or a density that keeps no block.
+template <Value T, ColumnIndex Index, int R, int C>
+GPT<T, Index, BlockSparseLinear<T, Index, R, C>> build_block_gpt(const GPTSpec& spec) {
+  using Layer = BlockSparseLinear<T, Index, R, C>;
+  return detail::build_gpt_with<GPT<T, Index, Layer>>("dst::build_block_gpt", spec, R, C);
 }
 
 }  // namespace sprig::dst

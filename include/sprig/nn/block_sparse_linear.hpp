@@ -57,6 +57,7 @@ class BlockSparseLinear final : public BlockTopology<T, Index> {
 public:
   using value_type = T;
   using index_type = Index;
+  using Options = BlockSparseLinearOptions;
   using Weight = BlockPaddedCSR<T, Index, R, C>;
   static constexpr int kBlockRows = R;
   static constexpr int kBlockCols = C;

@@ -1,7 +1,8 @@
-// sprig/nn/gpt.hpp — GPT<T, Index>: a decoder-only transformer language model (nanoGPT's
-// architecture: pre-LN blocks, learned positions, untied head) whose four projections per
-// block are each a dense Linear or a SparseLinear, and which owns every activation and
-// gradient buffer between its layers.
+// sprig/nn/gpt.hpp — GPT<T, Index, SparseLayer>: a decoder-only transformer language model
+// (nanoGPT's architecture: pre-LN blocks, learned positions, untied head) whose four
+// projections per block are each a dense Linear or a SparseLayer (SparseLinear by default;
+// BlockSparseLinear<T, Index, R, C> for weights in dense R x C blocks: dst::build_block_gpt),
+// and which owns every activation and gradient buffer between its layers.
 //
 // Architecture, for N = batch * seq_len tokens (feature-major, [features x N]):
 //     x = tok_emb(tokens) + pos_emb                                     [d_model x N]
@@ -38,7 +39,8 @@
 // A GPT is a TrainableModel (nn/model.hpp): optimizers, dst::apply_step, checkpoints and
 // parameter_memory walk it as they walk a Sequential.
 //
-// Sparse layers (sparse_layers()): one SparseLayerRef per SparseLinear, in model order, with
+// Sparse layers (sparse_layers()): one SparseLayerRef per sparse projection (a block-sparse
+// one through its stand-in over the block grid, SparseLayerRef::blocks), in model order, with
 // position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
 // last forward (LN1's output, the attention output, LN2's output, the GELU output) and
 // output_grad = the dY it got in the last backward. Each sparse layer's dY lives in a buffer
@@ -134,12 +136,12 @@ inline const char* gpt_projection_name(std::size_t j) noexcept {
 }
 }  // namespace detail
 
-template <Value T, ColumnIndex Index = std::int32_t>
+template <Value T, ColumnIndex Index = std::int32_t, class SparseLayer = SparseLinear<T, Index>>
 class GPT {
 public:
   using value_type = T;
   using index_type = Index;
-  using Projection = std::variant<Linear<T>, SparseLinear<T, Index>>;
+  using Projection = std::variant<Linear<T>, SparseLayer>;
 
   // Builds the model (see the top for the layers and their initialisation). densities: one
   // entry per block, or empty for an all-dense model. O(parameters) time for the dense
@@ -301,7 +303,7 @@ public:
     visit_parameters(*this, fn);
   }
 
-  // One SparseLayerRef per SparseLinear, in model order (see the top: position = 4 * block +
+  // One SparseLayerRef per sparse projection, in model order (see the top: position = 4 * block +
   // j); views of the last forward's inputs and the last backward's output gradients, empty
   // before the first forward, valid until the next forward. O(layers); allocates the vector.
   std::vector<SparseLayerRef<T, Index>> sparse_layers() {
@@ -310,8 +312,13 @@ public:
       Block& b = blocks_[l];
       for (std::size_t j = 0; j < 4; ++j) {
         const auto which = static_cast<GPTProjection>(j);
-        if (auto* s = std::get_if<SparseLinear<T, Index>>(&projection_of(b, which)))
-          out.push_back({4 * l + j, out.size(), s, input_buffer(b, which).view(), dy_buffer(b, which).view()});
+        if (auto* s = std::get_if<SparseLayer>(&projection_of(b, which))) {
+          const ConstMatrixView<T> in = input_buffer(b, which).view(), dy = dy_buffer(b, which).view();
+          if constexpr (requires { s->topology_stand_in(); })
+            out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in, dy, s});
+          else
+            out.push_back({4 * l + j, out.size(), s, in, dy});
+        }
       }
     }
     return out;
@@ -322,7 +329,7 @@ public:
   void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
     for (Block& b : blocks_)
       for (std::size_t j = 0; j < 4; ++j)
-        if (auto* s = std::get_if<SparseLinear<T, Index>>(&projection_of(b, static_cast<GPTProjection>(j))))
+        if (auto* s = std::get_if<SparseLayer>(&projection_of(b, static_cast<GPTProjection>(j))))
           s->weight.reserve_growth(fraction);
   }
 
@@ -373,9 +380,10 @@ private:
   static Projection make_projection(std::int64_t in, std::int64_t out, double density, const GPTOptions& o,
                                     std::uint64_t key) {
     if (density >= 1.0) return Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key);
-    return Projection(std::in_place_type<SparseLinear<T, Index>>, in, out,
-                      SparseLinearOptions{.density = density, .seed = o.seed, .layer_key = key,
-                                          .padding_ratio = o.padding_ratio, .growth_reserve = o.growth_reserve});
+    return Projection(std::in_place_type<SparseLayer>, in, out,
+                      typename SparseLayer::Options{.density = density, .seed = o.seed, .layer_key = key,
+                                                    .padding_ratio = o.padding_ratio,
+                                                    .growth_reserve = o.growth_reserve});
   }
 
   std::size_t checked(std::size_t block) const {
@@ -414,7 +422,7 @@ private:
     }
   }
 
-  static bool is_sparse(const Projection& p) noexcept { return std::holds_alternative<SparseLinear<T, Index>>(p); }
+  static bool is_sparse(const Projection& p) noexcept { return std::holds_alternative<SparseLayer>(p); }
 
   // The residual stream entering block l (l = layers: the input of LN_f).
   ConstMatrixView<T> input_of(std::size_t l) const noexcept {

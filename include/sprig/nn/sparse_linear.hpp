@@ -73,6 +73,7 @@ class SparseLinear {
 public:
   using value_type = T;
   using index_type = Index;
+  using Options = SparseLinearOptions;
 
   SparseParameter<T, Index> weight;  // out x in
   DenseParameter<T> bias;            // out x 1, not decayed
