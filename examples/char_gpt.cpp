@@ -163,8 +163,6 @@ int run(Config cfg) {
   spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
   spec.seed = cfg.seed;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
-  if (blocks && cfg.algorithm == "snfs")
-    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not snfs");
   auto model = [&] {
     if constexpr (blocks)
       return sprig::dst::build_block_gpt<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
@@ -189,6 +187,8 @@ int run(Config cfg) {
                                                                           : sprig::AdamWBiasCorrection::per_slot});
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
   const auto algorithm = make_algorithm<Index>(cfg);
+  if (blocks && algorithm && !algorithm->supports_blocks())
+    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " + cfg.algorithm);
   std::printf("optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
               "clip %g; %lld steps; topology: %s\n",
               cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,

@@ -255,9 +255,6 @@ int run(const Config& cfg) {
   if (prunes && !(cfg.initial_sparsity >= 0.0 && cfg.initial_sparsity <= cfg.sparsity))
     throw sprig::ArgumentError("fashion_mnist: --initial-sparsity " + std::to_string(cfg.initial_sparsity) +
                                " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
-  if (blocks && cfg.algorithm != "none" && cfg.algorithm != "static" && cfg.algorithm != "set" && cfg.algorithm != "rigl")
-    throw sprig::ArgumentError("fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the block "
-                               "grid), not " + cfg.algorithm);
   if (blocks && (cfg.constant_fan_in || cfg.compare_steps > 0))
     throw sprig::ArgumentError("fashion_mnist: --block does not take --constant-fan-in or --compare-steps yet");
   auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
@@ -323,6 +320,9 @@ int run(const Config& cfg) {
       g.final_sparsity.resize(sparse_layers);
       algorithm = std::make_unique<sprig::dst::GraNet<T, Index>>(dst_schedule, cfg.seed, std::move(g));
     }
+    if (blocks && !algorithm->supports_blocks())
+      throw sprig::ArgumentError("fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the "
+                                 "block grid), not " + cfg.algorithm);
     algorithm->constant_fan_in = cfg.constant_fan_in;
     std::printf("topology: %s%s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)%s\n",
                 cfg.algorithm.c_str(), cfg.constant_fan_in ? " with constant fan-in" : "", static_cast<long long>(dst_schedule.delta_t),
