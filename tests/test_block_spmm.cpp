@@ -196,7 +196,7 @@ std::vector<BlockCase> block_cases(int R, int C) {
   for (int k = 0; k < 20; ++k)
     cases.push_back({pick(1, 6 * R + 2), pick(1, 6 * C + 2), pick(1, 40), rng.uniform01(), places[k % 3],
                      places[(k + 1) % 3], k % 2 == 1, seed++});
-  for (std::int64_t B : {96, 128, 200})
+  for (std::int64_t B : {80, 96, 128, 200})
     cases.push_back({pick(R, 5 * R), pick(20, 80), B, 0.3, places[B % 3], places[(B + 2) % 3], B != 128, seed++});
   const std::int64_t edge[][3] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 3}, {6, 5, 0},       {1, 1, 1},
                                   {1, 40, 17}, {37, 1, 9}, {R, C, 16}, {R * 3, C * 2, 33}, {R + 1, C + 1, 8}};

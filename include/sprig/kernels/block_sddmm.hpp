@@ -69,16 +69,6 @@ struct BlockTile {
   int rt = 1, ct = 1;
 };
 
-// Vector registers the tiles may use: 32 with AVX-512 and on aarch64 NEON, 16 on SSE/AVX.
-template <class T>
-constexpr int block_sddmm_registers() noexcept {
-#  if defined(__aarch64__) || defined(_M_ARM64)
-  return 32;
-#  else
-  return sizeof(Batch<T>) == 64 ? 32 : 16;
-#  endif
-}
-
 // Lane-wise chains per accumulator: blocks of fewer than 8 entries have too few accumulators
 // to hide the multiply-add latency, so each gets two (even and odd batch registers).
 template <int R, int C>
@@ -91,7 +81,7 @@ inline constexpr int kBlockSddmmChains = R * C < 8 ? 2 : 1;
 template <class T, int R, int C>
 constexpr BlockTile block_sddmm_tiling() noexcept {
   constexpr int N = static_cast<int>(Batch<T>::size);
-  constexpr int budget = block_sddmm_registers<T>() - 1;
+  constexpr int budget = kVectorRegisters - 1;
   constexpr int chains = kBlockSddmmChains<R, C>;
   BlockTile best;
   long best_loads = -1, best_sums = 0, best_tiles = 0;
@@ -201,7 +191,7 @@ template <class T, int R, int C>
 constexpr int block_sddmm_group_size() noexcept {
   constexpr int N = static_cast<int>(Batch<T>::size), RC = R * C;
   int g = RC < N && R > 1 ? N / RC : 1;
-  while (g > 1 && g * RC * (g * RC < 8 ? 2 : 1) + R + 1 > block_sddmm_registers<T>() - 1) --g;
+  while (g > 1 && g * RC * (g * RC < 8 ? 2 : 1) + R + 1 > kVectorRegisters - 1) --g;
   return g;
 }
 

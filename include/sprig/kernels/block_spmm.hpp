@@ -10,12 +10,12 @@
 // row's blocks and is stored once; per block and block column c, the X panel row bj*C + c is
 // loaded once and multiplied with the R weights of that column, broadcast: each X load
 // serves R multiply-adds, where the unstructured kernel gets one. The tile is at most 8 rows
-// (taller blocks are done in chunks of 8 rows, each over all the row's blocks) and at most
-// 12 accumulator registers (panel width per tile height: block_max_regs), so that the
-// tile, the X registers and a broadcast fit a 16-register ISA. Small tiles deal the blocks
-// round-robin to independent accumulator sets (block_chains), summed pairwise at the end, so
-// that the multiply-add latency is hidden; the same kernel runs W^T, whose C x R blocks are
-// W's blocks read transposed in place (TransposedBlocks), not copied.
+// (taller blocks are done in chunks of 8 rows, each over all the row's blocks) and holds
+// three quarters of the register file in accumulators (panel width per tile height:
+// block_max_regs), so that the tile, the X registers and a broadcast fit. Small tiles deal
+// the blocks round-robin to independent accumulator sets (block_chains), summed pairwise at
+// the end, so that the multiply-add latency is hidden; the same kernel runs W^T, whose C x R
+// blocks are W's blocks read transposed in place (TransposedBlocks), not copied.
 //
 // Edges: M and K need not be multiples of R and C. A block of the last block column reads
 // only the X rows inside the matrix (one branch per block), and the last block row stores
@@ -97,14 +97,10 @@ struct TransposedBlocks {
   }
 };
 
-// The tile height for blocks of R rows (taller blocks go in chunks of this many rows), the
-// most panel registers a tile of `rows` rows may span (rows x regs <= 12 accumulators), and
+// The tile height for blocks of R rows (taller blocks go in chunks of this many rows), and
 // how many accumulator sets a tile of `accs` registers deals its blocks to (>= 8 registers
 // of multiply-adds in flight).
 constexpr int block_tile_rows(int R) noexcept { return R < 8 ? R : 8; }
-constexpr int block_max_regs(int rows) noexcept {
-  return std::clamp(12 / rows, 1, static_cast<int>(kMaxPanelRegs));
-}
 constexpr int block_chains(int accs) noexcept { return accs >= 8 ? 1 : 8 / accs; }
 
 // Which rows a block kernel reads and writes: `in_rows` rows of input (X or dY) and the
@@ -122,6 +118,14 @@ void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& 
 }
 
 #if SPRIG_KERNEL_SIMD
+// The most panel registers a tile of `rows` rows may span: three quarters of the register
+// file hold accumulators (12 of 16, 24 of 32), the rest the X registers and a broadcast. On
+// Zen 4, 24 instead of 12 made the forward 5% faster with 4x4 blocks and 15% with 8x1
+// (bench/results/block_kernels_zen4_2026-12-02.md).
+constexpr int block_max_regs(int rows) noexcept {
+  return std::clamp(kVectorRegisters * 3 / 4 / rows, 1, static_cast<int>(kMaxPanelRegs));
+}
+
 // One block's contribution to a tile: for each of its first cn block columns (BC, or fewer for
 // an edge block), the X panel row loaded once into G registers and multiplied with the block
 // column's Rows weights.

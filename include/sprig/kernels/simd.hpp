@@ -70,6 +70,15 @@ inline constexpr bool kSimdFor = xsimd::types::has_simd_register<T, KernelArch>:
 template <class T>
 using Batch = xsimd::batch<T, KernelArch>;
 
+// Vector registers of the kernel architecture: 32 with AVX-512 and on AArch64, 16 on SSE,
+// AVX and armv7 NEON. Register tiles size themselves from it.
+inline constexpr int kVectorRegisters =
+#  if defined(__aarch64__) || defined(_M_ARM64)
+    32;
+#  else
+    sizeof(Batch<float>) == 64 ? 32 : 16;
+#  endif
+
 // Horizontal sum of one batch: xsimd 8 calls it hadd, xsimd 9+ reduce_add.
 template <class T, class A>
 SPRIG_ALWAYS_INLINE T reduce_add(const xsimd::batch<T, A>& v) noexcept {
