@@ -6,6 +6,11 @@
 #   all_{static,rigl}_s<seed>  attention 70% + FFN 90% sparse, seeds 1 and 2
 #   wide_rigl                  d_model 512, d_ff 2048, attention and FFN 75% sparse: as
 #                              many live projection weights as the dense small model
+#   all_{static,rigl}_b{4x4,8x8}   as all_*_s1 with every projection in dense 4x4 or 8x8
+#                              blocks (--weight-blocks; DST on the block grid); not in the
+#                              default order, name them in RUNS
+#   sparser_static[_b4x4|_b8x8]    attention 90% + FFN 95% sparse, fixed topology, seed 1,
+#                              unstructured or in blocks (RUNS only)
 #   torch_dense, torch_all_static   the same model in PyTorch (bench/compare_python/gpt_torch.py),
 #                              dense and with static random masks, when torch is installed
 # and writes
@@ -46,6 +51,13 @@ declare -A args=(
   [all_rigl_s1]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl --seed 1"
   [all_rigl_s2]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl --seed 2"
   [wide_rigl]="--d-model 512 --d-ff 2048 --attn-sparsity 0.75 --ffn-sparsity 0.75 --algorithm rigl"
+  [all_static_b4x4]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm static --seed 1 --weight-blocks 4x4"
+  [all_rigl_b4x4]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl --seed 1 --weight-blocks 4x4"
+  [all_static_b8x8]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm static --seed 1 --weight-blocks 8x8"
+  [all_rigl_b8x8]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl --seed 1 --weight-blocks 8x8"
+  [sparser_static]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1"
+  [sparser_static_b4x4]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1 --weight-blocks 4x4"
+  [sparser_static_b8x8]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1 --weight-blocks 8x8"
 )
 order=(dense ffn90_static ffn90_rigl all_static_s1 all_static_s2 all_rigl_s1 all_rigl_s2 wide_rigl)
 torch_script="$root/bench/compare_python/gpt_torch.py"
@@ -105,7 +117,7 @@ done
 # along each curve).
 cpu="$(lscpu | sed -nE 's/^Model name: *//p' | head -1), family $(lscpu | sed -nE 's/^CPU family: *//p'), model $(lscpu | sed -nE 's/^Model: *//p')"
 python3 - "$out" "$cpu" "$steps" "$threads" "$jobs" "${order[@]}" <<'PY'
-import csv, re, sys
+import csv, os, re, sys
 out, cpu, steps, threads, jobs, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 ms = dict(l.split() for l in open(f"{out}/step_ms.txt") if len(l.split()) == 2)
 runs = {}
@@ -125,7 +137,8 @@ def at_time(curve, t):
 with open(f"{out}/small.md", "w") as f:
     f.write(f"# char_gpt, small config: validation loss at equal steps and at equal time\n\n")
     f.write(f"CPU: {cpu}. {steps} steps, batch 16 x 128 tokens, {threads} thread(s) per run, {jobs} run(s) at a time.\n")
-    f.write(f"Command: `examples/char_gpt_compare.sh` (JOBS={jobs} THREADS={threads} STEPS={steps}).\n")
+    subset = f' RUNS="{" ".join(names)}"' if os.environ.get("RUNS") else ""
+    f.write(f"Command: `examples/char_gpt_compare.sh` (JOBS={jobs} THREADS={threads} STEPS={steps}{subset}).\n")
     f.write(f"Time = step x the configuration's ms/step measured alone ({threads} thread(s)); equal time = {t_eq:.0f} s, the fastest configuration's whole run.\n\n")
     f.write("| run | val loss at step " + steps + f" | val loss at {t_eq:.0f} s | ms/step | weight bytes | of dense |\n|---|---|---|---|---|---|\n")
     for n, (c, r) in runs.items():
