@@ -310,6 +310,16 @@ TEMPLATE_LIST_TEST_CASE("BlockPaddedCSR: memory counts R*C values and one index 
   if constexpr (R * C >= 4) REQUIRE(b.memory_bytes() < b.to_padded_csr(0.0).memory_bytes());
 }
 
+TEST_CASE("blocks_covering: the grid extent of n rows in blocks, the last partial", "[block_csr]") {
+  static_assert(sprig::blocks_covering(0, 4) == 0);
+  const std::int64_t cases[][3] = {{1, 4, 1}, {4, 4, 1}, {5, 4, 2}, {8, 4, 2}, {9, 4, 3}, {7, 1, 7}, {1023, 16, 64},
+                                   {1024, 16, 64}, {1025, 16, 65}, {-3, 4, -3}};
+  for (const auto& c : cases) {
+    INFO(c[0] << " rows in blocks of " << c[1]);
+    CHECK(sprig::blocks_covering(c[0], c[1]) == c[2]);
+  }
+}
+
 TEST_CASE("PaddedCSR: a structure-only matrix keeps no values through every structural operation",
           "[block_csr][padded_csr]") {
   auto W = sprig::PaddedCSR<float, std::int32_t>::random_density(30, 40, 0.1, 3, 0.0);

@@ -37,6 +37,13 @@ namespace sprig {
 template <int R, int C>
 concept BlockShape = R >= 1 && C >= 1 && R * C <= 256;
 
+// How many blocks of `block` rows (or columns) cover n of them: ceil(n / block), the last
+// possibly partial; the grid extent of an n-row (n-column) matrix. Precondition block >= 1;
+// a negative n is returned unchanged, for the caller's shape check to report.
+constexpr std::int64_t blocks_covering(std::int64_t n, std::int64_t block) noexcept {
+  return n < 0 ? n : (n + block - 1) / block;
+}
+
 template <Value T, ColumnIndex Index, int R, int C>
   requires BlockShape<R, C>
 class BlockPaddedCSR {
@@ -54,7 +61,7 @@ public:
   // columns or for a padding ratio outside [0, 64].
   BlockPaddedCSR(std::int64_t rows, std::int64_t cols, double padding_ratio = kDefaultPaddingRatio) {
     set_shape("BlockPaddedCSR", rows, cols);
-    pattern_ = PaddedCSR<T, Index>(grid(rows, R), grid(cols, C), padding_ratio);
+    pattern_ = PaddedCSR<T, Index>(blocks_covering(rows, R), blocks_covering(cols, C), padding_ratio);
     pattern_.drop_values();
     values_.assign(static_cast<std::size_t>(pattern_.storage_size() * kBlockSize), T(0));
   }
@@ -64,8 +71,8 @@ public:
   static BlockPaddedCSR from_dense(std::type_identity_t<ConstMatrixView<T>> dense,
                                    double padding_ratio = kDefaultPaddingRatio) {
     std::vector<std::int64_t> bi, bj;
-    for (std::int64_t i = 0; i < grid(dense.rows(), R); ++i)
-      for (std::int64_t j = 0; j < grid(dense.cols(), C); ++j) {
+    for (std::int64_t i = 0; i < blocks_covering(dense.rows(), R); ++i)
+      for (std::int64_t j = 0; j < blocks_covering(dense.cols(), C); ++j) {
         bool live = false;
         for (std::int64_t r = i * R; r < std::min(dense.rows(), (i + 1) * R) && !live; ++r)
           for (std::int64_t c = j * C; c < std::min(dense.cols(), (j + 1) * C) && !live; ++c)
@@ -89,9 +96,9 @@ public:
   static BlockPaddedCSR from_padded_csr(const PaddedCSR<T, Index>& W, double padding_ratio = kDefaultPaddingRatio) {
     if (W.structure_only())
       throw ArgumentError("BlockPaddedCSR::from_padded_csr: W is structure-only (no values)");
-    const std::int64_t bc = grid(W.cols(), C);
+    const std::int64_t bc = blocks_covering(W.cols(), C);
     std::vector<std::int64_t> bi, bj, mark(static_cast<std::size_t>(bc), -1);
-    for (std::int64_t i = 0; i < grid(W.rows(), R); ++i) {
+    for (std::int64_t i = 0; i < blocks_covering(W.rows(), R); ++i) {
       for (std::int64_t r = i * R; r < std::min(W.rows(), (i + 1) * R); ++r)
         for (Index c : W.row(r).cols) {
           const std::int64_t j = static_cast<std::int64_t>(c) / C;
@@ -116,7 +123,8 @@ public:
                                double padding_ratio = kDefaultPaddingRatio) {
     BlockPaddedCSR m;
     m.set_shape("BlockPaddedCSR::random", rows, cols);
-    m.pattern_ = PaddedCSR<T, Index>::random_total(grid(rows, R), grid(cols, C), nnz_blocks, seed, padding_ratio);
+    m.pattern_ = PaddedCSR<T, Index>::random_total(blocks_covering(rows, R), blocks_covering(cols, C), nnz_blocks,
+                                                   seed, padding_ratio);
     m.pattern_.drop_values();
     m.values_.assign(static_cast<std::size_t>(m.pattern_.storage_size() * kBlockSize), T(0));
     CounterRng rng(seed, kValueStream);
@@ -135,8 +143,8 @@ public:
                                        double padding_ratio = kDefaultPaddingRatio) {
     if (!(density >= 0.0 && density <= 1.0))
       throw ArgumentError(detail::message("BlockPaddedCSR::random_density: density ", density, " outside [0, 1]"));
-    const double blocks = static_cast<double>(std::max<std::int64_t>(grid(rows, R), 0)) *
-                          static_cast<double>(std::max<std::int64_t>(grid(cols, C), 0));
+    const double blocks = static_cast<double>(std::max<std::int64_t>(blocks_covering(rows, R), 0)) *
+                          static_cast<double>(std::max<std::int64_t>(blocks_covering(cols, C), 0));
     return random(rows, cols, std::llround(density * blocks), seed, padding_ratio);
   }
 
@@ -149,10 +157,10 @@ public:
     const char* fn = "BlockPaddedCSR::from_parts";
     BlockPaddedCSR m;
     m.set_shape(fn, rows, cols);
-    if (pattern.rows() != grid(rows, R) || pattern.cols() != grid(cols, C))
-      throw ShapeError(detail::message(fn, ": a ", pattern.rows(), "x", pattern.cols(), " block pattern for a ", rows, "x",
-                                       cols, " matrix in ", R, "x", C, " blocks (needs ", grid(rows, R), "x",
-                                       grid(cols, C), ")"));
+    if (pattern.rows() != blocks_covering(rows, R) || pattern.cols() != blocks_covering(cols, C))
+      throw ShapeError(detail::message(fn, ": a ", pattern.rows(), "x", pattern.cols(), " block pattern for a ",
+                                       rows, "x", cols, " matrix in ", R, "x", C, " blocks (needs ",
+                                       blocks_covering(rows, R), "x", blocks_covering(cols, C), ")"));
     if (std::ssize(values) != pattern.storage_size() * kBlockSize)
       throw ShapeError(detail::message(fn, ": ", values.size(), " values for ", pattern.storage_size(), " slots of ",
                                        kBlockSize));
@@ -344,7 +352,7 @@ public:
     auto fail = [](auto&&... parts) { throw Error(detail::message("BlockPaddedCSR invariant violated: ", parts...)); };
     pattern_.check_invariants();
     if (!pattern_.structure_only()) fail("the pattern holds values");
-    if (pattern_.rows() != grid(rows_, R) || pattern_.cols() != grid(cols_, C))
+    if (pattern_.rows() != blocks_covering(rows_, R) || pattern_.cols() != blocks_covering(cols_, C))
       fail("pattern is ", pattern_.rows(), "x", pattern_.cols(), " blocks for a ", rows_, "x", cols_, " matrix");
     if (std::ssize(values_) != storage_size() * kBlockSize)
       fail("values has ", values_.size(), " entries for ", storage_size(), " slots of ", kBlockSize);
@@ -374,14 +382,13 @@ public:
 private:
   static constexpr std::uint64_t kValueStream = 0xB10C'5EEDULL;
 
-  static constexpr std::int64_t grid(std::int64_t n, std::int64_t b) noexcept { return n < 0 ? n : (n + b - 1) / b; }
-
   void set_shape(const char* fn, std::int64_t rows, std::int64_t cols) {
     if (rows < 0 || cols < 0) throw ShapeError(detail::message(fn, ": negative shape ", rows, "x", cols));
     constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
-    if (grid(cols, C) - 1 > max_index)
-      throw ArgumentError(detail::message(fn, ": ", grid(cols, C), " block columns (", cols, " columns / ", C,
-                                          ") cannot be indexed by a ", sizeof(Index) * 8, "-bit index"));
+    if (blocks_covering(cols, C) - 1 > max_index)
+      throw ArgumentError(detail::message(fn, ": ", blocks_covering(cols, C), " block columns (", cols,
+                                          " columns / ", C, ") cannot be indexed by a ", sizeof(Index) * 8,
+                                          "-bit index"));
     rows_ = rows;
     cols_ = cols;
   }
@@ -398,9 +405,9 @@ private:
     BlockPaddedCSR m;
     m.set_shape(fn, rows, cols);
     const std::vector<T> zeros(bi.size(), T(0));
-    m.pattern_ = PaddedCSR<T, Index>::from_coo(grid(rows, R), grid(cols, C), std::span<const std::int64_t>(bi),
-                                               std::span<const std::int64_t>(bj), std::span<const T>(zeros),
-                                               padding_ratio);
+    m.pattern_ = PaddedCSR<T, Index>::from_coo(blocks_covering(rows, R), blocks_covering(cols, C),
+                                               std::span<const std::int64_t>(bi), std::span<const std::int64_t>(bj),
+                                               std::span<const T>(zeros), padding_ratio);
     m.pattern_.drop_values();
     m.values_.assign(static_cast<std::size_t>(m.pattern_.storage_size() * kBlockSize), T(0));
     return m;

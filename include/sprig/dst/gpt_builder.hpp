@@ -47,7 +47,9 @@ inline std::vector<GPTBlockDensity> gpt_densities(const char* fn, const GPTSpec&
     throw ArgumentError(sprig::detail::message(fn, ": ffn_sparsity ", spec.ffn_sparsity, " outside [0, 1)"));
   const auto L = static_cast<std::size_t>(spec.config.layers);
   const std::int64_t d = spec.config.d_model, f = spec.config.d_ff;
-  auto grid = [&](std::int64_t rows, std::int64_t cols) { return LayerShape{(rows + R - 1) / R, (cols + C - 1) / C}; };
+  auto grid = [&](std::int64_t rows, std::int64_t cols) {
+    return LayerShape{blocks_covering(rows, R), blocks_covering(cols, C)};
+  };
   std::vector<LayerShape> attn, ffn;
   for (std::size_t l = 0; l < L; ++l) {
     attn.push_back(grid(3 * d, d));
@@ -97,7 +99,7 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
     for (std::size_t j = 0; j < 4; ++j) {
       if (dens[j] >= 1.0) continue;
       const char* name = sprig::detail::gpt_projection_name(j);
-      const std::int64_t grid_rows = (rows[j] + R - 1) / R, grid_cols = (cols[j] + C - 1) / C;
+      const std::int64_t grid_rows = blocks_covering(rows[j], R), grid_cols = blocks_covering(cols[j], C);
       if (grid_cols - 1 > max_index)
         throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " has ", grid_cols,
                                                    blocks ? " block columns" : " columns", ", more than a ", sizeof(Index) * 8,

@@ -242,7 +242,7 @@ BlockImage<T, Index> get_block_sparse(binary::Reader& r) {
   b.rows = r.get_count("rows");
   b.cols = r.get_count("cols");
   b.pattern = get_sparse<T, Index>(r, std::int64_t{R} * C);
-  if (b.pattern.rows != (b.rows + R - 1) / R || b.pattern.cols != (b.cols + C - 1) / C)
+  if (b.pattern.rows != blocks_covering(b.rows, R) || b.pattern.cols != blocks_covering(b.cols, C))
     r.fail_at(at_shape, "a ", b.pattern.rows, "x", b.pattern.cols, " block pattern for a ", b.rows, "x", b.cols,
               " matrix in ", R, "x", C, " blocks");
   // entries of edge blocks outside the matrix must be 0
