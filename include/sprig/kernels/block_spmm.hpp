@@ -119,9 +119,9 @@ void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& 
 
 #if SPRIG_KERNEL_SIMD
 // The most panel registers a tile of `rows` rows may span: three quarters of the register
-// file hold accumulators (12 of 16, 24 of 32), the rest the X registers and a broadcast. On
-// Zen 4, 24 instead of 12 made the forward 5% faster with 4x4 blocks and 15% with 8x1
-// (bench/results/block_kernels_zen4_2026-12-02.md).
+// file hold accumulators (12 of 16, 24 of 32), the rest the X registers and a broadcast.
+// Using the 32 registers of AVX-512 and AArch64 rather than a 16-register budget is measured
+// in docs/block_sparse.md.
 constexpr int block_max_regs(int rows) noexcept {
   return std::clamp(kVectorRegisters * 3 / 4 / rows, 1, static_cast<int>(kMaxPanelRegs));
 }
