@@ -160,33 +160,31 @@ public:
   // since the model was built or a layer was added ("call forward first"), and what a layer
   // throws (ShapeError for a sparse layer whose topology changed without weight.apply).
   void backward() {
+    backward([](std::size_t) {});
+  }
+  // backward(), calling layer_done(k) as soon as layer k's parameter gradients are final (k
+  // from the last layer down to 0), before the layers below it run: a data-parallel run starts
+  // summing those gradients across ranks while backward goes on (dist/data_parallel.hpp).
+  // layer_done must not change the model; what it throws propagates.
+  template <class LayerDone>
+  void backward(LayerDone&& layer_done) {
     if (!forwarded_) throw ArgumentError(
           "Sequential::backward: call forward first (no forward since the model was built or a layer was added)");
     for (std::size_t k = layers_.size(); k-- > 0;) {
-      const ConstMatrixView<T> in = input_of(k);
-      const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
-      if (k == 0) {
-        std::visit(
-            [&](auto& l) {
-              if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
-            },
-            layers_[k]);
-      } else if (k + 1 < layers_.size() && fused_input_activation(k + 1) != FusedActivation::none) {
-        // this activation's backward was applied by layer k + 1 to its dX
-      } else {
-        const FusedActivation fuse = fused_input_activation(k);
-        // gelu: the derivative forward_keep_derivative left in the GELU's input buffer
-        const ConstMatrixView<T> derivative = fuse == FusedActivation::gelu ? act(k - 2) : ConstMatrixView<T>();
-        std::visit(
-            [&](auto& l) {
-              if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative); })
-                l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative);
-              else
-                l.backward(in, dy, grads_[grad_of_[k - 1]].view());
-            },
-            layers_[k]);
-      }
+      backward_layer(k);
+      layer_done(k);
     }
+  }
+
+  // Calls fn on the parameters of layer k (its weight, then its bias; none for an element-wise
+  // layer), as for_each_parameter does for that layer. Throws ArgumentError for k >= size().
+  template <class Fn>
+  void for_each_parameter_of(std::size_t k, Fn&& fn) {
+    std::visit(
+        [&](auto& layer) {
+          if constexpr (requires { layer.for_each_parameter(fn); }) layer.for_each_parameter(fn);
+        },
+        layers_[checked("Sequential::for_each_parameter_of", k)]);
   }
 
   // Reserves room for topology growth in every sparse layer (SparseParameter::reserve_growth):
@@ -300,6 +298,33 @@ public:
   }
 
 private:
+  // One layer of backward(): its parameter gradients and, except for layer 0, its dX.
+  void backward_layer(std::size_t k) {
+    const ConstMatrixView<T> in = input_of(k);
+    const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
+    if (k == 0) {
+      std::visit(
+          [&](auto& l) {
+            if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
+          },
+          layers_[k]);
+    } else if (k + 1 < layers_.size() && fused_input_activation(k + 1) != FusedActivation::none) {
+      // this activation's backward was applied by layer k + 1 to its dX
+    } else {
+      const FusedActivation fuse = fused_input_activation(k);
+      // gelu: the derivative forward_keep_derivative left in the GELU's input buffer
+      const ConstMatrixView<T> derivative = fuse == FusedActivation::gelu ? act(k - 2) : ConstMatrixView<T>();
+      std::visit(
+          [&](auto& l) {
+            if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative); })
+              l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative);
+            else
+              l.backward(in, dy, grads_[grad_of_[k - 1]].view());
+          },
+          layers_[k]);
+    }
+  }
+
   std::size_t checked(const char* fn, std::size_t k) const {
     if (k >= layers_.size())
       throw ArgumentError(detail::message(fn, ": layer ", k, " of a model with ", layers_.size(), " layers"));
