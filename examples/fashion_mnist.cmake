@@ -8,6 +8,11 @@ find_package(CLI11 CONFIG QUIET)
 if(ZLIB_FOUND AND CLI11_FOUND)
   add_executable(fashion_mnist ${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cpp)
   target_link_libraries(fashion_mnist PRIVATE sprig::sprig sprig_dev_flags ZLIB::ZLIB CLI11::CLI11)
+  # data parallel under mpirun when MPI is installed (sprig::dist); one process otherwise
+  if(TARGET sprig_dist)
+    target_link_libraries(fashion_mnist PRIVATE sprig::dist)
+    target_compile_definitions(fashion_mnist PRIVATE SPRIG_EXAMPLES_MPI=1)
+  endif()
   include(SprigOpenBLAS)
   if(TARGET sprig::openblas_openmp)
     target_link_libraries(fashion_mnist PRIVATE sprig::openblas_openmp)
@@ -54,5 +59,24 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                      "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
                      -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
     set_tests_properties(example:fashion_mnist_resume PROPERTIES LABELS example)
+    # Data parallel under mpirun: 2 ranks train the model one process trains (to rounding),
+    # and a 2-rank run killed and resumed from its checkpoint equals the straight 2-rank run.
+    if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
+      set(_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS})
+      add_test(NAME example:fashion_mnist_mpi_matches_one_process
+               COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> "-DLAUNCH=${_launch}"
+                       "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+                       "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
+                       -P ${CMAKE_CURRENT_LIST_DIR}/scripts/ranks_match_one_process.cmake)
+      add_test(NAME example:fashion_mnist_mpi_resume
+               COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/mpi_resume_test
+                       "-DLAUNCH=${_launch}"
+                       "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+                       -DEVERY=7 -DSTOP=53
+                       "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+;DIST ranks=2 "
+                       -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
+      set_tests_properties(example:fashion_mnist_mpi_matches_one_process example:fashion_mnist_mpi_resume PROPERTIES
+        LABELS "example;mpi" ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    endif()
   endif()
 endif()

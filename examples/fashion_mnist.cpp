@@ -6,15 +6,21 @@
 //   fashion_mnist --optimizer sgd --lr 0.05 --epochs 10 --csv curves.csv
 //   fashion_mnist --algorithm rigl --sparsity 0.95   # dynamic sparse training (sprig/dst)
 //   fashion_mnist --block 4x4                        # hidden layers in dense 4x4 blocks
+//   mpirun -np 2 fashion_mnist --threads 1           # data-parallel over 2 ranks (sprig/dist)
 //
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
 // (32-bit indices; --algorithm static, set or rigl update on the block grid; no --constant-fan-in
 // or --compare-steps with blocks).
+// Under an MPI launcher with more than one rank (or with --distributed) the run is data
+// parallel: --batch is the global batch, each rank trains on its 1/N of its columns, gradients
+// are averaged (dist::DataParallel), rank 0 prints and writes checkpoints, and the end of the
+// run prints every rank's step time and communication. Needs a build with MPI (sprig::dist).
 // Progress goes to stderr (a bar on a terminal, periodic lines otherwise); the results go
 // to stdout, ending with one machine-readable line:
 //   RESULT test_accuracy=<0..1> weight_bytes=<n> dense_weight_bytes=<n> ms_per_step=<x> topology_seconds=<x>
+#include <sprig/dist/data_parallel.hpp>
 #include <sprig/dst/fan_in.hpp>
 #include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
@@ -46,6 +52,10 @@
 #include <string>
 #include <variant>
 #include <vector>
+
+#if defined(SPRIG_EXAMPLES_MPI)
+#  include <sprig/dist/mpi_communicator.hpp>
+#endif
 
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
@@ -88,7 +98,11 @@ struct Config {
   int index_bits = 32;  // column index width of the sparse layers: 16 or 32
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
   std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
+  bool distributed = false;        // data parallel over MPI ranks (automatic under mpirun -np N > 1)
 };
+
+// The ranks of the run (a SingleProcessCommunicator unless distributed), set by main.
+sprig::dist::Communicator* ranks = nullptr;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -195,6 +209,32 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
   return 0;
 }
 
+// Every rank's step time and communication, printed by rank 0 (the others' stdout is closed):
+// one line per rank and a DIST line with the medians over ranks. Collective: every rank calls it.
+template <class DP>
+void report_ranks(const DP& dp, double train_seconds, std::int64_t steps) {
+  sprig::dist::Communicator& comm = *ranks;
+  const auto& st = dp.stats();
+  const double n = static_cast<double>(std::max<std::int64_t>(1, steps));
+  const double mine[5] = {1e3 * train_seconds / n, 1e3 * st.gradient_wait_seconds / n,
+                          1e3 * (st.gather_seconds + st.check_seconds) / n,
+                          static_cast<double>(st.gradient_bytes) / static_cast<double>(std::max<std::int64_t>(1, st.steps)),
+                          static_cast<double>(st.gather_bytes)};
+  std::vector<double> all(5 * static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)));
+  std::vector<double> step_ms, comm_share;
+  for (int r = 0; r < comm.size(); ++r) {
+    const double* v = all.data() + 5 * r;
+    std::printf("rank %d: %.3f ms/step, of which %.3f ms waiting for gradient sums (%.1f%%) and %.3f ms in topology "
+                "gathers and checks; %.2f MB of gradient a step, %.2f MB gathered for updates\n",
+                r, v[0], v[1], 100.0 * v[1] / v[0], v[2], v[3] / 1e6, v[4] / 1e6);
+    step_ms.push_back(v[0]);
+    comm_share.push_back((v[1] + v[2]) / v[0]);
+  }
+  std::printf("DIST ranks=%d ms_per_step=%.3f comm_share=%.3f gradient_bytes_per_step=%.0f\n", comm.size(),
+              quantiles(step_ms).median, quantiles(comm_share).median, mine[3]);
+}
+
 struct Evaluation {
   double loss = 0.0;
   double accuracy = 0.0;
@@ -263,6 +303,13 @@ int run(const Config& cfg) {
     if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
   const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
   const std::string kind = cfg.sparsity <= 0.0 ? "dense" : blocks ? "sparse in " + cfg.block + " blocks" : "sparse";
+  sprig::dist::Communicator& comm = *ranks;
+  const sprig::dist::Shard shard = sprig::dist::shard(cfg.batch, comm);
+  if (comm.size() > 1) {
+    if (cfg.compare_steps > 0) throw sprig::ArgumentError("fashion_mnist: --compare-steps runs on one process only");
+    std::printf("data parallel: %d ranks (%s), %lld columns of each batch of %lld per rank\n", comm.size(),
+                comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
+  }
   std::printf("model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
               "thread(s)%s\n",
               shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
@@ -341,6 +388,7 @@ int run(const Config& cfg) {
   std::vector<std::int32_t> y(static_cast<std::size_t>(cfg.batch));
   sprig::SoftmaxCrossEntropy<T> ce;
   const examples::ProgressBar progress(10);
+  sprig::dist::DataParallel dp(comm, model);  // one rank: every call an identity
   double train_seconds = 0.0;
   std::int64_t steps_done = 0;
   Evaluation test{};
@@ -356,7 +404,7 @@ int run(const Config& cfg) {
   if (cfg.resume) {
     if (state_file.empty()) throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
     if (std::filesystem::exists(state_file)) {
-      std::visit([&](auto& opt) { start = sprig::load_training_state(state_file, model, opt, algorithm.get()); },
+      std::visit([&](auto& opt) { start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get()); },
                  optimizer);
       if (start.seed != cfg.seed)
         throw sprig::ArgumentError("fashion_mnist: the checkpoint was made with --seed " + std::to_string(start.seed));
@@ -372,7 +420,7 @@ int run(const Config& cfg) {
   auto save = [&](std::uint64_t epoch, std::int64_t next_batch) {
     if (state_file.empty()) return;
     const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
-    std::visit([&](const auto& opt) { sprig::save_training_state(state_file, model, opt, p, algorithm.get()); },
+    std::visit([&](const auto& opt) { sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get()); },
                optimizer);
   };
 
@@ -384,20 +432,24 @@ int run(const Config& cfg) {
     const std::int64_t first = epoch == static_cast<int>(start.epoch) ? start.batch : 0;
     for (std::int64_t k = first; k < steps_per_epoch; ++k) {
       auto batch = batches.gather(k, x, y);
-      for (std::int64_t f = 0; f < batch.x.rows(); ++f) {
-        T* row = batch.x.row(f);
-        for (std::int64_t b = 0; b < batch.size(); ++b) row[b] = (row[b] - mean) * inv_std;
+      // this rank's columns of the global batch (all of them on one process)
+      const sprig::MatrixView<T> xs = batch.x.block(0, shard.begin, batch.x.rows(), shard.size);
+      for (std::int64_t f = 0; f < xs.rows(); ++f) {
+        T* row = xs.row(f);
+        for (std::int64_t b = 0; b < xs.cols(); ++b) row[b] = (row[b] - mean) * inv_std;
       }
-      const std::span<const int> labels(batch.labels.data(), batch.labels.size());
-      const auto z = model.forward(batch.x);
+      const std::span<const int> labels =
+          std::span<const int>(batch.labels.data(), batch.labels.size()).subspan(static_cast<std::size_t>(shard.begin),
+                                                                                  static_cast<std::size_t>(shard.size));
+      const auto z = model.forward(xs);
       const T loss = ce.forward_backward(z, labels, model.output_grad());
       correct += sprig::SoftmaxCrossEntropy<T>::count_correct(z, labels);
-      model.backward();
+      dp.backward();  // with the gradient average over the ranks
       std::visit(
           [&](auto& opt) {
             opt.set_lr(schedule(steps_done));  // the global step: RigL skips some optimizer steps
             if (algorithm)
-              sprig::dst::apply_step(*algorithm, opt, model, steps_done);
+              dp.apply_step(*algorithm, opt, steps_done);
             else
               opt.step(model);
           },
@@ -418,8 +470,8 @@ int run(const Config& cfg) {
     const double epoch_seconds = seconds_since(t_epoch);
     train_seconds += epoch_seconds;
     test = evaluate(model, data.test, mean, inv_std);
-    const double train_loss = loss_sum / static_cast<double>(steps_per_epoch - first);
-    const double train_acc = static_cast<double>(correct) / static_cast<double>((steps_per_epoch - first) * cfg.batch);
+    const double train_loss = dp.average(loss_sum) / static_cast<double>(steps_per_epoch - first);
+    const double train_acc = static_cast<double>(dp.sum(correct)) / static_cast<double>((steps_per_epoch - first) * cfg.batch);
     std::printf("epoch %d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.2f s (%.2f ms/step)\n", epoch + 1,
                 train_loss, train_acc, test.loss, test.accuracy, epoch_seconds,
                 1e3 * epoch_seconds / static_cast<double>(steps_per_epoch));
@@ -454,6 +506,7 @@ int run(const Config& cfg) {
               static_cast<long long>(dense_bytes));
   std::printf("time: %.2f s per epoch, %.3f ms per step (forward, backward, optimizer; batch %lld)\n",
               1e-3 * ms_per_step * static_cast<double>(steps_per_epoch), ms_per_step, static_cast<long long>(cfg.batch));
+  if (comm.size() > 1) report_ranks(dp, train_seconds, steps_done - start.step);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
@@ -529,6 +582,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--block", cfg.block, "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
+  app.add_flag("--distributed", cfg.distributed,
+               "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   app.add_option("--max-steps", cfg.max_steps, "Stop each epoch after this many steps (0 = full epochs)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
@@ -538,6 +593,26 @@ int main(int argc, char** argv) {
       return 2;
     }
   try {
+    sprig::dist::SingleProcessCommunicator one;
+    ranks = &one;
+#if defined(SPRIG_EXAMPLES_MPI)
+    std::optional<sprig::dist::MpiSession> mpi;
+    std::optional<sprig::dist::MpiCommunicator> world;
+    if (cfg.distributed || sprig::dist::MpiSession::launched_with_ranks()) {
+      mpi.emplace(argc, argv);
+      world.emplace();
+      ranks = &*world;
+      // rank 0 reports; the others' results are the same and their progress would interleave
+      if (world->rank() > 0) {
+        if (!std::freopen("/dev/null", "w", stdout)) throw sprig::Error("fashion_mnist: cannot close stdout of a rank");
+        examples::ProgressBar::silence();
+      }
+    }
+#else
+    if (cfg.distributed)
+      throw sprig::ArgumentError("fashion_mnist: --distributed needs a build with MPI (libopenmpi-dev; CMake target "
+                                 "sprig::dist)");
+#endif
     if (!cfg.block.empty()) {
       if (cfg.index_bits != 32) throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
       using I = std::int32_t;

@@ -22,6 +22,7 @@ public:
   // printed with its unit ("ex/s", "tok/s").
   void update(const std::string& prefix, std::int64_t step, std::int64_t steps, double loss, double rate,
               const char* unit) const {
+    if (silenced()) return;
     const bool last = step + 1 == steps;
     if (tty_) {
       constexpr std::int64_t width = 30;
@@ -37,7 +38,15 @@ public:
     }
   }
 
+  // From now on no ProgressBar in this process prints (the ranks of a data-parallel run but
+  // rank 0).
+  static void silence() noexcept { silenced() = true; }
+
 private:
+  static bool& silenced() noexcept {
+    static bool s = false;
+    return s;
+  }
   bool tty_;
   std::int64_t lines_;
 };

@@ -3,21 +3,22 @@
 # checkpoint; both must print the same last match of every regular expression in MATCH (each
 # must match the straight run), and the same text from FROM up to the last UNTIL when FROM is
 # given. The
-# resumed run must print RESUMED (a regular expression; default "resumed from").
+# resumed run must print RESUMED (a regular expression; default "resumed from"). LAUNCH, when
+# given, is put before every command (an MPI launcher and its arguments).
 if(NOT RESUMED)
   set(RESUMED "resumed from")
 endif()
 file(REMOVE_RECURSE "${WORK}")
-execute_process(COMMAND "${EXE}" ${ARGS} OUTPUT_VARIABLE straight RESULT_VARIABLE rc)
+execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} OUTPUT_VARIABLE straight RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "straight run failed (${rc}):\n${straight}")
 endif()
-execute_process(COMMAND "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" --checkpoint-every ${EVERY} --stop-after-steps ${STOP}
+execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" --checkpoint-every ${EVERY} --stop-after-steps ${STOP}
                 OUTPUT_VARIABLE first RESULT_VARIABLE rc)
 if(NOT rc EQUAL 3)
   message(FATAL_ERROR "interrupted run should exit 3, got ${rc}:\n${first}")
 endif()
-execute_process(COMMAND "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" --resume OUTPUT_VARIABLE resumed RESULT_VARIABLE rc)
+execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" --resume OUTPUT_VARIABLE resumed RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT resumed MATCHES "${RESUMED}")
   message(FATAL_ERROR "resumed run failed (${rc}) or did not print '${RESUMED}':\n${resumed}")
 endif()

@@ -172,11 +172,13 @@ public:
   };
 
   // Checks that every rank holds the same topology (check_topology). The communicator and the
-  // model must outlive this object.
+  // model must outlive this object. stats() count from after this check: it also waits for
+  // the slowest rank to arrive, a start-up cost rather than a step's.
   DataParallel(Communicator& comm, M& model, Options options = {}) : comm_(comm), model_(model), options_(options) {
     if (options_.bucket_bytes < 1)
       throw ArgumentError(sprig::detail::message("DataParallel: bucket_bytes ", options_.bucket_bytes, " < 1"));
     check_topology("DataParallel");
+    stats_ = {};
   }
 
   Communicator& communicator() noexcept { return comm_; }

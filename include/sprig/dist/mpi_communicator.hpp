@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <span>
 #include <string>
@@ -64,12 +65,14 @@ public:
     if (owner_ && !finalised) MPI_Finalize();
   }
 
-  // Whether the process was started by an MPI launcher with more than one rank (mpirun -np N,
-  // N > 1): what an example's automatic --distributed checks.
-  static bool launched_with_ranks() {
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    return size > 1;
+  // Whether an MPI launcher started this process as one of several ranks (mpirun -np N,
+  // N > 1), from the environment the launcher sets (Open MPI's OMPI_COMM_WORLD_SIZE, MPICH's
+  // and Slurm's PMI_SIZE): callable before MPI is initialised, to decide whether to initialise
+  // it (an example's automatic --distributed).
+  static bool launched_with_ranks() noexcept {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+      if (const char* v = std::getenv(name); v && std::atoi(v) > 1) return true;
+    return false;
   }
 
 private:
