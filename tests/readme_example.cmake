@@ -1,6 +1,8 @@
-# The README's two usage examples are examples/readme_training.cpp (the high-level training
-# loop) and examples/readme_example.cpp (the kernel level), each built and run as a test
-# (readme:training, readme:example; each program exits non-zero if what it shows goes wrong);
+# The README's usage examples are examples/readme_training.cpp (the high-level training
+# loop), examples/readme_distributed.cpp (the same, data parallel over MPI) and
+# examples/readme_example.cpp (the kernel level), each built and run as a test
+# (readme:training, readme:distributed under mpirun where MPI is found, readme:example; each
+# program exits non-zero if what it shows goes wrong);
 # readme:in_sync checks that README.md shows exactly those files and that .ci/run runs exactly
 # the README's test command. This file is both the tests/ module (included by
 # tests/CMakeLists.txt) and, under `cmake -P`, the script that does the checking.
@@ -11,6 +13,16 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
     target_link_libraries(readme_${example} PRIVATE sprig::sprig sprig_dev_flags)
     add_test(NAME readme:${example} COMMAND readme_${example})
   endforeach()
+  # the data-parallel loop, under mpirun with 2 ranks, where MPI is found
+  if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
+    add_executable(readme_distributed "${PROJECT_SOURCE_DIR}/examples/readme_distributed.cpp")
+    target_link_libraries(readme_distributed PRIVATE sprig::dist sprig_dev_flags)
+    add_test(NAME readme:distributed
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:readme_distributed> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(readme:distributed PROPERTIES LABELS "readme;mpi"
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endif()
   add_test(NAME readme:in_sync COMMAND "${CMAKE_COMMAND}" "-DSPRIG_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
                                        -P "${CMAKE_CURRENT_LIST_FILE}")
   set_tests_properties(readme:training readme:example readme:in_sync PROPERTIES LABELS readme)
@@ -47,7 +59,7 @@ endfunction()
 set(failures "")
 
 # 1. The usage examples, byte for byte.
-foreach(example IN ITEMS readme_training readme_example)
+foreach(example IN ITEMS readme_training readme_distributed readme_example)
   readme_block("<!-- BEGIN examples/${example}.cpp" "```cpp" shown)
   file(READ "${SPRIG_SOURCE_DIR}/examples/${example}.cpp" source)
   if(NOT shown STREQUAL source)

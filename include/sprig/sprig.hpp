@@ -1,5 +1,6 @@
 // sprig/sprig.hpp — umbrella header: everything sprig offers except io/idx.hpp, which needs
-// zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets), and
+// zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets),
+// dist/mpi_communicator.hpp, which needs MPI (include it and link sprig::dist), and
 // kernels/reference.hpp, the scalar test oracle (include it in tests and benchmarks).
 #pragma once
 
@@ -68,3 +69,6 @@
 #include "io/checkpoint.hpp"
 #include "io/padded_csr_file.hpp"
 #include "io/text.hpp"
+
+#include "dist/communicator.hpp"
+#include "dist/data_parallel.hpp"
