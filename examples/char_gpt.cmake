@@ -10,6 +10,11 @@ if(CLI11_FOUND)
   if(TARGET sprig::openblas_openmp)
     target_link_libraries(char_gpt PRIVATE sprig::openblas_openmp)
   endif()
+  # data parallel under mpirun when MPI is installed (sprig::dist); one process otherwise
+  if(TARGET sprig_dist)
+    target_link_libraries(char_gpt PRIVATE sprig::dist)
+    target_compile_definitions(char_gpt PRIVATE SPRIG_EXAMPLES_MPI=1)
+  endif()
 else()
   message(STATUS "sprig: char_gpt needs CLI11; not built")
 endif()
@@ -36,4 +41,22 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
                    "-DFROM=sample (temperature" "-DUNTIL=weights "
                    -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
   set_tests_properties(example:char_gpt_resume PROPERTIES LABELS example)
+  # Data parallel under mpirun: 2 ranks train what one process trains (to rounding), and a
+  # 2-rank run killed and resumed equals the straight 2-rank run, sample included.
+  if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
+    set(_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS})
+    add_test(NAME example:char_gpt_mpi_matches_one_process
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> "-DLAUNCH=${_launch}"
+                     "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
+                     "-DMATCH=val loss [0-9]\\.[0-9][0-9][0-9][0-9]"
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/ranks_match_one_process.cmake)
+    add_test(NAME example:char_gpt_mpi_resume
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_mpi_resume
+                     "-DLAUNCH=${_launch}" "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
+                     "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+;DIST ranks=2 "
+                     "-DFROM=sample (temperature" "-DUNTIL=weights "
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
+    set_tests_properties(example:char_gpt_mpi_matches_one_process example:char_gpt_mpi_resume PROPERTIES
+      LABELS "example;mpi" ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endif()
 endif()

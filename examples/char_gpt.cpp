@@ -9,11 +9,16 @@
 //   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl
 //   char_gpt --config mini40m --ffn-sparsity 0.9 --steps 20   # the speed configuration
 //   char_gpt --ffn-sparsity 0.9 --weight-blocks 4x4 --algorithm rigl   # FFN in dense 4x4 blocks
+//   mpirun -np 2 char_gpt --ffn-sparsity 0.9 --threads 1  # data parallel over 2 ranks (sprig/dist)
 //
 // Configs: small = 4 layers, 4 heads, d_model 256, d_ff 1024, block 128, batch 16, 2000
 // steps, lr 1e-3 (warmup 100, cosine to 1e-4), clip 1.0, weight decay 0.1; mini40m = 8
 // layers, 10 heads, d_model 640, d_ff 2560, block 128, batch 8 (same recipe). --layers,
 // --heads, --d-model, --d-ff, --batch, --steps override a config's values.
+// Under an MPI launcher with more than one rank (or with --distributed) the run is data
+// parallel: --batch sequences are the global batch, each rank trains on its 1/N of them,
+// gradients are averaged before clipping (dist::DataParallel), rank 0 prints and writes
+// checkpoints, and the end of the run prints every rank's step time and communication.
 // Progress goes to stderr; results to stdout, ending with one machine-readable line:
 //   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
 #include <sprig/dst/gpt_builder.hpp>
@@ -51,6 +56,7 @@
 #endif
 
 #include "progress.hpp"
+#include "ranks.hpp"
 
 #ifndef CHAR_GPT_DEFAULT_DATA
 #  define CHAR_GPT_DEFAULT_DATA "examples/data/tinyshakespeare.txt"
@@ -61,9 +67,13 @@ namespace {
 using T = float;
 using Clock = std::chrono::steady_clock;
 
+// The ranks of the run (a SingleProcessCommunicator unless distributed), set by main.
+sprig::dist::Communicator* ranks = nullptr;
+
 struct Config {
   std::string config = "small";
   std::int64_t layers = 0, heads = 0, d_model = 0, d_ff = 0, block = 128, batch = 0, steps = 0;  // 0: the config's
+  bool distributed = false;  // data parallel over MPI ranks (automatic under mpirun -np N > 1)
   double attn_sparsity = 0.0;
   double ffn_sparsity = 0.0;
   std::string distribution = "uniform";
@@ -194,6 +204,11 @@ int run(Config cfg) {
               cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
               static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
 
+  sprig::dist::Communicator& comm = *ranks;
+  const sprig::dist::Shard shard = sprig::dist::shard(cfg.batch, comm);  // sequences of each batch
+  if (comm.size() > 1)
+    std::printf("data parallel: %d ranks (%s), %lld of each batch's %lld sequences per rank\n", comm.size(),
+                comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
   const std::vector<std::int64_t> val_starts =
       sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), cfg.block, cfg.eval_windows);
 
@@ -213,7 +228,7 @@ int run(Config cfg) {
   if (cfg.resume) {
     if (state_file.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
     if (std::filesystem::exists(state_file)) {
-      start = sprig::load_training_state(state_file, model, opt, algorithm.get());
+      start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get());
       if (start.seed != cfg.seed)
         throw sprig::ArgumentError("char_gpt: the checkpoint was made with --seed " + std::to_string(start.seed));
       if (changes_topology) model.reserve_growth();  // loaded matrices come tight: the room again
@@ -224,8 +239,9 @@ int run(Config cfg) {
   }
 
   std::vector<std::int64_t> starts(static_cast<std::size_t>(cfg.batch));
-  std::vector<std::int32_t> x(static_cast<std::size_t>(cfg.batch * cfg.block)), y(x.size());
+  std::vector<std::int32_t> x(static_cast<std::size_t>(shard.size * cfg.block)), y(x.size());
   sprig::SoftmaxCrossEntropy<T> ce;
+  sprig::dist::DataParallel dp(comm, model);  // one rank: every call an identity
   const examples::ProgressBar progress(20);
   double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
   const auto t_run = Clock::now();
@@ -234,14 +250,18 @@ int run(Config cfg) {
     const auto t0 = Clock::now();
     sprig::sample_window_starts(static_cast<std::int64_t>(train.size()), cfg.block, cfg.seed,
                                 static_cast<std::uint64_t>(step), starts);
-    sprig::gather_sequence_windows(train, starts, cfg.block, x, y);
-    const auto z = model.forward(x, cfg.batch, cfg.block);
-    const T loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
-    model.backward();
+    // this rank's sequences of the global batch (all of them on one process)
+    sprig::gather_sequence_windows(train, std::span<const std::int64_t>(starts).subspan(
+                                              static_cast<std::size_t>(shard.begin), static_cast<std::size_t>(shard.size)),
+                                   cfg.block, x, y);
+    const auto z = model.forward(x, shard.size, cfg.block);
+    const T local_loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
+    const double loss = dp.average(local_loss);
+    dp.backward();  // with the gradient average over the ranks, so clipping sees the global gradient
     sprig::clip_grad_norm(model, cfg.clip);
     opt.set_lr(schedule(step));
     if (algorithm)
-      sprig::dst::apply_step(*algorithm, opt, model, step);
+      dp.apply_step(*algorithm, opt, step);
     else
       opt.step(model);
     train_seconds += seconds_since(t0);
@@ -258,7 +278,8 @@ int run(Config cfg) {
       if (csv) csv << step + 1 << ',' << smooth << ',' << val_loss << ',' << train_seconds << ',' << opt.lr() << '\n';
     }
     if (!state_file.empty() && cfg.checkpoint_every > 0 && ((step + 1) % cfg.checkpoint_every == 0 || last))
-      sprig::save_training_state(state_file, model, opt, {.step = step + 1, .seed = cfg.seed}, algorithm.get());
+      sprig::dist::save_training_state(comm, state_file, model, opt, {.step = step + 1, .seed = cfg.seed},
+                                       algorithm.get());
     if (cfg.stop_after_steps > 0 && step + 1 == cfg.stop_after_steps) {
       std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(step + 1));
       return 3;
@@ -285,6 +306,7 @@ int run(Config cfg) {
               static_cast<long long>(pm.gradients),
               static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients),
               static_cast<long long>(rss));
+  if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
@@ -360,8 +382,12 @@ int main(int argc, char** argv) {
   app.add_option("--weight-blocks", cfg.weight_blocks,
                  "Sparse projections in dense RxC blocks: 4x4 or 8x8 (32-bit indices; DST on the block grid)")
       ->check(CLI::IsMember({"4x4", "8x8"}));
+  app.add_flag("--distributed", cfg.distributed,
+               "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   CLI11_PARSE(app, argc, argv);
   try {
+    examples::Ranks processes(argc, argv, cfg.distributed, "char_gpt");
+    ranks = &processes.comm();
     if (!cfg.weight_blocks.empty()) {
       if (cfg.index_bits != 32) throw sprig::ArgumentError("--weight-blocks is built with --index-bits 32 only");
       using I = std::int32_t;

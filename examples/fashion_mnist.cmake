@@ -67,6 +67,7 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> "-DLAUNCH=${_launch}"
                        "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
                        "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
+                       "-DMATCH=test loss [0-9]\\.[0-9][0-9][0-9][0-9];acc 0\\.[0-9][0-9][0-9][0-9] \\|"
                        -P ${CMAKE_CURRENT_LIST_DIR}/scripts/ranks_match_one_process.cmake)
       add_test(NAME example:fashion_mnist_mpi_resume
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/mpi_resume_test

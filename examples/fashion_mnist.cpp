@@ -53,12 +53,9 @@
 #include <variant>
 #include <vector>
 
-#if defined(SPRIG_EXAMPLES_MPI)
-#  include <sprig/dist/mpi_communicator.hpp>
-#endif
-
 #include "fashion_mnist_data.hpp"
 #include "progress.hpp"
+#include "ranks.hpp"
 
 #if defined(_OPENMP)
 #  include <omp.h>
@@ -207,32 +204,6 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
   std::printf("STEP_TIMES dense_ms=%.3f sparse_ms=%.3f speedup=%.2f sparsity=%g batch=%lld\n", dense_ms, sparse_ms,
               dense_ms / sparse_ms, cfg.sparsity, static_cast<long long>(cfg.batch));
   return 0;
-}
-
-// Every rank's step time and communication, printed by rank 0 (the others' stdout is closed):
-// one line per rank and a DIST line with the medians over ranks. Collective: every rank calls it.
-template <class DP>
-void report_ranks(const DP& dp, double train_seconds, std::int64_t steps) {
-  sprig::dist::Communicator& comm = *ranks;
-  const auto& st = dp.stats();
-  const double n = static_cast<double>(std::max<std::int64_t>(1, steps));
-  const double mine[5] = {1e3 * train_seconds / n, 1e3 * st.gradient_wait_seconds / n,
-                          1e3 * (st.gather_seconds + st.check_seconds) / n,
-                          static_cast<double>(st.gradient_bytes) / static_cast<double>(std::max<std::int64_t>(1, st.steps)),
-                          static_cast<double>(st.gather_bytes)};
-  std::vector<double> all(5 * static_cast<std::size_t>(comm.size()));
-  comm.allgather(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)));
-  std::vector<double> step_ms, comm_share;
-  for (int r = 0; r < comm.size(); ++r) {
-    const double* v = all.data() + 5 * r;
-    std::printf("rank %d: %.3f ms/step, of which %.3f ms waiting for gradient sums (%.1f%%) and %.3f ms in topology "
-                "gathers and checks; %.2f MB of gradient a step, %.2f MB gathered for updates\n",
-                r, v[0], v[1], 100.0 * v[1] / v[0], v[2], v[3] / 1e6, v[4] / 1e6);
-    step_ms.push_back(v[0]);
-    comm_share.push_back((v[1] + v[2]) / v[0]);
-  }
-  std::printf("DIST ranks=%d ms_per_step=%.3f comm_share=%.3f gradient_bytes_per_step=%.0f\n", comm.size(),
-              quantiles(step_ms).median, quantiles(comm_share).median, mine[3]);
 }
 
 struct Evaluation {
@@ -506,7 +477,7 @@ int run(const Config& cfg) {
               static_cast<long long>(dense_bytes));
   std::printf("time: %.2f s per epoch, %.3f ms per step (forward, backward, optimizer; batch %lld)\n",
               1e-3 * ms_per_step * static_cast<double>(steps_per_epoch), ms_per_step, static_cast<long long>(cfg.batch));
-  if (comm.size() > 1) report_ranks(dp, train_seconds, steps_done - start.step);
+  if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_done - start.step);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
@@ -593,26 +564,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   try {
-    sprig::dist::SingleProcessCommunicator one;
-    ranks = &one;
-#if defined(SPRIG_EXAMPLES_MPI)
-    std::optional<sprig::dist::MpiSession> mpi;
-    std::optional<sprig::dist::MpiCommunicator> world;
-    if (cfg.distributed || sprig::dist::MpiSession::launched_with_ranks()) {
-      mpi.emplace(argc, argv);
-      world.emplace();
-      ranks = &*world;
-      // rank 0 reports; the others' results are the same and their progress would interleave
-      if (world->rank() > 0) {
-        if (!std::freopen("/dev/null", "w", stdout)) throw sprig::Error("fashion_mnist: cannot close stdout of a rank");
-        examples::ProgressBar::silence();
-      }
-    }
-#else
-    if (cfg.distributed)
-      throw sprig::ArgumentError("fashion_mnist: --distributed needs a build with MPI (libopenmpi-dev; CMake target "
-                                 "sprig::dist)");
-#endif
+    examples::Ranks processes(argc, argv, cfg.distributed, "fashion_mnist");
+    ranks = &processes.comm();
     if (!cfg.block.empty()) {
       if (cfg.index_bits != 32) throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
       using I = std::int32_t;

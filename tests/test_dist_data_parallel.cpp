@@ -6,9 +6,11 @@
 #include <memory>
 #include <string>
 
+#include <sprig/dst/model_builder.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/static_topology.hpp>
+#include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
 #include <sprig/optim/sgd.hpp>
@@ -80,8 +82,9 @@ std::unique_ptr<dst::SparsityAlgorithm<T, std::int32_t>> make_algorithm(const st
 }
 
 // The largest |a - b| over every parameter value of two models built alike.
-template <class T>
-double max_weight_difference(Model<T>& a, Model<T>& b) {
+template <class M>
+double max_weight_difference(M& a, M& b) {
+  using T = typename M::value_type;
   std::vector<std::span<const T>> va, vb;
   a.for_each_parameter([&](auto& p) {
     if constexpr (requires { p.weight.values(); }) va.push_back(p.weight.values());
@@ -120,27 +123,35 @@ std::vector<std::vector<std::pair<std::int64_t, T>>> live_entries(Model<T>& m) {
 
 // The values a gradient average moves per rank: every live weight of the sparse parameters
 // (none of their padding or dead slots) and every value of the dense ones.
-template <class T>
-std::int64_t trained_values(Model<T>& m) {
+template <class M>
+std::int64_t trained_values(M& m) {
   std::int64_t n = 0;
   m.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.values(); }) n += p.weight.nnz();
+    if constexpr (requires { p.weight.pattern(); }) n += p.weight.pattern().nnz() * p.kBlockSize;
+    else if constexpr (requires { p.weight.values(); }) n += p.weight.nnz();
     else n += static_cast<std::int64_t>(p.value.size());
   });
   return n;
+}
+
+// The block-sparse counterpart of small_mlp: 4 x 4 blocks at half the blocks live.
+template <class T>
+Sequential<T, std::int32_t, BlockSparseLinear<T, std::int32_t, 4, 4>> small_block_mlp(std::uint64_t seed) {
+  return dst::build_block_mlp<T, std::int32_t, 4, 4>(
+      {.widths = {12, 40, 32, 3}, .sparsity = 0.5, .seed = seed, .growth_reserve = 0.125});
 }
 
 // Trains `steps` steps of global batch 24 two ways, one process on the whole batch and this
 // communicator's ranks on their shards, and checks after every step: the global loss within
 // `tolerance` (relative) of the single process's, the same topology (hash) as the single
 // process, and an update on the same steps.
-template <class T, class Optimizer>
+template <class T, class Optimizer, class MakeModel = decltype(&small_mlp<T>)>
 void check_equivalence(const std::string& algorithm, Optimizer optimizer, double tolerance, std::int64_t steps = 30,
-                       std::int64_t bucket_bytes = std::int64_t{1} << 20) {
+                       std::int64_t bucket_bytes = std::int64_t{1} << 20, MakeModel make_model = &small_mlp<T>) {
   Communicator& comm = sprig::testing::communicator();
   const Data<T> data = make_data<T>(24, 99);
   const Data<T> local = columns(data, shard(24, comm));
-  Model<T> single = small_mlp<T>(5), parallel = small_mlp<T>(5);
+  auto single = make_model(5), parallel = make_model(5);
   Optimizer opt_single = optimizer, opt_parallel = optimizer;
   auto algo_single = make_algorithm<T>(algorithm), algo_parallel = make_algorithm<T>(algorithm);
   DataParallel dp(comm, parallel, {.bucket_bytes = bucket_bytes});
@@ -248,6 +259,11 @@ TEST_CASE("data-parallel training equals one process on the global batch", "[dis
   SECTION("RigL, SGD momentum") { check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10); }
   SECTION("SET, AdamW") { check_equivalence<double>("set", AdamW<double>({.lr = 0.01}), 1e-10); }
   SECTION("RigL, AdamW") { check_equivalence<double>("rigl", AdamW<double>({.lr = 0.01}), 1e-10); }
+  SECTION("4x4 blocks: SET and RigL, SGD momentum") {
+    check_equivalence<double>("set", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, std::int64_t{1} << 20,
+                              &small_block_mlp<double>);
+    check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64, &small_block_mlp<double>);
+  }
   SECTION("RigL, SGD momentum, every sparse gradient in a buffer of its own") {
     check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64);
   }

@@ -1,8 +1,9 @@
 # Runs an example (EXE, arguments ARGS) on one process and under LAUNCH (an MPI launcher and
 # its arguments, e.g. mpirun -np 2); the launched run must print RANKS (a regular
-# expression), and both must print a last "acc 0.dddd" and "test loss d.dddd" within TOLERANCE
-# (in units of the 4th decimal): the ranks sum the gradient of their shards, so they round
-# differently from one process and agree to rounding, not bitwise.
+# expression), and for every regular expression in MATCH (each matching a number with 4
+# decimals, e.g. "test loss [0-9]\.[0-9][0-9][0-9][0-9]") both runs' last matches must agree
+# within TOLERANCE units of the 4th decimal: the ranks sum the gradient of their shards, so
+# they round differently from one process and agree to rounding, not bitwise.
 function(last_value out pattern text)
   string(REGEX MATCHALL "${pattern}" all "${text}")
   list(POP_BACK all last)
@@ -21,7 +22,7 @@ execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} OUTPUT_VARIABLE launched ERRO
 if(NOT rc EQUAL 0 OR NOT launched MATCHES "${RANKS}")
   message(FATAL_ERROR "launched run failed (${rc}) or did not print '${RANKS}':\n${launched}\n${launched_err}")
 endif()
-foreach(pattern IN ITEMS "test loss [0-9]\\.[0-9][0-9][0-9][0-9]" "acc 0\\.[0-9][0-9][0-9][0-9] \\|")
+foreach(pattern IN LISTS MATCH)
   last_value(a "${pattern}" "${one}")
   last_value(b "${pattern}" "${launched}")
   math(EXPR d "${a} - ${b}")

@@ -333,7 +333,7 @@ private:
   static void for_each_travelling_range(const P& p, Fn&& fn) {
     if constexpr (requires { p.weight.pattern(); }) {  // block-sparse: R x C entries per slot
       const auto& w = p.weight.pattern();
-      const auto size = static_cast<std::size_t>(p.grad.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, w.storage_size())));
+      constexpr auto size = static_cast<std::size_t>(P::kBlockSize);
       for (std::int64_t i = 0; i < w.rows(); ++i)
         if (w.row_nnz(i) > 0)
           fn(static_cast<std::size_t>(w.row_start(i)) * size, static_cast<std::size_t>(w.row_start(i) + w.row_nnz(i)) * size);
