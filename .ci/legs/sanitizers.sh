@@ -5,7 +5,7 @@
 # file and line). The build is most of this leg: full -g made it 1.7x longer, and -O0 against
 # -O1 took it from 2021 s to 462 s on 2 cores (Zen 4) while the tests went from 167 s to
 # 376 s: 14 minutes against 36. SPRIG_NATIVE ON (the kernels' SIMD paths are what needs
-# checking), benchmarks and examples OFF.
+# checking), benchmarks and examples OFF. The MPI tests run without leak detection (below).
 #
 # Needs (installed here when missing): cmake ninja-build g++ libxsimd-dev catch2 zlib1g-dev
 # libopenblas-openmp-dev libeigen3-dev libcli11-dev.
@@ -41,6 +41,14 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OMP_NUM_THREADS=2
 ctest_args=(--test-dir "$build" --output-on-failure -j "$jobs" --timeout 900)
 [[ -n ${SPRIG_ASAN_EXCLUDE:-} ]] && ctest_args+=(-E "$SPRIG_ASAN_EXCLUDE") && say "excluding tests matching: $SPRIG_ASAN_EXCLUDE"
-say "ctest ${ctest_args[*]}"
-ctest "${ctest_args[@]}" || fail "ctest (a test failed or a sanitizer reported an error; see above)"
+say "ctest ${ctest_args[*]} -LE mpi"
+ctest "${ctest_args[@]}" -LE mpi || fail "ctest (a test failed or a sanitizer reported an error; see above)"
+# The MPI tests (label mpi, built where Open MPI is installed) with every check but leaks: Open
+# MPI leaves its own allocations at exit, in components it has unloaded by then, so no
+# suppression can name them (an empty MPI_Init/MPI_Finalize program reports 7 leaks).
+if ctest --test-dir "$build" -N -L mpi | grep -q 'Total Tests: [1-9]'; then
+  say "ctest ${ctest_args[*]} -L mpi, without leak detection"
+  ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} ctest "${ctest_args[@]}" -L mpi ||
+    fail "ctest -L mpi (a test failed or a sanitizer reported an error; see above)"
+fi
 say "PASS: the test suite is clean under ASan + UBSan (build $((built - start)) s, tests $((SECONDS - built)) s, total $((SECONDS - start)) s)"
