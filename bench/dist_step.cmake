@@ -17,7 +17,7 @@ if(TARGET sprig_dist AND CLI11_FOUND AND OpenMP_CXX_FOUND)
                        --steps 6 --algorithm rigl --delta-t 3)
       set_tests_properties(bench:dist_step_${model}_smoke PROPERTIES LABELS "bench;mpi"
         ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-        PASS_REGULAR_EXPRESSION "DISTSTEP model=${model} optimizer=sgd ranks=2 .*gather_bytes_per_update=[1-9]")
+        PASS_REGULAR_EXPRESSION "DISTSTEP model=${model} optimizer=sgd overlap=1 ranks=2 .*gather_bytes_per_update=[1-9]")
     endforeach()
   endif()
 else()

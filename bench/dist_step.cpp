@@ -61,6 +61,7 @@ struct Options {
   std::string algorithm = "none";
   std::int64_t delta_t = 25;
   std::uint64_t seed = 1;
+  bool no_overlap = false;
 };
 
 // Peak resident set of this process in bytes (VmHWM), 0 where /proc is not there.
@@ -145,7 +146,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   else if (o.algorithm != "none")
     throw sprig::ArgumentError("dist_step: --algorithm is none, set or rigl, not " + o.algorithm);
 
-  sprig::dist::DataParallel dp(comm, model);
+  sprig::dist::DataParallel dp(comm, model, {.overlap = !o.no_overlap});
   // the mean over the global batch: each shard's gradient is over its B columns, and
   // DataParallel averages the N shards
   auto step = [&](std::int64_t t) {
@@ -215,12 +216,13 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   if (comm.rank() != 0) return 0;
 
   std::printf("dist_step: %s, %s%s, sparsity %.3f, %lld live weights (%lld trained values), global batch %lld, "
-              "%d rank(s) (%s) x %d thread(s), %d warm-up + %d timed steps, %s, algorithm %s (%lld updates timed)\n",
+              "%d rank(s) (%s) x %d thread(s), %d warm-up + %d timed steps, %s, algorithm %s (%lld updates timed), "
+              "gradient sums %s backward\n",
               o.model.c_str(), mlp ? "784-1024-1024-10" : "",
               mlp ? "" : (std::to_string(o.width) + "-" + std::to_string(o.hidden) + "-" + std::to_string(o.width)).c_str(),
               o.sparsity, static_cast<long long>(live), static_cast<long long>(values), static_cast<long long>(o.batch),
               comm.size(), comm.name().c_str(), o.threads, o.warmup, o.steps, o.optimizer.c_str(), o.algorithm.c_str(),
-              static_cast<long long>(updates));
+              static_cast<long long>(updates), o.no_overlap ? "after" : "during");
   std::vector<double> step_ms, share, peak;
   for (int r = 0; r < comm.size(); ++r) {
     const double* v = all.data() + kFields * r;
@@ -231,11 +233,11 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
     share.push_back(v[3]);
     peak.push_back(v[7]);
   }
-  std::printf("DISTSTEP model=%s optimizer=%s ranks=%d threads=%d batch=%lld live=%lld ms_per_step=%.3f comm_share=%.4f "
+  std::printf("DISTSTEP model=%s optimizer=%s overlap=%d ranks=%d threads=%d batch=%lld live=%lld ms_per_step=%.3f comm_share=%.4f "
               "gradient_bytes_per_step=%.0f predicted_gradient_bytes=%lld gather_bytes_per_update=%.0f "
               "predicted_gather_bytes=%.0f "
               "model_bytes=%.0f peak_resident_bytes=%.0f\n",
-              o.model.c_str(), o.optimizer.c_str(), comm.size(), o.threads, static_cast<long long>(o.batch),
+              o.model.c_str(), o.optimizer.c_str(), o.no_overlap ? 0 : 1, comm.size(), o.threads, static_cast<long long>(o.batch),
               static_cast<long long>(live),
               median(step_ms), median(share), mine[4],
               static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather,
@@ -262,6 +264,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "set", "rigl"}));
   app.add_option("--delta-t", o.delta_t, "steps between topology updates")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "seed of weights and data");
+  app.add_flag("--no-overlap", o.no_overlap, "sum the gradients after backward instead of during it");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(o.threads);
   try {
