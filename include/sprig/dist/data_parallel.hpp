@@ -61,6 +61,7 @@
 #include "../io/binary_format.hpp"
 #include "../io/checkpoint.hpp"
 #include "../nn/model.hpp"
+#include "../optim/live_ranges.hpp"
 #include "communicator.hpp"
 
 namespace sprig::dist {
@@ -327,35 +328,12 @@ private:
     open_count_ = 0;
   }
 
-  // Calls fn(begin, end) for the runs of p.grad that travel, in slot order: the live slots of
-  // each row of a sparse or block-sparse parameter, all of a dense one.
-  template <class P, class Fn>
-  static void for_each_travelling_range(const P& p, Fn&& fn) {
-    if constexpr (requires { p.weight.pattern(); }) {  // block-sparse: R x C entries per slot
-      const auto& w = p.weight.pattern();
-      constexpr auto size = static_cast<std::size_t>(P::kBlockSize);
-      for (std::int64_t i = 0; i < w.rows(); ++i)
-        if (w.row_nnz(i) > 0)
-          fn(static_cast<std::size_t>(w.row_start(i)) * size, static_cast<std::size_t>(w.row_start(i) + w.row_nnz(i)) * size);
-    } else if constexpr (requires { p.weight.row_nnz(std::int64_t{0}); }) {
-      const auto& w = p.weight;
-      for (std::int64_t i = 0; i < w.rows(); ++i)
-        if (w.row_nnz(i) > 0)
-          fn(static_cast<std::size_t>(w.row_start(i)), static_cast<std::size_t>(w.row_start(i) + w.row_nnz(i)));
-    } else {
-      if (!p.grad.empty()) fn(std::size_t{0}, p.grad.size());
-    }
-  }
-
   template <class P>
   void add(P& p) {
     T* g = p.grad.data();
-    constexpr bool sparse = requires { p.weight.row_nnz(std::int64_t{0}); } || requires { p.weight.pattern(); };
-    std::size_t n = 0;
-    if constexpr (sparse)
-      for_each_travelling_range(p, [&](std::size_t b, std::size_t e) { n += e - b; });
-    else
-      n = p.grad.size();
+    constexpr bool sparse = requires { p.live_count(); };
+    std::size_t n = p.grad.size();
+    if constexpr (sparse) n = static_cast<std::size_t>(p.live_count());  // what travels: live slots only
     if (n == 0) return;
     stats_.gradient_bytes += static_cast<std::int64_t>(n * sizeof(T));
     if (comm_.size() == 1) return;
@@ -374,10 +352,11 @@ private:
     }
     AlignedVector<T>& bucket = buckets_[used_buckets_];
     if (bucket.size() < open_count_ + n) bucket.resize(open_count_ + n);
-    for_each_travelling_range(p, [&](std::size_t b, std::size_t e) {
+    sprig::detail::for_each_live_range<false>(p, [&](std::int64_t b, std::int64_t e) {  // in slot order
+      const auto count = static_cast<std::size_t>(e - b);
       std::copy(g + b, g + e, bucket.data() + open_count_);
-      packed_.push_back({g + b, e - b, used_buckets_, open_count_});
-      open_count_ += e - b;
+      packed_.push_back({g + b, count, used_buckets_, open_count_});
+      open_count_ += count;
     });
     if (large) flush_bucket();
   }

@@ -22,13 +22,13 @@ namespace sprig::detail {
 // Calls fn(begin, end) for every maximal run of live slots (one per non-empty row), on
 // OpenMP threads for large parameters: fn is called concurrently on disjoint ranges and must
 // only touch its own slots. Each slot is updated by one call, so the result does not depend
-// on the thread count.
-template <Value T, ColumnIndex Index, class Fn>
+// on the thread count. With Parallel = false: on the calling thread, in slot order.
+template <bool Parallel = true, Value T, ColumnIndex Index, class Fn>
 void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
   const auto& w = p.weight;
   const std::int64_t rows = w.rows();
 #if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (w.storage_size() >= kParallelMinWork)
+#  pragma omp parallel for schedule(static) if (Parallel && w.storage_size() >= kParallelMinWork)
 #endif
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::int64_t n = w.row_nnz(i);
@@ -37,12 +37,12 @@ void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
 }
 // A block-sparse weight: the entries of each block row's live blocks, one range per non-empty
 // block row (R * C entries per slot).
-template <Value T, ColumnIndex Index, int R, int C, class Fn>
+template <bool Parallel = true, Value T, ColumnIndex Index, int R, int C, class Fn>
 void for_each_live_range(const BlockSparseParameter<T, Index, R, C>& p, Fn&& fn) {
   const auto& w = p.weight.pattern();
   const std::int64_t rows = w.rows(), size = std::int64_t{R} * C;
 #if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (w.storage_size() * size >= kParallelMinWork)
+#  pragma omp parallel for schedule(static) if (Parallel && w.storage_size() * size >= kParallelMinWork)
 #endif
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::int64_t n = w.row_nnz(i);
@@ -51,12 +51,12 @@ void for_each_live_range(const BlockSparseParameter<T, Index, R, C>& p, Fn&& fn)
 }
 // A dense parameter: [0, size) in one range, or one contiguous chunk per thread (large
 // parameters, concurrently as above; an element's update does not depend on the chunk).
-template <Value T, class Fn>
+template <bool Parallel = true, Value T, class Fn>
 void for_each_live_range(const DenseParameter<T>& p, Fn&& fn) {
   const std::int64_t n = p.size();
   if (n <= 0) return;
 #if SPRIG_HAS_OPENMP
-  if (n >= kParallelMinWork) {
+  if (Parallel && n >= kParallelMinWork) {
 #  pragma omp parallel
     {
       const std::int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
