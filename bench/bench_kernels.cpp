@@ -305,9 +305,12 @@ void kernel_args(benchmark::internal::Benchmark* b) {
     b->Args({2560, 640, 100, B});
     b->Args({4096, 4096, 20, B});
   }
-  // the two layers of bench/train_step's feed-forward block at its batch
-  b->Args({4096, 1024, 100, 128});
-  b->Args({1024, 4096, 100, 128});
+  // the two layers of bench/train_step's feed-forward block at its batch, and at the shard
+  // of it that each of 2 or 4 data-parallel ranks computes (bench/dist_step)
+  for (std::int64_t B : {32, 64, 128}) {
+    b->Args({4096, 1024, 100, B});
+    b->Args({1024, 4096, 100, B});
+  }
   b->Unit(benchmark::kMillisecond);
 }
 
