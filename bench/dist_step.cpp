@@ -16,8 +16,8 @@
 //
 // Timing: --warmup untimed steps, then --steps timed steps back to back, each from the start
 // of forward to the end of the optimizer step (or topology update); every rank times its own.
-// Printed per rank: the median step and its quartiles, the mean time blocked finishing the
-// gradient sums (what overlap with backward did not hide), the gradient bytes it contributed
+// Printed per rank: the median step and its quartiles, the mean time blocked in the gradient
+// sums (the blocking sums after backward; with --overlap, what backward did not hide), the gradient bytes it contributed
 // per step, the bytes gathered per topology update, the model's bytes (Sequential::
 // memory_bytes) and the peak resident set (VmHWM). The last line, DISTSTEP, is
 // machine-readable: medians over ranks.
@@ -61,7 +61,7 @@ struct Options {
   std::string algorithm = "none";
   std::int64_t delta_t = 25;
   std::uint64_t seed = 1;
-  bool no_overlap = false;
+  bool overlap = false;
 };
 
 // Peak resident set of this process in bytes (VmHWM), 0 where /proc is not there.
@@ -146,7 +146,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   else if (o.algorithm != "none")
     throw sprig::ArgumentError("dist_step: --algorithm is none, set or rigl, not " + o.algorithm);
 
-  sprig::dist::DataParallel dp(comm, model, {.overlap = !o.no_overlap});
+  sprig::dist::DataParallel dp(comm, model, {.overlap = o.overlap});
   // the mean over the global batch: each shard's gradient is over its B columns, and
   // DataParallel averages the N shards
   auto step = [&](std::int64_t t) {
@@ -222,7 +222,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
               mlp ? "" : (std::to_string(o.width) + "-" + std::to_string(o.hidden) + "-" + std::to_string(o.width)).c_str(),
               o.sparsity, static_cast<long long>(live), static_cast<long long>(values), static_cast<long long>(o.batch),
               comm.size(), comm.name().c_str(), o.threads, o.warmup, o.steps, o.optimizer.c_str(), o.algorithm.c_str(),
-              static_cast<long long>(updates), o.no_overlap ? "after" : "during");
+              static_cast<long long>(updates), o.overlap ? "during" : "after");
   std::vector<double> step_ms, share, peak;
   for (int r = 0; r < comm.size(); ++r) {
     const double* v = all.data() + kFields * r;
@@ -237,7 +237,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
               "gradient_bytes_per_step=%.0f predicted_gradient_bytes=%lld gather_bytes_per_update=%.0f "
               "predicted_gather_bytes=%.0f "
               "model_bytes=%.0f peak_resident_bytes=%.0f\n",
-              o.model.c_str(), o.optimizer.c_str(), o.no_overlap ? 0 : 1, comm.size(), o.threads, static_cast<long long>(o.batch),
+              o.model.c_str(), o.optimizer.c_str(), o.overlap ? 1 : 0, comm.size(), o.threads, static_cast<long long>(o.batch),
               static_cast<long long>(live),
               median(step_ms), median(share), mine[4],
               static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather,
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "set", "rigl"}));
   app.add_option("--delta-t", o.delta_t, "steps between topology updates")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "seed of weights and data");
-  app.add_flag("--no-overlap", o.no_overlap, "sum the gradients after backward instead of during it");
+  app.add_flag("--overlap", o.overlap, "sum the gradients during backward (non-blocking) instead of after it");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(o.threads);
   try {

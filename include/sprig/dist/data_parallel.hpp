@@ -16,10 +16,15 @@
 // after construction and 59% after RigL had relocated rows (bench/dist_step, 27M weights).
 // Sparse gradients and dense arrays smaller than Options::bucket_bytes are packed into
 // buckets of about that size, a larger sparse one into a buffer of its own, and a larger
-// dense one is summed in place. With a model whose backward reports
-// each finished layer (Sequential::backward(layer_done)), a layer's buckets are started
-// non-blocking as soon as its gradients are final, and their sum overlaps the backward of the
-// layers below it; otherwise they are summed after backward.
+// dense one is summed in place. By default each is summed with a blocking allreduce after
+// backward. With Options::overlap and a model whose backward reports each finished layer
+// (Sequential::backward(layer_done)), a layer's buckets are started non-blocking as soon as its
+// gradients are final, and their sum overlaps the backward of the layers below it. Overlap is
+// off by default: with one core per rank and shared memory the sum's arithmetic runs on the
+// backward's core anyway, and Open MPI's non-blocking allreduce is the slower algorithm (2
+// ranks, bench/dist_step, FFN step 13.5 ms blocking vs 14.9 overlapped, MLP 2.44 vs 2.76;
+// docs/scaling.md). Where an MPI progresses sums in the background (a network offload, a
+// progress thread), measure it on.
 //
 // The topology stays identical on every rank by construction: weights are identical (same
 // averaged gradient, same optimizer), magnitudes drop alike, SET's randomness is a
@@ -154,7 +159,7 @@ inline void check_same_on_every_rank(Communicator& comm, std::uint64_t value, co
 struct CommunicationStats {
   std::int64_t steps = 0;               // gradient averages
   std::int64_t gradient_bytes = 0;      // bytes of gradient summed: live slots of sparse, all of dense
-  double gradient_wait_seconds = 0.0;   // time blocked finishing gradient sums (overlap excluded)
+  double gradient_wait_seconds = 0.0;   // time blocked in gradient sums (what overlap hid excluded)
   std::int64_t gather_bytes = 0;        // bytes of X and dY received for gradient-driven updates
   double gather_seconds = 0.0;
   std::int64_t topology_checks = 0;
@@ -172,8 +177,10 @@ public:
     // Gradient arrays smaller than this are packed into buckets of about this size; larger
     // ones are summed in place. 1 MiB: a few messages for a model of many small layers.
     std::int64_t bucket_bytes = std::int64_t{1} << 20;
-    // Start each layer's sums while backward goes on (when the model reports finished layers).
-    bool overlap = true;
+    // Start each layer's sums non-blocking while backward goes on (when the model reports
+    // finished layers) instead of one blocking sum per bucket after backward; see the top of
+    // this file for why it is off by default.
+    bool overlap = false;
   };
 
   // Checks that every rank holds the same topology (check_topology). The communicator and the
@@ -190,12 +197,12 @@ public:
   const CommunicationStats& stats() const noexcept { return stats_; }
   void reset_stats() noexcept { stats_ = {}; }
 
-  // model.backward(), then every gradient averaged over the ranks (overlapping as the top of
-  // this file says). Throws what backward and the communicator throw.
+  // model.backward(), then every gradient averaged over the ranks (during backward with
+  // Options::overlap, as the top of this file says). Throws what backward and the communicator throw.
   void backward() {
-    begin_average();
     if constexpr (requires { model_.backward([](std::size_t) {}); model_.for_each_parameter_of(std::size_t{0}, [](auto&) {}); }) {
       if (options_.overlap) {
+        begin_average();
         model_.backward([this](std::size_t k) {
           model_.for_each_parameter_of(k, [this](auto& p) { add(p); });
           flush_bucket();
@@ -206,15 +213,22 @@ public:
       }
     }
     model_.backward();
-    model_.for_each_parameter([this](auto& p) { add(p); });
-    finish_average();
+    average_gradients();
   }
 
-  // Averages every gradient over the ranks, for a caller that ran backward itself (blocking).
+  // Averages every gradient over the ranks, for a caller that ran backward itself: one
+  // blocking sum per bucket.
   void average_gradients() {
     begin_average();
-    model_.for_each_parameter([this](auto& p) { add(p); });
-    finish_average();
+    blocking_ = true;
+    try {
+      model_.for_each_parameter([this](auto& p) { add(p); });
+      finish_average();
+    } catch (...) {
+      blocking_ = false;
+      throw;
+    }
+    blocking_ = false;
   }
 
   // The mean over ranks of a per-rank value (a shard's loss). One allreduce of 8 bytes.
@@ -340,7 +354,10 @@ private:
     const bool large = static_cast<std::int64_t>(n * sizeof(T)) >= options_.bucket_bytes;
     if (large && !sparse) {
       in_place_.push_back({g, n});
-      in_flight_.push_back(comm_.start_allreduce_sum(std::span<T>(g, n)));
+      if (blocking_)
+        timed_sum(std::span<T>(g, n));
+      else
+        in_flight_.push_back(comm_.start_allreduce_sum(std::span<T>(g, n)));
       return;
     }
     // a large sparse gradient gets a buffer of its own (the open bucket is sent first)
@@ -363,9 +380,19 @@ private:
 
   void flush_bucket() {
     if (open_count_ == 0) return;
-    in_flight_.push_back(comm_.start_allreduce_sum(std::span<T>(buckets_[used_buckets_].data(), open_count_)));
+    const std::span<T> bucket(buckets_[used_buckets_].data(), open_count_);
+    if (blocking_)
+      timed_sum(bucket);
+    else
+      in_flight_.push_back(comm_.start_allreduce_sum(bucket));
     ++used_buckets_;
     open_count_ = 0;
+  }
+
+  void timed_sum(std::span<T> data) {
+    const auto start = Clock::now();
+    comm_.allreduce_sum(data);
+    stats_.gradient_wait_seconds += seconds_since(start);
   }
 
   void finish_average() {
@@ -395,6 +422,7 @@ private:
   std::vector<Packed> packed_;
   std::vector<std::pair<T*, std::size_t>> in_place_;
   std::vector<std::int64_t> in_flight_;
+  bool blocking_ = false;  // sum each bucket as it is closed (no backward left to overlap)
   std::vector<Matrix<T>> inputs_, output_grads_;
   AlignedVector<T> pack_, unpack_;
 };
