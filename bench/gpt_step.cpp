@@ -644,7 +644,7 @@ int run(const Options& o, int argc, char** argv) {
 #if defined(SPRIG_OPENBLAS)
   head << "; OpenBLAS: " << loaded_openblas() << " (" << openblas_get_config() << ")";
 #endif
-  head << "; SIMD " << xsimd::default_arch::name() << "; load average at start " << load_at_start << ", at end "
+  head << "; kernels " << sprig::kernel_arch() << "; load average at start " << load_at_start << ", at end "
        << load_average() << "\n\nGPT: " << o.layers << " layers, " << o.heads << " heads, d_model " << o.d_model
        << ", d_ff " << o.d_ff << ", block " << o.block << ", batch " << o.batch << ", vocabulary " << o.vocab
        << "; fp32, sparse projections with " << o.index_bits << "-bit column indices (uniform sparsity); AdamW (0.9, 0.99)"

@@ -1067,7 +1067,7 @@ int main(int argc, char** argv) {
 #else
     head << "\n\nNo BLAS: dense layers on sprig's portable GEMM (nn/gemm.hpp)";
 #endif
-    head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; SIMD " << xsimd::default_arch::name()
+    head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; kernels " << sprig::kernel_arch()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
          << "; malloc mmap threshold " << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)" : std::string("glibc default (dynamic)"))
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";

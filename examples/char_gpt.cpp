@@ -55,6 +55,7 @@
 #  include <omp.h>
 #endif
 
+#include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
 
@@ -181,13 +182,13 @@ int run(Config cfg) {
   }();
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
-              "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s)\n",
+              "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s); %s\n",
               cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
               static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
               100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
               blocks ? (", in " + cfg.weight_blocks + " blocks").c_str() : "", static_cast<int>(8 * sizeof(Index)),
               static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
-              static_cast<long long>(cfg.batch), threads);
+              static_cast<long long>(cfg.batch), threads, examples::kernel_label().c_str());
 
   sprig::AdamW<T> opt({.lr = cfg.lr,
                        .beta1 = 0.9,

@@ -32,7 +32,7 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
   if(EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
-                         PASS_REGULAR_EXPRESSION "RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
+                         PASS_REGULAR_EXPRESSION "; kernels [a-z0-9.+]+\n.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
     # Block-sparse hidden layers train with SET on the block grid, and an algorithm that does
     # not update blocks is refused by name.
     add_test(NAME example:fashion_mnist_block_smoke

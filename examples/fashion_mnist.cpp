@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "fashion_mnist_data.hpp"
+#include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
 
@@ -282,9 +283,10 @@ int run(const Config& cfg) {
                 comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
   }
   std::printf("model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
-              "thread(s)%s\n",
+              "thread(s)%s; %s\n",
               shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
-              static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName);
+              static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName,
+              examples::kernel_label().c_str());
   if constexpr (!blocks)
     if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);
 

@@ -8,6 +8,7 @@
 // program checks that the bytes it measures match the formulas in docs/guide.md (values and
 // indices per slot, 3 int64 row arrays) and exits 1 if they do not.
 #include <sprig/sprig.hpp>
+#include "kernel_label.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -78,8 +79,9 @@ int main(int argc, char** argv) {
     const std::int64_t dense_bytes = rows * cols * std::int64_t{sizeof(float)};
     const auto layer = sprig::PaddedCSR<float, std::int32_t>::random_density(rows, cols, 1.0 - sparsity, /*seed=*/42);
     const double ratio = layer.padding_ratio();
-    std::printf("sprig memory demo: a %lld -> %lld layer at %.0f%% sparsity, float weights\n",
-                static_cast<long long>(cols), static_cast<long long>(rows), 100.0 * sparsity);
+    std::printf("sprig memory demo: a %lld -> %lld layer at %.0f%% sparsity, float weights; %s\n",
+                static_cast<long long>(cols), static_cast<long long>(rows), 100.0 * sparsity,
+                examples::kernel_label().c_str());
     std::printf("W is %lld x %lld (outputs x inputs): %lld live weights of %lld (density %.4f)\n",
                 static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(layer.nnz()),
                 static_cast<long long>(rows * cols), layer.density());

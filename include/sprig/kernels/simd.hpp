@@ -1,5 +1,6 @@
 // sprig/kernels/simd.hpp — the one place that knows about xsimd: which architecture the
-// kernels are compiled for, the batch type, and the xsimd-version differences.
+// kernels are compiled for (sprig::kernel_arch(), and kernel_arch_warning() when that is
+// below the CPU's AVX2 + FMA), the batch type, and the xsimd-version differences.
 //
 // SPRIG_KERNEL_SIMD is 1 when the kernels use xsimd::batch<T, default_arch> for T, and 0 when
 // they take the scalar path: SPRIG_NO_SIMD defined (CMake -DSPRIG_SIMD=OFF), or xsimd finds
@@ -7,9 +8,12 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "../core/config.hpp"
+#include "../core/error.hpp"
 
 #if SPRIG_HAS_SIMD
 // GCC 12 reports `__Y` in _mm512_undefined_ps (used by xsimd's AVX-512 haddp) as
@@ -119,4 +123,49 @@ constexpr std::size_t simd_width() noexcept {
   return 1;
 }
 
+// kernel_arch_warning's sentence for kernels compiled for `compiled` (with or without AVX2
+// and FMA) on a CPU that has them or not: empty unless vector kernels could run on AVX2 + FMA
+// and were built for less.
+inline std::string arch_warning(std::string_view compiled, bool compiled_avx2_fma, bool cpu_avx2_fma) {
+  if (compiled_avx2_fma || !cpu_avx2_fma || compiled == "scalar") return {};
+  return message("sprig's kernels are compiled for ", compiled,
+                 " but this CPU runs AVX2 and FMA: build with -march=native (or -mavx2 -mfma) for their full speed");
+}
+
 }  // namespace sprig::detail
+
+namespace sprig {
+
+// The SIMD architecture the kernels of this translation unit are compiled for, in xsimd's
+// words ("avx512bw", "fma3+avx2", "sse2", "neon64", ...), or "scalar" on the scalar path
+// (SPRIG_NO_SIMD, or no SIMD architecture for the compiler flags). Fixed at compile time by
+// the flags (-march, -mavx2 ...), not by the CPU the program runs on.
+constexpr const char* kernel_arch() noexcept {
+#if SPRIG_KERNEL_SIMD
+  return detail::KernelArch::name();
+#else
+  return "scalar";
+#endif
+}
+
+// Empty when the kernels use what matters of the CPU; otherwise one sentence saying that
+// they were compiled for less than the AVX2 + FMA this x86-64 CPU runs (a build without
+// -march gets SSE2, at a fraction of the speed) and how to build. Scalar builds (a choice)
+// and other CPUs: empty. Reads the CPU's features (GCC and Clang on x86 only).
+inline std::string kernel_arch_warning() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#  if SPRIG_KERNEL_SIMD && defined(__AVX2__) && defined(__FMA__)
+  constexpr bool compiled_avx2_fma = true;
+#  else
+  constexpr bool compiled_avx2_fma = false;
+#  endif
+  if constexpr (compiled_avx2_fma) return {};
+  __builtin_cpu_init();
+  const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return detail::arch_warning(kernel_arch(), compiled_avx2_fma, cpu);
+#else
+  return {};
+#endif
+}
+
+}  // namespace sprig
