@@ -58,6 +58,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "threads.hpp"
 
 #ifndef CHAR_GPT_DEFAULT_DATA
 #  define CHAR_GPT_DEFAULT_DATA "examples/data/tinyshakespeare.txt"
@@ -154,12 +155,7 @@ template <class Index, class... Block>
 int run(Config cfg) {
   constexpr bool blocks = sizeof...(Block) > 0;
   apply_config_defaults(cfg);
-#if defined(_OPENMP)
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
+  if (cfg.threads > 0) examples::choose_threads(cfg.threads, 0);
   const sprig::CharText text = sprig::read_char_text(cfg.data);
   const auto [train, val] = sprig::split_tokens(text.tokens, 0.9);
   std::printf("data: %s, %lld characters, vocabulary %lld; %zu train / %zu validation tokens\n", cfg.data.c_str(),
@@ -181,6 +177,7 @@ int run(Config cfg) {
       return sprig::dst::build_gpt<T, Index>(spec);
   }();
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
+  const int threads = examples::choose_threads(cfg.threads, 3 * pm0.parameters * cfg.batch * cfg.block);
   std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
               "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s); %s\n",
               cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
@@ -358,7 +355,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads (0 = OpenMP's default)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--data", cfg.data, "The text file")->capture_default_str();
   app.add_option("--eval-every", cfg.eval_every, "Steps between validation evaluations (and at the end)")
       ->check(CLI::NonNegativeNumber)

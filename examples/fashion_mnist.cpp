@@ -57,6 +57,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "threads.hpp"
 
 #if defined(_OPENMP)
 #  include <omp.h>
@@ -237,12 +238,7 @@ Evaluation evaluate(Model& model, const sprig::LabeledImages<T>& data, T mean, T
 template <class Index, class... Block>
 int run(const Config& cfg) {
   constexpr bool blocks = sizeof...(Block) > 0;
-#if defined(_OPENMP)
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const int threads = omp_get_max_threads();
-#else
-  const int threads = 1;
-#endif
+  if (cfg.threads > 0) examples::choose_threads(cfg.threads, 0);
   auto t_load = Clock::now();
   const auto data = examples::load_fashion_mnist<T>(cfg.data_dir);
   // Standardise with the training set's pixel mean and standard deviation (one scalar each).
@@ -274,6 +270,7 @@ int run(const Config& cfg) {
   if constexpr (!blocks)
     if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
   const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
+  const int threads = examples::choose_threads(cfg.threads, 3 * sprig::parameter_memory(model).parameters * cfg.batch);
   const std::string kind = cfg.sparsity <= 0.0 ? "dense" : blocks ? "sparse in " + cfg.block + " blocks" : "sparse";
   sprig::dist::Communicator& comm = *ranks;
   const sprig::dist::Shard shard = sprig::dist::shard(cfg.batch, comm);
@@ -513,7 +510,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "Seed of weights and batch order")->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads (0 = OpenMP's default)")
+  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();

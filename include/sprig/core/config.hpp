@@ -34,9 +34,14 @@
 
 #include <cstdint>
 
-namespace sprig::detail {
 // Work (elements of a pass, or multiply-adds of a kernel) below which a loop runs on the
-// calling thread: an OpenMP parallel region costs a few microseconds, about that much work.
-// One value for every threaded loop in the library.
-inline constexpr std::int64_t kParallelMinWork = std::int64_t{1} << 16;
+// calling thread: an OpenMP parallel region costs a few microseconds, about that much work
+// (docs/performance.md, "Threads"). One value for every threaded loop in the library; define
+// it (every translation unit alike) to move the threshold.
+#ifndef SPRIG_PARALLEL_MIN_WORK
+#  define SPRIG_PARALLEL_MIN_WORK (std::int64_t{1} << 16)
+#endif
+
+namespace sprig::detail {
+inline constexpr std::int64_t kParallelMinWork = SPRIG_PARALLEL_MIN_WORK;
 }  // namespace sprig::detail
