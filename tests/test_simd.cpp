@@ -20,14 +20,22 @@ namespace {
 std::string expected_arch() {
 #if !SPRIG_KERNEL_SIMD
   return "scalar";
-#elif defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512CD__)
+#elif defined(__AVX512BW__)  // xsimd takes the best architecture whose own macro is set
   return "avx512bw";
+#elif defined(__AVX512DQ__)
+  return "avx512dq";
+#elif defined(__AVX512CD__)
+  return "avx512cd";
+#elif defined(__AVX512F__)
+  return "avx512f";
 #elif defined(__AVX2__) && defined(__FMA__)
   return "fma3+avx2";
 #elif defined(__AVX2__)
   return "avx2";
 #elif defined(__aarch64__)
-  return "neon64";
+  return "arm64+neon";
+#elif defined(__ARM_NEON)
+  return "arm32+neon";
 #elif defined(__SSE4_2__)
   return "sse4.2";
 #elif defined(__SSE2__) && !defined(__SSE3__)

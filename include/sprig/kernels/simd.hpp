@@ -137,7 +137,7 @@ inline std::string arch_warning(std::string_view compiled, bool compiled_avx2_fm
 namespace sprig {
 
 // The SIMD architecture the kernels of this translation unit are compiled for, in xsimd's
-// words ("avx512bw", "fma3+avx2", "sse2", "neon64", ...), or "scalar" on the scalar path
+// words ("avx512bw", "fma3+avx2", "sse2", "arm64+neon", ...), or "scalar" on the scalar path
 // (SPRIG_NO_SIMD, or no SIMD architecture for the compiler flags). Fixed at compile time by
 // the flags (-march, -mavx2 ...), not by the CPU the program runs on.
 constexpr const char* kernel_arch() noexcept {
