@@ -202,7 +202,7 @@ public:
   void backward() {
     if constexpr (requires { model_.backward([](std::size_t) {}); model_.for_each_parameter_of(std::size_t{0}, [](auto&) {}); }) {
       if (options_.overlap) {
-        begin_average();
+        begin_average(/*blocking=*/false);
         model_.backward([this](std::size_t k) {
           model_.for_each_parameter_of(k, [this](auto& p) { add(p); });
           flush_bucket();
@@ -219,16 +219,9 @@ public:
   // Averages every gradient over the ranks, for a caller that ran backward itself: one
   // blocking sum per bucket.
   void average_gradients() {
-    begin_average();
-    blocking_ = true;
-    try {
-      model_.for_each_parameter([this](auto& p) { add(p); });
-      finish_average();
-    } catch (...) {
-      blocking_ = false;
-      throw;
-    }
-    blocking_ = false;
+    begin_average(/*blocking=*/true);
+    model_.for_each_parameter([this](auto& p) { add(p); });
+    finish_average();
   }
 
   // The mean over ranks of a per-rank value (a shard's loss). One allreduce of 8 bytes.
@@ -333,7 +326,10 @@ private:
     std::size_t offset;
   };
 
-  void begin_average() {
+  // Starts an average whose buckets are summed as they close (blocking) or started
+  // non-blocking and awaited in finish_average.
+  void begin_average(bool blocking) {
+    blocking_ = blocking;
     comm_.wait_all();
     in_flight_.clear();
     in_place_.clear();
@@ -422,7 +418,7 @@ private:
   std::vector<Packed> packed_;
   std::vector<std::pair<T*, std::size_t>> in_place_;
   std::vector<std::int64_t> in_flight_;
-  bool blocking_ = false;  // sum each bucket as it is closed (no backward left to overlap)
+  bool blocking_ = false;  // this average's mode, set by begin_average
   std::vector<Matrix<T>> inputs_, output_grads_;
   AlignedVector<T> pack_, unpack_;
 };
