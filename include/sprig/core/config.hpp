@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "abi_guard.hpp"
+
 // SPRIG_ASSERT(cond, msg) guards internal invariants (never user input, which is
 // validated with sprig::Error at the public boundary). On in debug builds, off
 // under NDEBUG; a consumer may define SPRIG_ASSERT before including sprig.
