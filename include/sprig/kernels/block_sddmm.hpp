@@ -116,22 +116,22 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
   constexpr std::int64_t N = B::size;
   constexpr int A = RT * CT;
   B acc[CH][A];
-  for (int h = 0; h < CH; ++h)
-    for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  SPRIG_UNROLL for (int h = 0; h < CH; ++h)
+    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
   auto step = [&](B* a, std::int64_t off) {
     if constexpr (RT <= CT) {
       B dv[RT];
-      for (int r = 0; r < RT; ++r) dv[r] = pinned<CT>(B::load_unaligned(d + r * ds + off));
-      for (int c = 0; c < CT; ++c) {
+      SPRIG_UNROLL for (int r = 0; r < RT; ++r) dv[r] = pinned<CT>(B::load_unaligned(d + r * ds + off));
+      SPRIG_UNROLL for (int c = 0; c < CT; ++c) {
         const B xv = pinned<RT>(B::load_unaligned(x + c * xs + off));
-        for (int r = 0; r < RT; ++r) a[r * CT + c] = xsimd::fma(dv[r], xv, a[r * CT + c]);
+        SPRIG_UNROLL for (int r = 0; r < RT; ++r) a[r * CT + c] = xsimd::fma(dv[r], xv, a[r * CT + c]);
       }
     } else {
       B xv[CT];
-      for (int c = 0; c < CT; ++c) xv[c] = pinned<RT>(B::load_unaligned(x + c * xs + off));
-      for (int r = 0; r < RT; ++r) {
+      SPRIG_UNROLL for (int c = 0; c < CT; ++c) xv[c] = pinned<RT>(B::load_unaligned(x + c * xs + off));
+      SPRIG_UNROLL for (int r = 0; r < RT; ++r) {
         const B dv = pinned<CT>(B::load_unaligned(d + r * ds + off));
-        for (int c = 0; c < CT; ++c) a[r * CT + c] = xsimd::fma(dv, xv[c], a[r * CT + c]);
+        SPRIG_UNROLL for (int c = 0; c < CT; ++c) a[r * CT + c] = xsimd::fma(dv, xv[c], a[r * CT + c]);
       }
     }
   };
@@ -144,10 +144,10 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
   }
   for (; j < steps; ++j) step(acc[0], j * N);
   if constexpr (CH == 2)
-    for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
-  for (int k0 = 0; k0 < A; k0 += static_cast<int>(N)) {
+    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+  SPRIG_UNROLL for (int k0 = 0; k0 < A; k0 += static_cast<int>(N)) {
     B rows[N];
-    for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k0 + k < A ? acc[0][k0 + k] : B(T(0));
+    SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k0 + k < A ? acc[0][k0 + k] : B(T(0));
     const B sums = batched_hsum(rows);
     if constexpr (CT == LD) {  // the tile's rows are contiguous in out
       if (k0 + static_cast<int>(N) <= A) {
@@ -206,15 +206,15 @@ SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t d
   constexpr int RC = R * C, A = G * RC, CH = A < 8 ? 2 : 1;
   static_assert(A <= N);
   B acc[CH][A];
-  for (int h = 0; h < CH; ++h)
-    for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
-  auto step = [&](B* a, std::int64_t off) {
+  SPRIG_UNROLL for (int h = 0; h < CH; ++h)
+    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  auto step = [&](B* a, std::int64_t off) SPRIG_ALWAYS_INLINE_LAMBDA {
     B dv[R];
-    for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(B::load_unaligned(d + r * ds + off));
-    for (int g = 0; g < G; ++g)
-      for (int c = 0; c < C; ++c) {
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(B::load_unaligned(d + r * ds + off));
+    SPRIG_UNROLL for (int g = 0; g < G; ++g)
+      SPRIG_UNROLL for (int c = 0; c < C; ++c) {
         const B xv = pinned<R>(B::load_unaligned(xg[g] + c * xs + off));
-        for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
+        SPRIG_UNROLL for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
       }
   };
   std::int64_t j = 0;
@@ -226,16 +226,16 @@ SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t d
   }
   for (; j < steps; ++j) step(acc[0], j * N);
   if constexpr (CH == 2)
-    for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
   B rows[N];
-  for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k < A ? acc[0][k] : B(T(0));
+  SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k < A ? acc[0][k] : B(T(0));
   const B sums = batched_hsum(rows);
   if constexpr (A == N) {
     sums.store_unaligned(res);
   } else {
     alignas(64) T tmp[N];
     sums.store_aligned(tmp);
-    for (int k = 0; k < A; ++k) res[k] = tmp[k];
+    SPRIG_UNROLL for (int k = 0; k < A; ++k) res[k] = tmp[k];
   }
 }
 
@@ -335,7 +335,7 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
             if constexpr (G > 1) {
               for (std::int64_t q = 0; q < nb; q += G) {
                 const T* xg[G];  // a short last group repeats its last block (computed, not stored)
-                for (int g = 0; g < G; ++g)
+                SPRIG_UNROLL for (int g = 0; g < G; ++g)
                   xg[g] = xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
                 block_sddmm_group<T, R, C, G>(d, ds, xg, xs, steps, res);
                 for (std::int64_t g = 0; g < std::min<std::int64_t>(G, nb - q); ++g)

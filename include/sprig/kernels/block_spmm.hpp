@@ -54,14 +54,6 @@
 #  define SPRIG_BLOCK_SPMM_PREFETCH 8
 #endif
 
-// The tile's loops have compile-time trip counts and index the accumulator array: unrolled
-// completely, every index is a constant and the compiler keeps the array in registers (GCC 12
-// otherwise left some tiles' accumulators on the stack).
-#if defined(__GNUC__)
-#  define SPRIG_BLOCK_UNROLL _Pragma("GCC unroll 16")
-#else
-#  define SPRIG_BLOCK_UNROLL
-#endif
 
 namespace sprig {
 
@@ -134,17 +126,13 @@ SPRIG_ALWAYS_INLINE void block_fma(Batch<T> (&acc)[Rows][G], const T* __restrict
                                    std::int64_t xs, std::int64_t cn) noexcept {
   using B = Batch<T>;
   constexpr std::int64_t N = B::size;
-  SPRIG_BLOCK_UNROLL
-  for (int c = 0; c < BC; ++c) {
+  SPRIG_UNROLL for (int c = 0; c < BC; ++c) {
     if (!Full && c >= cn) break;
     B xv[G];
-    SPRIG_BLOCK_UNROLL
-    for (int g = 0; g < G; ++g) xv[g] = B::load_unaligned(x + c * xs + g * N);
-    SPRIG_BLOCK_UNROLL
-    for (int r = 0; r < Rows; ++r) {
+    SPRIG_UNROLL for (int g = 0; g < G; ++g) xv[g] = B::load_unaligned(x + c * xs + g * N);
+    SPRIG_UNROLL for (int r = 0; r < Rows; ++r) {
       const B wv(w[r * RS + c * CS]);
-      SPRIG_BLOCK_UNROLL
-      for (int g = 0; g < G; ++g) acc[r][g] = xsimd::fma(wv, xv[g], acc[r][g]);
+      SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = xsimd::fma(wv, xv[g], acc[r][g]);
     }
   }
 }
@@ -184,27 +172,25 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
   constexpr std::int64_t D = SPRIG_BLOCK_SPMM_PREFETCH;
   constexpr std::int64_t row_bytes = G * N * static_cast<std::int64_t>(sizeof(T));
   B acc[Ch][Rows][G];
-  for (int k = 0; k < Ch; ++k)
-    for (int r = 0; r < Rows; ++r)
-      for (int g = 0; g < G; ++g) acc[k][r][g] = B(T(0));
+  SPRIG_UNROLL for (int k = 0; k < Ch; ++k)
+    SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
+      SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] = B(T(0));
   std::int64_t q = 0;
   for (; q + Ch <= n; q += Ch) {
     if (q + D + Ch <= n)
-      for (int k = 0; k < Ch; ++k) {
+      SPRIG_UNROLL for (int k = 0; k < Ch; ++k) {
         const T* x = xp + static_cast<std::int64_t>(cols[s + q + D + k]) * BC * xs;
-        for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
+        SPRIG_UNROLL for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
         blocks.prefetch(s + q + D + k);
       }
-    SPRIG_BLOCK_UNROLL
-    for (int k = 0; k < Ch; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+    SPRIG_UNROLL for (int k = 0; k < Ch; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   }
-  SPRIG_BLOCK_UNROLL
-  for (int k = 0; k < Ch - 1; ++k)  // the last < Ch blocks
+  SPRIG_UNROLL for (int k = 0; k < Ch - 1; ++k)  // the last < Ch blocks
     if (q + k < n) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
-  for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
-    for (int k = 0; k + step < Ch; k += 2 * step)
-      for (int r = 0; r < Rows; ++r)
-        for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
+  SPRIG_UNROLL for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
+    SPRIG_UNROLL for (int k = 0; k + step < Ch; k += 2 * step)
+      SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
+        SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
   for (int r = 0; r < Rows && r < rows_valid; ++r) {
     T* yr = y + r * ys;
     const T* br = bias ? bias + r : nullptr;

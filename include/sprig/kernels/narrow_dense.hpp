@@ -67,22 +67,22 @@ void narrow_forward_columns(ConstMatrixView<T> W, ConstMatrixView<T> X, MatrixVi
     using B = Batch<T>;
     constexpr std::int64_t N = B::size;
     constexpr int C = M >= 8 ? 1 : (8 + M - 1) / M;
-    auto block = [&]<int Cn>(std::integral_constant<int, Cn>) {
+    auto block = [&]<int Cn>(std::integral_constant<int, Cn>) SPRIG_ALWAYS_INLINE_LAMBDA {
       B acc[M][Cn];
-      for (int i = 0; i < M; ++i)
-        for (int c = 0; c < Cn; ++c) acc[i][c] = B(T(0));
+      SPRIG_UNROLL for (int i = 0; i < M; ++i)
+        SPRIG_UNROLL for (int c = 0; c < Cn; ++c) acc[i][c] = B(T(0));
       for (std::int64_t k = 0; k < K; ++k) {
         const T* x = X.row(k) + j;
         B xv[Cn];
-        for (int c = 0; c < Cn; ++c) xv[c] = B::load_unaligned(x + c * N);
-        for (int i = 0; i < M; ++i) {
+        SPRIG_UNROLL for (int c = 0; c < Cn; ++c) xv[c] = B::load_unaligned(x + c * N);
+        SPRIG_UNROLL for (int i = 0; i < M; ++i) {
           const B w(W.row(i)[k]);
-          for (int c = 0; c < Cn; ++c) acc[i][c] = xsimd::fma(w, xv[c], acc[i][c]);
+          SPRIG_UNROLL for (int c = 0; c < Cn; ++c) acc[i][c] = xsimd::fma(w, xv[c], acc[i][c]);
         }
       }
-      for (int i = 0; i < M; ++i) {
+      SPRIG_UNROLL for (int i = 0; i < M; ++i) {
         const B b(bias.empty() ? T(0) : bias[static_cast<std::size_t>(i)]);
-        for (int c = 0; c < Cn; ++c) {
+        SPRIG_UNROLL for (int c = 0; c < Cn; ++c) {
           B y = acc[i][c] + b;
           if (act == FusedActivation::relu) y = xsimd::select(y > B(T(0)), y, B(T(0)));
           y.store_unaligned(Y.row(i) + j + c * N);
@@ -135,14 +135,14 @@ void narrow_backward_rows(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatri
       using B = Batch<T>;
       constexpr std::int64_t N = B::size;
       B acc[M];
-      for (int i = 0; i < M; ++i) acc[i] = B(T(0));
+      SPRIG_UNROLL for (int i = 0; i < M; ++i) acc[i] = B(T(0));
       for (; j + N <= Bn; j += N) {
         const B xv = B::load_unaligned(x + j);
         B d = B::load_unaligned(dY.row(0) + j);
         acc[0] = xsimd::fma(d, xv, acc[0]);
         B g(T(0));
         if constexpr (WithDx) g = B(w[0]) * d;
-        for (int i = 1; i < M; ++i) {
+        SPRIG_UNROLL for (int i = 1; i < M; ++i) {
           d = B::load_unaligned(dY.row(i) + j);
           acc[i] = xsimd::fma(d, xv, acc[i]);
           if constexpr (WithDx) g = xsimd::fma(B(w[i]), d, g);
@@ -152,7 +152,7 @@ void narrow_backward_rows(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatri
           g.store_unaligned(dx + j);
         }
       }
-      for (int i = 0; i < M; ++i) dot[i] = reduce_add(acc[i]);
+      SPRIG_UNROLL for (int i = 0; i < M; ++i) dot[i] = reduce_add(acc[i]);
     } else
 #endif
     {

@@ -58,7 +58,7 @@ SPRIG_ALWAYS_INLINE B lane_dot(const B* u, V&& v) noexcept {
     return even;
   } else {
     B odd = u[1] * v(1);
-    for (int r = 2; r + 1 < R; r += 2) {
+    SPRIG_UNROLL for (int r = 2; r + 1 < R; r += 2) {
       even = xsimd::fma(u[r], v(r), even);
       odd = xsimd::fma(u[r + 1], v(r + 1), odd);
     }
@@ -76,7 +76,7 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   constexpr std::int64_t N = B::size;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   B dv[R];
-  for (int r = 0; r < R; ++r) dv[r] = B::load_unaligned(d + r * N);
+  SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = B::load_unaligned(d + r * N);
   B acc[N];
   std::int64_t q = 0;
   for (; q + N <= n; q += N) {
@@ -86,13 +86,13 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
     // whole next group at once.
     constexpr bool interleaved = R >= 4;
     if (!interleaved && q + 2 * N <= n)
-      for (std::int64_t k = 0; k < N; ++k)
+      SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k)
         prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
-    for (std::int64_t k = 0; k < N; ++k) {
+    SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k) {
       if (interleaved && q + k + N < n)
         prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + k + N]) * xs);
       const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
-      acc[k] = lane_dot<R>(dv, [x](int r) { return B::load_unaligned(x + r * N); });
+      acc[k] = lane_dot<R>(dv, [x](int r) SPRIG_ALWAYS_INLINE_LAMBDA { return B::load_unaligned(x + r * N); });
     }
     B s = batched_hsum(acc);
     if (add) s += B::load_unaligned(g + q);
@@ -100,10 +100,10 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   }
   if (q < n) {
     const std::int64_t m = n - q;
-    for (std::int64_t k = 0; k < N; ++k) {
+    SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k) {
       if (k < m) {
         const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
-        acc[k] = lane_dot<R>(dv, [x](int r) { return B::load_unaligned(x + r * N); });
+        acc[k] = lane_dot<R>(dv, [x](int r) SPRIG_ALWAYS_INLINE_LAMBDA { return B::load_unaligned(x + r * N); });
       } else {
         acc[k] = B(T(0));
       }

@@ -101,9 +101,9 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       for (std::int64_t off = 0; off < R * N; off += 64 / static_cast<std::int64_t>(sizeof(T)))  // weights away
         prefetch(Xd.row(c) + off);
     B xv[R], acc[C][R];
-    for (int r = 0; r < R; ++r) xv[r] = B::load_unaligned(xr + r * N);
-    for (int h = 0; h < C; ++h)
-      for (int r = 0; r < R; ++r) acc[h][r] = B(T(0));
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) xv[r] = B::load_unaligned(xr + r * N);
+    SPRIG_UNROLL for (int h = 0; h < C; ++h)
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] = B(T(0));
     const Index* ci = cols + s;
     const SourceSlot* src = source + s;
     std::int64_t k = 0;  // weights buffered in dots
@@ -118,27 +118,27 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       const std::int32_t slot = src[q];
       const B w(values[slot]);
       B dvs[R];
-      for (int r = 0; r < R; ++r) {
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) {
         dvs[r] = B::load_unaligned(d + r * N);
         acc[h][r] = xsimd::fma(w, dvs[r], acc[h][r]);
       }
-      dots[k] = lane_dot<R>(xv, [&dvs](int r) { return dvs[r]; });
+      dots[k] = lane_dot<R>(xv, [&dvs](int r) SPRIG_ALWAYS_INLINE_LAMBDA { return dvs[r]; });
       slot_of[k] = slot;
       if (++k == N) {
         batched_hsum(dots).store_aligned(reduced);
-        for (std::int64_t e = 0; e < N; ++e) grad[slot_of[e]] = reduced[e];
+        SPRIG_UNROLL for (std::int64_t e = 0; e < N; ++e) grad[slot_of[e]] = reduced[e];
         k = 0;
       }
     }
     if (k > 0) {
-      for (std::int64_t e = k; e < N; ++e) dots[e] = B(T(0));
+      SPRIG_UNROLL for (std::int64_t e = k; e < N; ++e) dots[e] = B(T(0));
       batched_hsum(dots).store_aligned(reduced);
       for (std::int64_t e = 0; e < k; ++e) grad[slot_of[e]] = reduced[e];
     }
-    for (int step = 1; step < C; step *= 2)  // pairwise, as spmm_tile
-      for (int h = 0; h + step < C; h += 2 * step)
-        for (int r = 0; r < R; ++r) acc[h][r] += acc[h + step][r];
-    for (int r = 0; r < R; ++r) {
+    SPRIG_UNROLL for (int step = 1; step < C; step *= 2)  // pairwise, as spmm_tile
+      SPRIG_UNROLL for (int h = 0; h + step < C; h += 2 * step)
+        SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] += acc[h + step][r];
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) {
       if constexpr (Act == FusedActivation::relu) acc[0][r] = xsimd::select(xv[r] > B(T(0)), acc[0][r], B(T(0)));
       if constexpr (Act == FusedActivation::gelu) acc[0][r] = acc[0][r] * B::load_unaligned(Xd.row(c) + r * N);
       acc[0][r].store_unaligned(dx + r * N);

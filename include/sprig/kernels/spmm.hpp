@@ -135,29 +135,29 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
   constexpr std::int64_t D = SPRIG_SPMM_PREFETCH;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   B acc[C][R];
-  for (int k = 0; k < C; ++k)
-    for (int r = 0; r < R; ++r) acc[k][r] = B(T(0));
+  SPRIG_UNROLL for (int k = 0; k < C; ++k)
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = B(T(0));
   std::int64_t q = 0;
   for (; q + C <= n; q += C) {
     if (q + D + C <= n)
-      for (int k = 0; k < C; ++k) {
+      SPRIG_UNROLL for (int k = 0; k < C; ++k) {
         prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + D + k]) * xs);
         vals.prefetch(q + D + k);
       }
-    for (int k = 0; k < C; ++k) {
+    SPRIG_UNROLL for (int k = 0; k < C; ++k) {
       const B w(vals[q + k]);
       const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
-      for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, B::load_unaligned(x + r * N), acc[k][r]);
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, B::load_unaligned(x + r * N), acc[k][r]);
     }
   }
   for (int k = 0; q + k < n; ++k) {
     const B w(vals[q + k]);
     const T* x = xp + static_cast<std::int64_t>(cols[q + k]) * xs;
-    for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, B::load_unaligned(x + r * N), acc[k][r]);
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, B::load_unaligned(x + r * N), acc[k][r]);
   }
-  for (int step = 1; step < C; step *= 2)  // pairwise: ((c0 + c1) + (c2 + c3)) + ...
-    for (int k = 0; k + step < C; k += 2 * step)
-      for (int r = 0; r < R; ++r) acc[k][r] += acc[k + step][r];
+  SPRIG_UNROLL for (int step = 1; step < C; step *= 2)  // pairwise: ((c0 + c1) + (c2 + c3)) + ...
+    SPRIG_UNROLL for (int k = 0; k + step < C; k += 2 * step)
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] += acc[k + step][r];
   int r = 0;
   for (; r < R && (r + 1) * N <= valid; ++r) {
     B v = acc[0][r];

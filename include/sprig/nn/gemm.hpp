@@ -46,18 +46,18 @@ SPRIG_ALWAYS_INLINE void axpy_tile(T alpha, const T* const* a, std::int64_t a_st
   using V = Batch<T>;
   constexpr auto w = static_cast<std::int64_t>(V::size);
   V acc0[regs], acc1[regs];
-  for (int v = 0; v < regs; ++v) acc0[v] = acc1[v] = V(T(0));
+  SPRIG_UNROLL for (int v = 0; v < regs; ++v) acc0[v] = acc1[v] = V(T(0));
   for (std::int64_t k = k0; k < k1; ++k) {
     const T* b = B.row(k) + j;
     const V a0(a[0][k * a_step]), a1(a[1][k * a_step]);
-    for (int v = 0; v < regs; ++v) {
+    SPRIG_UNROLL for (int v = 0; v < regs; ++v) {
       const V bv = V::load_unaligned(b + v * w);
       acc0[v] = xsimd::fma(a0, bv, acc0[v]);
       acc1[v] = xsimd::fma(a1, bv, acc1[v]);
     }
   }
   const V al(alpha);
-  for (int v = 0; v < regs; ++v) {
+  SPRIG_UNROLL for (int v = 0; v < regs; ++v) {
     xsimd::fma(al, acc0[v], V::load_unaligned(c0 + v * w)).store_unaligned(c0 + v * w);
     if (rows > 1) xsimd::fma(al, acc1[v], V::load_unaligned(c1 + v * w)).store_unaligned(c1 + v * w);
   }
@@ -144,9 +144,9 @@ void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K
         V acc[kRows] = {V(T(0)), V(T(0)), V(T(0)), V(T(0))};
         for (; k + w <= K; k += w) {
           const V bv = V::load_unaligned(b + k);
-          for (std::int64_t r = 0; r < kRows; ++r) acc[r] = xsimd::fma(V::load_unaligned(a[r] + k), bv, acc[r]);
+          SPRIG_UNROLL for (std::int64_t r = 0; r < kRows; ++r) acc[r] = xsimd::fma(V::load_unaligned(a[r] + k), bv, acc[r]);
         }
-        for (std::int64_t r = 0; r < kRows; ++r) dot[r] = reduce_add(acc[r]);
+        SPRIG_UNROLL for (std::int64_t r = 0; r < kRows; ++r) dot[r] = reduce_add(acc[r]);
       }
 #endif
       for (; k < K; ++k)
