@@ -18,7 +18,7 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 set(base_flags -std=c++20 -O1 "-I${SPRIG_INCLUDE}")
 string(REPLACE "|" ";" xsimd_dirs "${XSIMD_INCLUDE_DIRS}")
 foreach(dir IN LISTS xsimd_dirs)
-  list(APPEND base_flags "-isystem" "${dir}")
+  list(APPEND base_flags "-I${dir}")
 endforeach()
 
 # compile(<object> <source> [flags...])
