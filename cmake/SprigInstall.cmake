@@ -21,4 +21,4 @@ configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/sprigConfig.cmake.in"
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/sprigConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES "${PROJECT_BINARY_DIR}/sprigConfig.cmake" "${PROJECT_BINARY_DIR}/sprigConfigVersion.cmake"
-  DESTINATION "${SPRIG_CMAKE_DIR}")
+  "${PROJECT_SOURCE_DIR}/cmake/SprigDispatch.cmake" DESTINATION "${SPRIG_CMAKE_DIR}")

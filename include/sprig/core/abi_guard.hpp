@@ -16,8 +16,8 @@
 // and the symbol in the message names the switch. Cost: one byte of thread-local storage per
 // switch that is on, and one unused function per translation unit.
 //
-// Switches: SPRIG_NO_SIMD, and each x86 extension xsimd chooses its architecture from
-// (SSE3 ... AVX-512BW, FMA, FMA4) or NEON on ARM. Not switches: OpenMP, SPRIG_PARALLEL_MIN_WORK
+// Switches: SPRIG_NO_SIMD, SPRIG_DISPATCH (kernels/dispatch.hpp), and each x86 extension
+// xsimd chooses its architecture from (SSE3 ... AVX-512BW, FMA, FMA4) or NEON on ARM. Not switches: OpenMP, SPRIG_PARALLEL_MIN_WORK
 // and the prefetch distances change speed, never results (every kernel gives the same bits
 // for any thread count), so mixing them is allowed. Not checked: shared libraries (each is
 // linked on its own; build them with -fvisibility=hidden so their copies stay theirs), and
@@ -38,6 +38,11 @@ namespace sprig::detail::abi {
 SPRIG_DETAIL_ABI_ON(no_simd)
 #  else
 SPRIG_DETAIL_ABI_OFF(no_simd)
+#  endif
+#  if defined(SPRIG_DISPATCH)
+SPRIG_DETAIL_ABI_ON(dispatch)
+#  else
+SPRIG_DETAIL_ABI_OFF(dispatch)
 #  endif
 #  if defined(__AVX512BW__)
 SPRIG_DETAIL_ABI_ON(avx512bw)
@@ -107,7 +112,7 @@ SPRIG_DETAIL_ABI_OFF(neon)
 
 // References every switch, so each translation unit emits them all; never called.
 [[gnu::used]] static int touch_switches() noexcept {
-  return no_simd + avx512bw + avx512dq + avx512cd + avx512f + avx2 + fma + fma4 + avx + sse4_2 + sse4_1 + ssse3 +
+  return no_simd + dispatch + avx512bw + avx512dq + avx512cd + avx512f + avx2 + fma + fma4 + avx + sse4_2 + sse4_1 + ssse3 +
          sse3 + neon;
 }
 

@@ -201,4 +201,22 @@ inline std::int64_t next_row_block_offset(const std::int64_t* bounds, std::int64
   return std::max<std::int64_t>(bounds[(i + 1) * (count + 1) + b], 0);
 }
 
+// The column blocks spmm uses for a K-column W and batch B with N elements of `value_bytes`
+// per register (one block on the scalar path, N = 1). sddmm and sddmm_dx use the same ones,
+// so rows grouped for these (PaddedCSR::group_columns(shift)) serve every kernel of a layer.
+// O(log budget).
+inline ColumnBlocks column_blocks_for_width(std::int64_t N, std::int64_t value_bytes, std::int64_t K, std::int64_t B,
+                                            std::int64_t budget_bytes) noexcept {
+  if (N == 1) return ColumnBlocks(K, 1, K);
+  const std::int64_t regs = std::min<std::int64_t>((B + N - 1) / N, kMaxPanelRegs);
+  return ColumnBlocks(K, regs * N * value_bytes, budget_bytes);
+}
+
+// The same for T on architecture A.
+template <class T, class A = KernelArch>
+ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
+  return column_blocks_for_width(static_cast<std::int64_t>(simd_width<T, A>()), static_cast<std::int64_t>(sizeof(T)),
+                                 K, B, budget_bytes);
+}
+
 }  // namespace sprig::detail

@@ -69,10 +69,10 @@ SPRIG_ALWAYS_INLINE B lane_dot(const B* u, V&& v) noexcept {
 
 // Partial dots of one row over one panel: d holds R * N elements of dY[i, panel] (zero past
 // the batch), X panel rows `xs` elements apart from xp; grad slots g[0, n).
-template <class T, class Index, int R>
+template <class A, class T, class Index, int R>
 SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n, const T* __restrict d,
                                     const T* __restrict xp, std::int64_t xs, T* __restrict g, bool add) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   B dv[R];
@@ -118,11 +118,11 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
 // bounds (panels.hpp: ColumnBlocks) block by block, each block's slots of the row (a dot does
 // not depend on the block it is done in: the same bits either way); a row whose columns do
 // not ascend is done whole with the first block.
-template <class T, class Index, int R>
+template <class A, class T, class Index, int R>
 void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_t r1, ConstMatrixView<T> dY,
                       std::int64_t b0, std::int64_t valid, const T* xp, std::int64_t xs, T* grad, bool add,
                       const std::int64_t* bounds, std::int64_t blocks) noexcept {
-  constexpr std::int64_t N = Batch<T>::size;
+  constexpr std::int64_t N = Batch<T, A>::size;
   const Index* cols = W.col_indices().data();
   alignas(64) T dpad[R * N];
   for (std::int64_t b = 0; b < blocks; ++b)
@@ -143,22 +143,29 @@ void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_
         std::fill(dpad + valid, dpad + R * N, T(0));
         d = dpad;
       }
-      sddmm_tile<T, Index, R>(cols + s + lo, hi - lo, d, xp, xs, grad + s + lo, add);
+      sddmm_tile<A, T, Index, R>(cols + s + lo, hi - lo, d, xp, xs, grad + s + lo, add);
     }
 }
 
-template <Value T, ColumnIndex Index>
+// The widest panel sddmm's tile takes on architecture A, in registers: N accumulators + R dY
+// registers + a load must fit the register file: 32 registers with AVX-512 (64-byte
+// registers), 16 on SSE/AVX2 (8 + 4 + 1 at R = 4); NEON has 32 registers of 4 lanes, so
+// R <= 8 fits.
+template <class T, class A>
+constexpr std::int64_t sddmm_max_regs() noexcept {
+  constexpr std::int64_t N = Batch<T, A>::size;
+  return (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
+}
+
+template <class A, Value T, ColumnIndex Index>
 void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
                 Update mode, KernelWorkspace<T>& ws) {
-  constexpr std::int64_t N = Batch<T>::size;
+  constexpr std::int64_t N = Batch<T, A>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
-  // N accumulators + R dY registers + a load must fit the register file: 32 registers with
-  // AVX-512 (64-byte registers), 16 on SSE/AVX2 (8 + 4 + 1 at R = 4); NEON has 32 registers
-  // of 4 lanes, so R <= 8 fits.
-  constexpr std::int64_t max_regs = (N * sizeof(T) == 64 || N <= 4) ? kMaxPanelRegs : 4;
+  constexpr std::int64_t max_regs = sddmm_max_regs<T, A>();
   // Full-width panels over column blocks where K rows of one would overflow L2: spmm's blocks
   // (the same bounds serve both kernels of a layer).
-  const ColumnBlocks blocks = spmm_column_blocks<T>(K, Bw, ws.column_block_bytes);
+  const ColumnBlocks blocks = spmm_column_blocks<T, A>(K, Bw, ws.column_block_bytes);
   const PanelPlan plan(Bw, std::min(K, blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, max_regs);
   const bool in_place = plan.in_place();
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
@@ -188,7 +195,7 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
           const std::int64_t valid = plan.columns(p);
           const bool add = !overwrite || p > 0;
           with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
-            sddmm_panel_rows<T, Index, R>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count);
+            sddmm_panel_rows<A, T, Index, R>(W, r0, r1, dY, b0, valid, xp, xs, grad.data(), add, bounds, blocks.count);
           });
         }
       });
@@ -227,6 +234,20 @@ void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatr
       });
 }
 
+// The kernel on architecture A once the operands are checked and X.cols() and W.nnz() are
+// not 0: what a dispatching build's table points to (dispatch.hpp).
+template <class A, Value T, ColumnIndex Index>
+void sddmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
+              KernelWorkspace<T>& ws, Update mode) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    sddmm_simd<A>(W, dY, X, grad, mode, ws);
+    return;
+  }
+#endif
+  sddmm_scalar(W, dY, X, grad, mode, ws);
+}
+
 }  // namespace detail
 
 // grad (=|+=) the weight gradient at W's live slots, with a caller-owned workspace.
@@ -255,13 +276,7 @@ void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>
     if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
     return;
   }
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<T>) {
-    detail::sddmm_simd(W, dY, X, grad, mode, workspace);
-    return;
-  }
-#endif
-  detail::sddmm_scalar(W, dY, X, grad, mode, workspace);
+  detail::sddmm_kernel<T, Index>()(W, dY, X, grad, workspace, mode);
 }
 
 // The same with a temporary workspace (allocates per call).

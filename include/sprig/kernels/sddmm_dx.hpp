@@ -73,11 +73,11 @@ inline constexpr int kOnePassMaxThreads = SPRIG_SDDMM_DX_MAX_THREADS;
 // rows of W), source its slot permutation into W (source_size entries), values W's values.
 // Act (x_activation): relu masks each dX row where X <= 0 (relu_backward) before it is stored,
 // gelu multiplies it by the row of Xd (x_derivative).
-template <class T, class Index, int R, FusedActivation Act>
+template <class A, class T, class Index, int R, FusedActivation Act>
 void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std::int64_t source_size, const T* values,
                    ConstMatrixView<T> dY, ConstMatrixView<T> X, ConstMatrixView<T> Xd, T* grad, MatrixView<T> dX,
                    std::int64_t r0, std::int64_t r1) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   constexpr std::int64_t D = SPRIG_SDDMM_DX_PREFETCH;
@@ -148,19 +148,20 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
 #endif
 
 // Whether sddmm_dx takes the one pass for W and batch width B with these workspaces (and
-// the current OpenMP thread count): see "Where" in the header comment.
-template <Value T, ColumnIndex Index>
+// the current OpenMP thread count) on architecture A: see "Where" in the header comment.
+template <Value T, ColumnIndex Index, class A = KernelArch>
 bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const KernelWorkspace<T>& workspace,
                        const KernelWorkspace<T>& transpose_workspace) {
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    constexpr std::int64_t N = Batch<T>::size;
+  if constexpr (kSimdFor<T, A>) {
+    constexpr std::int64_t N = Batch<T, A>::size;
     const bool one_tile = B > 0 && B % N == 0 && B / N <= kMaxPanelRegs;
     // spmm_transposed runs one column block of one panel and sddmm one panel: the same bits
-    const bool one_block = spmm_column_blocks<T>(W.rows(), B, transpose_workspace.column_block_bytes).count == 1;
-    const ColumnBlocks x_blocks = spmm_column_blocks<T>(W.cols(), B, workspace.column_block_bytes);
+    const bool one_block = spmm_column_blocks<T, A>(W.rows(), B, transpose_workspace.column_block_bytes).count == 1;
+    const ColumnBlocks x_blocks = spmm_column_blocks<T, A>(W.cols(), B, workspace.column_block_bytes);
     const bool sddmm_one_panel =
-        PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES, kMaxPanelRegs)
+        PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES,
+                  sddmm_max_regs<T, A>())
             .count() == 1;
     // Each thread beyond the first adds a boundary column whose gradient cache lines two threads
     // write; faster than the two kernels at 2 threads, not measured beyond, where the two
@@ -174,6 +175,57 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
 #endif
   (void)W, (void)B, (void)workspace, (void)transpose_workspace;
   return false;
+}
+
+// The kernel on architecture A once the operands are checked: what a dispatching build's
+// table points to (dispatch.hpp).
+template <class A, Value T, ColumnIndex Index>
+void sddmm_dx_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, ConstMatrixView<T> dY,
+                 ConstMatrixView<T> X, std::span<T> grad, MatrixView<T> dX, KernelWorkspace<T>& workspace,
+                 KernelWorkspace<T>& transpose_workspace, FusedActivation x_activation,
+                 ConstMatrixView<T> x_derivative) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    if (sddmm_dx_one_pass<T, Index, A>(W, X.cols(), workspace, transpose_workspace)) {
+      const std::int64_t regs = X.cols() / static_cast<std::int64_t>(Batch<T, A>::size);
+      const auto& t = cache.sync_topology(W);
+      // every slot that holds no live weight gets 0 (the pass writes the live ones)
+      if (W.dead_slots() > 0) {
+        std::fill(grad.begin(), grad.end(), T(0));
+      } else {
+        for (std::int64_t i = 0; i < W.rows(); ++i)
+          std::fill(grad.data() + W.row_start(i) + W.row_nnz(i), grad.data() + W.row_start(i) + W.row_capacity(i),
+                    T(0));
+      }
+      const T* values = W.values().data();
+      const SourceSlot* source = t.source_slot.data();
+      const auto source_size = std::ssize(t.source_slot);
+      transpose_workspace.partition.update(t.matrix);
+      with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
+        auto rows_with = [&]<FusedActivation Act>() {
+          run_partitioned(
+              transpose_workspace.partition, W.nnz() * X.cols(), [](int, int) {},
+              [&](std::int64_t r0, std::int64_t r1) {
+                sddmm_dx_rows<A, T, Index, R, Act>(t.matrix, source, source_size, values, dY, X, x_derivative,
+                                                      grad.data(), dX, r0, r1);
+              });
+        };
+        switch (x_activation) {
+          case FusedActivation::relu: rows_with.template operator()<FusedActivation::relu>(); break;
+          case FusedActivation::gelu: rows_with.template operator()<FusedActivation::gelu>(); break;
+          default: rows_with.template operator()<FusedActivation::none>(); break;
+        }
+      });
+      return;
+    }
+  }
+#endif
+  if (X.cols() == 0 || W.nnz() == 0)  // every dot is empty
+    std::fill(grad.begin(), grad.end(), T(0));
+  else
+    sddmm_on<A>(W, dY, X, grad, workspace, Update::overwrite);
+  if (dX.rows() > 0 && dX.cols() > 0) spmm_transposed_on<A>(W, cache, dY, dX, transpose_workspace, Update::overwrite);
+  input_activation_rows<T>(x_activation, X, x_derivative, dX);
 }
 
 }  // namespace detail
@@ -219,45 +271,8 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
     detail::check_no_overlap(fn, "dX", dX, "x_derivative", xd);
     detail::check_no_overlap(fn, "dX", dX, "W's values", W.values());
   }
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<T>) {
-    if (detail::sddmm_dx_one_pass(W, X.cols(), workspace, transpose_workspace)) {
-      const std::int64_t regs = X.cols() / static_cast<std::int64_t>(detail::Batch<T>::size);
-      const auto& t = cache.sync_topology(W);
-      // every slot that holds no live weight gets 0 (the pass writes the live ones)
-      if (W.dead_slots() > 0) {
-        std::fill(grad.begin(), grad.end(), T(0));
-      } else {
-        for (std::int64_t i = 0; i < W.rows(); ++i)
-          std::fill(grad.data() + W.row_start(i) + W.row_nnz(i), grad.data() + W.row_start(i) + W.row_capacity(i),
-                    T(0));
-      }
-      const T* values = W.values().data();
-      const SourceSlot* source = t.source_slot.data();
-      const auto source_size = std::ssize(t.source_slot);
-      transpose_workspace.partition.update(t.matrix);
-      detail::with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
-        auto rows_with = [&]<FusedActivation A>() {
-          detail::run_partitioned(
-              transpose_workspace.partition, W.nnz() * X.cols(), [](int, int) {},
-              [&](std::int64_t r0, std::int64_t r1) {
-                detail::sddmm_dx_rows<T, Index, R, A>(t.matrix, source, source_size, values, dY, X, x_derivative,
-                                                      grad.data(), dX, r0, r1);
-              });
-        };
-        switch (x_activation) {
-          case FusedActivation::relu: rows_with.template operator()<FusedActivation::relu>(); break;
-          case FusedActivation::gelu: rows_with.template operator()<FusedActivation::gelu>(); break;
-          default: rows_with.template operator()<FusedActivation::none>(); break;
-        }
-      });
-      return;
-    }
-  }
-#endif
-  sddmm(W, dY, X, grad, workspace, Update::overwrite);
-  spmm_transposed(W, cache, dY, dX, transpose_workspace, Update::overwrite);
-  detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+  detail::sddmm_dx_kernel<T, Index>()(W, cache, dY, X, grad, dX, workspace, transpose_workspace, x_activation,
+                                       x_derivative);
 }
 
 }  // namespace sprig

@@ -79,24 +79,30 @@ SPRIG_ALWAYS_INLINE void prefetch(const void* p) noexcept {
 }
 
 #if SPRIG_KERNEL_SIMD
+// The architecture the kernels of this translation unit are built for: xsimd's best for the
+// compiler flags. Every SIMD kernel takes its architecture as a template parameter A that
+// defaults to it; a dispatching build (dispatch.hpp) instantiates them for other ones in
+// translation units compiled with those flags.
 using KernelArch = xsimd::default_arch;
 
-// True when xsimd has a register for T on the kernel architecture (armv7 NEON has none for
-// double): the kernels then take the scalar path for that T only.
-template <class T>
-inline constexpr bool kSimdFor = xsimd::types::has_simd_register<T, KernelArch>::value;
+// True when xsimd has a register for T on architecture A (armv7 NEON has none for double):
+// the kernels then take the scalar path for that T only.
+template <class T, class A = KernelArch>
+inline constexpr bool kSimdFor = xsimd::types::has_simd_register<T, A>::value;
 
-template <class T>
-using Batch = xsimd::batch<T, KernelArch>;
+template <class T, class A = KernelArch>
+using Batch = xsimd::batch<T, A>;
 
-// Vector registers of the kernel architecture: 32 with AVX-512 and on AArch64, 16 on SSE,
-// AVX and armv7 NEON. Register tiles size themselves from it.
-inline constexpr int kVectorRegisters =
+// Vector registers of architecture A: 32 with AVX-512 and on AArch64, 16 on SSE, AVX and
+// armv7 NEON. Register tiles size themselves from it.
+template <class A = KernelArch>
+inline constexpr int kVectorRegistersOf =
 #  if defined(__aarch64__) || defined(_M_ARM64)
     32;
 #  else
-    sizeof(Batch<float>) == 64 ? 32 : 16;
+    sizeof(xsimd::batch<float, A>) == 64 ? 32 : 16;
 #  endif
+inline constexpr int kVectorRegisters = kVectorRegistersOf<>;
 
 // Horizontal sum of one batch: xsimd 8 calls it hadd, xsimd 9+ reduce_add.
 template <class T, class A>
@@ -125,15 +131,20 @@ SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* ro
   return xsimd::haddp(rows);
 }
 #else
-template <class T>
+// The scalar path's stand-in for an xsimd architecture.
+struct ScalarArch {
+  static constexpr const char* name() noexcept { return "scalar"; }
+};
+using KernelArch = ScalarArch;
+template <class T, class A = KernelArch>
 inline constexpr bool kSimdFor = false;
 #endif
 
-// Elements of T per SIMD register on the kernel architecture (1 on the scalar path).
-template <class T>
+// Elements of T per SIMD register on architecture A (1 on the scalar path).
+template <class T, class A = KernelArch>
 constexpr std::size_t simd_width() noexcept {
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) return Batch<T>::size;
+  if constexpr (kSimdFor<T, A>) return Batch<T, A>::size;
 #endif
   return 1;
 }
@@ -149,19 +160,16 @@ inline std::string arch_warning(std::string_view compiled, bool compiled_avx2_fm
 
 }  // namespace sprig::detail
 
+// A dispatching build (SPRIG_DISPATCH) defines kernel_arch() and kernel_arch_warning() in
+// dispatch.hpp: there the architecture is chosen at run time.
+#if !defined(SPRIG_DISPATCH)
 namespace sprig {
 
 // The SIMD architecture the kernels of this translation unit are compiled for, in xsimd's
 // words ("avx512bw", "fma3+avx2", "sse2", "arm64+neon", ...), or "scalar" on the scalar path
 // (SPRIG_NO_SIMD, or no SIMD architecture for the compiler flags). Fixed at compile time by
 // the flags (-march, -mavx2 ...), not by the CPU the program runs on.
-constexpr const char* kernel_arch() noexcept {
-#if SPRIG_KERNEL_SIMD
-  return detail::KernelArch::name();
-#else
-  return "scalar";
-#endif
-}
+constexpr const char* kernel_arch() noexcept { return detail::KernelArch::name(); }
 
 // Empty when the kernels use what matters of the CPU; otherwise one sentence saying that
 // they were compiled for less than the AVX2 + FMA this x86-64 CPU runs (a build without
@@ -184,3 +192,4 @@ inline std::string kernel_arch_warning() {
 }
 
 }  // namespace sprig
+#endif

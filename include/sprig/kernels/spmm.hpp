@@ -24,6 +24,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "dispatch.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
@@ -81,17 +82,6 @@ struct PermutedValues {
   SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(source + s); }
 };
 
-// The column blocks spmm uses for a K-column W and batch B (panels.hpp: ColumnBlocks; one
-// block on the scalar path). sddmm and sddmm_dx use the same ones, so rows grouped for
-// these (PaddedCSR::group_columns(shift)) serve every kernel of a layer. O(log budget).
-template <Value T>
-ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
-  constexpr auto N = static_cast<std::int64_t>(simd_width<T>());
-  if constexpr (N == 1) return ColumnBlocks(K, 1, K);
-  const std::int64_t regs = std::min<std::int64_t>((B + N - 1) / N, kMaxPanelRegs);
-  return ColumnBlocks(K, regs * N * static_cast<std::int64_t>(sizeof(T)), budget_bytes);
-}
-
 // spmm's preconditions: the shapes (ShapeError), then Y apart from X and W's values
 // (ArgumentError: the kernel would read what it has already overwritten).
 template <Value T, ColumnIndex Index>
@@ -125,11 +115,11 @@ constexpr int spmm_chains(int R) noexcept { return R >= 8 ? 1 : (R >= 4 ? 2 : (R
 // starting at xp; stores the first `valid` columns at y, each through finish() (bias: the
 // row's bias or nullptr). The tile is stored once after all weights: a loop that writes Y
 // through per weight is bound by the store port.
-template <class T, class Index, int R, class Vals>
+template <class A, class T, class Index, int R, class Vals>
 SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
                                    const T* __restrict xp, std::int64_t xs, T* __restrict y, std::int64_t valid,
                                    bool accumulate, const T* bias, bool relu) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int C = spmm_chains(R);
   constexpr std::int64_t D = SPRIG_SPMM_PREFETCH;
@@ -177,7 +167,7 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
 // bounds (panels.hpp: ColumnBlocks) block by block, each tile adding to what the earlier
 // blocks stored and the epilogue applied with the last block; a row whose columns do not
 // ascend is done whole with the first block.
-template <class T, class Index, int R, class Vals>
+template <class A, class T, class Index, int R, class Vals>
 void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1, const T* xp,
                      std::int64_t xs, MatrixView<T> Y, std::int64_t b0, std::int64_t valid, bool accumulate,
                      const T* bias, bool relu, const std::int64_t* bounds, std::int64_t blocks) noexcept {
@@ -202,18 +192,18 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
           last = b + 1 == blocks;
         }
       }
-      spmm_tile<T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
+      spmm_tile<A, T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
                              last && bias ? bias + i : nullptr, last && relu);
     }
 }
 
-template <Value T, ColumnIndex Index, class Vals>
+template <class A, Value T, ColumnIndex Index, class Vals>
 void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T> X, MatrixView<T> Y, Update mode,
                KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {}) {
-  constexpr std::int64_t N = Batch<T>::size;
+  constexpr std::int64_t N = Batch<T, A>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
   // Full-width panels over column blocks where K rows of one would overflow L2.
-  const ColumnBlocks blocks = spmm_column_blocks<T>(K, Bw, ws.column_block_bytes);
+  const ColumnBlocks blocks = spmm_column_blocks<T, A>(K, Bw, ws.column_block_bytes);
   const PanelPlan plan(Bw, std::min(K, blocks.width), N, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
   const bool in_place = plan.in_place();
   T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
@@ -236,7 +226,7 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
-            spmm_panel_rows<T, Index, R>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
+            spmm_panel_rows<A, T, Index, R>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
                                          blocks.count);
           });
         }
@@ -276,6 +266,20 @@ void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView
       });
 }
 
+// The kernel on architecture A once the operands are checked (and Y is not empty): what a
+// dispatching build's table points to (dispatch.hpp).
+template <class A, Value T, ColumnIndex Index>
+void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws,
+             Update mode, const RowEpilogue<T>& epilogue) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    spmm_simd<A>(W, DirectValues<T>{W.values().data()}, X, Y, mode, ws, epilogue);
+    return;
+  }
+#endif
+  spmm_scalar(W, DirectValues<T>{W.values().data()}, X, Y, mode, ws, epilogue);
+}
+
 }  // namespace detail
 
 // Y (=|+=) W X with a caller-owned workspace (row partition, packing buffer and column-block
@@ -293,13 +297,7 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
   detail::check_spmm_operands("sprig::spmm", W, X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<T>) {
-    detail::spmm_simd(W, detail::DirectValues<T>{W.values().data()}, X, Y, mode, workspace);
-    return;
-  }
-#endif
-  detail::spmm_scalar(W, detail::DirectValues<T>{W.values().data()}, X, Y, mode, workspace);
+  detail::spmm_kernel<T, Index>()(W, X, Y, workspace, mode, RowEpilogue<T>{});
 }
 
 // The same with a temporary workspace (allocates per call).
@@ -325,13 +323,7 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
   detail::check_forward_activation("sprig::spmm", epilogue.activation);
   detail::check_no_overlap("sprig::spmm", "Y", Y, "the bias", epilogue.bias);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<T>) {
-    detail::spmm_simd(W, detail::DirectValues<T>{W.values().data()}, X, Y, Update::overwrite, workspace, epilogue);
-    return;
-  }
-#endif
-  detail::spmm_scalar(W, detail::DirectValues<T>{W.values().data()}, X, Y, Update::overwrite, workspace, epilogue);
+  detail::spmm_kernel<T, Index>()(W, X, Y, workspace, Update::overwrite, epilogue);
 }
 
 }  // namespace sprig

@@ -19,6 +19,31 @@
 
 namespace sprig {
 
+namespace detail {
+
+// The kernel on architecture A once the operands are checked and dX is not empty: what a
+// dispatching build's table points to (dispatch.hpp).
+template <class A, Value T, ColumnIndex Index>
+void spmm_transposed_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, ConstMatrixView<T> dY,
+                        MatrixView<T> dX, KernelWorkspace<T>& workspace, Update mode) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    const PanelPlan plan(dY.cols(), dY.rows(), Batch<T, A>::size, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
+    if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS) {
+      const auto& t = cache.sync_topology(W);
+      spmm_simd<A>(t.matrix,
+                   PermutedValues<T>{W.values().data(), t.source_slot.data(),
+                                     t.source_slot.data() + t.source_slot.size()},
+                   dY, dX, mode, workspace);
+      return;
+    }
+  }
+#endif
+  spmm_on<A>(cache.get(W), dY, dX, workspace, mode, RowEpilogue<T>{});
+}
+
+}  // namespace detail
+
 // dX (=|+=) W^T dY with a caller-owned workspace (for W^T's rows). `cache` should belong to W
 // (one cache per weight matrix; another matrix is detected and costs a rebuild): it is
 // rebuilt when W's topology changed; its stored values may be left stale (cache.get(W)
@@ -38,20 +63,7 @@ void spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cac
   detail::check_no_overlap("sprig::spmm_transposed", "dX", dX, "dY", dY);
   detail::check_no_overlap("sprig::spmm_transposed", "dX", dX, "W's values", W.values());
   if (dX.rows() == 0 || dX.cols() == 0) return;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<T>) {
-    const detail::PanelPlan plan(dY.cols(), dY.rows(), detail::Batch<T>::size, sizeof(T), detail::kPanelBudgetBytes,
-                                 detail::kMaxPanelRegs);
-    if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS) {
-      const auto& t = cache.sync_topology(W);
-      detail::spmm_simd(t.matrix, detail::PermutedValues<T>{W.values().data(), t.source_slot.data(),
-                                                   t.source_slot.data() + t.source_slot.size()}, dY, dX, mode,
-                        workspace);
-      return;
-    }
-  }
-#endif
-  spmm(cache.get(W), dY, dX, workspace, mode);
+  detail::spmm_transposed_kernel<T, Index>()(W, cache, dY, dX, workspace, mode);
 }
 
 // The same with a temporary workspace (allocates per call).

@@ -229,7 +229,7 @@ private:
   }
 
   bool regroup(std::int64_t batch, SlotLog* log) {
-    const auto blocks = detail::spmm_column_blocks<T>(in_features(), batch, workspace_.column_block_bytes);
+    const auto blocks = detail::kernel_column_blocks<T>(in_features(), batch, workspace_.column_block_bytes);
     if (blocks.count <= 1 || (grouped_key_ == weight.weight.topology_key() && blocks.shift >= grouped_shift_))
       return false;
     const bool moved = weight.group_columns(blocks.shift, log);

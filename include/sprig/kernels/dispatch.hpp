@@ -1,0 +1,259 @@
+// sprig/kernels/dispatch.hpp — which architecture the sparse kernels run on: the one this
+// translation unit is compiled for, or, in a dispatching build (SPRIG_DISPATCH defined), the
+// widest of the program's targets that the CPU runs, chosen at the first kernel call.
+//
+// Dispatching build (x86-64, GCC or Clang): every translation unit that includes sprig
+// defines SPRIG_DISPATCH and is compiled for the oldest CPU the program must run on (no
+// -march, or -march=x86-64-v2); the program also links one translation unit per target,
+// which includes dispatch_target.hpp, compiled with that target's flags:
+//   sse4_2  -msse4.2
+//   avx2    -mavx2 -mfma
+//   avx512  -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
+// cmake/SprigDispatch.cmake's sprig_dispatch(<target>) does all of this in one line.
+// Dispatched: spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every
+// (T, Index) pair, and the column blocks SparseLinear groups its rows for. The other
+// kernels (block-sparse, narrow dense, the portable GEMM, element-wise layers) run on the
+// architecture of the translation unit that calls them.
+// Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
+// sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
+// target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
+// first call.
+// Determinism: each target's results are bitwise identical for any thread count; targets
+// differ from each other within the kernels' rounding (register width changes the order of
+// the sums).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "../core/padded_csr.hpp"
+#include "panels.hpp"
+#include "row_epilogue.hpp"
+#include "simd.hpp"
+#include "transpose.hpp"
+#include "update_mode.hpp"
+#include "workspace.hpp"
+
+namespace sprig::detail {
+
+// The kernels on architecture A once their operands are checked (spmm.hpp, spmm_transposed.hpp,
+// sddmm.hpp, sddmm_dx.hpp).
+template <class A, Value T, ColumnIndex Index>
+void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws,
+             Update mode, const RowEpilogue<T>& epilogue);
+template <class A, Value T, ColumnIndex Index>
+void spmm_transposed_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, ConstMatrixView<T> dY,
+                        MatrixView<T> dX, KernelWorkspace<T>& workspace, Update mode);
+template <class A, Value T, ColumnIndex Index>
+void sddmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
+              KernelWorkspace<T>& ws, Update mode);
+template <class A, Value T, ColumnIndex Index>
+void sddmm_dx_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, ConstMatrixView<T> dY,
+                 ConstMatrixView<T> X, std::span<T> grad, MatrixView<T> dX, KernelWorkspace<T>& workspace,
+                 KernelWorkspace<T>& transpose_workspace, FusedActivation x_activation,
+                 ConstMatrixView<T> x_derivative);
+
+// One target's kernels for one (T, Index) pair.
+template <Value T, ColumnIndex Index>
+struct KernelTable {
+  decltype(&spmm_on<KernelArch, T, Index>) spmm;
+  decltype(&spmm_transposed_on<KernelArch, T, Index>) spmm_transposed;
+  decltype(&sddmm_on<KernelArch, T, Index>) sddmm;
+  decltype(&sddmm_dx_on<KernelArch, T, Index>) sddmm_dx;
+};
+
+template <class A, Value T, ColumnIndex Index>
+constexpr KernelTable<T, Index> kernel_table() noexcept {
+  return {&spmm_on<A, T, Index>, &spmm_transposed_on<A, T, Index>, &sddmm_on<A, T, Index>,
+          &sddmm_dx_on<A, T, Index>};
+}
+
+// One dispatch target: its name (sse4_2, avx2, avx512), the xsimd architecture it runs
+// (kernel_arch()), its register widths, and its kernels for every (T, Index) pair.
+struct TargetKernels {
+  const char* target;
+  const char* arch;
+  std::int64_t float_width, double_width;
+  std::tuple<KernelTable<float, std::int16_t>, KernelTable<float, std::int32_t>, KernelTable<float, std::int64_t>,
+             KernelTable<double, std::int16_t>, KernelTable<double, std::int32_t>, KernelTable<double, std::int64_t>>
+      tables;
+};
+
+// The xsimd architecture a dispatch target's flags give (dispatch_target.hpp checks it).
+constexpr std::string_view dispatch_target_arch(std::string_view target) noexcept {
+  if (target == "sse4_2") return "sse4.2";
+  if (target == "avx2") return "fma3+avx2";
+  if (target == "avx512") return "avx512bw";
+  return {};
+}
+
+#if defined(SPRIG_DISPATCH)
+#  if !SPRIG_KERNEL_SIMD
+#    error "SPRIG_DISPATCH needs the SIMD kernels: drop SPRIG_NO_SIMD"
+#  endif
+#  if !(defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
+#    error "SPRIG_DISPATCH is for x86-64 with GCC or Clang"
+#  endif
+
+// Defined by the targets' translation units (dispatch_target.hpp). A program that defines
+// SPRIG_DISPATCH without linking them fails to link, naming these.
+const TargetKernels& target_kernels_sse4_2() noexcept;
+const TargetKernels& target_kernels_avx2() noexcept;
+const TargetKernels& target_kernels_avx512() noexcept;
+
+struct DispatchTarget {
+  std::string_view name;
+  bool (*cpu_runs)();
+  const TargetKernels& (*kernels)() noexcept;
+};
+
+inline bool cpu_runs_sse4_2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2");
+}
+inline bool cpu_runs_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+inline bool cpu_runs_avx512() {
+  __builtin_cpu_init();
+  return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+// Widest first: the automatic choice is the first the CPU runs.
+inline constexpr DispatchTarget kDispatchTargets[] = {
+    {"avx512", &cpu_runs_avx512, &target_kernels_avx512},
+    {"avx2", &cpu_runs_avx2, &target_kernels_avx2},
+    {"sse4_2", &cpu_runs_sse4_2, &target_kernels_sse4_2},
+};
+
+inline std::atomic<const TargetKernels*> g_active_kernels{nullptr};
+
+// The target named `name` ("" = the widest this CPU runs). Throws ArgumentError for an
+// unknown name and Error for a target this CPU does not run.
+inline const TargetKernels& choose_target(std::string_view name) {
+  if (name.empty()) {
+    for (const DispatchTarget& t : kDispatchTargets)
+      if (t.cpu_runs()) return t.kernels();
+    throw Error("sprig: this CPU lacks SSE4.2, the oldest target of this dispatching build");
+  }
+  for (const DispatchTarget& t : kDispatchTargets) {
+    if (t.name != name) continue;
+    if (!t.cpu_runs())
+      throw Error(message("sprig: kernel architecture '", name, "' asked for, but this CPU does not run it"));
+    return t.kernels();
+  }
+  throw ArgumentError(message("sprig: unknown kernel architecture '", name, "' (this build has avx512, avx2, sse4_2)"));
+}
+
+// The kernels in use: chosen at the first call (SPRIG_KERNEL_ARCH, else the CPU's widest).
+inline const TargetKernels& active_kernels() {
+  if (const TargetKernels* k = g_active_kernels.load(std::memory_order_acquire)) return *k;
+  const char* forced = std::getenv("SPRIG_KERNEL_ARCH");
+  const TargetKernels& k = choose_target(forced ? std::string_view(forced) : std::string_view());
+  g_active_kernels.store(&k, std::memory_order_release);
+  return k;
+}
+
+template <Value T, ColumnIndex Index>
+const KernelTable<T, Index>& kernels() {
+  return std::get<KernelTable<T, Index>>(active_kernels().tables);
+}
+#endif
+
+// The kernel a public function calls: architecture KernelArch's, or in a dispatching build
+// the active target's.
+template <Value T, ColumnIndex Index>
+auto spmm_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return kernels<T, Index>().spmm;
+#else
+  return &spmm_on<KernelArch, T, Index>;
+#endif
+}
+template <Value T, ColumnIndex Index>
+auto spmm_transposed_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return kernels<T, Index>().spmm_transposed;
+#else
+  return &spmm_transposed_on<KernelArch, T, Index>;
+#endif
+}
+template <Value T, ColumnIndex Index>
+auto sddmm_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return kernels<T, Index>().sddmm;
+#else
+  return &sddmm_on<KernelArch, T, Index>;
+#endif
+}
+template <Value T, ColumnIndex Index>
+auto sddmm_dx_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return kernels<T, Index>().sddmm_dx;
+#else
+  return &sddmm_dx_on<KernelArch, T, Index>;
+#endif
+}
+
+// The column blocks of the kernels that run (spmm_column_blocks of the active target).
+template <Value T>
+ColumnBlocks kernel_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) {
+#if defined(SPRIG_DISPATCH)
+  const TargetKernels& k = active_kernels();
+  return column_blocks_for_width(std::is_same_v<T, float> ? k.float_width : k.double_width,
+                                 static_cast<std::int64_t>(sizeof(T)), K, B, budget_bytes);
+#else
+  return spmm_column_blocks<T>(K, B, budget_bytes);
+#endif
+}
+
+}  // namespace sprig::detail
+
+#if defined(SPRIG_DISPATCH)
+namespace sprig {
+
+// The architecture the sparse kernels run on, in xsimd's words ("avx512bw", "fma3+avx2",
+// "sse4.2"): the target chosen at the first kernel call (which this call makes if none has).
+// Throws as that choice does (header comment).
+inline const char* kernel_arch() { return detail::active_kernels().arch; }
+
+// Forces the target the sparse kernels run on from the next call: "sse4_2", "avx2",
+// "avx512", or "" for the widest this CPU runs. Throws ArgumentError for an unknown name and
+// Error for a target this CPU does not run (the kernels in use are then unchanged). Not to
+// be called while another thread runs a kernel.
+inline void set_kernel_arch(std::string_view target) {
+  const detail::TargetKernels& k = detail::choose_target(target);
+  detail::g_active_kernels.store(&k, std::memory_order_release);
+}
+
+// The dispatch targets this CPU runs, widest first.
+inline std::vector<std::string_view> runnable_kernel_archs() {
+  std::vector<std::string_view> out;
+  for (const detail::DispatchTarget& t : detail::kDispatchTargets)
+    if (t.cpu_runs()) out.push_back(t.name);
+  return out;
+}
+
+// Empty unless the kernels were forced to a target below the CPU's AVX2 + FMA; then one
+// sentence saying so.
+inline std::string kernel_arch_warning() {
+  const detail::TargetKernels& k = detail::active_kernels();
+  if (std::string_view(k.target) != "sse4_2" || !detail::cpu_runs_avx2()) return {};
+  return detail::message("sprig's kernels are forced to ", k.arch,
+                         " (SPRIG_KERNEL_ARCH or set_kernel_arch) but this CPU runs AVX2 and FMA");
+}
+
+}  // namespace sprig
+#endif

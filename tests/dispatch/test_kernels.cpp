@@ -1,0 +1,163 @@
+// tests/dispatch/test_kernels.cpp — a dispatching build (kernels/dispatch.hpp) runs the sparse
+// kernels of the target it was told to: built for the x86-64 baseline with SPRIG_DISPATCH and
+// sprig_dispatch(), run once per target this CPU executes (SPRIG_KERNEL_ARCH, set by
+// tests/dispatch.cmake), each against the scalar oracles (kernels/reference.hpp).
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../kernel_test_support.hpp"
+#include "sprig/kernels/dispatch.hpp"
+#include "sprig/kernels/reference.hpp"
+#include "sprig/kernels/sddmm.hpp"
+#include "sprig/kernels/sddmm_dx.hpp"
+#include "sprig/kernels/spmm.hpp"
+#include "sprig/kernels/spmm_transposed.hpp"
+#include "sprig/kernels/transpose.hpp"
+
+#if !defined(SPRIG_DISPATCH)
+#  error "tests/dispatch/test_kernels.cpp is built with SPRIG_DISPATCH (tests/dispatch.cmake)"
+#endif
+
+using namespace sprig;
+using namespace sprig::test;
+
+namespace {
+
+// The target this run was asked for: SPRIG_KERNEL_ARCH, or the widest the CPU runs.
+std::string_view expected_target() {
+  const char* forced = std::getenv("SPRIG_KERNEL_ARCH");
+  if (forced && *forced) return forced;
+  return runnable_kernel_archs().front();
+}
+
+template <class T>
+Matrix<T> random_dense(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  Matrix<T> m(rows, cols);
+  CounterRng rng(seed, 0xD15);
+  fill_uniform(m, rng);
+  return m;
+}
+
+// Cases for the kernels: kernel_cases' shapes (every batch tail, edges, long rows, the Index
+// limit) with K capped so a case runs in milliseconds under every target.
+template <ColumnIndex Index>
+std::vector<Case> dispatch_cases() {
+  return kernel_cases(std::min<std::int64_t>(max_cols_for<Index>(), 6000));
+}
+
+}  // namespace
+
+TEST_CASE("the kernels run on the target asked for", "[dispatch]") {
+  const std::string_view target = expected_target();
+  INFO("SPRIG_KERNEL_ARCH target " << target);
+  CHECK(std::string_view(kernel_arch()) == detail::dispatch_target_arch(target));
+  const auto runnable = runnable_kernel_archs();
+  REQUIRE(!runnable.empty());
+  CHECK(std::find(runnable.begin(), runnable.end(), target) != runnable.end());
+  // A target below AVX2 on a CPU with AVX2 + FMA says so.
+  CHECK(kernel_arch_warning().empty() == (target != "sse4_2" || !detail::cpu_runs_avx2()));
+}
+
+TEST_CASE("set_kernel_arch names what it refuses and keeps the kernels in use", "[dispatch]") {
+  const std::string before = kernel_arch();
+  CHECK_THROWS_AS(set_kernel_arch("avx1024"), ArgumentError);
+  CHECK_THROWS_WITH(set_kernel_arch("neon"), Catch::Contains("unknown kernel architecture 'neon'"));
+  CHECK(kernel_arch() == before);
+  set_kernel_arch("");
+  CHECK(std::string_view(kernel_arch()) == detail::dispatch_target_arch(runnable_kernel_archs().front()));
+  set_kernel_arch(expected_target());
+  CHECK(kernel_arch() == before);
+}
+
+TEMPLATE_LIST_TEST_CASE("dispatched spmm and spmm_transposed match the oracle", "[dispatch]", AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  for (const Case& c : dispatch_cases<Index>()) {
+    INFO(c << " on " << kernel_arch());
+    const auto W = case_matrix<T, Index>(c);
+    const auto X = random_dense<T>(c.K, c.B, c.seed);
+    const auto Y0 = random_dense<T>(c.M, c.B, c.seed + 1);
+    for (const Update mode : {Update::overwrite, Update::accumulate}) {
+      Matrix<T> want = Y0, got = Y0;
+      reference::spmm(W, X.view(), want.view(), mode);
+      for (const std::int64_t budget : {std::int64_t{64}, detail::kColumnBlockBytes}) {
+        KernelWorkspace<T> ws;
+        ws.column_block_bytes = budget;
+        got = Y0;
+        spmm(W, X.view(), got.view(), ws, mode);
+        const auto m = compare_spmm(W, X.view(), Y0, mode, got.view(), want.view(), 2.0);
+        INFO("spmm " << name(mode) << ", block budget " << budget << ": " << m.first);
+        CHECK(m.count == 0);
+      }
+      // W^T dY against the oracle on W's transpose
+      const auto Wt = transpose(W).matrix;
+      const auto dY = random_dense<T>(c.M, c.B, c.seed + 2);
+      const auto dX0 = random_dense<T>(c.K, c.B, c.seed + 3);
+      Matrix<T> dx_want = dX0, dx_got = dX0;
+      reference::spmm(Wt, dY.view(), dx_want.view(), mode);
+      TransposeCache<T, Index> cache;
+      spmm_transposed(W, cache, dY.view(), dx_got.view(), mode);
+      const auto mt = compare_spmm(Wt, dY.view(), dX0, mode, dx_got.view(), dx_want.view(), 2.0);
+      INFO("spmm_transposed " << name(mode) << ": " << mt.first);
+      CHECK(mt.count == 0);
+    }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("dispatched sddmm and sddmm_dx match the oracle", "[dispatch]", AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  for (const Case& c : dispatch_cases<Index>()) {
+    INFO(c << " on " << kernel_arch());
+    const auto W = case_matrix<T, Index>(c);
+    const auto X = random_dense<T>(c.K, c.B, c.seed);
+    const auto dY = random_dense<T>(c.M, c.B, c.seed + 1);
+    const std::size_t S = static_cast<std::size_t>(W.storage_size());
+    std::vector<T> g0(S);
+    for (std::size_t s = 0; s < S; ++s) g0[s] = T(0.25) * static_cast<T>(s % 7);
+    for (const Update mode : {Update::overwrite, Update::accumulate}) {
+      std::vector<T> want = g0, got = g0;
+      reference::sddmm(W, dY.view(), X.view(), std::span<T>(want), mode);
+      sddmm(W, dY.view(), X.view(), std::span<T>(got), mode);
+      const auto m = compare_sddmm(W, dY.view(), X.view(), std::span<const T>(g0), mode, std::span<const T>(got),
+                                   std::span<const T>(want), 2.0);
+      INFO("sddmm " << name(mode) << ": " << m.first);
+      CHECK(m.count == 0);
+    }
+    // sddmm_dx: the gradient bit for bit as sddmm's on the same target, dX as W^T dY
+    std::vector<T> g_sddmm(S), g_dx(S);
+    sddmm(W, dY.view(), X.view(), std::span<T>(g_sddmm));
+    Matrix<T> dX(c.K, c.B), dx_want(c.K, c.B);
+    TransposeCache<T, Index> cache;
+    KernelWorkspace<T> ws, wst;
+    sddmm_dx(W, cache, dY.view(), X.view(), std::span<T>(g_dx), dX.view(), ws, wst);
+    CHECK(bitwise_differences<T>(std::span<const T>(g_dx), std::span<const T>(g_sddmm)) == 0);
+    const auto Wt = transpose(W).matrix;
+    reference::spmm(Wt, dY.view(), dx_want.view());
+    const auto m = compare_spmm(Wt, dY.view(), Matrix<T>(c.K, c.B), Update::overwrite, dX.view(), dx_want.view(), 2.0);
+    INFO("sddmm_dx dX: " << m.first);
+    CHECK(m.count == 0);
+  }
+}
+
+TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {
+  // One float case on each target in turn, then back to the one this run was asked for.
+  const auto W = random_matrix<float, std::int32_t>(96, 300, 0.1, 7, 0.1, 0.1);
+  const auto X = random_dense<float>(300, 64, 8);
+  Matrix<float> want(96, 64);
+  reference::spmm(W, X.view(), want.view());
+  for (const std::string_view target : runnable_kernel_archs()) {
+    set_kernel_arch(target);
+    INFO("target " << target);
+    CHECK(std::string_view(kernel_arch()) == detail::dispatch_target_arch(target));
+    Matrix<float> got(96, 64);
+    spmm(W, X.view(), got.view());
+    CHECK(compare_spmm(W, X.view(), Matrix<float>(96, 64), Update::overwrite, got.view(), want.view(), 2.0).count == 0);
+  }
+  set_kernel_arch(expected_target());
+}
