@@ -2,6 +2,7 @@
 // kernels of the target it was told to: built for the x86-64 baseline with SPRIG_DISPATCH and
 // sprig_dispatch(), run once per target this CPU executes (SPRIG_KERNEL_ARCH, set by
 // tests/dispatch.cmake), each against the scalar oracles (kernels/reference.hpp).
+#include <cmath>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "../kernel_test_support.hpp"
 #include "sprig/kernels/dispatch.hpp"
+#include "sprig/kernels/narrow_dense.hpp"
 #include "sprig/kernels/reference.hpp"
 #include "sprig/kernels/sddmm.hpp"
 #include "sprig/kernels/sddmm_dx.hpp"
@@ -143,6 +145,52 @@ TEMPLATE_LIST_TEST_CASE("dispatched sddmm and sddmm_dx match the oracle", "[disp
     INFO("sddmm_dx dX: " << m.first);
     CHECK(m.count == 0);
   }
+}
+
+TEMPLATE_TEST_CASE("dispatched narrow dense kernels match a direct sum", "[dispatch]", float, double) {
+  using T = TestType;
+  for (const std::int64_t m : {1, 3, 10, 12})
+    for (const std::int64_t B : {1, 7, 16, 33, 130}) {
+      const std::int64_t K = 45;
+      INFO("m " << m << ", K " << K << ", B " << B << " on " << kernel_arch());
+      const auto W = random_dense<T>(m, K, 11 + m);
+      const auto X = random_dense<T>(K, B, 13 + B);
+      const auto dY = random_dense<T>(m, B, 17 + B);
+      std::vector<T> bias(static_cast<std::size_t>(m));
+      for (std::int64_t i = 0; i < m; ++i) bias[static_cast<std::size_t>(i)] = T(0.125) * static_cast<T>(i);
+      Matrix<T> Y(m, B), dW(m, K), dX(K, B);
+      narrow_forward<T>(W.view(), X.view(), Y.view(), std::span<const T>(bias));
+      narrow_backward<T>(W.view(), X.view(), dY.view(), dW.view(), dX.view());
+      std::int64_t bad = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < B; ++j) {
+          double want = bias[static_cast<std::size_t>(i)], S = std::fabs(want);
+          for (std::int64_t k = 0; k < K; ++k) {
+            want += static_cast<double>(W(i, k)) * static_cast<double>(X(k, j));
+            S += std::fabs(static_cast<double>(W(i, k)) * static_cast<double>(X(k, j)));
+          }
+          bad += !within<T>(Y(i, j), static_cast<T>(want), static_cast<double>(K + 1), S, 2.0);
+        }
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t k = 0; k < K; ++k) {
+          double want = 0, S = 0;
+          for (std::int64_t j = 0; j < B; ++j) {
+            want += static_cast<double>(dY(i, j)) * static_cast<double>(X(k, j));
+            S += std::fabs(static_cast<double>(dY(i, j)) * static_cast<double>(X(k, j)));
+          }
+          bad += !within<T>(dW(i, k), static_cast<T>(want), static_cast<double>(B), S, 2.0);
+        }
+      for (std::int64_t k = 0; k < K; ++k)
+        for (std::int64_t j = 0; j < B; ++j) {
+          double want = 0, S = 0;
+          for (std::int64_t i = 0; i < m; ++i) {
+            want += static_cast<double>(W(i, k)) * static_cast<double>(dY(i, j));
+            S += std::fabs(static_cast<double>(W(i, k)) * static_cast<double>(dY(i, j)));
+          }
+          bad += !within<T>(dX(k, j), static_cast<T>(want), static_cast<double>(m), S, 2.0);
+        }
+      CHECK(bad == 0);
+    }
 }
 
 TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {

@@ -11,9 +11,9 @@
 //   avx512  -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
 // cmake/SprigDispatch.cmake's sprig_dispatch(<target>) does all of this in one line.
 // Dispatched: spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every
-// (T, Index) pair, and the column blocks SparseLinear groups its rows for. The other
-// kernels (block-sparse, narrow dense, the portable GEMM, element-wise layers) run on the
-// architecture of the translation unit that calls them.
+// (T, Index) pair, the column blocks SparseLinear groups its rows for, and the narrow dense
+// kernels (a classifier's head). The other kernels (block-sparse, the portable GEMM,
+// element-wise layers) run on the architecture of the translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
 // target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
@@ -46,7 +46,7 @@
 namespace sprig::detail {
 
 // The kernels on architecture A once their operands are checked (spmm.hpp, spmm_transposed.hpp,
-// sddmm.hpp, sddmm_dx.hpp).
+// sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp).
 template <class A, Value T, ColumnIndex Index>
 void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws,
              Update mode, const RowEpilogue<T>& epilogue);
@@ -61,6 +61,12 @@ void sddmm_dx_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, 
                  ConstMatrixView<T> X, std::span<T> grad, MatrixView<T> dX, KernelWorkspace<T>& workspace,
                  KernelWorkspace<T>& transpose_workspace, FusedActivation x_activation,
                  ConstMatrixView<T> x_derivative);
+template <class A, class T>
+void narrow_forward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, MatrixView<T> Y, std::span<const T> bias,
+                       FusedActivation act);
+template <class A, class T>
+void narrow_backward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dW,
+                        MatrixView<T> dX, FusedActivation x_activation, ConstMatrixView<T> x_derivative);
 
 // One target's kernels for one (T, Index) pair.
 template <Value T, ColumnIndex Index>
@@ -77,6 +83,18 @@ constexpr KernelTable<T, Index> kernel_table() noexcept {
           &sddmm_dx_on<A, T, Index>};
 }
 
+// One target's narrow dense kernels for T.
+template <Value T>
+struct NarrowTable {
+  decltype(&narrow_forward_on<KernelArch, T>) forward;
+  decltype(&narrow_backward_on<KernelArch, T>) backward;
+};
+
+template <class A, Value T>
+constexpr NarrowTable<T> narrow_table() noexcept {
+  return {&narrow_forward_on<A, T>, &narrow_backward_on<A, T>};
+}
+
 // One dispatch target: its name (sse4_2, avx2, avx512), the xsimd architecture it runs
 // (kernel_arch()), its register widths, and its kernels for every (T, Index) pair.
 struct TargetKernels {
@@ -86,6 +104,7 @@ struct TargetKernels {
   std::tuple<KernelTable<float, std::int16_t>, KernelTable<float, std::int32_t>, KernelTable<float, std::int64_t>,
              KernelTable<double, std::int16_t>, KernelTable<double, std::int32_t>, KernelTable<double, std::int64_t>>
       tables;
+  std::tuple<NarrowTable<float>, NarrowTable<double>> narrow;
 };
 
 // The xsimd architecture a dispatch target's flags give (dispatch_target.hpp checks it).
@@ -170,6 +189,10 @@ template <Value T, ColumnIndex Index>
 const KernelTable<T, Index>& kernels() {
   return std::get<KernelTable<T, Index>>(active_kernels().tables);
 }
+template <Value T>
+const NarrowTable<T>& narrow_kernels() {
+  return std::get<NarrowTable<T>>(active_kernels().narrow);
+}
 #endif
 
 // The kernel a public function calls: architecture KernelArch's, or in a dispatching build
@@ -204,6 +227,23 @@ auto sddmm_dx_kernel() {
   return kernels<T, Index>().sddmm_dx;
 #else
   return &sddmm_dx_on<KernelArch, T, Index>;
+#endif
+}
+
+template <Value T>
+auto narrow_forward_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return narrow_kernels<T>().forward;
+#else
+  return &narrow_forward_on<KernelArch, T>;
+#endif
+}
+template <Value T>
+auto narrow_backward_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return narrow_kernels<T>().backward;
+#else
+  return &narrow_backward_on<KernelArch, T>;
 #endif
 }
 

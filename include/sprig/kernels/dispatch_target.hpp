@@ -25,6 +25,7 @@
 #endif
 
 #include "dispatch.hpp"
+#include "narrow_dense.hpp"
 #include "sddmm.hpp"
 #include "sddmm_dx.hpp"
 #include "spmm.hpp"
@@ -51,7 +52,8 @@ const TargetKernels& SPRIG_DETAIL_DISPATCH_CAT(target_kernels_, SPRIG_DISPATCH_T
       static_cast<std::int64_t>(simd_width<double, KernelArch>()),
       {kernel_table<KernelArch, float, std::int16_t>(), kernel_table<KernelArch, float, std::int32_t>(),
        kernel_table<KernelArch, float, std::int64_t>(), kernel_table<KernelArch, double, std::int16_t>(),
-       kernel_table<KernelArch, double, std::int32_t>(), kernel_table<KernelArch, double, std::int64_t>()}};
+       kernel_table<KernelArch, double, std::int32_t>(), kernel_table<KernelArch, double, std::int64_t>()},
+      {narrow_table<KernelArch, float>(), narrow_table<KernelArch, double>()}};
   return kernels;
 }
 

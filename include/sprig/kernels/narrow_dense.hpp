@@ -29,6 +29,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "dispatch.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
 #include "simd.hpp"
@@ -57,14 +58,14 @@ inline constexpr std::int64_t kNarrowForwardGroup = 8;
 // Forward of output rows [0, M) over batch columns [j0, j1) (j0 a multiple of the register
 // width; j1 either a multiple of it or B). C registers of columns are accumulated together so
 // that M * C >= 8 chains hide the multiply-add latency when M is small.
-template <class T, int M>
+template <class A, class T, int M>
 void narrow_forward_columns(ConstMatrixView<T> W, ConstMatrixView<T> X, MatrixView<T> Y, std::span<const T> bias,
                             FusedActivation act, std::int64_t j0, std::int64_t j1) noexcept {
   const std::int64_t K = X.rows();
   std::int64_t j = j0;
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    using B = Batch<T>;
+  if constexpr (kSimdFor<T, A>) {
+    using B = Batch<T, A>;
     constexpr std::int64_t N = B::size;
     constexpr int C = M >= 8 ? 1 : (8 + M - 1) / M;
     auto block = [&]<int Cn>(std::integral_constant<int, Cn>) SPRIG_ALWAYS_INLINE_LAMBDA {
@@ -119,7 +120,7 @@ SPRIG_NOINLINE T narrow_backward_column(const T* w, T xj, ConstMatrixView<T> dY,
 }
 
 // Backward over rows [k0, k1) of X: dW(:, k) for each, and dX(k, :) when WithDx.
-template <class T, int M, bool WithDx, bool Relu>
+template <class A, class T, int M, bool WithDx, bool Relu>
 void narrow_backward_rows(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dW,
                           MatrixView<T> dX, std::int64_t k0, std::int64_t k1) noexcept {
   const std::int64_t Bn = X.cols();
@@ -131,8 +132,8 @@ void narrow_backward_rows(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatri
     T dot[M];
     std::int64_t j = 0;
 #if SPRIG_KERNEL_SIMD
-    if constexpr (kSimdFor<T>) {
-      using B = Batch<T>;
+    if constexpr (kSimdFor<T, A>) {
+      using B = Batch<T, A>;
       constexpr std::int64_t N = B::size;
       B acc[M];
       SPRIG_UNROLL for (int i = 0; i < M; ++i) acc[i] = B(T(0));
@@ -180,6 +181,51 @@ void check_narrow(const char* who, ConstMatrixView<T> W) {
     throw ShapeError(message(who, ": W has ", W.rows(), " rows, the narrow kernels take 1 to ", kNarrowMaxRows));
 }
 
+// The kernels on architecture A once their operands are checked: what a dispatching build's
+// table points to (dispatch.hpp).
+template <class A, class T>
+void narrow_forward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, MatrixView<T> Y, std::span<const T> bias,
+                       FusedActivation act) {
+  const std::int64_t Bn = X.cols();
+  constexpr std::int64_t N = static_cast<std::int64_t>(simd_width<T, A>());
+  const std::int64_t blocks = (Bn + N - 1) / N;  // batch registers; the last may be a tail
+  // rows in balanced groups of at most kNarrowForwardGroup (see there); X is read once per group
+  const std::int64_t m = W.rows(), groups = (m + kNarrowForwardGroup - 1) / kNarrowForwardGroup;
+  auto run = [&](std::int64_t b0, std::int64_t b1) {
+    if (b0 >= b1) return;
+    for (std::int64_t g = 0, i0 = 0; g < groups; ++g) {
+      const std::int64_t rows = m / groups + (g < m % groups ? 1 : 0);
+      with_narrow_rows(rows, [&]<int M>(std::integral_constant<int, M>) {
+        narrow_forward_columns<A, T, M>(W.block(i0, 0, rows, W.cols()), X, Y.block(i0, 0, rows, Bn),
+                                        bias.empty() ? bias : bias.subspan(static_cast<std::size_t>(i0), rows), act,
+                                        b0 * N, std::min(Bn, b1 * N));
+      });
+      i0 += rows;
+    }
+  };
+  run_even_split(m * X.rows() * Bn, blocks, run);
+}
+
+template <class A, class T>
+void narrow_backward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dW,
+                        MatrixView<T> dX, FusedActivation x_activation, ConstMatrixView<T> x_derivative) {
+  const bool with_dx = dX.rows() != 0;
+  const std::int64_t K = X.rows();
+  with_narrow_rows(W.rows(), [&]<int M>(std::integral_constant<int, M>) {
+    auto run = [&](std::int64_t k0, std::int64_t k1) {
+      if (!with_dx)
+        narrow_backward_rows<A, T, M, false, false>(W, X, dY, dW, dX, k0, k1);
+      else if (x_activation == FusedActivation::relu)
+        narrow_backward_rows<A, T, M, true, true>(W, X, dY, dW, dX, k0, k1);
+      else
+        narrow_backward_rows<A, T, M, true, false>(W, X, dY, dW, dX, k0, k1);
+    };
+    run_even_split(W.rows() * K * X.cols(), K, run);
+  });
+  if (with_dx && x_activation == FusedActivation::gelu)
+    input_activation_rows<T>(x_activation, X, x_derivative, dX);
+}
+
 }  // namespace detail
 
 // Y = act(W X + b): bias empty for none, else W.rows() values; act none or relu.
@@ -202,24 +248,7 @@ void narrow_forward(std::type_identity_t<ConstMatrixView<T>> W, std::type_identi
   detail::check_no_overlap("narrow_forward", "Y", Y, "W", W);
   detail::check_no_overlap("narrow_forward", "Y", Y, "X", X);
   detail::check_no_overlap("narrow_forward", "Y", Y, "the bias", bias);
-  const std::int64_t Bn = X.cols();
-  constexpr std::int64_t N = static_cast<std::int64_t>(detail::simd_width<T>());
-  const std::int64_t blocks = (Bn + N - 1) / N;  // batch registers; the last may be a tail
-  // rows in balanced groups of at most kNarrowForwardGroup (see there); X is read once per group
-  const std::int64_t m = W.rows(), groups = (m + detail::kNarrowForwardGroup - 1) / detail::kNarrowForwardGroup;
-  auto run = [&](std::int64_t b0, std::int64_t b1) {
-    if (b0 >= b1) return;
-    for (std::int64_t g = 0, i0 = 0; g < groups; ++g) {
-      const std::int64_t rows = m / groups + (g < m % groups ? 1 : 0);
-      detail::with_narrow_rows(rows, [&]<int M>(std::integral_constant<int, M>) {
-        detail::narrow_forward_columns<T, M>(W.block(i0, 0, rows, W.cols()), X, Y.block(i0, 0, rows, Bn),
-                                             bias.empty() ? bias : bias.subspan(static_cast<std::size_t>(i0), rows),
-                                             act, b0 * N, std::min(Bn, b1 * N));
-      });
-      i0 += rows;
-    }
-  };
-  detail::run_even_split(m * X.rows() * Bn, blocks, run);
+  detail::narrow_forward_kernel<T>()(W, X, Y, bias, act);
 }
 
 // dW = dY X^T (overwritten). With dX non-empty also dX = W^T dY, or with x_activation = relu
@@ -258,20 +287,7 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
     detail::check_no_overlap(fn, "dX", dX, "dY", dY);
     detail::check_no_overlap(fn, "dX", dX, "x_derivative", xd);
   }
-  const std::int64_t K = X.rows();
-  detail::with_narrow_rows(W.rows(), [&]<int M>(std::integral_constant<int, M>) {
-    auto run = [&](std::int64_t k0, std::int64_t k1) {
-      if (!with_dx)
-        detail::narrow_backward_rows<T, M, false, false>(W, X, dY, dW, dX, k0, k1);
-      else if (x_activation == FusedActivation::relu)
-        detail::narrow_backward_rows<T, M, true, true>(W, X, dY, dW, dX, k0, k1);
-      else
-        detail::narrow_backward_rows<T, M, true, false>(W, X, dY, dW, dX, k0, k1);
-    };
-    detail::run_even_split(W.rows() * K * X.cols(), K, run);
-  });
-  if (with_dx && x_activation == FusedActivation::gelu)
-    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+  detail::narrow_backward_kernel<T>()(W, X, dY, dW, dX, x_activation, x_derivative);
 }
 
 }  // namespace sprig
