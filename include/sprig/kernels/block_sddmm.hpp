@@ -78,10 +78,10 @@ inline constexpr int kBlockSddmmChains = R * C < 8 ? 2 : 1;
 // the shorter side and one streamed register fit the register file (one spare), the fewest
 // loads per batch register over the whole block (each tile loads its RT dY and CT X rows),
 // then the fewest horizontal sums (ceil(RT * CT / N) per tile), then the fewest tiles.
-template <class T, int R, int C>
+template <class Arch, class T, int R, int C>
 constexpr BlockTile block_sddmm_tiling() noexcept {
-  constexpr int N = static_cast<int>(Batch<T>::size);
-  constexpr int budget = kVectorRegisters - 1;
+  constexpr int N = static_cast<int>(Batch<T, Arch>::size);
+  constexpr int budget = kVectorRegistersOf<Arch> - 1;
   constexpr int chains = kBlockSddmmChains<R, C>;
   BlockTile best;
   long best_loads = -1, best_sums = 0, best_tiles = 0;
@@ -109,10 +109,10 @@ constexpr BlockTile block_sddmm_tiling() noexcept {
 // One tile over one panel: out[r * LD + c] = sum over the `steps` batch registers of
 // d[r * ds + .] * x[c * xs + .], for r < RT, c < CT. The shorter side's registers are held
 // per batch register, the other side's streamed through one.
-template <class T, int RT, int CT, int CH, int LD>
+template <class Arch, class T, int RT, int CT, int CH, int LD>
 SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds, const T* __restrict x,
                                           std::int64_t xs, std::int64_t steps, T* __restrict out) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, Arch>;
   constexpr std::int64_t N = B::size;
   constexpr int A = RT * CT;
   B acc[CH][A];
@@ -162,46 +162,46 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
 }
 
 // One row of tiles (block rows [tr, tr + RT)) of a block over one panel into res.
-template <class T, int R, int C, int RT>
+template <class Arch, class T, int R, int C, int RT>
 SPRIG_ALWAYS_INLINE void block_sddmm_row_tiles(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
                                                std::int64_t steps, T* res, int tr) noexcept {
-  constexpr int ct = block_sddmm_tiling<T, R, C>().ct, CH = kBlockSddmmChains<R, C>;
+  constexpr int ct = block_sddmm_tiling<Arch, T, R, C>().ct, CH = kBlockSddmmChains<R, C>;
   int tc = 0;
   for (; tc + ct <= C; tc += ct)
-    block_sddmm_tile<T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+    block_sddmm_tile<Arch, T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
   if constexpr (C % ct != 0)
-    block_sddmm_tile<T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+    block_sddmm_tile<Arch, T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
 }
 
 // All R * C dots of one block over one panel into res (row-major R x C).
-template <class T, int R, int C>
+template <class Arch, class T, int R, int C>
 SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
                                            std::int64_t steps, T* res) noexcept {
-  constexpr int rt = block_sddmm_tiling<T, R, C>().rt;
+  constexpr int rt = block_sddmm_tiling<Arch, T, R, C>().rt;
   int tr = 0;
-  for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<T, R, C, rt>(d, ds, x, xs, steps, res, tr);
-  if constexpr (R % rt != 0) block_sddmm_row_tiles<T, R, C, R % rt>(d, ds, x, xs, steps, res, tr);
+  for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<Arch, T, R, C, rt>(d, ds, x, xs, steps, res, tr);
+  if constexpr (R % rt != 0) block_sddmm_row_tiles<Arch, T, R, C, R % rt>(d, ds, x, xs, steps, res, tr);
 }
 
 // How many blocks of a block row block_sddmm_group does at a time: as many as fill one
 // horizontal sum (N / (R * C)) and fit the registers, for blocks of fewer than N entries and
 // more than one row. A one-row block has no dY register to share, and its grouped X loads
 // (G blocks' rows at once) made it no faster than one block at a time.
-template <class T, int R, int C>
+template <class Arch, class T, int R, int C>
 constexpr int block_sddmm_group_size() noexcept {
-  constexpr int N = static_cast<int>(Batch<T>::size), RC = R * C;
+  constexpr int N = static_cast<int>(Batch<T, Arch>::size), RC = R * C;
   int g = RC < N && R > 1 ? N / RC : 1;
-  while (g > 1 && g * RC * (g * RC < 8 ? 2 : 1) + R + 1 > kVectorRegisters - 1) --g;
+  while (g > 1 && g * RC * (g * RC < 8 ? 2 : 1) + R + 1 > kVectorRegistersOf<Arch> - 1) --g;
   return g;
 }
 
 // G blocks of one block row over one panel: one batched horizontal sum serves all G, and
 // each dY register of a batch step feeds G blocks' multiply-adds. xg: the G blocks' X rows;
 // res: their G * R * C dots, block after block.
-template <class T, int R, int C, int G>
+template <class Arch, class T, int R, int C, int G>
 SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t ds, const T* const* xg,
                                            std::int64_t xs, std::int64_t steps, T* __restrict res) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, Arch>;
   constexpr std::int64_t N = B::size;
   constexpr int RC = R * C, A = G * RC, CH = A < 8 ? 2 : 1;
   static_assert(A <= N);
@@ -285,10 +285,10 @@ void block_sddmm_pack(const PanelPlan& plan, ConstMatrixView<T> src, std::int64_
   }
 }
 
-template <Value T, ColumnIndex Index, int R, int C>
+template <class Arch, Value T, ColumnIndex Index, int R, int C>
 void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X,
                       std::span<T> grad, Update mode, KernelWorkspace<T>& ws) {
-  constexpr std::int64_t N = Batch<T>::size, RC = std::int64_t{R} * C;
+  constexpr std::int64_t N = Batch<T, Arch>::size, RC = std::int64_t{R} * C;
   const auto& P = W.pattern();
   const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
   const std::int64_t Mp = P.rows() * R, Kp = P.cols() * C;  // padded to whole blocks
@@ -319,7 +319,7 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
             const std::int64_t s = P.row_start(bi);
             std::fill(grad.data() + (s + P.row_nnz(bi)) * RC, grad.data() + (s + P.row_capacity(bi)) * RC, T(0));
           }
-        constexpr int G = block_sddmm_group_size<T, R, C>();
+        constexpr int G = block_sddmm_group_size<Arch, T, R, C>();
         alignas(64) T res[G * RC];
         for (std::int64_t p = 0; p < plan.count(); ++p) {
           const std::int64_t b0 = plan.begin(p), steps = plan.regs_of(p);
@@ -337,14 +337,14 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
                 const T* xg[G];  // a short last group repeats its last block (computed, not stored)
                 SPRIG_UNROLL for (int g = 0; g < G; ++g)
                   xg[g] = xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
-                block_sddmm_group<T, R, C, G>(d, ds, xg, xs, steps, res);
+                block_sddmm_group<Arch, T, R, C, G>(d, ds, xg, xs, steps, res);
                 for (std::int64_t g = 0; g < std::min<std::int64_t>(G, nb - q); ++g)
                   block_sddmm_store<T, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, add,
                                              res + g * RC);
               }
             } else {
               for (std::int64_t q = 0; q < nb; ++q) {
-                block_sddmm_block<T, R, C>(d, ds, xbase + cols[s0 + q] * C * xs, xs, steps, res);
+                block_sddmm_block<Arch, T, R, C>(d, ds, xbase + cols[s0 + q] * C * xs, xs, steps, res);
                 block_sddmm_store<T, R, C>(grad.data(), s0 + q, rows_in, K - cols[s0 + q] * C, add, res);
               }
             }
@@ -434,7 +434,7 @@ void block_sddmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<C
   }
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<T>) {
-    detail::block_sddmm_simd(W, dY, X, grad, mode, workspace);
+    detail::block_sddmm_simd<detail::KernelArch>(W, dY, X, grad, mode, workspace);
     return;
   }
 #endif

@@ -114,17 +114,18 @@ void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& 
 // file hold accumulators (12 of 16, 24 of 32), the rest the X registers and a broadcast.
 // Using the 32 registers of AVX-512 and AArch64 rather than a 16-register budget is measured
 // in docs/block_sparse.md.
+template <class A>
 constexpr int block_max_regs(int rows) noexcept {
-  return std::clamp(kVectorRegisters * 3 / 4 / rows, 1, static_cast<int>(kMaxPanelRegs));
+  return std::clamp(kVectorRegistersOf<A> * 3 / 4 / rows, 1, static_cast<int>(kMaxPanelRegs));
 }
 
 // One block's contribution to a tile: for each of its first cn block columns (BC, or fewer for
 // an edge block), the X panel row loaded once into G registers and multiplied with the block
 // column's Rows weights.
-template <class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full>
-SPRIG_ALWAYS_INLINE void block_fma(Batch<T> (&acc)[Rows][G], const T* __restrict w, const T* __restrict x,
+template <class A, class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full>
+SPRIG_ALWAYS_INLINE void block_fma(Batch<T, A> (&acc)[Rows][G], const T* __restrict w, const T* __restrict x,
                                    std::int64_t xs, std::int64_t cn) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   SPRIG_UNROLL for (int c = 0; c < BC; ++c) {
     if (!Full && c >= cn) break;
@@ -140,8 +141,8 @@ SPRIG_ALWAYS_INLINE void block_fma(Batch<T> (&acc)[Rows][G], const T* __restrict
 // Adds the block of `slot` to a tile: its first X rows inside the matrix (all BC but in the
 // last block column; a one-column block is never partial, and saying so keeps the tile in
 // registers).
-template <class T, class Index, int Rows, int G, class Blocks>
-SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __restrict cols, std::int64_t slot,
+template <class A, class T, class Index, int Rows, int G, class Blocks>
+SPRIG_ALWAYS_INLINE void block_one(Batch<T, A> (&acc)[Rows][G], const Index* __restrict cols, std::int64_t slot,
                                    const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
                                    std::int64_t in_rows) noexcept {
   constexpr int BC = Blocks::kCols;
@@ -150,9 +151,9 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __rest
   const T* w = blocks.at(slot) + r0 * RS;
   const T* x = xp + x0 * xs;
   if (BC == 1 || x0 + BC <= in_rows) [[likely]]
-    block_fma<T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
+    block_fma<A, T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
   else
-    block_fma<T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
+    block_fma<A, T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
 }
 
 // Rows [row0, row0 + rows_valid) of the output over one panel: a tile of Rows block rows
@@ -160,12 +161,12 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T> (&acc)[Rows][G], const Index* __rest
 // cols[s ..)). X panel rows are xs elements apart from xp, `in_rows` of them inside the
 // matrix; the first `valid` columns of each tile row are stored at y (rows ys apart) through
 // finish()'s order (bias: the chunk's first row's or nullptr).
-template <class T, class Index, int Rows, int G, class Blocks>
+template <class A, class T, class Index, int Rows, int G, class Blocks>
 SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n,
                                     const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
                                     std::int64_t in_rows, T* __restrict y, std::int64_t ys, std::int64_t rows_valid,
                                     std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
-  using B = Batch<T>;
+  using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int BC = Blocks::kCols;
   constexpr int Ch = block_chains(Rows * G);
@@ -183,10 +184,11 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
         SPRIG_UNROLL for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
         blocks.prefetch(s + q + D + k);
       }
-    SPRIG_UNROLL for (int k = 0; k < Ch; ++k) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+    SPRIG_UNROLL for (int k = 0; k < Ch; ++k)
+      block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   }
   SPRIG_UNROLL for (int k = 0; k < Ch - 1; ++k)  // the last < Ch blocks
-    if (q + k < n) block_one<T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+    if (q + k < n) block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   SPRIG_UNROLL for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
     SPRIG_UNROLL for (int k = 0; k + step < Ch; k += 2 * step)
       SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
@@ -213,7 +215,7 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
 
 // Block rows [i0, i1) of pattern P over one panel (b0: its first batch column), in tiles of
 // block_tile_rows(kRows) rows; the rows past the output's end are not stored.
-template <class T, class Index, int G, class Blocks>
+template <class A, class T, class Index, int G, class Blocks>
 void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
                       const T* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0,
                       std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
@@ -231,11 +233,11 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
       const T* br = bias ? bias + row : nullptr;
       if constexpr (Tail != 0)
         if (BR - r0 < Rows) {
-          block_tile<T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
+          block_tile<A, T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
                                         accumulate, br, relu);
           continue;
         }
-      block_tile<T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
+      block_tile<A, T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
                                     br, relu);
     }
   }
@@ -243,11 +245,11 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
 
 // Y (=|+=) P X for block pattern P read through `blocks`: X has the input rows (the pattern's
 // columns times kCols, the last block column possibly partial), Y the output rows.
-template <Value T, ColumnIndex Index, class Blocks>
+template <class A, Value T, ColumnIndex Index, class Blocks>
 void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
                      Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
-  constexpr std::int64_t N = Batch<T>::size;
-  constexpr int max_regs = block_max_regs(block_tile_rows(Blocks::kRows));
+  constexpr std::int64_t N = Batch<T, A>::size;
+  constexpr int max_regs = block_max_regs<A>(block_tile_rows(Blocks::kRows));
   const std::int64_t K = X.rows(), Bw = X.cols();
   const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, max_regs);
   const bool in_place = plan.in_place();
@@ -268,7 +270,7 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
             if constexpr (G <= max_regs)
-              block_panel_rows<T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu);
+              block_panel_rows<A, T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu);
           });
         }
       });
@@ -317,12 +319,12 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
       });
 }
 
-template <Value T, ColumnIndex Index, class Blocks>
-void block_spmm_dispatch(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+template <class A, Value T, ColumnIndex Index, class Blocks>
+void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
                          Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    block_spmm_simd(P, blocks, X, Y, mode, ws, bias, relu);
+  if constexpr (kSimdFor<T, A>) {
+    block_spmm_simd<A>(P, blocks, X, Y, mode, ws, bias, relu);
     return;
   }
 #endif
@@ -346,8 +348,8 @@ void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<Co
                 std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
   detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::block_spmm_dispatch(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y, mode, workspace,
-                              static_cast<const T*>(nullptr), false);
+  detail::block_spmm_on<detail::KernelArch>(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
+                                            mode, workspace, static_cast<const T*>(nullptr), false);
 }
 
 // The same with a temporary workspace (allocates per call).
@@ -374,9 +376,10 @@ void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<Co
   detail::check_forward_activation("sprig::block_spmm", epilogue.activation);
   detail::check_no_overlap("sprig::block_spmm", "Y", Y, "the bias", epilogue.bias);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::block_spmm_dispatch(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
-                              Update::overwrite, workspace, epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
-                              epilogue.activation == FusedActivation::relu);
+  detail::block_spmm_on<detail::KernelArch>(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
+                                            Update::overwrite, workspace,
+                                            epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
+                                            epilogue.activation == FusedActivation::relu);
 }
 
 // The same with a temporary workspace (allocates per call).
@@ -406,8 +409,9 @@ void block_spmm_transposed(const BlockPaddedCSR<T, Index, R, C>& W, TransposeCac
   detail::check_block_operands("sprig::block_spmm_transposed", W, "dY", dY, W.rows(), "dX", dX, W.cols());
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W.pattern());
-  detail::block_spmm_dispatch(t.matrix, detail::TransposedBlocks<T, R, C>{W.values().data(), t.source_slot.data()}, dY,
-                              dX, mode, workspace, static_cast<const T*>(nullptr), false);
+  detail::block_spmm_on<detail::KernelArch>(
+      t.matrix, detail::TransposedBlocks<T, R, C>{W.values().data(), t.source_slot.data()}, dY, dX, mode, workspace,
+      static_cast<const T*>(nullptr), false);
 }
 
 // The same with a temporary workspace (allocates per call).

@@ -89,12 +89,12 @@ struct AttentionTriangle {
 
 // out[q] = sum_{d < dh} a[d * as] x[d * xs + q] for q in [qb, t): one triangle row of scores
 // (a = K_h's column k, x = Q_h) or of dP (a = V_h's column k, x = dOut_h). d ascending.
-template <class T>
+template <class T, class Arch = KernelArch>
 SPRIG_ALWAYS_INLINE void attention_row_axpy(const T* a, std::int64_t as, const T* x, std::int64_t xs, std::int64_t dh,
                                             std::int64_t qb, std::int64_t t, T* out) noexcept {
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    using V = Batch<T>;
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
     if (t - qb >= w) {
       auto tile = [&]<int R>(std::int64_t q) {
@@ -124,13 +124,13 @@ SPRIG_ALWAYS_INLINE void attention_row_axpy(const T* a, std::int64_t as, const T
 
 // y[d * ys + q] = sum_{k <= q} a[d * as + k] P(k, q) for d < dh, q < t: Out_h = V_h P
 // (a = V_h) and dQ_h = K_h dS (a = K_h). k ascending.
-template <class T>
+template <class T, class Arch = KernelArch>
 void attention_triangle_axpy(const T* a, std::int64_t as, AttentionTriangle<T> P, std::int64_t dh, T* y,
                              std::int64_t ys) noexcept {
   const std::int64_t t = P.t;
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    using V = Batch<T>;
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
     if (t >= w) {
       alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
@@ -180,14 +180,14 @@ void attention_triangle_axpy(const T* a, std::int64_t as, AttentionTriangle<T> P
 // y[d * ys + k] = sum_{q in [k, t)} P(k, q) x[d * xs + q] for d < dh, k < t: dV_h = dOut_h P^T
 // (x = dOut_h) and dK_h = Q_h dS^T (x = Q_h). SIMD lanes sum q = k + l mod width, then one
 // horizontal sum.
-template <class T>
+template <class T, class Arch = KernelArch>
 void attention_triangle_dot(AttentionTriangle<T> P, const T* x, std::int64_t xs, std::int64_t dh, T* y,
                             std::int64_t ys) noexcept {
   const std::int64_t t = P.t;
   std::int64_t k_simd = 0;  // rows [0, k_simd) run on SIMD tiles
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    using V = Batch<T>;
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
     alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
                                                    11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
@@ -233,13 +233,13 @@ void attention_triangle_dot(AttentionTriangle<T> P, const T* x, std::int64_t xs,
 }
 
 // p[i] = exp(scale * (p[i] - m[i])) and s[i] += p[i], i < n.
-template <class T>
+template <class T, class Arch = KernelArch>
 SPRIG_ALWAYS_INLINE void attention_exp_sum(T* __restrict p, const T* __restrict m, T* __restrict s, T scale,
                                            std::int64_t n) noexcept {
   std::int64_t i = 0;
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T>) {
-    using V = Batch<T>;
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
     const V sc(scale);
     for (; i + w <= n; i += w) {

@@ -36,7 +36,7 @@ void add_bias(std::span<const T> b, MatrixView<T> Y, FusedActivation act = Fused
 // a fixed order per (row, batch width), 8-16 independent additions per cycle instead of one
 // dependent chain. Precondition (unchecked, internal): g.size() >= dY.rows(), g apart from
 // dY. O(rows x cols).
-template <class T>
+template <class T, class Arch = KernelArch>
 void sum_rows(ConstMatrixView<T> dY, std::span<T> g) noexcept {
   for_rows(dY.rows(), dY.cols(), [&](std::int64_t i) {
     const T* __restrict d = dY.row(i);
@@ -44,8 +44,8 @@ void sum_rows(ConstMatrixView<T> dY, std::span<T> g) noexcept {
     std::int64_t j = 0;
     T acc = T(0);
 #if SPRIG_KERNEL_SIMD
-    if constexpr (kSimdFor<T>) {
-      using B = Batch<T>;
+    if constexpr (kSimdFor<T, Arch>) {
+      using B = Batch<T, Arch>;
       constexpr std::int64_t N = B::size;
       if (n >= N) {
         B lanes(T(0));

@@ -35,12 +35,18 @@ public:
   // Y = gelu(X). Y must not overlap X. Throws ShapeError unless X and Y have one shape.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("GELU::forward", "X", X, "Y", Y);
+    forward_on<detail::KernelArch>(X, Y);
+  }
+
+  // The passes on SIMD architecture Arch (operands checked).
+  template <class Arch>
+  static void forward_on(ConstMatrixView<T> X, MatrixView<T> Y) {
     detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* x = X.row(i);
       T* y = Y.row(i);
       std::int64_t j = 0;
 #if SPRIG_KERNEL_SIMD
-      using B = xsimd::batch<T, detail::KernelArch>;
+      using B = xsimd::batch<T, Arch>;
       for (; j + std::int64_t(B::size) <= X.cols(); j += B::size) value_of(B::load_unaligned(x + j)).store_unaligned(y + j);
 #endif
       for (; j < X.cols(); ++j) y[j] = value_of(x[j]);
@@ -55,12 +61,16 @@ public:
   // shape.
   void forward_keep_derivative(std::type_identity_t<MatrixView<T>> Z, std::type_identity_t<MatrixView<T>> Y) const {
     detail::check_same_shape<T>("GELU::forward_keep_derivative", "Z", Z, "Y", Y);
+    forward_keep_derivative_on<detail::KernelArch>(Z, Y);
+  }
+  template <class Arch>
+  static void forward_keep_derivative_on(MatrixView<T> Z, MatrixView<T> Y) {
     detail::for_rows(Z.rows(), Z.cols(), [&](std::int64_t i) {
       T* z = Z.row(i);
       T* y = Y.row(i);
       std::int64_t j = 0;
 #if SPRIG_KERNEL_SIMD
-      using B = xsimd::batch<T, detail::KernelArch>;
+      using B = xsimd::batch<T, Arch>;
       for (; j + std::int64_t(B::size) <= Z.cols(); j += B::size) {
         const B x = B::load_unaligned(z + j), e = exp_term(x);
         value_from(x, e).store_unaligned(y + j);
@@ -82,13 +92,17 @@ public:
                 std::type_identity_t<MatrixView<T>> dX) const {
     detail::check_same_shape<T>("GELU::backward", "X", X, "dY", dY);
     detail::check_same_shape<T>("GELU::backward", "X", X, "dX", dX);
+    backward_on<detail::KernelArch>(X, dY, dX);
+  }
+  template <class Arch>
+  static void backward_on(ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dX) {
     detail::for_rows(X.rows(), X.cols(), [&](std::int64_t i) {
       const T* x = X.row(i);
       const T* d = dY.row(i);
       T* g = dX.row(i);
       std::int64_t j = 0;
 #if SPRIG_KERNEL_SIMD
-      using B = xsimd::batch<T, detail::KernelArch>;
+      using B = xsimd::batch<T, Arch>;
       for (; j + std::int64_t(B::size) <= X.cols(); j += B::size)
         (B::load_unaligned(d + j) * derivative_of(B::load_unaligned(x + j))).store_unaligned(g + j);
 #endif

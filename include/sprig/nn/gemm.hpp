@@ -40,10 +40,10 @@ namespace detail {
 // C[i0 + r, j + v w ..] += alpha * sum over k in [k0, k1) of a[r][k] B[k, j + v w ..], r < rows,
 // v < regs: a tile of 2 x regs registers that stays in registers over the k loop. a[r] points
 // to op(A)'s row i0 + r (a[1] == a[0] when rows is 1), with element stride a_step.
-template <int regs, class T>
+template <int regs, class Arch, class T>
 SPRIG_ALWAYS_INLINE void axpy_tile(T alpha, const T* const* a, std::int64_t a_step, std::int64_t rows, std::int64_t k0,
                                    std::int64_t k1, ConstMatrixView<T> B, std::int64_t j, T* c0, T* c1) {
-  using V = Batch<T>;
+  using V = Batch<T, Arch>;
   constexpr auto w = static_cast<std::int64_t>(V::size);
   V acc0[regs], acc1[regs];
   SPRIG_UNROLL for (int v = 0; v < regs; ++v) acc0[v] = acc1[v] = V(T(0));
@@ -70,7 +70,7 @@ SPRIG_ALWAYS_INLINE void axpy_tile(T alpha, const T* const* a, std::int64_t a_st
 // tile is read and written once per panel rather than once per k (plain axpy loops were
 // 1.6-3.3x slower than OpenBLAS on a 10 x 1024 output layer). Columns left over, and the scalar
 // build, run the axpy loops.
-template <class T>
+template <class Arch, class T>
 void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
                          ConstMatrixView<T> B, MatrixView<T> C) {
   constexpr std::int64_t kb = 128, nb = 512;
@@ -85,13 +85,13 @@ void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t 
         const std::int64_t rows = std::min<std::int64_t>(2, M - i0);
         std::int64_t j = j0;
 #if SPRIG_KERNEL_SIMD
-        if constexpr (kSimdFor<T>) {
-          constexpr auto w = static_cast<std::int64_t>(Batch<T>::size);
+        if constexpr (kSimdFor<T, Arch>) {
+          constexpr auto w = static_cast<std::int64_t>(Batch<T, Arch>::size);
           const T* a[2] = {a_row(i0), a_row(i0 + rows - 1)};
           T* c0 = C.row(i0);
           T* c1 = C.row(i0 + rows - 1);
-          for (; j + 4 * w <= j1; j += 4 * w) axpy_tile<4>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
-          for (; j + w <= j1; j += w) axpy_tile<1>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
+          for (; j + 4 * w <= j1; j += 4 * w) axpy_tile<4, Arch>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
+          for (; j + w <= j1; j += w) axpy_tile<1, Arch>(alpha, a, a_step, rows, k0, k1, B, j, c0 + j, c1 + j);
         }
 #endif
         for (std::int64_t r = 0; r < rows && j < j1; ++r) {
@@ -115,7 +115,7 @@ void gemm_rows_axpy_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t 
 // sums the k = l mod width terms, the tail adds after the lanes): four scalar accumulators
 // per dot, which compilers do not vectorise, were 7x slower than OpenBLAS on a weight
 // gradient dW = dY X^T of a 10 x 1024 output layer.
-template <class T>
+template <class Arch, class T>
 void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
                         ConstMatrixView<T> B, MatrixView<T> C) {
   constexpr std::int64_t kRows = 4;
@@ -138,8 +138,8 @@ void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K
       T dot[kRows] = {};
       std::int64_t k = 0;
 #if SPRIG_KERNEL_SIMD
-      if constexpr (kSimdFor<T>) {
-        using V = Batch<T>;
+      if constexpr (kSimdFor<T, Arch>) {
+        using V = Batch<T, Arch>;
         constexpr auto w = static_cast<std::int64_t>(V::size);
         V acc[kRows] = {V(T(0)), V(T(0)), V(T(0)), V(T(0))};
         for (; k + w <= K; k += w) {
@@ -157,7 +157,7 @@ void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K
 }
 
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is M x K, op(B) is K x N.
-template <class T>
+template <class T, class Arch = KernelArch>
 void gemm_portable(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, ConstMatrixView<T> A,
                    ConstMatrixView<T> B, T beta, MatrixView<T> C) {
   for (std::int64_t i = 0; i < M; ++i) {
@@ -169,9 +169,9 @@ void gemm_portable(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int6
   }
   if (K == 0 || alpha == T(0)) return;
   if (tb == Trans::no) {
-    gemm_rows_axpy_rows<T>(ta, M, N, K, alpha, A, B, C);
+    gemm_rows_axpy_rows<Arch, T>(ta, M, N, K, alpha, A, B, C);
   } else {
-    gemm_rows_dot_rows<T>(ta, M, N, K, alpha, A, B, C);
+    gemm_rows_dot_rows<Arch, T>(ta, M, N, K, alpha, A, B, C);
   }
 }
 
