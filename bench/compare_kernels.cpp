@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   CLI11_PARSE(app, argc, argv);
+  std::fprintf(stderr, "sprig kernels: %s\n", sprig::kernel_arch());
   g_cpu_clock = clock == "cpu";
   if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
     std::fprintf(stderr, "warning: --clock cpu sums the CPU time of all threads: multi-thread times are not wall times\n");

@@ -17,11 +17,13 @@
 // switch that is on, and one unused function per translation unit.
 //
 // Switches: SPRIG_NO_SIMD, SPRIG_DISPATCH (kernels/dispatch.hpp), and each x86 extension
-// xsimd chooses its architecture from (SSE3 ... AVX-512BW, FMA, FMA4) or NEON on ARM. Not switches: OpenMP, SPRIG_PARALLEL_MIN_WORK
-// and the prefetch distances change speed, never results (every kernel gives the same bits
-// for any thread count), so mixing them is allowed. Not checked: shared libraries (each is
-// linked on its own; build them with -fvisibility=hidden so their copies stay theirs), and
-// non-ELF targets (Mach-O, PE), where the guard is off.
+// xsimd chooses its architecture from (SSE3 ... AVX-512BW, FMA, FMA4) or NEON on ARM. Not
+// switches: OpenMP, SPRIG_PARALLEL_MIN_WORK and the prefetch distances change speed, never
+// results (every kernel gives the same bits for any thread count), so mixing them is
+// allowed. Not checked: shared libraries (each is linked on its own; build them with
+// -fvisibility=hidden so their copies stay theirs), and non-ELF targets (Mach-O, PE), where
+// the guard is off. The translation units of a dispatching build's targets
+// (kernels/dispatch_target.hpp) turn it off: their flags differ on purpose.
 //
 // SPRIG_NO_ABI_GUARD (defined alike in every translation unit) turns the guard off for a
 // program that mixes instruction sets on purpose and keeps the copies apart itself.
@@ -112,8 +114,8 @@ SPRIG_DETAIL_ABI_OFF(neon)
 
 // References every switch, so each translation unit emits them all; never called.
 [[gnu::used]] static int touch_switches() noexcept {
-  return no_simd + dispatch + avx512bw + avx512dq + avx512cd + avx512f + avx2 + fma + fma4 + avx + sse4_2 + sse4_1 + ssse3 +
-         sse3 + neon;
+  return no_simd + dispatch + avx512bw + avx512dq + avx512cd + avx512f + avx2 + fma + fma4 + avx + sse4_2 + sse4_1 +
+         ssse3 + sse3 + neon;
 }
 
 }  // namespace sprig::detail::abi

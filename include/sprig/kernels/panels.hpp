@@ -214,7 +214,8 @@ inline ColumnBlocks column_blocks_for_width(std::int64_t N, std::int64_t value_b
 
 // The same for T on architecture A.
 template <class T, class A = KernelArch>
-ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B, std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
+ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B,
+                                std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
   return column_blocks_for_width(static_cast<std::int64_t>(simd_width<T, A>()), static_cast<std::int64_t>(sizeof(T)),
                                  K, B, budget_bytes);
 }
