@@ -14,8 +14,8 @@ run("sprig: install" "${CMAKE_COMMAND}" --install "${sprig_build}" --config Rele
 # The install holds exactly the headers (byte-identical), the package files and the licence.
 file(GLOB_RECURSE source_headers RELATIVE "${SPRIG_SOURCE_DIR}/include" "${SPRIG_SOURCE_DIR}/include/*")
 list(TRANSFORM source_headers PREPEND "include/")
-set(expected ${source_headers} share/cmake/sprig/sprigConfig.cmake share/cmake/sprig/sprigConfigVersion.cmake
-    share/cmake/sprig/sprigTargets.cmake share/doc/sprig/LICENSE)
+set(expected ${source_headers} share/cmake/sprig/SprigDispatch.cmake share/cmake/sprig/sprigConfig.cmake
+    share/cmake/sprig/sprigConfigVersion.cmake share/cmake/sprig/sprigTargets.cmake share/doc/sprig/LICENSE)
 file(GLOB_RECURSE installed RELATIVE "${prefix}" "${prefix}/*")
 list(SORT expected)
 list(SORT installed)
