@@ -41,10 +41,19 @@ using ShapesOf = std::tuple<BlockTypes<T, Index, 1, 4>, BlockTypes<T, Index, 4, 
 // full set of kernel instantiations (all 36 took 7 minutes to compile, on every CI leg).
 template <class T, class Index>
 using MainShapeOf = std::tuple<BlockTypes<T, Index, 4, 4>>;
-using AllBlockTypes = decltype(std::tuple_cat(
-    ShapesOf<float, std::int32_t>{}, MainShapeOf<float, std::int16_t>{}, MainShapeOf<float, std::int64_t>{},
-    MainShapeOf<double, std::int16_t>{}, MainShapeOf<double, std::int32_t>{}, MainShapeOf<double, std::int64_t>{},
+// The cross compiles in two translation units side by side: this file (every shape at
+// (float, int32)) and tests/parts/test_block_spmm_2.cpp, which includes it with
+// SPRIG_TEST_PART 2 (the other pairs).
+#if SPRIG_TEST_PART == 2
+using OtherPairBlockTypes = decltype(std::tuple_cat(
+    MainShapeOf<float, std::int16_t>{}, MainShapeOf<float, std::int64_t>{}, MainShapeOf<double, std::int16_t>{},
+    MainShapeOf<double, std::int32_t>{}, MainShapeOf<double, std::int64_t>{},
     std::tuple<BlockTypes<double, std::int16_t, 8, 1>, BlockTypes<double, std::int32_t, 1, 4>>{}));
+#  define SPRIG_TEST_BLOCK_TYPES OtherPairBlockTypes
+#else
+using FloatInt32BlockTypes = ShapesOf<float, std::int32_t>;
+#  define SPRIG_TEST_BLOCK_TYPES FloatInt32BlockTypes
+#endif
 
 template <class BT>
 using BlockMatrix = BlockPaddedCSR<typename BT::T, typename BT::Index, BT::R, BT::C>;
@@ -266,7 +275,7 @@ void check_case(const BlockMatrix<BT>& W, const BlockCase& c, Update mode, Kerne
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("the block oracles agree with dense products of to_dense()", "[block_spmm][reference]",
-                        AllBlockTypes) {
+                        SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   constexpr int R = TestType::R, C = TestType::C;
   // The oracles must be right before the kernels are checked against them: compare them with
@@ -329,7 +338,7 @@ TEMPLATE_LIST_TEST_CASE("the block oracles agree with dense products of to_dense
 }
 
 TEMPLATE_LIST_TEST_CASE("block_spmm and block_spmm_transposed match the oracle on random shapes",
-                        "[block_spmm]", AllBlockTypes) {
+                        "[block_spmm]", SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -356,7 +365,7 @@ TEMPLATE_LIST_TEST_CASE("block_spmm and block_spmm_transposed match the oracle o
 }
 
 TEMPLATE_LIST_TEST_CASE("block kernels read only the in-matrix entries of live blocks", "[block_spmm]",
-                        AllBlockTypes) {
+                        SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -404,7 +413,7 @@ TEMPLATE_LIST_TEST_CASE("block kernels read only the in-matrix entries of live b
 }
 
 TEMPLATE_LIST_TEST_CASE("block_spmm's bias + ReLU epilogue equals the product followed by both passes",
-                        "[block_spmm][epilogue]", AllBlockTypes) {
+                        "[block_spmm][epilogue]", SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   constexpr int R = TestType::R, C = TestType::C;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
@@ -452,7 +461,7 @@ TEMPLATE_LIST_TEST_CASE("block_spmm's bias + ReLU epilogue equals the product fo
 }
 
 TEMPLATE_LIST_TEST_CASE("block kernels are bitwise identical for 1, 2 and 3 threads", "[block_spmm][threads]",
-                        AllBlockTypes) {
+                        SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -510,7 +519,7 @@ TEMPLATE_LIST_TEST_CASE("block kernels are bitwise identical for 1, 2 and 3 thre
 }
 
 TEMPLATE_LIST_TEST_CASE("block_spmm_transposed follows topology changes through its cache", "[block_spmm]",
-                        AllBlockTypes) {
+                        SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -556,7 +565,7 @@ TEMPLATE_LIST_TEST_CASE("block_spmm_transposed follows topology changes through 
 }
 
 TEMPLATE_LIST_TEST_CASE("block kernels reject bad shapes, overlaps and epilogues and leave the output alone",
-                        "[block_spmm][errors]", AllBlockTypes) {
+                        "[block_spmm][errors]", SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -610,7 +619,7 @@ TEMPLATE_LIST_TEST_CASE("block kernels reject bad shapes, overlaps and epilogues
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("block_spmm on empty extents", "[block_spmm]", AllBlockTypes) {
+TEMPLATE_LIST_TEST_CASE("block_spmm on empty extents", "[block_spmm]", SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   // Zero rows, zero columns or a zero batch: nothing to compute; overwrite of a K = 0 product

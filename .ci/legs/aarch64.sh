@@ -18,6 +18,12 @@ source .ci/leg_common.sh
 install_missing g++-aarch64-linux-gnu libc6-dev-arm64-cross libgomp1-arm64-cross qemu-user libxsimd-dev catch2
 
 cxx=aarch64-linux-gnu-g++
+# Through ccache where it is installed, with the repository as base directory (a fresh clone
+# hits an earlier clone's objects; cmake/SprigCcache.cmake does the same for CMake builds).
+ccache=()
+if command -v ccache >/dev/null && [[ ${CCACHE_DISABLE:-0} != 1 ]]; then
+  ccache=(env "CCACHE_BASEDIR=$PWD" CCACHE_NOHASHDIR=1 ccache)
+fi
 sysroot=/usr/aarch64-linux-gnu
 # Passive OpenMP waits: spinning idle threads are emulated instruction by instruction.
 run() { OMP_WAIT_POLICY=passive qemu-aarch64 -L "$sysroot" "$@"; }
@@ -57,17 +63,37 @@ CPP
 compile() {  # name source...
   local out=$1
   shift
-  if ! $cxx "${flags[@]}" "$@" -o "$build/$out" >"$build/$out.log" 2>&1; then
+  if ! "${ccache[@]}" $cxx "${flags[@]}" "$@" -o "$build/$out" >"$build/$out.log" 2>&1; then
     cat "$build/$out.log"
     return 1
   fi
 }
 say "compiling catch_main.o"
 compile catch_main.o -c "$build/catch_main.cpp" || fail "compile catch main"
-pids=()
+# Every translation unit compiles on its own (two at a time), then each test links: a test's
+# tests/parts/<test>_<k>.cpp are more translation units of the same executable.
+units=()
 for t in "${tests[@]}"; do
-  say "compiling $t: $cxx ${flags[*]} tests/$t.cpp catch_main.o -o $build/$t"
-  compile "$t" "tests/$t.cpp" "$build/catch_main.o" &
+  units+=("tests/$t.cpp")
+  for p in tests/parts/"$t"_*.cpp; do [[ -f $p ]] && units+=("$p"); done
+done
+object_of() { local u=${1#tests/}; echo "obj_${u//\//_}.o"; }
+pids=()
+for u in "${units[@]}"; do
+  say "compiling $u: $cxx ${flags[*]} -c $u"
+  compile "$(object_of "$u")" -c "$u" &
+  pids+=($!)
+  if ((${#pids[@]} == 2)); then
+    wait "${pids[0]}" || fail "compile ${pids[0]}"
+    pids=("${pids[@]:1}")
+  fi
+done
+for p in "${pids[@]}"; do wait "$p" || fail "compile"; done
+for t in "${tests[@]}"; do
+  objs=("$build/$(object_of "tests/$t.cpp")")
+  for p in tests/parts/"$t"_*.cpp; do [[ -f $p ]] && objs+=("$build/$(object_of "$p")"); done
+  say "linking $t"
+  compile "$t" "${objs[@]}" "$build/catch_main.o" &
   pids+=($!)
   if ((${#pids[@]} == 2)); then
     wait "${pids[0]}" || fail "compile ${pids[0]}"
@@ -77,6 +103,7 @@ done
 for p in "${pids[@]}"; do wait "$p" || fail "compile"; done
 for t in "${tests[@]}"; do [[ -x $build/$t ]] || fail "$t was not built"; done
 say "built in $((SECONDS - start)) s"
+built=$SECONDS
 
 # ---- run under qemu ------------------------------------------------------------------------
 passed=0
@@ -94,4 +121,5 @@ for t in "${tests[@]}"; do
   fi
 done
 ((${#failed[@]} == 0)) || fail "${failed[*]} (${passed} of ${#tests[@]} executables passed)"
+say "tests: $((SECONDS - built)) s"
 say "PASS (${passed} kernel test executables built for aarch64/neon64 and passed under qemu) in $((SECONDS - start)) s"
