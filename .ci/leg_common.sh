@@ -2,7 +2,8 @@
 # say/fail print with the leg's name; install_missing installs the given Debian packages
 # that are not installed yet (apt-get update only then), as root or through sudo;
 # kernel_tests prints the kernel test names, one per line; build_tests configures a build
-# directory with the caller's cmake_args and builds the caller's targets;
+# directory with the caller's cmake_args and builds the caller's targets (through ccache
+# where it is installed: cmake/SprigCcache.cmake);
 # compile_command prints a test's compile command from compile_commands.json (fails if
 # absent); run_tests runs the given test targets with ctest.
 say() { printf '[%s leg] %s\n' "$leg" "$*"; }
@@ -53,7 +54,9 @@ build_tests() {
   say "configure: cmake ${cmake_args[*]}"
   cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; }
   say "build: cmake --build $build --target ${targets[*]} -j 2"
+  local t0=$SECONDS
   cmake --build "$build" --target "${targets[@]}" -j 2 || fail "build"
+  say "build: $((SECONDS - t0)) s"
 }
 
 compile_command() {
@@ -69,5 +72,7 @@ run_tests() {
   shift
   local regex
   regex="^($(IFS='|'; echo "$*")):"
+  local t0=$SECONDS
   ctest --test-dir "$build" -R "$regex" --output-on-failure -j 2 || fail "ctest"
+  say "tests: $((SECONDS - t0)) s"
 }

@@ -45,7 +45,8 @@ g++ -std=c++20 $arch_flags "$build/arch_check.cpp" -o "$build/arch_check" || fai
 say "static_assert passed: xsimd::default_arch derives from avx512f with: $arch_flags"
 
 # ---- configure and build -------------------------------------------------------------------
-cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG"
+            -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
             -DSPRIG_NATIVE=OFF "-DSPRIG_EXTRA_ARCH_FLAGS=$arch_flags"
             -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
 if ((!cpu_ok)); then

@@ -18,7 +18,8 @@ mapfile -t targets < <(kernel_tests)
 say "kernel test targets: ${targets[*]}"
 
 build=${SPRIG_LEG_BUILD_DIR:-build-ktests-scalar}
-cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG"
+            -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
             -DSPRIG_SIMD=OFF -DSPRIG_NATIVE=OFF
             -DSPRIG_BUILD_TESTS=ON -DSPRIG_BUILD_BENCHMARKS=OFF -DSPRIG_BUILD_EXAMPLES=OFF)
 build_tests "$build"
