@@ -21,6 +21,8 @@ build=${SPRIG_LEG_BUILD_DIR:-build-fuzz-leg}
 seconds=${SPRIG_FUZZ_SECONDS:-60}
 mkdir -p "$build" && build=$(cd "$build" && pwd)
 CXX=${CXX:-clang++-14} tests/fuzz/build.sh "$build" || fail "build"
+say "build: $((SECONDS - start)) s"
+built=$SECONDS
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -43,4 +45,4 @@ run() {
 }
 run fuzz_checkpoint_reader "$build/corpus/reader" 8192
 run fuzz_padded_csr_ops "$build/corpus/ops" 1024
-say "PASS: ${total} executions in total, no findings ($((SECONDS - start)) s)"
+say "PASS: ${total} executions in total, no findings (build $((built - start)) s, fuzzing $((SECONDS - built)) s, total $((SECONDS - start)) s)"
