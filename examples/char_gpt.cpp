@@ -55,6 +55,7 @@
 #  include <omp.h>
 #endif
 
+#include "cli_checks.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
@@ -160,6 +161,18 @@ int run(Config cfg) {
   const auto [train, val] = sprig::split_tokens(text.tokens, 0.9);
   std::printf("data: %s, %lld characters, vocabulary %lld; %zu train / %zu validation tokens\n", cfg.data.c_str(),
               static_cast<long long>(text.size()), static_cast<long long>(text.vocab_size()), train.size(), val.size());
+  // What depends on the data is checked before the model is built, so no run is lost to it.
+  const std::size_t shortest = std::min(train.size(), val.size());
+  if (static_cast<std::uint64_t>(cfg.block) >= shortest)
+    throw sprig::ArgumentError("char_gpt: --block " + std::to_string(cfg.block) + " is too long for " + cfg.data +
+                               ": its " + (train.size() <= val.size() ? "training" : "validation") + " split has " +
+                               std::to_string(shortest) + " tokens, and a window needs --block + 1");
+  if (cfg.sample_chars > 0)
+    for (std::size_t i = 0; i < cfg.prompt.size(); ++i)
+      if (text.token_of[static_cast<unsigned char>(cfg.prompt[i])] < 0)
+        throw sprig::ArgumentError("char_gpt: --prompt: character " + std::to_string(i) + " (byte " +
+                                   std::to_string(static_cast<unsigned char>(cfg.prompt[i])) +
+                                   ") does not occur in " + cfg.data + ", so the model has no token for it");
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::dst::GPTSpec spec;
@@ -323,10 +336,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a character-level GPT with truly sparse projections on Tiny Shakespeare"};
   app.add_option("--config", cfg.config, "small or mini40m")->check(CLI::IsMember({"small", "mini40m"}))->capture_default_str();
   app.add_option("--attn-sparsity", cfg.attn_sparsity, "Fraction of zero weights in qkv and proj (0 = dense)")
-      ->check(CLI::Range(0.0, 0.9999))
+      ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
   app.add_option("--ffn-sparsity", cfg.ffn_sparsity, "Fraction of zero weights in fc and fc_proj (0 = dense)")
-      ->check(CLI::Range(0.0, 0.9999))
+      ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
   app.add_option("--distribution", cfg.distribution, "Densities within each group: uniform or erk")
       ->check(CLI::IsMember({"uniform", "erk"}))
@@ -338,40 +351,40 @@ int main(int argc, char** argv) {
   app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
       ->capture_default_str();
-  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--alpha", cfg.alpha, "Initial drop fraction")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--steps", cfg.steps, "Training steps (default: the config's, 2000)")->check(CLI::PositiveNumber);
-  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's)")->check(CLI::PositiveNumber);
-  app.add_option("--block", cfg.block, "Block size (tokens per sequence)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--layers", cfg.layers, "Override the config's layers")->check(CLI::PositiveNumber);
-  app.add_option("--heads", cfg.heads, "Override the config's heads")->check(CLI::PositiveNumber);
-  app.add_option("--d-model", cfg.d_model, "Override the config's d_model")->check(CLI::PositiveNumber);
-  app.add_option("--d-ff", cfg.d_ff, "Override the config's d_ff")->check(CLI::PositiveNumber);
-  app.add_option("--lr", cfg.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--min-lr", cfg.min_lr, "Learning rate at the end of the cosine")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--warmup", cfg.warmup, "Linear warmup steps")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")->check(examples::positive())->capture_default_str();
+  app.add_option("--alpha", cfg.alpha, "Initial drop fraction")->check(examples::in_range(0.0, 1.0))->capture_default_str();
+  app.add_option("--steps", cfg.steps, "Training steps (default: the config's, 2000)")->check(examples::positive());
+  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's)")->check(examples::positive());
+  app.add_option("--block", cfg.block, "Block size (tokens per sequence)")->check(examples::positive())->capture_default_str();
+  app.add_option("--layers", cfg.layers, "Override the config's layers")->check(examples::positive());
+  app.add_option("--heads", cfg.heads, "Override the config's heads")->check(examples::positive());
+  app.add_option("--d-model", cfg.d_model, "Override the config's d_model")->check(examples::positive());
+  app.add_option("--d-ff", cfg.d_ff, "Override the config's d_ff")->check(examples::positive());
+  app.add_option("--lr", cfg.lr, "Peak learning rate")->check(examples::positive())->capture_default_str();
+  app.add_option("--min-lr", cfg.min_lr, "Learning rate at the end of the cosine")->check(examples::non_negative())->capture_default_str();
+  app.add_option("--warmup", cfg.warmup, "Linear warmup steps")->check(examples::non_negative())->capture_default_str();
   app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay (matrices only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(examples::positive())->capture_default_str();
+  app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->check(examples::non_negative())->capture_default_str();
+  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")->check(examples::non_negative())->capture_default_str();
   app.add_option("--data", cfg.data, "The text file")->capture_default_str();
   app.add_option("--eval-every", cfg.eval_every, "Steps between validation evaluations (and at the end)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows")->check(examples::positive())->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the curve (step, train and validation loss, time, lr) to this CSV file");
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (and at the end)")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only at the end; a checkpoint is always written at the end)")
+      ->check(examples::non_negative())
       ->capture_default_str();
   app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end")->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(examples::non_negative());
+  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end")->check(examples::non_negative())->capture_default_str();
   app.add_option("--temperature", cfg.temperature, "Sampling temperature (0 = greedy)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(examples::non_negative())
       ->capture_default_str();
   app.add_option("--prompt", cfg.prompt, "Sampling prompt");
   app.add_option("--index-bits", cfg.index_bits, "Column index width of the sparse projections (16: inputs <= 32768)")
@@ -382,12 +395,28 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"4x4", "8x8"}));
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
+  examples::name_failures(app, "char_gpt");
   CLI11_PARSE(app, argc, argv);
   try {
+    // What needs no data is checked before any is read.
+    apply_config_defaults(cfg);
+    if (cfg.resume && cfg.checkpoint_dir.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
+    if (cfg.d_model % cfg.heads != 0)
+      throw sprig::ArgumentError("char_gpt: --d-model " + std::to_string(cfg.d_model) + " is not a multiple of --heads " +
+                                 std::to_string(cfg.heads));
+    if (cfg.min_lr > cfg.lr)
+      throw sprig::ArgumentError("char_gpt: --min-lr " + examples::detail::show(cfg.min_lr) + " is above --lr " +
+                                 examples::detail::show(cfg.lr));
+    if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
+      throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm + " needs --attn-sparsity or --ffn-sparsity > 0");
+    if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
+      throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
+    if (!cfg.checkpoint_dir.empty())
+      examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
+    if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);
     examples::Ranks processes(argc, argv, cfg.distributed, "char_gpt");
     ranks = &processes.comm();
     if (!cfg.weight_blocks.empty()) {
-      if (cfg.index_bits != 32) throw sprig::ArgumentError("--weight-blocks is built with --index-bits 32 only");
       using I = std::int32_t;
       if (cfg.weight_blocks == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
       return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);

@@ -12,6 +12,8 @@
 //   dst_compare --epochs 5 --seeds 3 --out examples/results/dst
 #include <CLI/CLI.hpp>
 
+#include "cli_checks.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -123,19 +127,37 @@ int main(int argc, char** argv) {
   std::string out_dir = "dst_compare_out";
   std::string binary = (fs::path(argv[0]).parent_path() / "fashion_mnist").string();
   std::vector<std::string> extra;
+  // NAME or NAME-fanin, NAME one of fashion_mnist's --algorithm values that train a sparse model
+  const CLI::Validator algorithm_name(
+      [](std::string& a) -> std::string {
+        const std::string base = a.size() > 6 && a.compare(a.size() - 6, 6, "-fanin") == 0 ? a.substr(0, a.size() - 6) : a;
+        for (const char* known : {"static", "set", "rigl", "snfs", "granet", "gmp"})
+          if (base == known) return {};
+        return "'" + a + "' is not one of static, set, rigl, snfs, granet, gmp (each optionally NAME-fanin)";
+      },
+      "NAME[-fanin]");
   app.add_option("--algorithms", algorithms,
-                 "Algorithms to compare: fashion_mnist's --algorithm names; NAME-fanin adds --constant-fan-in")->delimiter(',')->capture_default_str();
-  app.add_option("--sparsities", sparsities, "Hidden-layer sparsities")->delimiter(',')->capture_default_str();
-  app.add_option("--seeds", seeds, "Seeds per configuration (1, 2, ...)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--epochs", epochs, "Epochs per run")->check(CLI::PositiveNumber)->capture_default_str();
+                 "Algorithms to compare: fashion_mnist's --algorithm names; NAME-fanin adds --constant-fan-in")
+      ->delimiter(',')
+      ->check(algorithm_name)
+      ->capture_default_str();
+  app.add_option("--sparsities", sparsities, "Hidden-layer sparsities")
+      ->delimiter(',')
+      ->check(examples::in_range(0.0, 0.9999))
+      ->capture_default_str();
+  app.add_option("--seeds", seeds, "Seeds per configuration (1, 2, ...)")->check(examples::positive())->capture_default_str();
+  app.add_option("--epochs", epochs, "Epochs per run")->check(examples::positive())->capture_default_str();
   app.add_option("--out", out_dir, "Output folder (curves, table, plot)")->capture_default_str();
   app.add_option("--fashion-mnist", binary, "Path of the fashion_mnist example")->capture_default_str();
   app.add_option("--extra", extra, "Extra arguments passed to every run, e.g. --extra=--threads=2")->allow_extra_args(false);
+  examples::name_failures(app, "dst_compare");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (!fs::exists(binary)) throw std::runtime_error("dst_compare: fashion_mnist not found at " + binary);
-    fs::create_directories(out_dir);
+    // Every check before the first run: a sweep takes hours.
+    if (!fs::is_regular_file(binary) || ::access(binary.c_str(), X_OK) != 0)
+      throw std::runtime_error("dst_compare: --fashion-mnist " + binary + ": no such executable");
+    examples::require_writable_dir<std::runtime_error>("dst_compare", "--out", out_dir);
     std::ofstream csv(fs::path(out_dir) / "dst_compare.csv");
     csv << "algorithm,sparsity,seed,test_accuracy,ms_per_step,mean_epoch_seconds,topology_seconds,weight_bytes\n";
     // results[sparsity index][algorithm]

@@ -24,6 +24,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_checks.hpp"
+
 #include <cstdint>
 #include <iostream>
 
@@ -35,23 +37,28 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Train an MLP with truly sparse hidden layers on Fashion-MNIST"};
   app.add_option("--sparsity", cfg.sparsity, "Fraction of zero weights in the hidden layers (0 = dense)")
-      ->check(CLI::Range(0.0, 0.9999))
+      ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
-  app.add_option("--widths", cfg.widths, "Hidden layer widths")->delimiter(',')->capture_default_str();
-  app.add_option("--epochs", cfg.epochs, "Training epochs")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch", cfg.batch, "Mini-batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--widths", cfg.widths, "Hidden layer widths")
+      ->delimiter(',')
+      ->check(examples::positive())
+      ->capture_default_str();
+  app.add_option("--epochs", cfg.epochs, "Training epochs")->check(examples::positive())->capture_default_str();
+  app.add_option("--batch", cfg.batch, "Mini-batch size")->check(examples::positive())->capture_default_str();
   app.add_option("--optimizer", cfg.optimizer, "sgd (Nesterov momentum) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
-  app.add_option("--lr", cfg.lr, "Peak learning rate (default: 4e-3 for adamw, 0.05 for sgd)");
-  app.add_option("--weight-decay", cfg.weight_decay, "Weight decay (default: 1e-4 adamw, 5e-5 sgd)");
-  app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999))->capture_default_str();
+  app.add_option("--lr", cfg.lr, "Peak learning rate (default: 4e-3 for adamw, 0.05 for sgd)")
+      ->check(examples::positive());
+  app.add_option("--weight-decay", cfg.weight_decay, "Weight decay (default: 1e-4 adamw, 5e-5 sgd)")
+      ->check(examples::non_negative());
+  app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(examples::in_range(0.0, 0.999))->capture_default_str();
   app.add_option("--warmup-epochs", cfg.warmup_epochs, "Linear warmup before the cosine decay, in epochs")
-      ->check(CLI::Range(0.0, 100.0))
+      ->check(examples::in_range(0.0, 100.0))
       ->capture_default_str();
-  app.add_option("--seed", cfg.seed, "Seed of weights and batch order")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "Seed of weights and batch order")->check(examples::non_negative())->capture_default_str();
   app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(examples::non_negative())
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the per-epoch curves to this CSV file");
@@ -60,12 +67,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (and one per epoch)")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only the one at the end of each epoch)")
+      ->check(examples::non_negative())
       ->capture_default_str();
   app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(examples::non_negative());
   app.add_option("--distribution", cfg.distribution, "Layer densities from the global sparsity: uniform or erk")
       ->check(CLI::IsMember({"uniform", "erk"}))
       ->capture_default_str();
@@ -78,35 +85,43 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--initial-sparsity", cfg.initial_sparsity,
                  "granet / gmp: the sparsity the model starts at, pruned to --sparsity by the cubic schedule")
+      ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
   app.add_flag("--constant-fan-in", cfg.constant_fan_in,
                "Every output row keeps the same live count (drawn so, and kept through every update; not snfs)");
   app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")
-      ->check(CLI::PositiveNumber)
+      ->check(examples::positive())
       ->capture_default_str();
   app.add_option("--alpha", cfg.alpha, "Initial drop fraction of the topology updates")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(examples::in_range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--compare-steps", cfg.compare_steps,
                  "Instead of training: time this many steps of the dense and the sparse model, alternating")
-      ->check(CLI::NonNegativeNumber);
+      ->check(examples::non_negative());
   app.add_option("--block", cfg.block, "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   app.add_option("--max-steps", cfg.max_steps, "Stop each epoch after this many steps (0 = full epochs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(examples::non_negative());
+  examples::name_failures(app, "fashion_mnist");
   CLI11_PARSE(app, argc, argv);
-  for (std::int64_t w : cfg.widths)
-    if (w <= 0) {
-      std::cerr << "fashion_mnist: --widths must be positive, got " << w << "\n";
-      return 2;
-    }
   try {
+    // What needs no data is checked before any is loaded.
+    if (cfg.resume && cfg.checkpoint_dir.empty())
+      throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
+    if (cfg.algorithm != "none" && cfg.sparsity <= 0.0)
+      throw sprig::ArgumentError("fashion_mnist: --algorithm " + cfg.algorithm + " needs --sparsity > 0");
+    if (cfg.compare_steps > 0 && cfg.sparsity <= 0.0)
+      throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
+    if (!cfg.block.empty() && cfg.index_bits != 32)
+      throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
+    if (!cfg.checkpoint_dir.empty())
+      examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
+    if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);
     examples::Ranks processes(argc, argv, cfg.distributed, "fashion_mnist");
     fashion_mnist::ranks = &processes.comm();
     if (!cfg.block.empty()) {
-      if (cfg.index_bits != 32) throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
       using I = std::int32_t;
       if (cfg.block == "1x4") return run<I, sprig::BlockSparseLinear<T, I, 1, 4>>(cfg);
       if (cfg.block == "4x1") return run<I, sprig::BlockSparseLinear<T, I, 4, 1>>(cfg);
