@@ -267,9 +267,14 @@ int run(Config cfg) {
                                    cfg.block, x, y);
     const auto z = model.forward(x, shard.size, cfg.block);
     const T local_loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
-    const double loss = dp.average(local_loss);
+    const double loss = sprig::check_finite(dp.average(local_loss), "the training loss", step + 1);  // every rank alike
     dp.backward();  // with the gradient average over the ranks, so clipping sees the global gradient
-    sprig::clip_grad_norm(model, cfg.clip);
+    try {
+      sprig::clip_grad_norm(model, cfg.clip);
+    } catch (const sprig::ArgumentError&) {
+      sprig::check_finite(sprig::grad_norm(model), "the gradient norm", step + 1);  // DivergenceError with the step
+      throw;
+    }
     opt.set_lr(schedule(step));
     if (algorithm)
       dp.apply_step(*algorithm, opt, step);

@@ -17,6 +17,7 @@
 #include <sprig/nn/sequential.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
+#include <sprig/optim/clip.hpp>
 #include <sprig/optim/lr_schedule.hpp>
 #include <sprig/optim/sgd.hpp>
 
@@ -396,6 +397,9 @@ int run(const Config& cfg) {
                                                                                   static_cast<std::size_t>(shard.size));
       const auto z = model.forward(xs);
       const T loss = ce.forward_backward(z, labels, model.output_grad());
+      // a diverged run stops here with the step (DivergenceError), on every rank alike
+      sprig::check_finite(comm.size() > 1 ? dp.average(loss) : static_cast<double>(loss), "the training loss",
+                          steps_done + 1);
       correct += sprig::SoftmaxCrossEntropy<T>::count_correct(z, labels);
       dp.backward();  // with the gradient average over the ranks
       std::visit(

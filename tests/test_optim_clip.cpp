@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "observed_new.hpp"
@@ -240,4 +241,27 @@ TEST_CASE("clip_grad_norm allocates nothing", "[optim][clip]") {
   (void)sprig::clip_grad_norm(big, 1.0);
   (void)sprig::grad_norm(big);
   CHECK(g_allocations.load() - before == 0);
+}
+
+TEST_CASE("check_finite: a NaN or infinite loss or norm is a DivergenceError naming it and the step", "[optim][clip]") {
+  static_assert(std::is_base_of_v<sprig::Error, sprig::DivergenceError>);
+  CHECK(sprig::check_finite(2.5, "loss", 7) == 2.5);
+  CHECK(sprig::check_finite(-1e300, "loss", 0) == -1e300);
+  CHECK(sprig::check_finite(std::numeric_limits<double>::denorm_min(), "loss", 0) > 0.0);
+  const double bad[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                        -std::numeric_limits<double>::infinity()};
+  for (double v : bad) {
+    try {
+      (void)sprig::check_finite(v, "gradient norm", 42);
+      FAIL("no DivergenceError for " << v);
+    } catch (const sprig::DivergenceError& e) {
+      CHECK(e.quantity() == "gradient norm");
+      CHECK(e.step() == 42);
+      CHECK((std::isnan(v) ? std::isnan(e.value()) : e.value() == v));
+      CHECK_THAT(e.what(), Contains("gradient norm is ") && Contains(" at step 42") && Contains("diverged"));
+    }
+  }
+  // a float loss (as SoftmaxCrossEntropy<float> returns) converts exactly
+  CHECK_THROWS_AS(sprig::check_finite(std::numeric_limits<float>::quiet_NaN(), "loss", 1), sprig::DivergenceError);
+  CHECK_THROWS_AS(sprig::check_finite(std::numeric_limits<float>::infinity(), "loss", 1), sprig::Error);
 }

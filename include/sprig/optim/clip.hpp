@@ -28,13 +28,19 @@
 // clip_grad_norm throws ArgumentError naming the norm and the first parameter (in
 // for_each_parameter order) whose sum is not finite, and scales nothing, so the caller can
 // skip the step (torch by default returns the norm and multiplies every gradient by nan).
+//
+// check_finite(value, "loss", step) is the divergence check of a training loop: it throws
+// DivergenceError naming the quantity, its value and the step when a loss or a gradient norm
+// is NaN or infinite, so a diverged run stops with an error instead of training on NaN.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "../core/concepts.hpp"
 #include "../core/config.hpp"
@@ -43,6 +49,35 @@
 #include "live_ranges.hpp"
 
 namespace sprig {
+
+// A training quantity (a loss, a gradient norm) that is NaN or infinite: the run diverged.
+// Carries the quantity's name, its value and the step, for a trainer that wants to react
+// (restore a checkpoint, lower the learning rate) rather than stop.
+class DivergenceError : public Error {
+public:
+  DivergenceError(std::string quantity, double value, std::int64_t step)
+      : Error(detail::message("the run diverged: ", quantity, " is ", value, " at step ", step)),
+        quantity_(std::move(quantity)), value_(value), step_(step) {}
+
+  const std::string& quantity() const noexcept { return quantity_; }
+  double value() const noexcept { return value_; }
+  std::int64_t step() const noexcept { return step_; }
+
+private:
+  std::string quantity_;
+  double value_;
+  std::int64_t step_;
+};
+
+// Returns value if it is finite; otherwise throws DivergenceError("the run diverged:
+// <quantity> is <value> at step <step>"). O(1), no allocation unless it throws. Call it on
+// the loss after the forward pass and on grad_norm's result (clip_grad_norm throws
+// ArgumentError itself for a non-finite norm); on several ranks, on a value every rank
+// shares (an averaged loss), so that every rank stops at the same step.
+inline double check_finite(double value, std::string_view quantity, std::int64_t step) {
+  if (!std::isfinite(value)) throw DivergenceError(std::string(quantity), value, step);
+  return value;
+}
 
 namespace detail {
 
