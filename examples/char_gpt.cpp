@@ -56,6 +56,7 @@
 #endif
 
 #include "cli_checks.hpp"
+#include "guarded_main.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
@@ -336,7 +337,9 @@ int run(Config cfg) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int program(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Train a character-level GPT with truly sparse projections on Tiny Shakespeare"};
   app.add_option("--config", cfg.config, "small or mini40m")->check(CLI::IsMember({"small", "mini40m"}))->capture_default_str();
@@ -402,33 +405,35 @@ int main(int argc, char** argv) {
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   examples::name_failures(app, "char_gpt");
   CLI11_PARSE(app, argc, argv);
-  try {
-    // What needs no data is checked before any is read.
-    apply_config_defaults(cfg);
-    if (cfg.resume && cfg.checkpoint_dir.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
-    if (cfg.d_model % cfg.heads != 0)
-      throw sprig::ArgumentError("char_gpt: --d-model " + std::to_string(cfg.d_model) + " is not a multiple of --heads " +
-                                 std::to_string(cfg.heads));
-    if (cfg.min_lr > cfg.lr)
-      throw sprig::ArgumentError("char_gpt: --min-lr " + examples::detail::show(cfg.min_lr) + " is above --lr " +
-                                 examples::detail::show(cfg.lr));
-    if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
-      throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm + " needs --attn-sparsity or --ffn-sparsity > 0");
-    if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
-      throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
-    if (!cfg.checkpoint_dir.empty())
-      examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
-    if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);
-    examples::Ranks processes(argc, argv, cfg.distributed, "char_gpt");
-    ranks = &processes.comm();
-    if (!cfg.weight_blocks.empty()) {
-      using I = std::int32_t;
-      if (cfg.weight_blocks == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
-      return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
-    }
-    return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
-  } catch (const sprig::Error& e) {
-    std::cerr << "char_gpt: " << e.what() << "\n";
-    return 1;
+  // What needs no data is checked before any is read.
+  apply_config_defaults(cfg);
+  if (cfg.resume && cfg.checkpoint_dir.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
+  if (cfg.d_model % cfg.heads != 0)
+    throw sprig::ArgumentError("char_gpt: --d-model " + std::to_string(cfg.d_model) + " is not a multiple of --heads " +
+                               std::to_string(cfg.heads));
+  if (cfg.min_lr > cfg.lr)
+    throw sprig::ArgumentError("char_gpt: --min-lr " + examples::detail::show(cfg.min_lr) + " is above --lr " +
+                               examples::detail::show(cfg.lr));
+  if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
+    throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm + " needs --attn-sparsity or --ffn-sparsity > 0");
+  if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
+    throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
+  if (!cfg.checkpoint_dir.empty())
+    examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
+  if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);
+  examples::Ranks processes(argc, argv, cfg.distributed, "char_gpt");
+  ranks = &processes.comm();
+  if (!cfg.weight_blocks.empty()) {
+    using I = std::int32_t;
+    if (cfg.weight_blocks == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
+    return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
   }
+  return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
+}
+
+}  // namespace
+
+// Nothing escapes: every exception is reported and exits 1 (examples/guarded_main.hpp).
+int main(int argc, char** argv) {
+  return examples::guarded_main("char_gpt", [&] { return program(argc, argv); });
 }

@@ -5,7 +5,7 @@ find_package(ZLIB)
 find_package(CLI11 CONFIG QUIET)
 if(ZLIB_FOUND AND CLI11_FOUND)
   add_executable(dst_compare ${CMAKE_CURRENT_LIST_DIR}/dst_compare.cpp)
-  target_link_libraries(dst_compare PRIVATE sprig_dev_flags CLI11::CLI11)
+  target_link_libraries(dst_compare PRIVATE sprig::sprig sprig_dev_flags CLI11::CLI11)  # sprig::Error (guarded_main.hpp)
   add_dependencies(dst_compare fashion_mnist)
   if(SPRIG_BUILD_TESTS AND EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz)
     # Two algorithms, one sparsity, one seed, a few steps: the orchestration works end to end.

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_checks.hpp"
+#include "guarded_main.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -118,7 +119,9 @@ std::string fmt(const char* f, double a, double b = 0) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int program(int argc, char** argv) {
   CLI::App app{"Static vs SET vs RigL vs SNFS on Fashion-MNIST (each run is a fashion_mnist process)"};
   std::vector<std::string> algorithms{"static", "set", "rigl", "snfs"};
   std::vector<double> sparsities{0.90, 0.95, 0.98};
@@ -153,106 +156,108 @@ int main(int argc, char** argv) {
   examples::name_failures(app, "dst_compare");
   CLI11_PARSE(app, argc, argv);
 
-  try {
-    // Every check before the first run: a sweep takes hours.
-    if (!fs::is_regular_file(binary) || ::access(binary.c_str(), X_OK) != 0)
-      throw std::runtime_error("dst_compare: --fashion-mnist " + binary + ": no such executable");
-    examples::require_writable_dir<std::runtime_error>("dst_compare", "--out", out_dir);
-    std::ofstream csv(fs::path(out_dir) / "dst_compare.csv");
-    csv << "algorithm,sparsity,seed,test_accuracy,ms_per_step,mean_epoch_seconds,topology_seconds,weight_bytes\n";
-    // results[sparsity index][algorithm]
-    std::vector<std::map<std::string, std::vector<Run>>> results(sparsities.size());
-    for (std::size_t si = 0; si < sparsities.size(); ++si)
-      for (const auto& algo : algorithms)
-        for (int seed = 1; seed <= seeds; ++seed) {
-          const std::string tag = algo + "_" + fmt("%.2f", sparsities[si]) + "_" + std::to_string(seed);
-          const fs::path curves = fs::path(out_dir) / (tag + ".csv");
-          // "<algorithm>-fanin": that algorithm with constant fan-in
-          const bool fan_in = algo.size() > 6 && algo.compare(algo.size() - 6, 6, "-fanin") == 0;
-          const std::string base = fan_in ? algo.substr(0, algo.size() - 6) : algo;
-          std::string cmd = quote(binary) + " --algorithm " + base + (fan_in ? " --constant-fan-in" : "") +
-                            " --sparsity " + fmt("%.4f", sparsities[si]) +
-                            " --seed " + std::to_string(seed) + " --epochs " + std::to_string(epochs) + " --csv " +
-                            quote(curves.string());
-          for (const auto& e : extra) cmd += " " + quote(e);
-          cmd += " 2>/dev/null";
-          std::fprintf(stderr, "[dst_compare] %s\n", tag.c_str());
-          Run run;
-          run.result = parse_result(capture(cmd), cmd);
-          read_curves(curves, run);
-          const double epoch_s = stats(run.epoch_seconds).mean;
-          csv << algo << ',' << sparsities[si] << ',' << seed << ',' << run.result["test_accuracy"] << ','
-              << run.result["ms_per_step"] << ',' << epoch_s << ',' << run.result["topology_seconds"] << ','
-              << static_cast<long long>(run.result["weight_bytes"]) << '\n';
-          csv.flush();
-          results[si][algo].push_back(std::move(run));
-        }
+  // Every check before the first run: a sweep takes hours.
+  if (!fs::is_regular_file(binary) || ::access(binary.c_str(), X_OK) != 0)
+    throw std::runtime_error("dst_compare: --fashion-mnist " + binary + ": no such executable");
+  examples::require_writable_dir<std::runtime_error>("dst_compare", "--out", out_dir);
+  std::ofstream csv(fs::path(out_dir) / "dst_compare.csv");
+  csv << "algorithm,sparsity,seed,test_accuracy,ms_per_step,mean_epoch_seconds,topology_seconds,weight_bytes\n";
+  // results[sparsity index][algorithm]
+  std::vector<std::map<std::string, std::vector<Run>>> results(sparsities.size());
+  for (std::size_t si = 0; si < sparsities.size(); ++si)
+    for (const auto& algo : algorithms)
+      for (int seed = 1; seed <= seeds; ++seed) {
+        const std::string tag = algo + "_" + fmt("%.2f", sparsities[si]) + "_" + std::to_string(seed);
+        const fs::path curves = fs::path(out_dir) / (tag + ".csv");
+        // "<algorithm>-fanin": that algorithm with constant fan-in
+        const bool fan_in = algo.size() > 6 && algo.compare(algo.size() - 6, 6, "-fanin") == 0;
+        const std::string base = fan_in ? algo.substr(0, algo.size() - 6) : algo;
+        std::string cmd = quote(binary) + " --algorithm " + base + (fan_in ? " --constant-fan-in" : "") +
+                          " --sparsity " + fmt("%.4f", sparsities[si]) +
+                          " --seed " + std::to_string(seed) + " --epochs " + std::to_string(epochs) + " --csv " +
+                          quote(curves.string());
+        for (const auto& e : extra) cmd += " " + quote(e);
+        cmd += " 2>/dev/null";
+        std::fprintf(stderr, "[dst_compare] %s\n", tag.c_str());
+        Run run;
+        run.result = parse_result(capture(cmd), cmd);
+        read_curves(curves, run);
+        const double epoch_s = stats(run.epoch_seconds).mean;
+        csv << algo << ',' << sparsities[si] << ',' << seed << ',' << run.result["test_accuracy"] << ','
+            << run.result["ms_per_step"] << ',' << epoch_s << ',' << run.result["topology_seconds"] << ','
+            << static_cast<long long>(run.result["weight_bytes"]) << '\n';
+        csv.flush();
+        results[si][algo].push_back(std::move(run));
+      }
 
-    std::ostringstream table;
-    std::string extras;
-    for (const auto& e : extra) extras += (extras.empty() ? "" : " ") + e;
-    table << "fashion_mnist --epochs " << epochs << (extras.empty() ? "" : " ") << extras << "\n\n"
-          << "| sparsity | algorithm | test accuracy (mean +- std, " << seeds << " seeds) | 95% interval of the mean | "
-          << "s/epoch | topology s/run | topology share |\n|---|---|---|---|---|---|---|\n";
+  std::ostringstream table;
+  std::string extras;
+  for (const auto& e : extra) extras += (extras.empty() ? "" : " ") + e;
+  table << "fashion_mnist --epochs " << epochs << (extras.empty() ? "" : " ") << extras << "\n\n"
+        << "| sparsity | algorithm | test accuracy (mean +- std, " << seeds << " seeds) | 95% interval of the mean | "
+        << "s/epoch | topology s/run | topology share |\n|---|---|---|---|---|---|---|\n";
+  for (std::size_t si = 0; si < sparsities.size(); ++si)
+    for (const auto& algo : algorithms) {
+      std::vector<double> acc, epoch, topo, share;
+      for (auto& r : results[si][algo]) {
+        acc.push_back(100.0 * r.result["test_accuracy"]);
+        const double e = stats(r.epoch_seconds).mean;
+        epoch.push_back(e);
+        topo.push_back(r.result["topology_seconds"]);
+        share.push_back(r.result["topology_seconds"] / std::max(1e-9, e * static_cast<double>(r.epoch_seconds.size())));
+      }
+      const Stats a = stats(acc);
+      const double h = ci95_half_width(acc.size(), a.std);
+      table << "| " << fmt("%.0f%%", 100 * sparsities[si]) << " | " << algo << " | " << fmt("%.2f +- %.2f %%", a.mean, a.std)
+            << " | " << fmt("[%.2f, %.2f]", a.mean - h, a.mean + h) << " | " << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
+            << fmt("%.2f%%", 100 * stats(share).mean) << " |\n";
+    }
+  std::printf("%s", table.str().c_str());
+  std::ofstream(fs::path(out_dir) / "dst_compare.md") << table.str();
+
+  // mean test-accuracy curve per (sparsity, algorithm) for gnuplot: one data block each
+  const fs::path data = fs::path(out_dir) / "dst_compare_curves.dat";
+  {
+    std::ofstream d(data);
     for (std::size_t si = 0; si < sparsities.size(); ++si)
       for (const auto& algo : algorithms) {
-        std::vector<double> acc, epoch, topo, share;
-        for (auto& r : results[si][algo]) {
-          acc.push_back(100.0 * r.result["test_accuracy"]);
-          const double e = stats(r.epoch_seconds).mean;
-          epoch.push_back(e);
-          topo.push_back(r.result["topology_seconds"]);
-          share.push_back(r.result["topology_seconds"] / std::max(1e-9, e * static_cast<double>(r.epoch_seconds.size())));
+        d << "# " << algo << " " << sparsities[si] << "\n";
+        const auto& runs = results[si][algo];
+        for (std::size_t e = 0; !runs.empty() && e < runs.front().test_accuracy.size(); ++e) {
+          std::vector<double> v;
+          for (auto& r : runs)
+            if (e < r.test_accuracy.size()) v.push_back(100.0 * r.test_accuracy[e]);
+          d << e + 1 << ' ' << stats(v).mean << '\n';
         }
-        const Stats a = stats(acc);
-        const double h = ci95_half_width(acc.size(), a.std);
-        table << "| " << fmt("%.0f%%", 100 * sparsities[si]) << " | " << algo << " | " << fmt("%.2f +- %.2f %%", a.mean, a.std)
-              << " | " << fmt("[%.2f, %.2f]", a.mean - h, a.mean + h) << " | " << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
-              << fmt("%.2f%%", 100 * stats(share).mean) << " |\n";
+        d << "\n\n";
       }
-    std::printf("%s", table.str().c_str());
-    std::ofstream(fs::path(out_dir) / "dst_compare.md") << table.str();
-
-    // mean test-accuracy curve per (sparsity, algorithm) for gnuplot: one data block each
-    const fs::path data = fs::path(out_dir) / "dst_compare_curves.dat";
-    {
-      std::ofstream d(data);
-      for (std::size_t si = 0; si < sparsities.size(); ++si)
-        for (const auto& algo : algorithms) {
-          d << "# " << algo << " " << sparsities[si] << "\n";
-          const auto& runs = results[si][algo];
-          for (std::size_t e = 0; !runs.empty() && e < runs.front().test_accuracy.size(); ++e) {
-            std::vector<double> v;
-            for (auto& r : runs)
-              if (e < r.test_accuracy.size()) v.push_back(100.0 * r.test_accuracy[e]);
-            d << e + 1 << ' ' << stats(v).mean << '\n';
-          }
-          d << "\n\n";
-        }
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    const fs::path script = fs::path(out_dir) / "dst_compare.gp";
+    std::ofstream gp(script);
+    gp << "set terminal pngcairo size " << 420 * sparsities.size() << ",380 noenhanced\n"
+       << "set output \"" << (fs::path(out_dir) / "dst_compare.png").string() << "\""
+       << "\nset multiplot layout 1," << sparsities.size() << "\nset grid\nset key bottom right\n"
+       << "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\n";
+    std::size_t block = 0;
+    for (std::size_t si = 0; si < sparsities.size(); ++si) {
+      gp << "set title 'sparsity " << fmt("%.0f%%", 100 * sparsities[si]) << "'\nplot ";
+      for (std::size_t a = 0; a < algorithms.size(); ++a, ++block)
+        gp << (a ? ", " : "") << "\"" << data.string() << "\" index " << block << " with linespoints title '"
+           << algorithms[a] << "'";
+      gp << "\n";
     }
-    if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
-      const fs::path script = fs::path(out_dir) / "dst_compare.gp";
-      std::ofstream gp(script);
-      gp << "set terminal pngcairo size " << 420 * sparsities.size() << ",380 noenhanced\n"
-         << "set output \"" << (fs::path(out_dir) / "dst_compare.png").string() << "\""
-         << "\nset multiplot layout 1," << sparsities.size() << "\nset grid\nset key bottom right\n"
-         << "set xlabel 'epoch'\nset ylabel 'test accuracy (%)'\n";
-      std::size_t block = 0;
-      for (std::size_t si = 0; si < sparsities.size(); ++si) {
-        gp << "set title 'sparsity " << fmt("%.0f%%", 100 * sparsities[si]) << "'\nplot ";
-        for (std::size_t a = 0; a < algorithms.size(); ++a, ++block)
-          gp << (a ? ", " : "") << "\"" << data.string() << "\" index " << block << " with linespoints title '"
-             << algorithms[a] << "'";
-        gp << "\n";
-      }
-      gp << "unset multiplot\n";
-      gp.close();
-      if (std::system(("gnuplot " + quote(script.string())).c_str()) != 0)
-        std::fprintf(stderr, "dst_compare: gnuplot failed; the data is in %s\n", data.c_str());
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    gp << "unset multiplot\n";
+    gp.close();
+    if (std::system(("gnuplot " + quote(script.string())).c_str()) != 0)
+      std::fprintf(stderr, "dst_compare: gnuplot failed; the data is in %s\n", data.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+// Nothing escapes: every exception is reported and exits 1 (examples/guarded_main.hpp).
+int main(int argc, char** argv) {
+  return examples::guarded_main("dst_compare", [&] { return program(argc, argv); });
 }

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_checks.hpp"
+#include "guarded_main.hpp"
 
 #include <cstdint>
 #include <iostream>
@@ -33,7 +34,9 @@ using fashion_mnist::Config;
 using fashion_mnist::T;
 using fashion_mnist::run;
 
-int main(int argc, char** argv) {
+namespace {
+
+int program(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Train an MLP with truly sparse hidden layers on Fashion-MNIST"};
   app.add_option("--sparsity", cfg.sparsity, "Fraction of zero weights in the hidden layers (0 = dense)")
@@ -106,33 +109,35 @@ int main(int argc, char** argv) {
       ->check(examples::non_negative());
   examples::name_failures(app, "fashion_mnist");
   CLI11_PARSE(app, argc, argv);
-  try {
-    // What needs no data is checked before any is loaded.
-    if (cfg.resume && cfg.checkpoint_dir.empty())
-      throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
-    if (cfg.algorithm != "none" && cfg.sparsity <= 0.0)
-      throw sprig::ArgumentError("fashion_mnist: --algorithm " + cfg.algorithm + " needs --sparsity > 0");
-    if (cfg.compare_steps > 0 && cfg.sparsity <= 0.0)
-      throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
-    if (!cfg.block.empty() && cfg.index_bits != 32)
-      throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
-    if (!cfg.checkpoint_dir.empty())
-      examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
-    if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);
-    examples::Ranks processes(argc, argv, cfg.distributed, "fashion_mnist");
-    fashion_mnist::ranks = &processes.comm();
-    if (!cfg.block.empty()) {
-      using I = std::int32_t;
-      if (cfg.block == "1x4") return run<I, sprig::BlockSparseLinear<T, I, 1, 4>>(cfg);
-      if (cfg.block == "4x1") return run<I, sprig::BlockSparseLinear<T, I, 4, 1>>(cfg);
-      if (cfg.block == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
-      if (cfg.block == "8x1") return run<I, sprig::BlockSparseLinear<T, I, 8, 1>>(cfg);
-      if (cfg.block == "8x8") return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
-      return run<I, sprig::BlockSparseLinear<T, I, 16, 1>>(cfg);
-    }
-    return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
-  } catch (const sprig::Error& e) {
-    std::cerr << "fashion_mnist: " << e.what() << "\n";
-    return 1;
+  // What needs no data is checked before any is loaded.
+  if (cfg.resume && cfg.checkpoint_dir.empty())
+    throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
+  if (cfg.algorithm != "none" && cfg.sparsity <= 0.0)
+    throw sprig::ArgumentError("fashion_mnist: --algorithm " + cfg.algorithm + " needs --sparsity > 0");
+  if (cfg.compare_steps > 0 && cfg.sparsity <= 0.0)
+    throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
+  if (!cfg.block.empty() && cfg.index_bits != 32)
+    throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
+  if (!cfg.checkpoint_dir.empty())
+    examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
+  if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);
+  examples::Ranks processes(argc, argv, cfg.distributed, "fashion_mnist");
+  fashion_mnist::ranks = &processes.comm();
+  if (!cfg.block.empty()) {
+    using I = std::int32_t;
+    if (cfg.block == "1x4") return run<I, sprig::BlockSparseLinear<T, I, 1, 4>>(cfg);
+    if (cfg.block == "4x1") return run<I, sprig::BlockSparseLinear<T, I, 4, 1>>(cfg);
+    if (cfg.block == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
+    if (cfg.block == "8x1") return run<I, sprig::BlockSparseLinear<T, I, 8, 1>>(cfg);
+    if (cfg.block == "8x8") return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
+    return run<I, sprig::BlockSparseLinear<T, I, 16, 1>>(cfg);
   }
+  return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
+}
+
+}  // namespace
+
+// Nothing escapes: every exception is reported and exits 1 (examples/guarded_main.hpp).
+int main(int argc, char** argv) {
+  return examples::guarded_main("fashion_mnist", [&] { return program(argc, argv); });
 }
