@@ -60,3 +60,13 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
       LABELS "example;mpi" ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endif()
 endif()
+
+if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
+  # --checkpoint-every 0 writes the checkpoint at the end, and a killed save's temporaries are
+  # removed at the next save (only those).
+  add_test(NAME example:char_gpt_checkpoint_files
+           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_checkpoint_files
+                   "-DARGS=${CHAR_GPT_TINY};--steps;6;--eval-every;0"
+                   -P ${CMAKE_CURRENT_LIST_DIR}/scripts/checkpoint_files.cmake)
+  set_tests_properties(example:char_gpt_checkpoint_files PROPERTIES LABELS example)
+endif()

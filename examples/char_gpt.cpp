@@ -60,6 +60,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "stale_temporaries.hpp"
 #include "threads.hpp"
 
 #ifndef CHAR_GPT_DEFAULT_DATA
@@ -258,6 +259,7 @@ int run(Config cfg) {
   double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
+  bool swept = false;  // the stale temporaries of a killed save: removed before the first save
   for (; step < cfg.steps; ++step) {
     const auto t0 = Clock::now();
     sprig::sample_window_starts(static_cast<std::int64_t>(train.size()), cfg.block, cfg.seed,
@@ -294,9 +296,16 @@ int run(Config cfg) {
       std::fflush(stdout);
       if (csv) csv << step + 1 << ',' << smooth << ',' << val_loss << ',' << train_seconds << ',' << opt.lr() << '\n';
     }
-    if (!state_file.empty() && cfg.checkpoint_every > 0 && ((step + 1) % cfg.checkpoint_every == 0 || last))
+    // every --checkpoint-every steps (0: none in between) and always at the end
+    if (!state_file.empty() && ((cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0) || last)) {
+      if (!swept && comm.rank() == 0)
+        if (const std::int64_t n = examples::remove_stale_temporaries(state_file); n > 0)
+          std::printf("removed %lld stale temporary file(s) of an interrupted save beside %s\n",
+                      static_cast<long long>(n), state_file.c_str());
+      swept = true;
       sprig::dist::save_training_state(comm, state_file, model, opt, {.step = step + 1, .seed = cfg.seed},
                                        algorithm.get());
+    }
     if (cfg.stop_after_steps > 0 && step + 1 == cfg.stop_after_steps) {
       std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(step + 1));
       return 3;

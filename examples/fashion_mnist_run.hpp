@@ -39,6 +39,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "stale_temporaries.hpp"
 #include "threads.hpp"
 
 #if defined(_OPENMP)
@@ -371,8 +372,14 @@ int run(const Config& cfg) {
     }
   }
   steps_done = start.step;
+  bool swept = false;  // the stale temporaries of a killed save: removed before the first save
   auto save = [&](std::uint64_t epoch, std::int64_t next_batch) {
     if (state_file.empty()) return;
+    if (!swept && comm.rank() == 0)
+      if (const std::int64_t n = examples::remove_stale_temporaries(state_file); n > 0)
+        std::printf("removed %lld stale temporary file(s) of an interrupted save beside %s\n", static_cast<long long>(n),
+                    state_file.c_str());
+    swept = true;
     const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
     std::visit([&](const auto& opt) { sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get()); },
                optimizer);
