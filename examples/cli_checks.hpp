@@ -8,8 +8,10 @@
 //   --lr: must be > 0, got -1
 // CLI11 prefixes the option's name and exits non-zero (ValidationError, 105). A validator runs
 // only on a value the user gave, so an option left out keeps its default, whatever sentinel
-// the program uses for "not given". Integer options get the same checks; a fraction or a value
-// beyond the integer type is then refused by CLI11's conversion ("Could not convert").
+// the program uses for "not given". Integer options get the same checks, and an integer of
+// 2^63 or more is refused here (CLI11 2.1 would store it silently into a 64-bit option); a
+// fraction, or a value beyond a 32-bit option, is then refused by CLI11's conversion ("Could
+// not convert").
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -46,6 +48,9 @@ inline std::string parse_finite(const std::string& text, double& v) {
   if (end == begin || *end != '\0') return "'" + text + "' is not a number";
   if (std::isnan(v)) return "got " + text + ", which is not a number";
   if (std::isinf(v)) return "got " + text + ", which is not finite";
+  // CLI11 2.1 stores an integer beyond 64 bits into an integer option without a word
+  if (std::fabs(v) >= 0x1p63 && text.find_first_not_of("+-0123456789") == std::string::npos)
+    return "got " + text + ", which does not fit in 64 bits";
   return {};
 }
 
