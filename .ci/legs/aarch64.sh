@@ -78,29 +78,34 @@ for t in "${tests[@]}"; do
   for p in tests/parts/"$t"_*.cpp; do [[ -f $p ]] && units+=("$p"); done
 done
 object_of() { local u=${1#tests/}; echo "obj_${u//\//_}.o"; }
+# two_at_a_time compile ARGS...: runs compile in the background, at most two at once;
+# all_done waits for the rest. A failure ends the leg.
 pids=()
-for u in "${units[@]}"; do
-  say "compiling $u: $cxx ${flags[*]} -c $u"
-  compile "$(object_of "$u")" -c "$u" &
+two_at_a_time() {
+  "$@" &
   pids+=($!)
   if ((${#pids[@]} == 2)); then
-    wait "${pids[0]}" || fail "compile ${pids[0]}"
+    wait "${pids[0]}" || fail "$* (or the job before it)"
     pids=("${pids[@]:1}")
   fi
+}
+all_done() {
+  local p
+  for p in "${pids[@]}"; do wait "$p" || fail "a compile or link"; done
+  pids=()
+}
+for u in "${units[@]}"; do
+  say "compiling $u: $cxx ${flags[*]} -c $u"
+  two_at_a_time compile "$(object_of "$u")" -c "$u"
 done
-for p in "${pids[@]}"; do wait "$p" || fail "compile"; done
+all_done
 for t in "${tests[@]}"; do
   objs=("$build/$(object_of "tests/$t.cpp")")
   for p in tests/parts/"$t"_*.cpp; do [[ -f $p ]] && objs+=("$build/$(object_of "$p")"); done
   say "linking $t"
-  compile "$t" "${objs[@]}" "$build/catch_main.o" &
-  pids+=($!)
-  if ((${#pids[@]} == 2)); then
-    wait "${pids[0]}" || fail "compile ${pids[0]}"
-    pids=("${pids[@]:1}")
-  fi
+  two_at_a_time compile "$t" "${objs[@]}" "$build/catch_main.o"
 done
-for p in "${pids[@]}"; do wait "$p" || fail "compile"; done
+all_done
 for t in "${tests[@]}"; do [[ -x $build/$t ]] || fail "$t was not built"; done
 say "built in $((SECONDS - start)) s"
 built=$SECONDS
