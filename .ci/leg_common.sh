@@ -25,25 +25,10 @@ install_missing() {
   fi
 }
 
-# The kernel tests: test_<name> for every include/sprig/kernels/<name>.hpp that has a
-# tests/test_<name>.cpp, plus the oracle test, so new kernel test files are picked up; and
-# test_nn_<name> for every include/sprig/nn/<name>.hpp that runs xsimd code of its own (it
-# includes kernels/simd.hpp: GELU, bias, the portable GEMM), whose SIMD and scalar paths the
-# legs must see as well.
+# The kernel tests, one per line: the rule is cmake/SprigKernelTests.cmake's, the one the
+# CMake build uses to pick their optimisation level.
 kernel_tests() {
-  local h n found=0
-  for h in include/sprig/kernels/*.hpp; do
-    n=$(basename "$h" .hpp)
-    [[ -f tests/test_$n.cpp ]] || continue
-    echo "test_$n"
-    [[ $n == reference ]] && found=1
-  done
-  ((found)) || echo test_reference
-  for h in include/sprig/nn/*.hpp; do
-    n=$(basename "$h" .hpp)
-    grep -q '"../kernels/simd.hpp"' "$h" && [[ -f tests/test_nn_$n.cpp ]] && echo "test_nn_$n"
-  done
-  return 0
+  cmake -DSPRIG_SOURCE_DIR=. -P cmake/SprigKernelTests.cmake
 }
 
 # build_tests BUILD_DIR: configures with the caller's cmake_args array and builds the

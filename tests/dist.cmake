@@ -6,7 +6,7 @@ if(TARGET sprig_dist AND TARGET test_dist_data_parallel AND MPIEXEC_EXECUTABLE)
                  ${CMAKE_CURRENT_SOURCE_DIR}/dist/mpi_main.cpp)
   target_compile_definitions(test_dist_data_parallel_mpi PRIVATE SPRIG_TEST_MPI=1)
   target_link_libraries(test_dist_data_parallel_mpi PRIVATE sprig::dist sprig_dev_flags Catch2::Catch2)
-  sprig_test_speed(test_dist_data_parallel_mpi other)
+  sprig_test_at_og(test_dist_data_parallel_mpi)
   foreach(ranks IN ITEMS 2 3)
     add_test(NAME test_dist_data_parallel_mpi:np${ranks}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} --oversubscribe ${MPIEXEC_PREFLAGS}

@@ -11,14 +11,14 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(example IN ITEMS training example)
     add_executable(readme_${example} "${PROJECT_SOURCE_DIR}/examples/readme_${example}.cpp")
     target_link_libraries(readme_${example} PRIVATE sprig::sprig sprig_dev_flags)
-    sprig_test_speed(readme_${example} other)
+    sprig_test_at_og(readme_${example})
     add_test(NAME readme:${example} COMMAND readme_${example})
   endforeach()
   # the data-parallel loop, under mpirun with 2 ranks, where MPI is found
   if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
     add_executable(readme_distributed "${PROJECT_SOURCE_DIR}/examples/readme_distributed.cpp")
     target_link_libraries(readme_distributed PRIVATE sprig::dist sprig_dev_flags)
-    sprig_test_speed(readme_distributed other)
+    sprig_test_at_og(readme_distributed)
     add_test(NAME readme:distributed
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS}
                      $<TARGET_FILE:readme_distributed> ${MPIEXEC_POSTFLAGS})

@@ -6,7 +6,7 @@
 # A tiny program checks that xsimd::default_arch is neon64 there (static_assert) and prints
 # its name under qemu. OpenMP is on (-fopenmp), so the 1/2/3-thread bitwise tests run too.
 #
-# Needs (installed here when missing): g++-aarch64-linux-gnu libc6-dev-arm64-cross
+# Needs (installed here when missing): cmake g++-aarch64-linux-gnu libc6-dev-arm64-cross
 # libgomp1-arm64-cross qemu-user libxsimd-dev catch2.
 # Build directory: build-ktests-aarch64 (override with SPRIG_LEG_BUILD_DIR).
 set -euo pipefail
@@ -15,7 +15,7 @@ leg=aarch64
 start=$SECONDS
 # say, fail, install_missing (as root, or through sudo)
 source .ci/leg_common.sh
-install_missing g++-aarch64-linux-gnu libc6-dev-arm64-cross libgomp1-arm64-cross qemu-user libxsimd-dev catch2
+install_missing cmake g++-aarch64-linux-gnu libc6-dev-arm64-cross libgomp1-arm64-cross qemu-user libxsimd-dev catch2
 
 cxx=aarch64-linux-gnu-g++
 # Through ccache where it is installed, with the repository as base directory (a fresh clone
