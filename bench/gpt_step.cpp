@@ -12,7 +12,7 @@
 // --block, --batch, --vocab override it. Variants (--variants): dense (every projection a
 // Linear on OpenBLAS), ffn (fc and fc_proj at --ffn-sparsity, default 0.9; attention dense)
 // and all (attention at --attn-sparsity 0.7 and the FFN at --ffn-sparsity), uniform over the
-// chosen layers (dst::build_gpt); embeddings, layer norms and the head stay dense. Sparse
+// chosen layers (models::build_gpt); embeddings, layer norms and the head stay dense. Sparse
 // projections store --index-bits 16 (default; d_ff 2560 fits) or 32-bit column indices.
 // The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
 // never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
@@ -47,7 +47,7 @@
 //
 // Threads: every sprig layer gives the same bits for any thread count; the dense projections
 // and the head run OpenBLAS (OpenMP build), whose sums may depend on the thread count.
-#include <sprig/dst/gpt_builder.hpp>
+#include <sprig/models/gpt.hpp>
 #include <sprig/nn/attention.hpp>
 #include <sprig/nn/gelu.hpp>
 #include <sprig/nn/gpt.hpp>
@@ -504,13 +504,13 @@ struct Result {
 
 template <class Index>
 std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& data) {
-  sprig::dst::GPTSpec spec;
+  sprig::models::GPTSpec spec;
   spec.config = {.layers = o.layers, .heads = o.heads, .d_model = o.d_model, .d_ff = o.d_ff, .block_size = o.block,
                  .vocab = o.vocab};
   spec.attn_sparsity = v.attn;
   spec.ffn_sparsity = v.ffn;
   spec.seed = o.seed;
-  sprig::GPT<T, Index> model = sprig::dst::build_gpt<T, Index>(spec);
+  sprig::GPT<T, Index> model = sprig::models::build_gpt<T, Index>(spec);
   sprig::AdamW<T> opt({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = o.weight_decay});
   sprig::SoftmaxCrossEntropy<T> ce;
   T loss = 0;

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   namespace dst = sprig::dst;
-  auto model = dst::build_mlp<float, std::int32_t>({.widths = widths, .sparsity = sparsity, .seed = 1});
+  auto model = sprig::models::build_mlp<float, std::int32_t>({.widths = widths, .sparsity = sparsity, .seed = 1});
   const std::int64_t work = 3 * sprig::parameter_memory(model).parameters * batch;
   threads = examples::choose_threads(threads, work);
   sprig::AdamW<float> optimizer({.lr = 1e-3});

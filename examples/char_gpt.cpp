@@ -21,7 +21,7 @@
 // checkpoints, and the end of the run prints every rank's step time and communication.
 // Progress goes to stderr; results to stdout, ending with one machine-readable line:
 //   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
-#include <sprig/dst/gpt_builder.hpp>
+#include <sprig/models/gpt.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
@@ -177,19 +177,19 @@ int run(Config cfg) {
                                    ") does not occur in " + cfg.data + ", so the model has no token for it");
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
-  sprig::dst::GPTSpec spec;
+  sprig::models::GPTSpec spec;
   spec.config = {.layers = cfg.layers, .heads = cfg.heads, .d_model = cfg.d_model, .d_ff = cfg.d_ff,
                  .block_size = cfg.block, .vocab = text.vocab_size()};
   spec.attn_sparsity = cfg.attn_sparsity;
   spec.ffn_sparsity = cfg.ffn_sparsity;
-  spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
+  spec.distribution = cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.seed = cfg.seed;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   auto model = [&] {
     if constexpr (blocks)
-      return sprig::dst::build_block_gpt<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
+      return sprig::models::build_block_gpt<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
     else
-      return sprig::dst::build_gpt<T, Index>(spec);
+      return sprig::models::build_gpt<T, Index>(spec);
   }();
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   const int threads = examples::choose_threads(cfg.threads, 3 * pm0.parameters * cfg.batch * cfg.block);

@@ -48,7 +48,7 @@ private:
 
 int main() {
   // The README's toy problem (class k shifts inputs 8k..8k+7), a 32-256-256-4 MLP 90% sparse.
-  auto model = dst::build_mlp<float, std::int32_t>(
+  auto model = sprig::models::build_mlp<float, std::int32_t>(
       {.widths = {32, 256, 256, 4}, .sparsity = 0.9, .seed = 1, .growth_reserve = 0.125});
   const std::int64_t steps = 600, batch = 128;
   sprig::AdamW<float> optimizer({.lr = 3e-3});

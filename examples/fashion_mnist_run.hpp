@@ -9,7 +9,7 @@
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
-#include <sprig/dst/model_builder.hpp>
+#include <sprig/models/mlp.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/batches.hpp>
@@ -102,13 +102,13 @@ inline bool changes_topology(const Config& cfg) { return cfg.algorithm != "none"
 // input -> hidden widths (SparseLinear, the global sparsity spread uniformly or by ERK; Linear
 // when the sparsity is 0; each followed by ReLU) -> 10 (Linear).
 template <class Index>
-sprig::dst::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t inputs) {
-  sprig::dst::MLPSpec spec;
+sprig::models::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t inputs) {
+  sprig::models::MLPSpec spec;
   spec.widths.push_back(inputs);
   spec.widths.insert(spec.widths.end(), cfg.widths.begin(), cfg.widths.end());
   spec.widths.push_back(examples::FashionMNIST<T>::num_classes);
   spec.sparsity = sparsity;
-  spec.distribution = cfg.distribution == "erk" ? sprig::dst::Distribution::erk : sprig::dst::Distribution::uniform;
+  spec.distribution = cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.dense_output = true;
   spec.seed = cfg.seed;
   // a changing topology relocates rows: room for them, so no update reallocates the layer
@@ -120,13 +120,13 @@ sprig::dst::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t in
 template <class Index, class... Block>
 sprig::Sequential<T, Index, Block...> build_model(const Config& cfg, double sparsity, std::int64_t inputs,
                                                   std::string& shape) {
-  const sprig::dst::MLPSpec spec = mlp_spec<Index>(cfg, sparsity, inputs);
+  const sprig::models::MLPSpec spec = mlp_spec<Index>(cfg, sparsity, inputs);
   shape.clear();
   for (std::int64_t w : spec.widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
   if constexpr (sizeof...(Block) == 0)
-    return sprig::dst::build_mlp<T, Index>(spec);
+    return sprig::models::build_mlp<T, Index>(spec);
   else
-    return sprig::dst::build_block_mlp<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
+    return sprig::models::build_block_mlp<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
 }
 
 struct Quantiles {
@@ -311,14 +311,14 @@ int run(const Config& cfg) {
     else if (cfg.algorithm == "snfs")
       algorithm = std::make_unique<sprig::dst::SNFS<T, Index>>(dst_schedule, cfg.seed);
     else {
-      sprig::dst::MLPSpec spec = mlp_spec<Index>(cfg, cfg.initial_sparsity, data.train.features());
+      sprig::models::MLPSpec spec = mlp_spec<Index>(cfg, cfg.initial_sparsity, data.train.features());
       sprig::dst::GraNetOptions g;
       const std::size_t sparse_layers = model.sparse_layers().size();  // mlp_sparsities also lists the dense output
-      g.initial_sparsity = sprig::dst::mlp_sparsities(spec);
+      g.initial_sparsity = sprig::models::mlp_sparsities(spec);
       g.initial_sparsity.resize(sparse_layers);
       g.regrow = cfg.algorithm == "granet";
       spec.sparsity = cfg.sparsity;
-      g.final_sparsity = sprig::dst::mlp_sparsities(spec);
+      g.final_sparsity = sprig::models::mlp_sparsities(spec);
       g.final_sparsity.resize(sparse_layers);
       algorithm = std::make_unique<sprig::dst::GraNet<T, Index>>(dst_schedule, cfg.seed, std::move(g));
     }

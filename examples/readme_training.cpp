@@ -7,9 +7,9 @@
 int main() {
   namespace dst = sprig::dst;
   // A 32-256-256-4 MLP whose hidden layers are 90% sparse (ERK densities); the output layer is dense.
-  auto model = dst::build_mlp<float, std::int32_t>({.widths = {32, 256, 256, 4}, .sparsity = 0.9,
-                                                    .distribution = dst::Distribution::erk, .seed = 1,
-                                                    .growth_reserve = 0.125});  // room for RigL's regrowth
+  auto model = sprig::models::build_mlp<float, std::int32_t>({.widths = {32, 256, 256, 4}, .sparsity = 0.9,
+                                                           .distribution = sprig::models::Distribution::erk, .seed = 1,
+                                                           .growth_reserve = 0.125});  // room for RigL's regrowth
   const std::int64_t steps = 600, batch = 128;
   sprig::AdamW<float> optimizer({.lr = 3e-3});
   dst::RigL<float, std::int32_t> rigl(dst::UpdateSchedule::for_run(steps, /*delta_t=*/50), /*seed=*/1);

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include <sprig/dst/model_builder.hpp>
+#include <sprig/models/mlp.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/static_topology.hpp>
@@ -137,7 +137,7 @@ std::int64_t trained_values(M& m) {
 // The block-sparse counterpart of small_mlp: 4 x 4 blocks at half the blocks live.
 template <class T>
 Sequential<T, std::int32_t, BlockSparseLinear<T, std::int32_t, 4, 4>> small_block_mlp(std::uint64_t seed) {
-  return dst::build_block_mlp<T, std::int32_t, 4, 4>(
+  return models::build_block_mlp<T, std::int32_t, 4, 4>(
       {.widths = {12, 40, 32, 3}, .sparsity = 0.5, .seed = seed, .growth_reserve = 0.125});
 }
 

@@ -23,7 +23,7 @@
 
 #include "sprig/dst/fan_in.hpp"
 #include "sprig/dst/granet.hpp"
-#include "sprig/dst/model_builder.hpp"
+#include "sprig/models/mlp.hpp"
 #include "sprig/dst/rigl.hpp"
 #include "sprig/dst/set.hpp"
 #include "sprig/dst/snfs.hpp"
@@ -44,7 +44,7 @@ using Model = Sequential<T, Index, Block44<T, Index>>;
 // 13-37-22-3 in 4x4 blocks (edge blocks partly outside every layer), the output dense.
 template <class T, class Index>
 Model<T, Index> make_model(double sparsity = 0.7) {
-  return dst::build_block_mlp<T, Index, 4, 4>(
+  return models::build_block_mlp<T, Index, 4, 4>(
       {.widths = {13, 37, 22, 3}, .sparsity = sparsity, .seed = 5, .growth_reserve = 0.25});
 }
 

@@ -1,8 +1,10 @@
-#include <sprig/dst/density.hpp>
+#include <sprig/models/density.hpp>
+#include <sprig/dst/live_count.hpp>
 
 #include <catch2/catch.hpp>
 
-using namespace sprig::dst;
+using namespace sprig::models;
+using sprig::dst::live_count;
 
 TEST_CASE("ERK matches RigL's oracle on LeNet-300-100", "[dst][erk]") {
   // 784-300-100-10: weights are out x in

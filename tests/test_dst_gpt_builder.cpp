@@ -1,4 +1,4 @@
-#include "sprig/dst/gpt_builder.hpp"
+#include "sprig/models/gpt.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -17,6 +17,7 @@
 
 using namespace sprig;
 using namespace sprig::dst;
+using namespace sprig::models;
 
 namespace {
 
@@ -165,24 +166,24 @@ TEST_CASE("build_gpt and gpt_densities: bad specs throw naming the call, the fie
     CHECK_THROWS_AS(gpt_densities({.config = kConfig, .ffn_sparsity = bad}), ArgumentError);
   }
   CHECK(message_of([] { build_gpt<float>({.config = kConfig, .attn_sparsity = 1.0}); }) ==
-        "dst::build_gpt: attn_sparsity 1 outside [0, 1)");
+        "models::build_gpt: attn_sparsity 1 outside [0, 1)");
   CHECK(message_of([] { build_gpt<float>({.config = kConfig, .ffn_sparsity = -0.25}); }) ==
-        "dst::build_gpt: ffn_sparsity -0.25 outside [0, 1)");
+        "models::build_gpt: ffn_sparsity -0.25 outside [0, 1)");
   CHECK(message_of([] { gpt_densities({.config = kConfig, .attn_sparsity = 2}); }) ==
-        "dst::gpt_densities: attn_sparsity 2 outside [0, 1)");
+        "models::gpt_densities: attn_sparsity 2 outside [0, 1)");
   GPTConfig odd = kConfig;
   odd.heads = 5;
-  CHECK(message_of([&] { build_gpt<float>({.config = odd}); }) == "dst::build_gpt: d_model 32 is not divisible by heads 5");
+  CHECK(message_of([&] { build_gpt<float>({.config = odd}); }) == "models::build_gpt: d_model 32 is not divisible by heads 5");
   GPTConfig none = kConfig;
   none.layers = 0;
-  CHECK(message_of([&] { gpt_densities({.config = none}); }) == "dst::gpt_densities: layers must be >= 1, got 0");
-  CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .padding_ratio = 65}), Catch::Contains("dst::build_gpt: padding_ratio 65"));
+  CHECK(message_of([&] { gpt_densities({.config = none}); }) == "models::gpt_densities: layers must be >= 1, got 0");
+  CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .padding_ratio = 65}), Catch::Contains("models::build_gpt: padding_ratio 65"));
   CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .growth_reserve = -1}),
-                    Catch::Contains("dst::build_gpt: growth_reserve -1"));
+                    Catch::Contains("models::build_gpt: growth_reserve -1"));
   // a projection whose share rounds to nothing: fc is 4 x 2 at density 0.05
   const GPTConfig tiny{.layers = 1, .heads = 1, .d_model = 2, .d_ff = 4, .block_size = 4, .vocab = 3};
   CHECK(message_of([&] { build_gpt<float>({.config = tiny, .ffn_sparsity = 0.95}); }) ==
-        "dst::build_gpt: block 0's fc (4x2) at density 0.05 keeps no weight");
+        "models::build_gpt: block 0's fc (4x2) at density 0.05 keeps no weight");
   // fc_proj's 40000 columns do not fit a 16-bit index
   const GPTConfig wide{.layers = 1, .heads = 1, .d_model = 2, .d_ff = 40000, .block_size = 4, .vocab = 3};
   CHECK_THROWS_WITH((build_gpt<float, std::int16_t>({.config = wide, .ffn_sparsity = 0.5})),

@@ -13,7 +13,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sprig/dst/model_builder.hpp"
+#include "sprig/models/mlp.hpp"
 #include "sprig/dst/static_topology.hpp"
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
@@ -31,7 +31,7 @@ struct Run {
   std::vector<int> y = std::vector<int>(16);
   std::mt19937 gen{3};
   explicit Run(double sparsity)
-      : model(dst::build_mlp<float, std::int32_t>({.widths = {12, 40, 30, 3}, .sparsity = sparsity, .seed = 5})) {}
+      : model(models::build_mlp<float, std::int32_t>({.widths = {12, 40, 30, 3}, .sparsity = sparsity, .seed = 5})) {}
   template <class A>
   dst::UpdateReport step(A& algo, std::int64_t t) {
     std::normal_distribution<float> n(0.0f, 1.0f);

@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "sprig/dst/granet.hpp"
-#include "sprig/dst/model_builder.hpp"
+#include "sprig/models/mlp.hpp"
 #include "sprig/dst/rigl.hpp"
 #include "sprig/dst/set.hpp"
 #include "sprig/dst/snfs.hpp"
@@ -30,7 +30,7 @@ using Model = Sequential<float, std::int32_t>;
 
 // 10-32-24-20-3: three sparse layers (the output is dense).
 Model make_model(double sparsity = 0.8) {
-  return dst::build_mlp<float, std::int32_t>({.widths = {10, 32, 24, 20, 3}, .sparsity = sparsity, .seed = 4,
+  return models::build_mlp<float, std::int32_t>({.widths = {10, 32, 24, 20, 3}, .sparsity = sparsity, .seed = 4,
                                               .growth_reserve = 0.125});
 }
 

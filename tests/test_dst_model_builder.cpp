@@ -1,10 +1,12 @@
-#include <sprig/dst/model_builder.hpp>
+#include <sprig/models/mlp.hpp>
 
 #include <catch2/catch.hpp>
+#include <sprig/dst/live_count.hpp>
 #include <variant>
 
 using namespace sprig;
-using namespace sprig::dst;
+using namespace sprig::models;
+using sprig::dst::live_count;
 
 TEST_CASE("build_mlp: uniform sparsity on the hidden layers, dense output", "[dst][builder]") {
   MLPSpec spec{.widths = {784, 300, 100, 10}, .sparsity = 0.9, .seed = 3};
@@ -71,32 +73,32 @@ TEST_CASE("build_mlp's errors name build_mlp, not an internal helper", "[dst][bu
     return "no error";
   };
   using Catch::Matchers::StartsWith;
-  CHECK_THAT(message_of({.widths = {5, 4, 3}, .sparsity = 1.0}), StartsWith("dst::build_mlp: sparsity 1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .sparsity = 1.0}), StartsWith("models::build_mlp: sparsity 1"));
   CHECK_THAT(message_of({.widths = {5, 4, 3}, .sparsity = -0.5, .distribution = Distribution::erk}),
-             StartsWith("dst::build_mlp: sparsity -0.5"));
-  CHECK_THAT(message_of({.widths = {5}}), StartsWith("dst::build_mlp: need at least 2 widths"));
-  CHECK_THAT(message_of({.widths = {5, 0, 3}}), StartsWith("dst::build_mlp: widths[1] = 0"));
-  CHECK_THAT(message_of({.widths = {5, 4, 0}}), StartsWith("dst::build_mlp: widths[2] = 0"));
-  CHECK_THAT(message_of({.widths = {5, 4, 3}, .growth_reserve = -1.0}), StartsWith("dst::build_mlp: growth_reserve -1"));
-  CHECK_THAT(message_of({.widths = {5, 4, 3}, .padding_ratio = -1.0}), StartsWith("dst::build_mlp: padding_ratio -1"));
+             StartsWith("models::build_mlp: sparsity -0.5"));
+  CHECK_THAT(message_of({.widths = {5}}), StartsWith("models::build_mlp: need at least 2 widths"));
+  CHECK_THAT(message_of({.widths = {5, 0, 3}}), StartsWith("models::build_mlp: widths[1] = 0"));
+  CHECK_THAT(message_of({.widths = {5, 4, 0}}), StartsWith("models::build_mlp: widths[2] = 0"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .growth_reserve = -1.0}), StartsWith("models::build_mlp: growth_reserve -1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .padding_ratio = -1.0}), StartsWith("models::build_mlp: padding_ratio -1"));
   CHECK_THROWS_AS((build_mlp<float, std::int32_t>({.widths = {5, 0, 3}})), ShapeError);
   CHECK_THROWS_WITH((build_mlp<float, std::int16_t>({.widths = {40000, 4, 3}})),
-                    StartsWith("dst::build_mlp: widths[0] = 40000 columns cannot be indexed by a 16-bit"));
+                    StartsWith("models::build_mlp: widths[0] = 40000 columns cannot be indexed by a 16-bit"));
   CHECK_THAT(message_of({.widths = {2, 2, 3}, .sparsity = 0.9}),
-             StartsWith("dst::build_mlp: layer 0 (2x2) at sparsity 0.9 keeps no weight"));
+             StartsWith("models::build_mlp: layer 0 (2x2) at sparsity 0.9 keeps no weight"));
   // the public density helpers name themselves
-  CHECK_THROWS_WITH(uniform_sparsities({{4, 5}}, 1.0), StartsWith("dst::uniform_sparsities: sparsity 1"));
-  CHECK_THROWS_WITH(erk_sparsities({{4, 0}}, 0.5), StartsWith("dst::erk_sparsities: layer 0 has shape 4x0"));
-  CHECK_THROWS_WITH(mlp_sparsities({.widths = {5}}), StartsWith("dst::mlp_sparsities: need at least 2 widths"));
+  CHECK_THROWS_WITH(uniform_sparsities({{4, 5}}, 1.0), StartsWith("models::uniform_sparsities: sparsity 1"));
+  CHECK_THROWS_WITH(erk_sparsities({{4, 0}}, 0.5), StartsWith("models::erk_sparsities: layer 0 has shape 4x0"));
+  CHECK_THROWS_WITH(mlp_sparsities({.widths = {5}}), StartsWith("models::mlp_sparsities: need at least 2 widths"));
 }
 
 TEST_CASE("build_mlp: explicit per-layer sparsities, 0 for a dense layer, ERK over a chosen subset", "[dst][builder]") {
   // layers 784->300 and 300->100 sparse by ERK over those two only; 300->300 dense; output dense
-  const std::vector<dst::LayerShape> chosen = {{300, 784}, {100, 300}};
-  const std::vector<double> erk = dst::erk_sparsities(chosen, 0.9);
+  const std::vector<models::LayerShape> chosen = {{300, 784}, {100, 300}};
+  const std::vector<double> erk = models::erk_sparsities(chosen, 0.9);
   REQUIRE(erk[0] > 0.0);
   REQUIRE(erk[1] > 0.0);
-  auto m = dst::build_mlp<float, std::int32_t>(
+  auto m = models::build_mlp<float, std::int32_t>(
       {.widths = {784, 300, 300, 100, 10}, .seed = 1, .layer_sparsities = {erk[0], 0.0, erk[1]}});
   const auto layers = m.sparse_layers();
   REQUIRE(layers.size() == 2);
@@ -105,10 +107,10 @@ TEST_CASE("build_mlp: explicit per-layer sparsities, 0 for a dense layer, ERK ov
   CHECK(layers[1].position == 4);  // sparse, relu, linear (dense), relu, sparse
   CHECK(std::holds_alternative<Linear<float>>(m.layer(2)));
   const MLPSpec two{.widths = {784, 300, 100, 10}, .layer_sparsities = {0.5, 0.8}};
-  CHECK(dst::mlp_sparsities(two) == std::vector<double>{0.5, 0.8, 0.0});
-  CHECK_THROWS_WITH((dst::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {0.5, 0.5}})),
+  CHECK(models::mlp_sparsities(two) == std::vector<double>{0.5, 0.8, 0.0});
+  CHECK_THROWS_WITH((models::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {0.5, 0.5}})),
                     Catch::Contains("2 layer_sparsities for 1 layers that may be sparse"));
-  CHECK_THROWS_WITH((dst::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {1.0}})),
+  CHECK_THROWS_WITH((models::build_mlp<float, std::int32_t>({.widths = {8, 8, 8}, .layer_sparsities = {1.0}})),
                     Catch::Contains("layer_sparsities[0] = 1 outside [0, 1)"));
 }
 

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include <sprig/dst/model_builder.hpp>
+#include <sprig/models/mlp.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
 
@@ -85,11 +85,11 @@ TEST_CASE("BlockPaddedCSR file: saved and loaded by path", "[io][block_csr]") {
 TEST_CASE("Training state with block-sparse layers: resume equals the straight run bitwise",
           "[io][checkpoint][block_csr]") {
   using Model = Sequential<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 4, 4>>;
-  const dst::MLPSpec spec{.widths = {30, 24, 18, 5}, .sparsity = 0.7, .seed = 4};
+  const models::MLPSpec spec{.widths = {30, 24, 18, 5}, .sparsity = 0.7, .seed = 4};
   auto build = [&](std::uint64_t seed) {
-    dst::MLPSpec s = spec;
+    models::MLPSpec s = spec;
     s.seed = seed;
-    return dst::build_block_mlp<float, std::int32_t, 4, 4>(s);
+    return models::build_block_mlp<float, std::int32_t, 4, 4>(s);
   };
   const auto X = sprig_test::random_matrix<float>(30, 16, 1);
   std::vector<int> labels(16);
@@ -123,8 +123,8 @@ TEST_CASE("Training state with block-sparse layers: resume equals the straight r
 
   // a model in other blocks is rejected by name, and left as it was
   using Other = Sequential<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 8, 1>>;
-  dst::MLPSpec s81 = spec;
-  Other other = dst::build_block_mlp<float, std::int32_t, 8, 1>(s81);
+  models::MLPSpec s81 = spec;
+  Other other = models::build_block_mlp<float, std::int32_t, 8, 1>(s81);
   AdamW<float> opt_o({.lr = 0.01});
   const auto before = std::get<BlockSparseLinear<float, std::int32_t, 8, 1>>(other.layer(0)).weight.weight.to_dense();
   REQUIRE_THROWS_WITH(decode_training_state(std::span<const std::byte>(bytes), "mem", other, opt_o),
@@ -133,6 +133,6 @@ TEST_CASE("Training state with block-sparse layers: resume equals the straight r
   for (std::int64_t i = 0; i < before.rows(); ++i)
     for (std::int64_t j = 0; j < before.cols(); ++j) REQUIRE(before(i, j) == after(i, j));
   // an unstructured model of the same widths is another model
-  Sequential<float, std::int32_t> plain = dst::build_mlp<float, std::int32_t>(spec);
+  Sequential<float, std::int32_t> plain = models::build_mlp<float, std::int32_t>(spec);
   REQUIRE_THROWS_AS(decode_training_state(std::span<const std::byte>(bytes), "mem", plain, opt_o), FormatError);
 }

@@ -4,7 +4,7 @@
 // one GPT config does not load into another d_ff or another sparse/dense choice, and the
 // failed load leaves the target as it was.
 #include <sprig/dst/algorithm.hpp>
-#include <sprig/dst/gpt_builder.hpp>
+#include <sprig/models/gpt.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/io/text.hpp>
@@ -40,8 +40,8 @@ const CharText& text() {
 
 constexpr std::int64_t kBatch = 3, kSeq = 8;
 
-dst::GPTSpec spec(std::uint64_t seed, std::int64_t d_ff = 32, double attn = 0.5, double ffn = 0.75) {
-  dst::GPTSpec s;
+models::GPTSpec spec(std::uint64_t seed, std::int64_t d_ff = 32, double attn = 0.5, double ffn = 0.75) {
+  models::GPTSpec s;
   s.config = {.layers = 2, .heads = 2, .d_model = 16, .d_ff = d_ff, .block_size = kSeq, .vocab = text().vocab_size()};
   s.attn_sparsity = attn;
   s.ffn_sparsity = ffn;
@@ -127,7 +127,7 @@ std::int64_t sparse_parameters(const GPT<T, I>& model) {
 TEST_CASE("GPT checkpoint: a RigL run resumed at step k is the uninterrupted run bitwise", "[io][checkpoint][gpt]") {
   constexpr std::int64_t kSteps = 24, kStop = 11;
 
-  GPT<T, I> whole = dst::build_gpt<T, I>(spec(3));
+  GPT<T, I> whole = models::build_gpt<T, I>(spec(3));
   REQUIRE(sparse_parameters(whole) == 8);  // qkv, proj, fc, fc_proj of both blocks
   const Bits init = parameter_bits(whole);
   AdamW<T> opt_whole = make_opt();
@@ -137,14 +137,14 @@ TEST_CASE("GPT checkpoint: a RigL run resumed at step k is the uninterrupted run
   CHECK(parameter_bits(whole).values != init.values);  // it trained
   CHECK(losses_whole.back() < losses_whole.front());
 
-  GPT<T, I> first = dst::build_gpt<T, I>(spec(3));
+  GPT<T, I> first = models::build_gpt<T, I>(spec(3));
   AdamW<T> opt_first = make_opt();
   dst::RigL<T, I> rigl_first = make_rigl();
   std::vector<T> losses = train(first, opt_first, rigl_first, 0, kStop);
   REQUIRE(rigl_first.updates() == 4);  // steps 0, 3, 6, 9: the topology moved before the checkpoint
   const std::vector<std::byte> bytes = encode_training_state(first, opt_first, {.step = kStop, .seed = 17}, &rigl_first);
 
-  GPT<T, I> second = dst::build_gpt<T, I>(spec(99));  // another seed: everything must come from the file
+  GPT<T, I> second = models::build_gpt<T, I>(spec(99));  // another seed: everything must come from the file
   CHECK(parameter_bits(second).values != parameter_bits(first).values);
   AdamW<T> opt_second = make_opt();
   dst::RigL<T, I> rigl_second = make_rigl();
@@ -176,7 +176,7 @@ TEST_CASE("GPT checkpoint: a RigL run resumed at step k is the uninterrupted run
 
 TEST_CASE("GPT checkpoint: another d_ff or another sparse/dense choice is a FormatError naming the parameter",
           "[io][checkpoint][gpt]") {
-  GPT<T, I> saved = dst::build_gpt<T, I>(spec(3));
+  GPT<T, I> saved = models::build_gpt<T, I>(spec(3));
   AdamW<T> opt = make_opt();
   dst::RigL<T, I> rigl = make_rigl();
   train(saved, opt, rigl, 0, 2);
@@ -197,25 +197,25 @@ TEST_CASE("GPT checkpoint: another d_ff or another sparse/dense choice is a Form
   };
 
   SECTION("another d_ff: fc's weight (parameter 10) is 32x16 in the file, 48x16 in the model") {
-    GPT<T, I> wider = dst::build_gpt<T, I>(spec(3, 48));
+    GPT<T, I> wider = models::build_gpt<T, I>(spec(3, 48));
     unchanged_after_failed_load(wider, "shape mismatch: parameter 10 (sparse parameter) is 32x16 (out x in) in the "
                                        "checkpoint but 48x16 in the model");
   }
   SECTION("a dense FFN: fc's weight (parameter 10) is sparse in the file, dense in the model") {
-    GPT<T, I> dense_ffn = dst::build_gpt<T, I>(spec(3, 32, 0.5, 0.0));
+    GPT<T, I> dense_ffn = models::build_gpt<T, I>(spec(3, 32, 0.5, 0.0));
     unchanged_after_failed_load(dense_ffn,
                                 "parameter 10 is a sparse parameter in the checkpoint but a dense parameter in the model");
   }
   SECTION("dense attention: qkv's weight (parameter 4) is sparse in the file, dense in the model") {
-    GPT<T, I> dense_attn = dst::build_gpt<T, I>(spec(3, 32, 0.0, 0.75));
+    GPT<T, I> dense_attn = models::build_gpt<T, I>(spec(3, 32, 0.0, 0.75));
     unchanged_after_failed_load(dense_attn,
                                 "parameter 4 is a sparse parameter in the checkpoint but a dense parameter in the model");
   }
   SECTION("and the other way: a dense model's file into the sparse GPT") {
-    GPT<T, I> dense = dst::build_gpt<T, I>(spec(3, 32, 0.0, 0.0));
+    GPT<T, I> dense = models::build_gpt<T, I>(spec(3, 32, 0.0, 0.0));
     AdamW<T> dense_opt = make_opt();
     const std::vector<std::byte> dense_bytes = encode_training_state(dense, dense_opt, {});
-    GPT<T, I> sparse = dst::build_gpt<T, I>(spec(5));
+    GPT<T, I> sparse = models::build_gpt<T, I>(spec(5));
     AdamW<T> sparse_opt = make_opt();
     const Bits before = parameter_bits(sparse);
     CHECK_THROWS_AS(decode_training_state(dense_bytes, "dense.sprig", sparse, sparse_opt), FormatError);

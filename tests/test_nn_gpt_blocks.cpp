@@ -1,8 +1,8 @@
 // GPT with block-sparse projections (GPT<T, Index, BlockSparseLinear<T, Index, R, C>>, built
-// by dst::build_block_gpt): central-difference gradients at in-matrix entries of live blocks
+// by models::build_block_gpt): central-difference gradients at in-matrix entries of live blocks
 // and of the dense parameters, the block-grid densities of the builder, RigL updates on the
 // block grid through dst::apply_step, and a training-state round trip that resumes bitwise.
-#include "sprig/dst/gpt_builder.hpp"
+#include "sprig/models/gpt.hpp"
 
 #include <bit>
 #include <cmath>
@@ -29,7 +29,7 @@ static_assert(TrainableModel<BlockGPT<float>>);
 namespace {
 
 // d_ff = 22: fc (22 x 16) and fc_proj (16 x 22) have edge blocks partly outside the matrix.
-dst::GPTSpec tiny_spec(std::uint64_t seed = 3) {
+models::GPTSpec tiny_spec(std::uint64_t seed = 3) {
   return {.config = {.layers = 2, .heads = 2, .d_model = 16, .d_ff = 22, .block_size = 8, .vocab = 11},
           .attn_sparsity = 0.5,
           .ffn_sparsity = 0.6,
@@ -93,7 +93,7 @@ std::vector<std::uint64_t> image(const BlockGPT<T>& model) {
 }  // namespace
 
 TEST_CASE("block GPT: central differences at live block entries and dense parameters", "[nn][gpt][blocks][gradcheck]") {
-  BlockGPT<double> model = dst::build_block_gpt<double, std::int32_t, 4, 4>(tiny_spec());
+  BlockGPT<double> model = models::build_block_gpt<double, std::int32_t, 4, 4>(tiny_spec());
   REQUIRE(model.sparse_layers().size() == 8);
   for (const auto& ref : model.sparse_layers()) CHECK(ref.blocks != nullptr);
   const auto tokens = ids(16, 11);
@@ -125,30 +125,30 @@ TEST_CASE("block GPT: central differences at live block entries and dense parame
 }
 
 TEST_CASE("block GPT: the builder spreads densities over block grids", "[nn][gpt][blocks]") {
-  const dst::GPTSpec spec = tiny_spec();
-  const auto model = dst::build_block_gpt<float, std::int32_t, 4, 4>(spec);
-  const auto densities = dst::gpt_densities(spec);  // uniform: the same on grids and elements
+  const models::GPTSpec spec = tiny_spec();
+  const auto model = models::build_block_gpt<float, std::int32_t, 4, 4>(spec);
+  const auto densities = models::gpt_densities(spec);  // uniform: the same on grids and elements
   const auto* fc = std::get_if<BlockSparseLinear<float, std::int32_t, 4, 4>>(&model.projection(1, GPTProjection::fc));
   REQUIRE(fc);
   CHECK(fc->weight.weight.nnz_blocks() == std::llround(densities[1].fc * 6 * 4));  // 22 x 16: a 6 x 4 grid
-  dst::GPTSpec erk = spec;
-  erk.distribution = dst::Distribution::erk;
+  models::GPTSpec erk = spec;
+  erk.distribution = models::Distribution::erk;
   erk.ffn_sparsity = 0.0;  // attention only: qkv 12 x 4 blocks, proj 4 x 4
-  const auto m = dst::build_block_gpt<float, std::int32_t, 4, 4>(erk);
+  const auto m = models::build_block_gpt<float, std::int32_t, 4, 4>(erk);
   std::int64_t live = 0;
   for (auto which : {GPTProjection::qkv, GPTProjection::proj})
     for (std::size_t l = 0; l < 2; ++l)
       live += std::get<BlockSparseLinear<float, std::int32_t, 4, 4>>(m.projection(l, which)).weight.weight.nnz_blocks();
   CHECK(std::abs(live - std::llround(0.5 * 2 * (48 + 16))) <= 2);  // ERK keeps the group's block count
-  dst::GPTSpec none = spec;
+  models::GPTSpec none = spec;
   none.attn_sparsity = 0.999;
-  CHECK_THROWS_WITH((dst::build_block_gpt<float, std::int32_t, 4, 4>(none)), Catch::Contains("keeps no block"));
+  CHECK_THROWS_WITH((models::build_block_gpt<float, std::int32_t, 4, 4>(none)), Catch::Contains("keeps no block"));
 }
 
 TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitwise", "[nn][gpt][blocks][dst]") {
   using T = float;
   const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 0, .t_end = 30, .alpha = 0.3};
-  BlockGPT<T> model = dst::build_block_gpt<T, std::int32_t, 4, 4>(tiny_spec());
+  BlockGPT<T> model = models::build_block_gpt<T, std::int32_t, 4, 4>(tiny_spec());
   AdamW<T> opt({.lr = 1e-2});
   dst::RigL<T, std::int32_t> rigl(schedule, 5);
   std::vector<std::int64_t> counts;
@@ -173,7 +173,7 @@ TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitw
   train(model, opt, rigl, 7, 12);
   const auto straight = image(model);
 
-  BlockGPT<T> other = dst::build_block_gpt<T, std::int32_t, 4, 4>(tiny_spec(99));
+  BlockGPT<T> other = models::build_block_gpt<T, std::int32_t, 4, 4>(tiny_spec(99));
   AdamW<T> opt2({.lr = 1e-2});
   dst::RigL<T, std::int32_t> rigl2(schedule, 5);
   const TrainingProgress at = load_training_state(file, other, opt2, &rigl2);
@@ -185,7 +185,7 @@ TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitw
 }
 
 TEST_CASE("block GPT: gradient clipping and memory accounting count live blocks", "[nn][gpt][blocks][clip]") {
-  BlockGPT<double> model = dst::build_block_gpt<double, std::int32_t, 4, 4>(tiny_spec());
+  BlockGPT<double> model = models::build_block_gpt<double, std::int32_t, 4, 4>(tiny_spec());
   const auto tokens = ids(16, 31);
   const auto y = ids(16, 32);
   step(model, tokens, std::vector<int>(y.begin(), y.end()));

@@ -52,13 +52,18 @@
 #include "optim/lr_schedule.hpp"
 #include "optim/sgd.hpp"
 
+#include "models/density.hpp"
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+
 #include "dst/algorithm.hpp"
-#include "dst/density.hpp"
-#include "dst/model_builder.hpp"
+#include "dst/density.hpp"        // forwarding, deprecated: models/density.hpp
 #include "dst/drop_grow.hpp"
 #include "dst/fan_in.hpp"
-#include "dst/gpt_builder.hpp"
+#include "dst/gpt_builder.hpp"    // forwarding, deprecated: models/gpt.hpp
 #include "dst/granet.hpp"
+#include "dst/live_count.hpp"
+#include "dst/model_builder.hpp"  // forwarding, deprecated: models/mlp.hpp
 #include "dst/rigl.hpp"
 #include "dst/schedule.hpp"
 #include "dst/set.hpp"

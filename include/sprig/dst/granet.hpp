@@ -7,7 +7,7 @@
 // progress through the updates (t_last: the schedule's last update step; p = 1 when the
 // schedule has a single update), each sparse layer l of `size` positions has the target
 //   s_l(t) = final_l + (initial_l - final_l) * (1 - p)^3,   live_l(t) = live_count(size, s_l(t))
-// (dst/density.hpp), with l the layer's sparse_index (so the lists cover every sparse layer,
+// (dst/live_count.hpp), with l the layer's sparse_index (so the lists cover every sparse layer,
 // excluded ones included). The layer drops prune = max(0, live - live_l(t)) weights plus
 // regen = floor(f(t) * min(live, live_l(t))) more (f: the schedule's cosine-decayed drop
 // fraction), all of smallest |w|, and grows regen positions where |dL/dW| is largest among
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "algorithm.hpp"
-#include "density.hpp"
+#include "live_count.hpp"
 
 namespace sprig::dst {
 

@@ -1,7 +1,7 @@
 // sprig/nn/gpt.hpp — GPT<T, Index, SparseLayer>: a decoder-only transformer language model
 // (nanoGPT's architecture: pre-LN blocks, learned positions, untied head) whose four
 // projections per block are each a dense Linear or a SparseLayer (SparseLinear by default;
-// BlockSparseLinear<T, Index, R, C> for weights in dense R x C blocks: dst::build_block_gpt),
+// BlockSparseLinear<T, Index, R, C> for weights in dense R x C blocks: models::build_block_gpt),
 // and which owns every activation and gradient buffer between its layers.
 //
 // Architecture, for N = batch * seq_len tokens (feature-major, [features x N]):
