@@ -343,7 +343,9 @@ TEST_CASE("a distributed checkpoint resumes exactly where the run left off", "[d
   AdamW<double> opt_first({.lr = 0.01});
   auto algo_first = make_algorithm<double>("rigl");
   run(first, opt_first, *algo_first, 0, 6);
-  save_training_state(comm, path, first, opt_first, {.step = 6}, algo_first.get());
+  const RunSettings settings = {{"model", "small_mlp"}, {"algorithm", "rigl"}};
+  save_training_state(comm, path, first, opt_first, {.step = 6}, algo_first.get(), settings);
+  CHECK(read_run_settings(path) == settings);  // the barrier above: complete on every rank
 
   Model<double> resumed = small_mlp<double>(5);
   AdamW<double> opt_resumed({.lr = 0.01});

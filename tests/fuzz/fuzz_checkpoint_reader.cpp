@@ -57,11 +57,19 @@ void read_state(std::span<const std::byte> bytes) {
   }
 }
 
+void read_settings(std::span<const std::byte> bytes) {
+  try {
+    (void)sprig::decode_run_settings(bytes, "fuzz");
+  } catch (const sprig::Error&) {
+  }
+}
+
 void read_all(std::span<const std::byte> bytes) {
   read_csr<float, std::int32_t>(bytes);
   read_csr<double, std::int16_t>(bytes);
   read_csr<float, std::int64_t>(bytes);
   read_state(bytes);
+  read_settings(bytes);
 }
 
 }  // namespace

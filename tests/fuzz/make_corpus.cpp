@@ -1,6 +1,6 @@
 // Writes the seed corpora of the two fuzz targets into <dir>/reader and <dir>/ops: valid
 // PaddedCSR and training-state files (the reader target's model, SGD and RigL, trained a
-// few steps and not), and a few operation programs.
+// few steps and not, with run settings and without), and a few operation programs.
 #include <sprig/dst/rigl.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
   }
   write(dir / "reader" / "state_trained", sprig::encode_training_state(m, sgd, {.step = 5, .seed = 1}, &rigl));
   write(dir / "reader" / "state_no_dst", sprig::encode_training_state(m, sgd, {.step = 5}));
-  n += 3;
+  const sprig::RunSettings settings = {{"hidden", "8"}, {"optimizer", "sgd"}, {"data", "x.idx"}, {"note", ""}};
+  write(dir / "reader" / "state_settings", sprig::encode_training_state(m, sgd, {.step = 5, .seed = 1}, &rigl, settings));
+  n += 4;
 
   const std::vector<std::vector<std::uint8_t>> programs = {
       {3, 5, 1, 0, 0, 1, 7, 0, 1, 2, 9, 1, 1, 3, 20, 8, 0, 0, 0},

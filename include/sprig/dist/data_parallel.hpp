@@ -426,18 +426,19 @@ private:
 // ---- checkpoints -----------------------------------------------------------------------
 
 // save_training_state in a data-parallel run: rank 0 writes the file (atomically, as
-// io/checkpoint.hpp does); the other ranks wait at a barrier until it is complete. The ranks'
+// io/checkpoint.hpp does, with the run settings if given); the other ranks wait at a barrier
+// until it is complete. The ranks'
 // states are identical (the top of this file), so rank 0's is the run's. Throws on every rank
 // if rank 0 fails to write (then the file is unchanged).
 template <class Optimizer, TrainableModel M>
 void save_training_state(Communicator& comm, const std::filesystem::path& path, const M& model,
                          const Optimizer& optimizer, const TrainingProgress& progress,
-                         const dst::AlgorithmFor<M>* algorithm = nullptr) {
+                         const dst::AlgorithmFor<M>* algorithm = nullptr, const RunSettings& settings = {}) {
   std::int64_t failed = 0;
   std::string why;
   if (comm.rank() == 0) {
     try {
-      sprig::save_training_state(path, model, optimizer, progress, algorithm);
+      sprig::save_training_state(path, model, optimizer, progress, algorithm, settings);
     } catch (const std::exception& e) {
       failed = 1;
       why = e.what();

@@ -10,6 +10,10 @@
 //   sprig::TrainingProgress p = sprig::load_training_state(dir / "state.sprig", model, optimizer, &rigl);
 //   // continue with step p.step, epoch p.epoch (batches.start_epoch(p.epoch)), batch p.batch
 //
+// A program may also store what defined its run (RunSettings: options, sizes, file names as
+// it names them) with save_training_state's last argument, and compare them with its options
+// before it builds anything: read_run_settings(path) reads only those.
+//
 // Files use the container of io/binary_format.hpp (magic "SPRIGCKP", version 1, value and
 // index type codes in the header, every section CRC-32 checked); a sparse matrix is encoded
 // as in a PaddedCSR file (io/padded_csr_file.hpp, section "CSR "). Sections and payloads
@@ -40,6 +44,10 @@
 //             before constant_fan_in end after total_seconds and leave the target's
 //             constant_fan_in and exclusions as they are
 //     "PROG"  step i64, epoch u64, batch i64, seed u64
+//     "RUNS"  (optional: written only when the run gave settings; files from before it end
+//             after "PROG") entry count u32; per entry: key, value (each u32 length +
+//             bytes; keys non-empty, at most 256 bytes of printable ASCII, distinct; values
+//             at most 65536 bytes), in the order given
 //   Gradients are not saved: every step recomputes them before reading them (load zeroes
 //   them). Per-slot state is stored for live slots only: the entries at padding and dead
 //   slots carry no meaning (nn/parameter.hpp) and read back as 0.
@@ -103,6 +111,12 @@
 
 namespace sprig {
 
+// What defined a run, as the program names it: (key, value) pairs, in the program's order.
+// Keys are non-empty, at most 256 bytes of printable ASCII (0x20-0x7E) and distinct; values
+// are any bytes, at most 65536. The library stores and returns them; comparing them with a
+// new run's options is the program's business.
+using RunSettings = std::vector<std::pair<std::string, std::string>>;
+
 // Where the training loop is: the next step to run and the data position. With the
 // counter-based generators, (seed, epoch, batch) restores the data order exactly
 // (io/batches.hpp: the order of an epoch is a function of seed and epoch).
@@ -123,6 +137,65 @@ inline constexpr std::uint32_t kBlockSparse = binary::tag("BSPR");
 inline constexpr std::uint32_t kOptimizer = binary::tag("OPTM");
 inline constexpr std::uint32_t kDST = binary::tag("DST ");
 inline constexpr std::uint32_t kProgress = binary::tag("PROG");
+inline constexpr std::uint32_t kSettings = binary::tag("RUNS");
+
+// ---- run settings -------------------------------------------------------------------------
+
+inline constexpr std::size_t kMaxSettingKey = 256;
+inline constexpr std::size_t kMaxSettingValue = 65536;
+
+// Why `key` (entry k) cannot be stored beside `earlier` keys, or empty when it can. O(k) per
+// entry: settings are a few dozen options.
+inline std::string setting_key_problem(const RunSettings& s, std::size_t k) {
+  const std::string& key = s[k].first;
+  if (key.empty()) return message("setting ", k, " has an empty key");
+  if (key.size() > kMaxSettingKey)
+    return message("setting ", k, " has a key of ", key.size(), " bytes, more than ", kMaxSettingKey);
+  for (const char ch : key)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7E)
+      return message("setting ", k, "'s key has the non-printable byte ", int(static_cast<unsigned char>(ch)));
+  for (std::size_t q = 0; q < k; ++q)
+    if (s[q].first == key) return message("settings ", q, " and ", k, " have the same key '", key, "'");
+  return {};
+}
+
+inline void put_settings(binary::Writer& w, const RunSettings& s) {
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if (std::string problem = setting_key_problem(s, k); !problem.empty())
+      throw ArgumentError(message("sprig::save_training_state: ", problem));
+    if (s[k].second.size() > kMaxSettingValue)
+      throw ArgumentError(message("sprig::save_training_state: setting '", s[k].first, "' has a value of ",
+                                  s[k].second.size(), " bytes, more than ", kMaxSettingValue));
+  }
+  if (s.size() > std::numeric_limits<std::uint32_t>::max())
+    throw ArgumentError(message("sprig::save_training_state: ", s.size(), " settings"));
+  w.begin_section(kSettings);
+  w.put(static_cast<std::uint32_t>(s.size()));
+  for (const auto& [key, value] : s) {
+    w.put_string(key);
+    w.put_string(value);
+  }
+  w.end_section();
+}
+
+// The "RUNS" payload, validated as put_settings validates at save (FormatError instead).
+inline RunSettings get_settings(binary::Reader r) {
+  const std::int64_t at = r.offset();
+  const auto n = r.get<std::uint32_t>("setting count");
+  if (n > r.remaining() / 8)  // each entry holds two u32 lengths
+    r.fail_at(at, "setting count ", n, " needs at least ", std::uint64_t{n} * 8, " bytes, the section has ",
+              r.remaining(), " left");
+  RunSettings s;
+  s.reserve(n);
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const std::int64_t at_key = r.offset();
+    s.emplace_back(r.get_string("setting key", kMaxSettingKey), std::string());
+    if (std::string problem = setting_key_problem(s, k); !problem.empty()) r.fail_at(at_key, problem);
+    s.back().second = r.get_string("setting value", kMaxSettingValue);
+  }
+  r.expect_end();
+  return s;
+}
 
 // ---- per-slot state ---------------------------------------------------------------------
 
@@ -277,7 +350,8 @@ struct StagedDense {
 // std::bad_alloc. The same state gives the same bytes.
 template <class Optimizer, TrainableModel M>
 std::vector<std::byte> encode_training_state(const M& model, const Optimizer& optimizer, const TrainingProgress& progress,
-                                             const dst::AlgorithmFor<M>* algorithm = nullptr) {
+                                             const dst::AlgorithmFor<M>* algorithm = nullptr,
+                                             const RunSettings& settings = {}) {
   using T = typename M::value_type;
   using Index = typename M::index_type;
   namespace ck = detail::ckpt;
@@ -365,6 +439,7 @@ std::vector<std::byte> encode_training_state(const M& model, const Optimizer& op
   w.put(progress.batch);
   w.put(progress.seed);
   w.end_section();
+  if (!settings.empty()) ck::put_settings(w, settings);
   return w.finish();
 }
 
@@ -584,6 +659,8 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
     progress.seed = r.get<std::uint64_t>("seed");
     r.expect_end();
   }
+  // Run settings (optional): validated, not restored (read_run_settings returns them).
+  if (next < c.sections.size() && c.sections[next].tag == ck::kSettings) ck::get_settings(c.reader(next++));
   if (next != c.sections.size())
     throw FormatError(detail::message(c.source, ": ", c.sections.size() - next, " unexpected sections after ",
                                       binary::tag_name(ck::kProgress)));
@@ -626,8 +703,9 @@ TrainingProgress decode_training_state(std::span<const std::byte> bytes, std::st
 // when the file cannot be written; `path` is then unchanged.
 template <class Optimizer, TrainableModel M>
 void save_training_state(const std::filesystem::path& path, const M& model, const Optimizer& optimizer,
-                         const TrainingProgress& progress, const dst::AlgorithmFor<M>* algorithm = nullptr) {
-  const auto bytes = encode_training_state(model, optimizer, progress, algorithm);
+                         const TrainingProgress& progress, const dst::AlgorithmFor<M>* algorithm = nullptr,
+                         const RunSettings& settings = {}) {
+  const auto bytes = encode_training_state(model, optimizer, progress, algorithm, settings);
   detail::ckpt::write_file_atomically(path, bytes, "sprig::save_training_state");
 }
 
@@ -638,6 +716,32 @@ TrainingProgress load_training_state(const std::filesystem::path& path, M& model
                                      dst::AlgorithmFor<M>* algorithm = nullptr) {
   const auto bytes = detail::ckpt::read_file(path);
   return decode_training_state(std::span<const std::byte>(bytes), path.string(), model, optimizer, algorithm);
+}
+
+// The run settings of a training-state file in memory: empty when it has none (files written
+// before settings existed, or saved without). Validates the container (every checksum) and
+// the settings section, not the model's sections, and needs no model. O(file bytes).
+// Throws FormatError naming the source, the section and the offset.
+inline RunSettings decode_run_settings(std::span<const std::byte> bytes, std::string source) {
+  namespace ck = detail::ckpt;
+  const binary::Container c = binary::parse_container(bytes, std::move(source));
+  binary::Reader header({}, c.source, "file header", 0);
+  if (c.kind != binary::FileKind::training_state)
+    header.fail_at(12, "this is ", ck::kind_name(c.kind), ", expected ", ck::kind_name(binary::FileKind::training_state));
+  for (std::size_t k = 0; k < c.sections.size(); ++k)
+    if (c.sections[k].tag == ck::kSettings) {
+      if (k + 1 != c.sections.size())
+        c.reader(k).fail_at(c.sections[k].payload_offset - 24, "the run settings must be the last section");
+      return ck::get_settings(c.reader(k));
+    }
+  return {};
+}
+
+// Reads the run settings of the training-state file at `path` (decode_run_settings). Throws
+// FormatError naming the file for a missing, unreadable or invalid file.
+inline RunSettings read_run_settings(const std::filesystem::path& path) {
+  const auto bytes = detail::ckpt::read_file(path);
+  return decode_run_settings(std::span<const std::byte>(bytes), path.string());
 }
 
 }  // namespace sprig
