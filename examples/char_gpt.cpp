@@ -27,7 +27,7 @@
 #include <sprig/dst/snfs.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/checkpoint.hpp>
-#include <sprig/io/text.hpp>
+#include <sprig/data/text.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gpt.hpp>
 #include <sprig/nn/model.hpp>

@@ -1,6 +1,6 @@
 // examples/fashion_mnist_data.hpp — the Fashion-MNIST data set for the examples: where
 // Debian's dataset-fashion-mnist package puts it and a loader built on sprig's generic IDX
-// reader (sprig/io/idx.hpp). Example code, not part of the library: a program that trains on
+// reader (sprig/data/idx.hpp). Example code, not part of the library: a program that trains on
 // other data reads it with sprig::read_idx / sprig::load_idx_images or its own loader.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <system_error>
 
 #include <sprig/core/error.hpp>
-#include <sprig/io/idx.hpp>
+#include <sprig/data/idx.hpp>
 
 namespace examples {
 

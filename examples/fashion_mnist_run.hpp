@@ -12,8 +12,8 @@
 #include <sprig/models/mlp.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/dst/static_topology.hpp>
-#include <sprig/io/batches.hpp>
-#include <sprig/io/idx.hpp>
+#include <sprig/data/batches.hpp>
+#include <sprig/data/idx.hpp>
 #include <sprig/nn/sequential.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>

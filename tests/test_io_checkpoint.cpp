@@ -19,7 +19,7 @@
 
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
-#include <sprig/io/batches.hpp>
+#include <sprig/data/batches.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 
 #include "fuzz/reseal.hpp"

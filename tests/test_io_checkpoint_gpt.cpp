@@ -7,7 +7,7 @@
 #include <sprig/models/gpt.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/io/checkpoint.hpp>
-#include <sprig/io/text.hpp>
+#include <sprig/data/text.hpp>
 #include <sprig/nn/gpt.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>

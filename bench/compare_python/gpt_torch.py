@@ -25,7 +25,7 @@ fc_proj, head; not biases, layer norms or embeddings), lr 1e-3 with linear warmu
 (lr * (t + 1) / warmup) then cosine to 1e-4 (sprig's CosineWarmupLR with total = steps:
 p = (t - warmup) / (steps - warmup)), global-norm clipping at 1.0, batch 16, block 128.
 
-Data as nanoGPT (and sprig's io/text.hpp) prepare it: tokens are bytes over the sorted distinct
+Data as nanoGPT (and sprig's data/text.hpp) prepare it: tokens are bytes over the sorted distinct
 bytes of the file (Tiny Shakespeare: 65); the first ceil(0.9 n) tokens train (sprig's
 split_tokens; nanoGPT's int(0.9 n) is one token less), the rest validate; training windows at
 starts torch.randint(n_train - block) from a seeded torch.Generator; validation on the fixed

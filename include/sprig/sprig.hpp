@@ -1,4 +1,4 @@
-// sprig/sprig.hpp — umbrella header: everything sprig offers except io/idx.hpp, which needs
+// sprig/sprig.hpp — umbrella header: everything sprig offers except data/idx.hpp, which needs
 // zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets),
 // dist/mpi_communicator.hpp, which needs MPI (include it and link sprig::dist), and
 // kernels/reference.hpp, the scalar test oracle (include it in tests and benchmarks).
@@ -70,10 +70,11 @@
 #include "dst/snfs.hpp"
 #include "dst/static_topology.hpp"
 
-#include "io/batches.hpp"
+#include "data/batches.hpp"
+#include "data/text.hpp"
+
 #include "io/checkpoint.hpp"
 #include "io/padded_csr_file.hpp"
-#include "io/text.hpp"
 
 #include "dist/communicator.hpp"
 #include "dist/data_parallel.hpp"

@@ -119,7 +119,7 @@ using RunSettings = std::vector<std::pair<std::string, std::string>>;
 
 // Where the training loop is: the next step to run and the data position. With the
 // counter-based generators, (seed, epoch, batch) restores the data order exactly
-// (io/batches.hpp: the order of an epoch is a function of seed and epoch).
+// (data/batches.hpp: the order of an epoch is a function of seed and epoch).
 struct TrainingProgress {
   std::int64_t step = 0;    // training steps completed (the t of the next step)
   std::uint64_t epoch = 0;  // current epoch

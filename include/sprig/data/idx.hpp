@@ -1,4 +1,4 @@
-// sprig/io/idx.hpp — reader for IDX files (the MNIST / Fashion-MNIST format), plain or
+// sprig/data/idx.hpp — reader for IDX files (the MNIST / Fashion-MNIST format), plain or
 // gzip-compressed, and a loader for a labelled image set stored as two IDX files (the
 // Fashion-MNIST loader of the examples, examples/fashion_mnist_data.hpp, is built on it).
 //
@@ -397,7 +397,7 @@ inline IdxArray read_idx(std::span<const std::uint8_t> bytes, std::string_view n
 // A labelled image set. Images are stored EXAMPLE-MAJOR, [N x (height * width)], one
 // image per contiguous row, pixels row by row, value = byte / 255 in [0, 1]. That is the
 // file's order, and it is the layout a shuffled mini-batch gathers from fastest (whole
-// contiguous examples); the batch itself comes out feature-major (io/batches.hpp).
+// contiguous examples); the batch itself comes out feature-major (data/batches.hpp).
 // transposed(images) gives the feature-major [features x N] matrix.
 template <Value T>
 struct LabeledImages {

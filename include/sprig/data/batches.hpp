@@ -1,4 +1,4 @@
-// sprig/io/batches.hpp — seeded shuffled mini-batches, gathered feature-major.
+// sprig/data/batches.hpp — seeded shuffled mini-batches, gathered feature-major.
 //
 // An epoch's order is a permutation of [0, N) that is a pure function of (seed, epoch):
 // Fisher-Yates driven by CounterRng(seed, epoch, kShuffleStream). The same seed and

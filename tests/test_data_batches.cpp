@@ -1,4 +1,4 @@
-#include "sprig/io/batches.hpp"
+#include "sprig/data/batches.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "sprig/io/text.hpp"
+#include "sprig/data/text.hpp"
 
 #include "sprig/core/rng.hpp"
 

@@ -1,4 +1,4 @@
-#include "sprig/io/idx.hpp"
+#include "sprig/data/idx.hpp"
 
 #include <catch2/catch.hpp>
 

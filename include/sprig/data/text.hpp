@@ -1,4 +1,4 @@
-// sprig/io/text.hpp — a character-level text data set (Tiny Shakespeare and the like),
+// sprig/data/text.hpp — a character-level text data set (Tiny Shakespeare and the like),
 // prepared as nanoGPT prepares it.
 //
 // Tokens are bytes: the alphabet is the set of distinct bytes of the text in ascending
