@@ -1,4 +1,5 @@
 #include "sprig/data/batches.hpp"
+#include "sprig/io/batches.hpp"  // the old path forwards for one release (docs/changes.md)
 
 #include <catch2/catch.hpp>
 

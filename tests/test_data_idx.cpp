@@ -1,4 +1,5 @@
 #include "sprig/data/idx.hpp"
+#include "sprig/io/idx.hpp"  // the old path forwards for one release (docs/changes.md)
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,5 @@
 #include "sprig/data/text.hpp"
+#include "sprig/io/text.hpp"  // the old path forwards for one release (docs/changes.md)
 
 #include "sprig/core/rng.hpp"
 
