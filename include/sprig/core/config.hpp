@@ -1,4 +1,5 @@
-// sprig/core/config.hpp — build-wide switches and the internal assertion macro.
+// sprig/core/config.hpp — build-wide switches, the internal assertion macro, and the tuning
+// knobs (tuning.hpp).
 #pragma once
 
 #include <cstdio>
@@ -36,14 +37,10 @@
 
 #include <cstdint>
 
-// Work (elements of a pass, or multiply-adds of a kernel) below which a loop runs on the
-// calling thread: an OpenMP parallel region costs a few microseconds, about that much work
-// (docs/performance.md, "Threads"). One value for every threaded loop in the library; define
-// it (every translation unit alike) to move the threshold.
-#ifndef SPRIG_PARALLEL_MIN_WORK
-#  define SPRIG_PARALLEL_MIN_WORK (std::int64_t{1} << 16)
-#endif
+// The tuning knobs (SPRIG_PARALLEL_MIN_WORK, the panel budgets, the prefetch distances).
+#include "tuning.hpp"
 
 namespace sprig::detail {
+// Work below which a threaded loop runs on the calling thread (tuning.hpp).
 inline constexpr std::int64_t kParallelMinWork = SPRIG_PARALLEL_MIN_WORK;
 }  // namespace sprig::detail

@@ -30,19 +30,13 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../core/tuning.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_partition.hpp"
 #include "simd.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-// Bytes of packed X one block weight-gradient panel may span (K rows x panel width). Twice
-// the spmm budget, as for sddmm: every panel pays a horizontal sum per tile and re-adds into
-// grad, so wide panels pay off even when they spill from L2.
-#ifndef SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES
-#  define SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES (2 * SPRIG_PANEL_BUDGET_BYTES)
-#endif
 
 namespace sprig {
 

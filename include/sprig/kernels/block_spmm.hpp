@@ -38,6 +38,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
@@ -47,12 +48,6 @@
 #include "transpose.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-// How many blocks ahead the X rows (and, for W^T, the gathered weight blocks) are
-// prefetched: a tuning knob.
-#ifndef SPRIG_BLOCK_SPMM_PREFETCH
-#  define SPRIG_BLOCK_SPMM_PREFETCH 8
-#endif
 
 
 namespace sprig {

@@ -19,37 +19,12 @@
 
 #include "../core/block_order.hpp"
 #include "../core/matrix.hpp"
+#include "../core/tuning.hpp"
 #include "simd.hpp"
-
-// Bytes of X one panel may span (K rows x panel width): 1 MiB, a typical per-core L2. At
-// K <= 1024 that allows 512-byte panel rows (B = 128 floats in one panel), at K = 4096 256-byte
-// ones; wide panel rows amortise each weight's index and broadcast (docs/design.md).
-#ifndef SPRIG_PANEL_BUDGET_BYTES
-#  define SPRIG_PANEL_BUDGET_BYTES (1 << 20)
-#endif
-
-// Bytes at the start of each X row segment that the kernels prefetch ahead of use. The
-// columns are random, so the first lines must be asked for; the hardware's own prefetchers
-// follow on with the rest of the row. Asking for all 8 lines of a 512-byte segment spends a
-// load slot per line beside the 8 loads per weight: 128 bytes was 5-10% faster.
-#ifndef SPRIG_PREFETCH_ROW_BYTES
-#  define SPRIG_PREFETCH_ROW_BYTES 128
-#endif
-
-// Bytes of X one column block may span (block columns x panel width): where the K rows of a
-// full-width panel are more than this, the kernels work through W's columns in blocks, so one
-// block's X rows stay in L2 while every row uses them (ColumnBlocks below). Half the L2: W
-// streams through it too (forward ~12% and weight gradient ~20% faster on 1024 x 4096 at
-// density 0.1, B = 128; docs/design.md, which also has a core that prefers 128 KiB). This
-// budget also bounds sddmm_dx's one pass (dY within one block of the transposed workspace):
-// lowering it for a core means keeping the transposed workspace's, or the one pass turns off
-// for 1024-row layers.
-#ifndef SPRIG_COLUMN_BLOCK_BYTES
-#  define SPRIG_COLUMN_BLOCK_BYTES (1 << 19)
-#endif
 
 namespace sprig::detail {
 
+// The budgets and the prefetch width, from core/tuning.hpp (each knob's reason is there).
 inline constexpr std::int64_t kPanelBudgetBytes = SPRIG_PANEL_BUDGET_BYTES;
 inline constexpr std::int64_t kColumnBlockBytes = SPRIG_COLUMN_BLOCK_BYTES;
 inline constexpr std::int64_t kPrefetchRowBytes = SPRIG_PREFETCH_ROW_BYTES;

@@ -24,6 +24,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_partition.hpp"
@@ -31,14 +32,6 @@
 #include "spmm.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-// Bytes of X one weight-gradient panel may span (see panels.hpp). Twice the spmm budget:
-// every panel re-reads the row's indices, re-adds into grad and pays a batched horizontal sum
-// per N slots, so wide panels pay off even when they spill from L2 (the compare_kernels grid
-// at density 0.02 ran 12-24% faster at 2 MiB than at 512 KiB; docs/design.md).
-#ifndef SPRIG_SDDMM_PANEL_BUDGET_BYTES
-#  define SPRIG_SDDMM_PANEL_BUDGET_BYTES (2 * SPRIG_PANEL_BUDGET_BYTES)
-#endif
 
 namespace sprig {
 

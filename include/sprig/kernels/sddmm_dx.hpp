@@ -36,6 +36,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
 #include "sddmm.hpp"
@@ -46,20 +47,6 @@
 
 #if SPRIG_HAS_OPENMP
 #  include <omp.h>
-#endif
-
-// How many weights ahead the pass asks for the start of a dY row. Shorter than spmm's 16: a
-// weight here costs twice the multiply-adds (dot and dX), so 4 weights cover the L2 latency,
-// and rows asked for further ahead are evicted again by the gathered values and gradient
-// stores (4 instead of 16 made the pass 4-8% faster; docs/design.md).
-#ifndef SPRIG_SDDMM_DX_PREFETCH
-#  define SPRIG_SDDMM_DX_PREFETCH 4
-#endif
-
-// The most OpenMP threads the one pass runs on (see sddmm_dx_one_pass): each thread beyond
-// the first adds a boundary where two threads write gradients into the same cache lines.
-#ifndef SPRIG_SDDMM_DX_MAX_THREADS
-#  define SPRIG_SDDMM_DX_MAX_THREADS 2
 #endif
 
 namespace sprig {

@@ -24,6 +24,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "dispatch.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
@@ -32,11 +33,6 @@
 #include "simd.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-// How many live weights ahead the X rows are prefetched: a tuning knob.
-#ifndef SPRIG_SPMM_PREFETCH
-#  define SPRIG_SPMM_PREFETCH 16
-#endif
 
 namespace sprig {
 
@@ -58,11 +54,7 @@ struct DirectValues {
   // Asks for the first values of slot s on (a block's segment of the next row).
   SPRIG_ALWAYS_INLINE void prefetch_slots(std::int64_t s) const noexcept { detail::prefetch(values + s); }
 };
-// How many slots ahead PermutedValues prefetches the gathered values: further than the X rows,
-// since once other work has evicted W they come from L3 or memory.
-#ifndef SPRIG_SPMM_T_PREFETCH
-#  define SPRIG_SPMM_T_PREFETCH 128
-#endif
+// PermutedValues prefetches the gathered values SPRIG_SPMM_T_PREFETCH slots ahead (core/tuning.hpp).
 template <class T>
 struct PermutedValues {
   const T* values;             // W.values()

@@ -9,13 +9,9 @@
 
 #include <type_traits>
 
+#include "../core/tuning.hpp"
 #include "spmm.hpp"
 #include "transpose.hpp"
-
-// Batch panels up to which the permuted-value kernel is used; beyond, refresh + plain spmm.
-#ifndef SPRIG_SPMM_T_FUSED_PANELS
-#  define SPRIG_SPMM_T_FUSED_PANELS 1
-#endif
 
 namespace sprig {
 

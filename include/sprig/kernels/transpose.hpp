@@ -11,17 +11,11 @@
 #include "../core/aligned_allocator.hpp"
 #include "../core/config.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "simd.hpp"
 
 #if SPRIG_HAS_OPENMP
 #  include <omp.h>
-#endif
-
-// Slots of W^T ahead whose source value the refresh gather prefetches: consecutive slots of
-// W^T read from different rows of W, a pattern the hardware prefetcher cannot follow
-// (prefetching 64 ahead made the refresh of 4096 x 4096 at density 0.1 ~20% faster).
-#ifndef SPRIG_REFRESH_PREFETCH
-#  define SPRIG_REFRESH_PREFETCH 64
 #endif
 
 namespace sprig {

@@ -19,9 +19,9 @@
 // caches and workspaces); distinct layers are.
 //
 // Slot order, and per-slot arrays kept by the caller: a layer wide enough that the kernels
-// block its columns (a panel's X rows beyond SPRIG_COLUMN_BLOCK_BYTES: kernels/panels.hpp,
-// ColumnBlocks) keeps each row's live weights grouped by column block, so a block's are
-// contiguous. After a topology change
+// block its columns (a panel's X rows beyond SPRIG_COLUMN_BLOCK_BYTES, core/tuning.hpp;
+// kernels/panels.hpp, ColumnBlocks) keeps each row's live weights grouped by column block, so
+// a block's are contiguous. After a topology change
 // forward regroups them (group_columns below) before it multiplies: that moves slots, as a
 // topology change does. weight.grad and weight.state move with their weights. An array the
 // caller keeps aligned with W's slots itself (its own momentum, a mask, a copy of values())
