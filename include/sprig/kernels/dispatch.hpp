@@ -10,9 +10,10 @@
 //   avx2    -mavx2 -mfma
 //   avx512  -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
 // cmake/SprigDispatch.cmake's sprig_dispatch(<target>) does all of this in one line.
-// Dispatched: spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every
-// (T, Index) pair, the column blocks SparseLinear groups its rows for, and the narrow dense
-// kernels (a classifier's head). The other kernels (block-sparse, the portable GEMM,
+// Dispatched (the lists SPRIG_DETAIL_SPARSE_KERNELS and SPRIG_DETAIL_DENSE_KERNELS below):
+// spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every (T, Index) pair, the
+// column blocks SparseLinear groups its rows for, and the narrow dense kernels (a classifier's
+// head). The other kernels (block-sparse, the portable GEMM,
 // element-wise layers) run on the architecture of the translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
@@ -30,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "../core/concepts.hpp"
@@ -68,43 +70,65 @@ template <class A, class T>
 void narrow_backward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dW,
                         MatrixView<T> dX, FusedActivation x_activation, ConstMatrixView<T> x_derivative);
 
-// One target's kernels for one (T, Index) pair.
+// The dispatched kernels, one line each: X(name) for the kernel name##_on declared above.
+// Adding a kernel: declare its name##_on, add it here, and include its header in
+// dispatch_target.hpp; the tables, name##_kernel() below and every target follow.
+// Sparse kernels take <A, T, Index>, dense ones <A, T>.
+#define SPRIG_DETAIL_SPARSE_KERNELS(X) X(spmm) X(spmm_transposed) X(sddmm) X(sddmm_dx)
+#define SPRIG_DETAIL_DENSE_KERNELS(X) X(narrow_forward) X(narrow_backward)
+
+// One target's sparse kernels for one (T, Index) pair: a pointer per kernel, named as it.
 template <Value T, ColumnIndex Index>
-struct KernelTable {
-  decltype(&spmm_on<KernelArch, T, Index>) spmm;
-  decltype(&spmm_transposed_on<KernelArch, T, Index>) spmm_transposed;
-  decltype(&sddmm_on<KernelArch, T, Index>) sddmm;
-  decltype(&sddmm_dx_on<KernelArch, T, Index>) sddmm_dx;
+struct SparseKernelTable {
+#define SPRIG_DETAIL_MEMBER(name) decltype(&name##_on<KernelArch, T, Index>) name;
+  SPRIG_DETAIL_SPARSE_KERNELS(SPRIG_DETAIL_MEMBER)
+#undef SPRIG_DETAIL_MEMBER
+
+  // The kernels on architecture A.
+  template <class A>
+  static constexpr SparseKernelTable on() noexcept {
+#define SPRIG_DETAIL_ADDRESS(name) &name##_on<A, T, Index>,
+    return {SPRIG_DETAIL_SPARSE_KERNELS(SPRIG_DETAIL_ADDRESS)};
+#undef SPRIG_DETAIL_ADDRESS
+  }
 };
 
-template <class A, Value T, ColumnIndex Index>
-constexpr KernelTable<T, Index> kernel_table() noexcept {
-  return {&spmm_on<A, T, Index>, &spmm_transposed_on<A, T, Index>, &sddmm_on<A, T, Index>,
-          &sddmm_dx_on<A, T, Index>};
-}
-
-// One target's narrow dense kernels for T.
+// One target's dense kernels for T.
 template <Value T>
-struct NarrowTable {
-  decltype(&narrow_forward_on<KernelArch, T>) forward;
-  decltype(&narrow_backward_on<KernelArch, T>) backward;
+struct DenseKernelTable {
+#define SPRIG_DETAIL_MEMBER(name) decltype(&name##_on<KernelArch, T>) name;
+  SPRIG_DETAIL_DENSE_KERNELS(SPRIG_DETAIL_MEMBER)
+#undef SPRIG_DETAIL_MEMBER
+
+  template <class A>
+  static constexpr DenseKernelTable on() noexcept {
+#define SPRIG_DETAIL_ADDRESS(name) &name##_on<A, T>,
+    return {SPRIG_DETAIL_DENSE_KERNELS(SPRIG_DETAIL_ADDRESS)};
+#undef SPRIG_DETAIL_ADDRESS
+  }
 };
 
-template <class A, Value T>
-constexpr NarrowTable<T> narrow_table() noexcept {
-  return {&narrow_forward_on<A, T>, &narrow_backward_on<A, T>};
+// A target's tables: its sparse kernels for every (T, Index) pair, its dense ones for every T.
+using SparseKernelTables = std::tuple<SparseKernelTable<float, std::int16_t>, SparseKernelTable<float, std::int32_t>,
+                                      SparseKernelTable<float, std::int64_t>, SparseKernelTable<double, std::int16_t>,
+                                      SparseKernelTable<double, std::int32_t>, SparseKernelTable<double, std::int64_t>>;
+using DenseKernelTables = std::tuple<DenseKernelTable<float>, DenseKernelTable<double>>;
+
+// Every table of a tuple like those above, filled with the kernels on architecture A.
+template <class A, class... Tables>
+constexpr std::tuple<Tables...> tables_on(std::type_identity<std::tuple<Tables...>>) noexcept {
+  return {Tables::template on<A>()...};
 }
 
 // One dispatch target: its name (sse4_2, avx2, avx512), the xsimd architecture it runs
-// (kernel_arch()), its register widths, and its kernels for every (T, Index) pair.
+// (kernel_arch()), its register widths, its sparse kernels for every (T, Index) pair and its
+// dense ones for every T.
 struct TargetKernels {
   const char* target;
   const char* arch;
   std::int64_t float_width, double_width;
-  std::tuple<KernelTable<float, std::int16_t>, KernelTable<float, std::int32_t>, KernelTable<float, std::int64_t>,
-             KernelTable<double, std::int16_t>, KernelTable<double, std::int32_t>, KernelTable<double, std::int64_t>>
-      tables;
-  std::tuple<NarrowTable<float>, NarrowTable<double>> narrow;
+  SparseKernelTables sparse;
+  DenseKernelTables dense;
 };
 
 // The xsimd architecture a dispatch target's flags give (dispatch_target.hpp checks it).
@@ -186,66 +210,37 @@ inline const TargetKernels& active_kernels() {
 }
 
 template <Value T, ColumnIndex Index>
-const KernelTable<T, Index>& kernels() {
-  return std::get<KernelTable<T, Index>>(active_kernels().tables);
+const SparseKernelTable<T, Index>& sparse_kernels() {
+  return std::get<SparseKernelTable<T, Index>>(active_kernels().sparse);
 }
 template <Value T>
-const NarrowTable<T>& narrow_kernels() {
-  return std::get<NarrowTable<T>>(active_kernels().narrow);
+const DenseKernelTable<T>& dense_kernels() {
+  return std::get<DenseKernelTable<T>>(active_kernels().dense);
 }
 #endif
 
-// The kernel a public function calls: architecture KernelArch's, or in a dispatching build
-// the active target's.
-template <Value T, ColumnIndex Index>
-auto spmm_kernel() {
+// The kernel a public function calls, name##_kernel<T, Index>() (sparse) or
+// name##_kernel<T>() (dense): architecture KernelArch's, or in a dispatching build the
+// active target's.
 #if defined(SPRIG_DISPATCH)
-  return kernels<T, Index>().spmm;
+#  define SPRIG_DETAIL_SPARSE_POINTER(name) sparse_kernels<T, Index>().name
+#  define SPRIG_DETAIL_DENSE_POINTER(name) dense_kernels<T>().name
 #else
-  return &spmm_on<KernelArch, T, Index>;
+#  define SPRIG_DETAIL_SPARSE_POINTER(name) &name##_on<KernelArch, T, Index>
+#  define SPRIG_DETAIL_DENSE_POINTER(name) &name##_on<KernelArch, T>
 #endif
-}
-template <Value T, ColumnIndex Index>
-auto spmm_transposed_kernel() {
-#if defined(SPRIG_DISPATCH)
-  return kernels<T, Index>().spmm_transposed;
-#else
-  return &spmm_transposed_on<KernelArch, T, Index>;
-#endif
-}
-template <Value T, ColumnIndex Index>
-auto sddmm_kernel() {
-#if defined(SPRIG_DISPATCH)
-  return kernels<T, Index>().sddmm;
-#else
-  return &sddmm_on<KernelArch, T, Index>;
-#endif
-}
-template <Value T, ColumnIndex Index>
-auto sddmm_dx_kernel() {
-#if defined(SPRIG_DISPATCH)
-  return kernels<T, Index>().sddmm_dx;
-#else
-  return &sddmm_dx_on<KernelArch, T, Index>;
-#endif
-}
-
-template <Value T>
-auto narrow_forward_kernel() {
-#if defined(SPRIG_DISPATCH)
-  return narrow_kernels<T>().forward;
-#else
-  return &narrow_forward_on<KernelArch, T>;
-#endif
-}
-template <Value T>
-auto narrow_backward_kernel() {
-#if defined(SPRIG_DISPATCH)
-  return narrow_kernels<T>().backward;
-#else
-  return &narrow_backward_on<KernelArch, T>;
-#endif
-}
+#define SPRIG_DETAIL_SPARSE_ENTRY(name) \
+  template <Value T, ColumnIndex Index> \
+  auto name##_kernel() { return SPRIG_DETAIL_SPARSE_POINTER(name); }
+#define SPRIG_DETAIL_DENSE_ENTRY(name) \
+  template <Value T>                   \
+  auto name##_kernel() { return SPRIG_DETAIL_DENSE_POINTER(name); }
+SPRIG_DETAIL_SPARSE_KERNELS(SPRIG_DETAIL_SPARSE_ENTRY)
+SPRIG_DETAIL_DENSE_KERNELS(SPRIG_DETAIL_DENSE_ENTRY)
+#undef SPRIG_DETAIL_SPARSE_ENTRY
+#undef SPRIG_DETAIL_DENSE_ENTRY
+#undef SPRIG_DETAIL_SPARSE_POINTER
+#undef SPRIG_DETAIL_DENSE_POINTER
 
 // The column blocks of the kernels that run (spmm_column_blocks of the active target).
 template <Value T>

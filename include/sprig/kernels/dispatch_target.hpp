@@ -50,10 +50,8 @@ const TargetKernels& SPRIG_DETAIL_DISPATCH_CAT(target_kernels_, SPRIG_DISPATCH_T
       KernelArch::name(),
       static_cast<std::int64_t>(simd_width<float, KernelArch>()),
       static_cast<std::int64_t>(simd_width<double, KernelArch>()),
-      {kernel_table<KernelArch, float, std::int16_t>(), kernel_table<KernelArch, float, std::int32_t>(),
-       kernel_table<KernelArch, float, std::int64_t>(), kernel_table<KernelArch, double, std::int16_t>(),
-       kernel_table<KernelArch, double, std::int32_t>(), kernel_table<KernelArch, double, std::int64_t>()},
-      {narrow_table<KernelArch, float>(), narrow_table<KernelArch, double>()}};
+      tables_on<KernelArch>(std::type_identity<SparseKernelTables>{}),
+      tables_on<KernelArch>(std::type_identity<DenseKernelTables>{})};
   return kernels;
 }
 
