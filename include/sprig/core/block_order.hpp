@@ -15,8 +15,8 @@ namespace sprig::detail {
 
 // Whether no entry of c[0, n) lies in an earlier block than the one before it. A branch-free
 // count in 32 bits and shifts in the Index's own width, so it vectorises (with 64-bit counts
-// and shifts, or an or-reduced flag, it did not: 50 us against 120-200 for 1024 rows of 410
-// at 16-bit indices); a row too long for a 32-bit count takes a 64-bit one.
+// and shifts, or an or-reduced flag, it did not; docs/design.md, "Measurements behind the
+// code"); a row too long for a 32-bit count takes a 64-bit one.
 template <class Index>
 bool in_block_order(const Index* c, std::int64_t n, int shift) noexcept {
   if (shift >= static_cast<int>(8 * sizeof(Index)) - 1) return true;  // one block holds every column

@@ -99,7 +99,7 @@
 
 // The most OpenMP threads the one-pass backward runs on (more: the two kernels run): each
 // thread beyond the first adds a boundary where two threads write gradients into the same
-// cache lines; it was measured faster than the two kernels at 2 threads, not beyond.
+// cache lines; it beat the two kernels at 2 threads and was not tried beyond.
 #ifndef SPRIG_SDDMM_DX_MAX_THREADS
 #  define SPRIG_SDDMM_DX_MAX_THREADS 2
 #endif

@@ -12,8 +12,8 @@
 // What travels: for a sparse layer only the gradient at its live slots (the topology is the
 // same on every rank, so slots line up), packed row by row: the live weights' count of values,
 // never the padding, the dead slots left by relocated rows, or the dense size. The packing
-// copy costs a pass over those values; the padding it leaves out was 20% of the live count
-// after construction and 59% after RigL had relocated rows (bench/dist_step, 27M weights).
+// copy costs a pass over those values, and the padding it leaves out grows as RigL relocates
+// rows (docs/design.md, "Measurements behind the code").
 // Sparse gradients and dense arrays smaller than Options::bucket_bytes are packed into
 // buckets of about that size, a larger sparse one into a buffer of its own, and a larger
 // dense one is summed in place. By default each is summed with a blocking allreduce after
@@ -21,10 +21,9 @@
 // (Sequential::backward(layer_done)), a layer's buckets are started non-blocking as soon as its
 // gradients are final, and their sum overlaps the backward of the layers below it. Overlap is
 // off by default: with one core per rank and shared memory the sum's arithmetic runs on the
-// backward's core anyway, and Open MPI's non-blocking allreduce is the slower algorithm (2
-// ranks, bench/dist_step, FFN step 13.5 ms blocking vs 14.9 overlapped, MLP 2.44 vs 2.76;
-// docs/scaling.md). Where an MPI progresses sums in the background (a network offload, a
-// progress thread), measure it on.
+// backward's core anyway, and Open MPI's non-blocking allreduce is the slower algorithm
+// (docs/scaling.md). Where an MPI progresses sums in the background (a network offload, a
+// progress thread), compare both settings.
 //
 // The topology stays identical on every rank by construction: weights are identical (same
 // averaged gradient, same optimizer), magnitudes drop alike, SET's randomness is a

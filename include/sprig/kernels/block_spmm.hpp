@@ -107,8 +107,8 @@ void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& 
 #if SPRIG_KERNEL_SIMD
 // The most panel registers a tile of `rows` rows may span: three quarters of the register
 // file hold accumulators (12 of 16, 24 of 32), the rest the X registers and a broadcast.
-// Using the 32 registers of AVX-512 and AArch64 rather than a 16-register budget is measured
-// in docs/block_sparse.md.
+// Using the 32 registers of AVX-512 and AArch64 rather than a 16-register budget pays off
+// (docs/block_sparse.md has the figures).
 template <class A>
 constexpr int block_max_regs(int rows) noexcept {
   return std::clamp(kVectorRegistersOf<A> * 3 / 4 / rows, 1, static_cast<int>(kMaxPanelRegs));

@@ -50,9 +50,8 @@ SPRIG_ALWAYS_INLINE T narrow_store_value(T v, T bias, FusedActivation act) noexc
 }
 
 // W's rows are K apart (4 KiB at K = 1024 floats), so reading all m of them at one k puts m
-// lines in one L1 set: past the set's ways every k misses (m = 16 in one group took 3x the
-// time of m = 10). Forward therefore works in balanced groups of at most 8 rows, each group
-// reading X once. Backward does m x B multiply-adds twice per k, which hides the misses.
+// lines in one L1 set: past the set's ways every k misses (docs/design.md, "Narrow kernels").
+// Forward therefore works in balanced groups of at most 8 rows, each group reading X once. Backward does m x B multiply-adds twice per k, which hides the misses.
 inline constexpr std::int64_t kNarrowForwardGroup = 8;
 
 // Forward of output rows [0, M) over batch columns [j0, j1) (j0 a multiple of the register

@@ -129,9 +129,8 @@ struct ColumnBlocks {
 
   // For each row i of [r0, r1): bounds[i * (count + 1) + b] = offset (from the row's start) of
   // its first live weight in block b, for b = 0 .. count (the last is row_nnz); -1 at b = 0
-  // for a row not grouped by block. Branch-free passes over each row's columns: 50 us for
-  // 1024 rows of 410 at 16-bit indices, so a workspace keeps them per topology
-  // (KernelWorkspace::column_bounds).
+  // for a row not grouped by block. Branch-free passes over each row's columns: a pass over
+  // every live weight, so a workspace keeps them per topology (KernelWorkspace::column_bounds).
   template <class Index>
   void bounds(const Index* cols, std::span<const std::int64_t> starts, std::span<const std::int64_t> nnzs,
               std::int64_t r0, std::int64_t r1, std::int64_t* bounds) const noexcept {

@@ -42,8 +42,8 @@ namespace detail {
 // r-th register of the other row (a load in sddmm, a register in sddmm_dx's one pass). Two
 // chains, even and odd registers, added at the end: one chain is R dependent multiply-adds,
 // and in sddmm_dx, where each weight also feeds dX's accumulators, that latency bound the
-// pass (two chains made it ~18% faster; docs/design.md). sddmm and sddmm_dx share this order,
-// so they give the same bits.
+// pass (docs/design.md, "sddmm"). sddmm and sddmm_dx share this order, so they give the same
+// bits.
 template <int R, class B, class V>
 SPRIG_ALWAYS_INLINE B lane_dot(const B* u, V&& v) noexcept {
   B even = u[0] * v(0);
@@ -74,9 +74,9 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
   std::int64_t q = 0;
   for (; q + N <= n; q += N) {
     // The X rows of the next group, asked for ahead: wide tiles (R >= 4) ask for each one
-    // beside a slot's loads, N slots ahead (all N at once before the group was 8-12% slower);
-    // narrow tiles have too little work per slot to hide a test per slot, so they ask for the
-    // whole next group at once.
+    // beside a slot's loads, N slots ahead (all N at once before the group lost; docs/design.md,
+    // "sddmm"); narrow tiles have too little work per slot to hide a test per slot, so they ask
+    // for the whole next group at once.
     constexpr bool interleaved = R >= 4;
     if (!interleaved && q + 2 * N <= n)
       SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k)

@@ -6,8 +6,8 @@
 // Why (docs/design.md, "the one pass"): the two kernels each read one B-wide row from L2 per
 // live weight, sddmm an X row and the transposed spmm a dY row. Walking row c of W^T (the
 // weights of input c) keeps X[c,:] and the dX[c,:] accumulators in registers, so one dY row
-// load per weight serves both the gradient's dot and dX's multiply-add: ~10% faster than the
-// two kernels at density 0.1, B = 128. W's values are gathered through the transpose's
+// load per weight serves both the gradient's dot and dX's multiply-add, which makes it faster
+// than the two kernels (figures in docs/design.md). W's values are gathered through the transpose's
 // permutation as spmm_transposed does, and each weight's gradient is scattered to its slot.
 //
 // Where: the whole batch fits one register tile (B a multiple of the SIMD width N and
@@ -151,7 +151,7 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
                   sddmm_max_regs<T, A>())
             .count() == 1;
     // Each thread beyond the first adds a boundary column whose gradient cache lines two threads
-    // write; faster than the two kernels at 2 threads, not measured beyond, where the two
+    // write; it beats the two kernels at 2 threads and was not tried beyond, where the two
     // kernels run.
     bool few_threads = true;
 #  if SPRIG_HAS_OPENMP

@@ -59,7 +59,8 @@
 #endif
 // Before a loop over the registers of a tile (a compile-time trip count): unrolled completely
 // at every -O level, so the tile's accumulators stay in registers. GCC does that by itself at
-// -O3 only; at -O2 (CMake's RelWithDebInfo) the kernels ran up to 1.7x slower without it.
+// -O3 only, and at -O2 (CMake's RelWithDebInfo) the kernels lost much of their speed without
+// it (docs/design.md, "Measurements behind the code").
 #if defined(__GNUC__) || defined(__clang__)
 #  define SPRIG_UNROLL _Pragma("GCC unroll 64")
 #else

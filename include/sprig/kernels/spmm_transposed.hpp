@@ -2,9 +2,10 @@
 // transpose, reading W's current values through the transpose's slot permutation.
 //
 // Equal to spmm(cache.get(W), dY, dX) but faster: a separate value refresh is a pass of its
-// own, a gather over W's values in transposed order (about half as long as the spmm at
-// B = 32), which inside the spmm overlaps with the multiply-adds. With several batch panels the gather
-// would repeat per panel, so then the values are refreshed once and the plain spmm runs.
+// own, a gather over W's values in transposed order, which inside the spmm overlaps with the
+// multiply-adds (docs/design.md, "The transpose and spmm_transposed"). With several batch
+// panels the gather would repeat per panel, so then the values are refreshed once and the
+// plain spmm runs.
 #pragma once
 
 #include <type_traits>

@@ -365,8 +365,8 @@ private:
     // Per thread: the head copies (below), one triangle (dS) and two T-vectors, in whole
     // 64-byte lines (no false sharing). A copy's rows are T rounded up to a line, plus a line
     // when that is a multiple of 512 bytes: d_head rows at a stride of a large power of two
-    // share a few L1 sets (at the model's 4 KB stride of B*T = 1024 floats, read in place,
-    // the tiles ran 4-5x slower).
+    // share a few L1 sets (as at the model's 4 KB stride of B*T = 1024 floats, read in place;
+    // docs/design.md, "Measurements behind the code").
     constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
     head_stride_ = (T_len + line - 1) / line * line;
     if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;

@@ -62,8 +62,8 @@ struct SparseParameter {
   // Room for topology growth: reserves `fraction` of storage beyond storage_size() in the
   // weight's arrays, grad and every state array (state an optimizer creates later takes
   // grad's capacity). Rows that a topology update relocates then append in place instead of
-  // reallocating four arrays, which would hold old and new at once (1/8 took the peak resident
-  // memory of bench/train_step's 90%-sparse FFN from 46.4 to 40.0 MB).
+  // reallocating four arrays, which would hold old and new at once (1/8 lowers the peak
+  // resident memory of a DST step; docs/design.md, "Growth reserve").
   // Untouched, the reserve is address space only, but weight_bytes() and state_bytes() count
   // it (they count capacities). Call once the model is built (it reallocates: O(storage));
   // never shrinks. Throws ArgumentError unless 0 <= fraction <= 64.
