@@ -153,6 +153,25 @@ std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Co
   return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
 }
 
+// What a training step holds at least (examples/cli_checks.hpp), from the options alone: the
+// live weights with their gradients and AdamW's two moments; per layer the attention
+// probabilities kept for the backward pass (batch x heads x block(block+1)/2) and, of the
+// activations, the input, q, k, v, the attention output and the FFN's hidden layer; the
+// logits and their gradient.
+examples::MemoryEstimate step_memory(const Config& c, std::int64_t vocab) {
+  const double L = static_cast<double>(c.layers), d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff),
+               B = static_cast<double>(c.batch), Tn = static_cast<double>(c.block), H = static_cast<double>(c.heads),
+               V = static_cast<double>(vocab), f = sizeof(T);
+  const double live = L * (4 * d * d * (1 - c.attn_sparsity) + 2 * d * ff * (1 - c.ffn_sparsity)) + (2 * V + Tn) * d;
+  return {.options = "--layers " + std::to_string(c.layers) + " --heads " + std::to_string(c.heads) + " --d-model " +
+                     std::to_string(c.d_model) + " --d-ff " + std::to_string(c.d_ff) + " --batch " +
+                     std::to_string(c.batch) + " --block " + std::to_string(c.block),
+          .parts = {{"weights, gradients and AdamW state", 4 * f * live},
+                    {"attention probabilities", f * L * B * H * Tn * (Tn + 1) / 2},
+                    {"activations", f * L * B * Tn * (5 * d + ff)},
+                    {"logits and their gradient", 2 * f * B * Tn * V}}};
+}
+
 // Block... empty: unstructured sparse projections; one BlockSparseLinear type: in its blocks.
 template <class Index, class... Block>
 int run(Config cfg) {
@@ -175,6 +194,13 @@ int run(Config cfg) {
         throw sprig::ArgumentError("char_gpt: --prompt: character " + std::to_string(i) + " (byte " +
                                    std::to_string(static_cast<unsigned char>(cfg.prompt[i])) +
                                    ") does not occur in " + cfg.data + ", so the model has no token for it");
+
+  const std::size_t val_windows = val.size() - static_cast<std::size_t>(cfg.block);
+  if (static_cast<std::uint64_t>(cfg.eval_windows) > val_windows)
+    throw sprig::ArgumentError("char_gpt: --eval-windows " + std::to_string(cfg.eval_windows) + ": the validation split of " +
+                               cfg.data + " has " + std::to_string(val_windows) + " distinct windows of --block " +
+                               std::to_string(cfg.block));
+  examples::require_fits_in_memory("char_gpt", step_memory(cfg, text.vocab_size()));
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::models::GPTSpec spec;
@@ -239,7 +265,6 @@ int run(Config cfg) {
   sprig::TrainingProgress start{.seed = cfg.seed};
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {
-    if (state_file.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
     if (std::filesystem::exists(state_file)) {
       start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get());
       if (start.seed != cfg.seed)
@@ -371,8 +396,8 @@ int program(int argc, char** argv) {
   app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")->check(examples::positive())->capture_default_str();
   app.add_option("--alpha", cfg.alpha, "Initial drop fraction")->check(examples::in_range(0.0, 1.0))->capture_default_str();
   app.add_option("--steps", cfg.steps, "Training steps (default: the config's, 2000)")->check(examples::positive());
-  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's)")->check(examples::positive());
-  app.add_option("--block", cfg.block, "Block size (tokens per sequence)")->check(examples::positive())->capture_default_str();
+  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's; the step's memory must fit in RAM)")->check(examples::positive());
+  app.add_option("--block", cfg.block, "Block size (tokens per sequence; below the shorter split's length, and the step's memory must fit in RAM)")->check(examples::positive())->capture_default_str();
   app.add_option("--layers", cfg.layers, "Override the config's layers")->check(examples::positive());
   app.add_option("--heads", cfg.heads, "Override the config's heads")->check(examples::positive());
   app.add_option("--d-model", cfg.d_model, "Override the config's d_model")->check(examples::positive());
@@ -385,12 +410,14 @@ int program(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(examples::positive())->capture_default_str();
   app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->check(examples::non_negative())->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")->check(examples::non_negative())->capture_default_str();
+  app.add_option("--threads", cfg.threads, "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
+      ->check(examples::threads_range())
+      ->capture_default_str();
   app.add_option("--data", cfg.data, "The text file")->capture_default_str();
   app.add_option("--eval-every", cfg.eval_every, "Steps between validation evaluations (and at the end)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows")->check(examples::positive())->capture_default_str();
+  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows (at most the validation split's length - --block)")->check(examples::positive())->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the curve (step, train and validation loss, time, lr) to this CSV file");
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only at the end; a checkpoint is always written at the end)")
@@ -399,7 +426,7 @@ int program(int argc, char** argv) {
   app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
-  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end")->check(examples::non_negative())->capture_default_str();
+  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")->check(examples::in_range(0, 1e6))->capture_default_str();
   app.add_option("--temperature", cfg.temperature, "Sampling temperature (0 = greedy)")
       ->check(examples::non_negative())
       ->capture_default_str();

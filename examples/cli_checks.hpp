@@ -24,8 +24,12 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
+
+#include <sprig/core/error.hpp>
 
 namespace examples {
 
@@ -84,6 +88,56 @@ inline CLI::Validator in_range(double lo, double hi) {
 
 // Any finite number.
 inline CLI::Validator finite() { return detail::number_validator(-HUGE_VAL, false, HUGE_VAL, false, "(finite)"); }
+
+// The most OpenMP threads an example accepts: beyond it the threads' stacks and per-thread
+// scratch, not the work, decide whether the run starts at all (100000 crashed in the OpenMP
+// runtime); no CPU an example targets has more hardware threads.
+inline constexpr int kMaxThreads = 1024;
+
+// --threads: 0 (choose) to kMaxThreads.
+inline CLI::Validator threads_range() { return in_range(0.0, static_cast<double>(kMaxThreads)); }
+
+// Physical memory of this machine in bytes (0 where it cannot be read).
+inline double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// A quantity of bytes as people read it: 512 MB, 1.3 GB, 1280 GB.
+inline std::string show_bytes(double bytes) {
+  char buf[32];
+  if (bytes < 1e9)
+    std::snprintf(buf, sizeof buf, "%.0f MB", bytes / 1e6);
+  else if (bytes < 1e11)
+    std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f GB", bytes / 1e9);
+  return buf;
+}
+
+// What a run will hold at once, estimated from its options before anything is allocated: a
+// lower bound (the named parts only), so a refusal is never wrong.
+struct MemoryEstimate {
+  std::string options;                                  // the options that size it: "--batch 16 --block 4096"
+  std::vector<std::pair<std::string, double>> parts;    // {what, bytes}
+  double total() const {
+    double t = 0;
+    for (const auto& p : parts) t += p.second;
+    return t;
+  }
+};
+
+// Throws sprig::ArgumentError when the estimate exceeds this machine's physical memory (a run
+// that would page for days or die of std::bad_alloc part-way), naming the parts:
+//   "char_gpt: ... --batch 16 --block 20000 needs at least 217 GB (..., attention
+//    probabilities 205 GB, ...); this machine has 25.3 GB of memory"
+inline void require_fits_in_memory(const std::string& program, const MemoryEstimate& m, double available = physical_memory_bytes()) {
+  if (available <= 0 || m.total() <= available) return;
+  std::string parts;
+  for (const auto& [what, bytes] : m.parts) parts += (parts.empty() ? "" : ", ") + what + " " + show_bytes(bytes);
+  throw sprig::ArgumentError(program + ": " + m.options + " needs at least " + show_bytes(m.total()) + " (" + parts +
+                             "); this machine has " + show_bytes(available) + " of memory");
+}
 
 // Makes CLI11 report a bad option as "<program>: --lr: must be > 0, got -1" (its own format
 // lacks the program's name), with the hint to --help; the exit code stays CLI11's (non-zero).

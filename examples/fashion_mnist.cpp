@@ -42,12 +42,12 @@ int program(int argc, char** argv) {
   app.add_option("--sparsity", cfg.sparsity, "Fraction of zero weights in the hidden layers (0 = dense)")
       ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
-  app.add_option("--widths", cfg.widths, "Hidden layer widths")
+  app.add_option("--widths", cfg.widths, "Hidden layer widths (the step's memory must fit in RAM)")
       ->delimiter(',')
       ->check(examples::positive())
       ->capture_default_str();
   app.add_option("--epochs", cfg.epochs, "Training epochs")->check(examples::positive())->capture_default_str();
-  app.add_option("--batch", cfg.batch, "Mini-batch size")->check(examples::positive())->capture_default_str();
+  app.add_option("--batch", cfg.batch, "Mini-batch size (at most the 60000 training images)")->check(examples::positive())->capture_default_str();
   app.add_option("--optimizer", cfg.optimizer, "sgd (Nesterov momentum) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
@@ -60,8 +60,8 @@ int program(int argc, char** argv) {
       ->check(examples::in_range(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "Seed of weights and batch order")->check(examples::non_negative())->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
-      ->check(examples::non_negative())
+  app.add_option("--threads", cfg.threads, "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
+      ->check(examples::threads_range())
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the per-epoch curves to this CSV file");

@@ -35,6 +35,7 @@
 #include <variant>
 #include <vector>
 
+#include "cli_checks.hpp"
 #include "fashion_mnist_data.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
@@ -220,6 +221,27 @@ Evaluation evaluate(Model& model, const sprig::LabeledImages<T>& data, T mean, T
   return {loss / static_cast<double>(data.size()), static_cast<double>(correct) / static_cast<double>(data.size())};
 }
 
+// What a training step holds at least (examples/cli_checks.hpp), from the options alone: the
+// live weights with their gradients and one state vector each (SGD's momentum; AdamW has two),
+// and each layer's output and its gradient for the larger of the training batch and the
+// evaluation's chunks of 1000.
+inline examples::MemoryEstimate step_memory(const Config& c, std::int64_t inputs, std::int64_t classes) {
+  double live = 0, outputs = 0, in = static_cast<double>(inputs);
+  for (std::int64_t w : c.widths) {
+    live += in * static_cast<double>(w) * (1 - c.sparsity);
+    outputs += static_cast<double>(w);
+    in = static_cast<double>(w);
+  }
+  live += in * static_cast<double>(classes);
+  outputs += static_cast<double>(classes);
+  std::string widths;
+  for (std::int64_t w : c.widths) widths += (widths.empty() ? "" : ",") + std::to_string(w);
+  const double f = sizeof(T), columns = static_cast<double>(std::max<std::int64_t>(c.batch, 1000));
+  return {.options = "--widths " + widths + " --batch " + std::to_string(c.batch),
+          .parts = {{"weights, gradients and optimizer state", 3 * f * live},
+                    {"activations and their gradients", 2 * f * columns * outputs}}};
+}
+
 template <class Index, class... Block>
 int run(const Config& cfg) {
   constexpr bool blocks = sizeof...(Block) > 0;
@@ -250,6 +272,10 @@ int run(const Config& cfg) {
                                " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
   if (blocks && (cfg.constant_fan_in || cfg.compare_steps > 0))
     throw sprig::ArgumentError("fashion_mnist: --block does not take --constant-fan-in or --compare-steps yet");
+  if (cfg.batch > data.train.size())
+    throw sprig::ArgumentError("fashion_mnist: --batch " + std::to_string(cfg.batch) + " is larger than the " +
+                               std::to_string(data.train.size()) + " training images");
+  examples::require_fits_in_memory("fashion_mnist", step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
   auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
                                             shape);
   if constexpr (!blocks)
@@ -357,7 +383,6 @@ int run(const Config& cfg) {
   sprig::TrainingProgress start{.seed = cfg.seed};
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {
-    if (state_file.empty()) throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
     if (std::filesystem::exists(state_file)) {
       std::visit([&](auto& opt) { start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get()); },
                  optimizer);
