@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -338,3 +339,31 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   CHECK(layer.weight.weight.topology_key() == grouped);
   CHECK_THROWS_AS(layer.group_columns(0), ShapeError);
 }
+
+// The deprecated positional constructor (kept one minor version) builds the options form's layer.
+#if defined(__GNUC__)
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST_CASE("SparseLinear's deprecated positional constructor equals the options form", "[nn][sparse_linear]") {
+  const SparseLinear<float, std::int32_t> old_form(37, 23, 0.3, 7, 2, 0.5, 0.125);
+  const SparseLinear<float, std::int32_t> options_form(
+      37, 23, {.density = 0.3, .seed = 7, .layer_key = 2, .padding_ratio = 0.5, .growth_reserve = 0.125});
+  const auto& a = old_form.weight.weight;
+  const auto& b = options_form.weight.weight;
+  REQUIRE(a.nnz() == b.nnz());
+  REQUIRE(a.storage_size() == b.storage_size());
+  for (std::int64_t r = 0; r < a.rows(); ++r) {
+    REQUIRE(a.row_start(r) == b.row_start(r));
+    REQUIRE(a.row_nnz(r) == b.row_nnz(r));
+  }
+  CHECK(std::vector<std::int32_t>(a.col_indices().begin(), a.col_indices().end()) ==
+        std::vector<std::int32_t>(b.col_indices().begin(), b.col_indices().end()));
+  CHECK(std::vector<float>(a.values().begin(), a.values().end()) ==
+        std::vector<float>(b.values().begin(), b.values().end()));
+  CHECK(old_form.weight.grad.size() == options_form.weight.grad.size());
+  CHECK_THROWS_AS((SparseLinear<float, std::int32_t>(10, 10, 0.0, 1)), ArgumentError);
+}
+#if defined(__GNUC__)
+#  pragma GCC diagnostic pop
+#endif

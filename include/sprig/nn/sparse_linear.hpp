@@ -110,6 +110,18 @@ public:
     if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
   }
 
+  // The positional form that SparseLinearOptions replaced, kept [[deprecated]] for one minor
+  // version (the deprecation policy, CONTRIBUTING.md): the same layer as the options form.
+  [[deprecated("use SparseLinear(in, out, {.density = d, .seed = s, .layer_key = k}); removed in 0.2")]]
+  SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
+               double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0)
+      : SparseLinear(in, out,
+                     SparseLinearOptions{.density = density,
+                                         .seed = seed,
+                                         .layer_key = layer_key,
+                                         .padding_ratio = padding_ratio,
+                                         .growth_reserve = growth_reserve}) {}
+
   // A layer with the given weight (out x in = weight.rows() x weight.cols()) and zero bias, as
   // a checkpoint restores one. O(1) beyond the move. Throws ShapeError for an empty weight.
   explicit SparseLinear(PaddedCSR<T, Index> w) {
