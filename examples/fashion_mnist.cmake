@@ -63,6 +63,13 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                      "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
                      -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
     set_tests_properties(example:fashion_mnist_resume PROPERTIES LABELS example)
+    # The checkpoint at the end of each epoch is written with --checkpoint-every 0, and a killed
+    # save's temporaries are removed at the next save (only those).
+    add_test(NAME example:fashion_mnist_checkpoint_files
+             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_files_test
+                     "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--widths;64,64"
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/checkpoint_files.cmake)
+    set_tests_properties(example:fashion_mnist_checkpoint_files PROPERTIES LABELS example)
     # Data parallel under mpirun: 2 ranks train the model one process trains (to rounding),
     # and a 2-rank run killed and resumed from its checkpoint equals the straight 2-rank run.
     if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
