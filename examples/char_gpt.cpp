@@ -60,6 +60,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "run_settings.hpp"
 #include "stale_temporaries.hpp"
 #include "threads.hpp"
 
@@ -172,6 +173,41 @@ examples::MemoryEstimate step_memory(const Config& c, std::int64_t vocab) {
                     {"logits and their gradient", 2 * f * B * Tn * V}}};
 }
 
+// What defines the model and the run (examples/run_settings.hpp), saved in each checkpoint and
+// compared on --resume. Not settings, so free to change on resume: --threads, --eval-every,
+// --eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample,
+// --temperature, --prompt, --distributed.
+template <class Index>
+sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
+  sprig::RunSettings s;
+  examples::add_setting(s, "--layers", c.layers);
+  examples::add_setting(s, "--heads", c.heads);
+  examples::add_setting(s, "--d-model", c.d_model);
+  examples::add_setting(s, "--d-ff", c.d_ff);
+  examples::add_setting(s, "--block", c.block);
+  examples::add_setting(s, "--batch", c.batch);
+  examples::add_setting(s, "--steps", c.steps);  // the cosine's and the DST schedule's length
+  examples::add_setting(s, "--attn-sparsity", c.attn_sparsity);
+  examples::add_setting(s, "--ffn-sparsity", c.ffn_sparsity);
+  examples::add_setting(s, "--distribution", c.distribution);
+  examples::add_setting(s, "--weight-blocks", c.weight_blocks.empty() ? std::string("none") : c.weight_blocks);
+  examples::add_setting(s, "--index-bits", static_cast<int>(8 * sizeof(Index)));
+  examples::add_setting(s, "--precision", "fp32");
+  examples::add_setting(s, "--algorithm", c.algorithm);
+  examples::add_setting(s, "--delta-t", c.delta_t);
+  examples::add_setting(s, "--alpha", c.alpha);
+  examples::add_setting(s, "--bias-correction", c.bias_correction);
+  examples::add_setting(s, "--lr", c.lr);
+  examples::add_setting(s, "--min-lr", c.min_lr);
+  examples::add_setting(s, "--warmup", c.warmup);
+  examples::add_setting(s, "--weight-decay", c.weight_decay);
+  examples::add_setting(s, "--clip", c.clip);
+  examples::add_setting(s, "--seed", c.seed);
+  examples::add_setting(s, "--data", "a text of " + std::to_string(text.size()) + " characters, vocabulary " +
+                                         std::to_string(text.vocab_size()));
+  return s;
+}
+
 // Block... empty: unstructured sparse projections; one BlockSparseLinear type: in its blocks.
 template <class Index, class... Block>
 int run(Config cfg) {
@@ -201,6 +237,9 @@ int run(Config cfg) {
                                cfg.data + " has " + std::to_string(val_windows) + " distinct windows of --block " +
                                std::to_string(cfg.block));
   examples::require_fits_in_memory("char_gpt", step_memory(cfg, text.vocab_size()));
+  const sprig::RunSettings settings = run_settings<Index>(cfg, text);
+  if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
+    examples::check_resume_settings("char_gpt", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig", settings);
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::models::GPTSpec spec;
@@ -329,7 +368,7 @@ int run(Config cfg) {
                       static_cast<long long>(n), state_file.c_str());
       swept = true;
       sprig::dist::save_training_state(comm, state_file, model, opt, {.step = step + 1, .seed = cfg.seed},
-                                       algorithm.get());
+                                       algorithm.get(), settings);
     }
     if (cfg.stop_after_steps > 0 && step + 1 == cfg.stop_after_steps) {
       std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(step + 1));
@@ -423,7 +462,10 @@ int program(int argc, char** argv) {
   app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only at the end; a checkpoint is always written at the end)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
+  app.add_flag("--resume", cfg.resume,
+               "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
+               "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
+               "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --temperature, --prompt, --distributed");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
   app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")->check(examples::in_range(0, 1e6))->capture_default_str();

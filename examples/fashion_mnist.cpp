@@ -73,7 +73,10 @@ int program(int argc, char** argv) {
   app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only the one at the end of each epoch)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_flag("--resume", cfg.resume, "Continue from DIR/state.sprig of --checkpoint if it exists");
+  app.add_flag("--resume", cfg.resume,
+               "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
+               "must equal the checkpoint's (refused otherwise); these may change: --threads, --data-dir, --csv, "
+               "--checkpoint-every, --stop-after-steps, --distributed");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
   app.add_option("--distribution", cfg.distribution, "Layer densities from the global sparsity: uniform or erk")

@@ -40,6 +40,7 @@
 #include "kernel_label.hpp"
 #include "progress.hpp"
 #include "ranks.hpp"
+#include "run_settings.hpp"
 #include "stale_temporaries.hpp"
 #include "threads.hpp"
 
@@ -221,6 +222,45 @@ Evaluation evaluate(Model& model, const sprig::LabeledImages<T>& data, T mean, T
   return {loss / static_cast<double>(data.size()), static_cast<double>(correct) / static_cast<double>(data.size())};
 }
 
+// The learning rate and weight decay of the run: the options, or the optimizer's defaults.
+inline double resolved_lr(const Config& c) { return c.lr > 0.0 ? c.lr : (c.optimizer == "adamw" ? 4e-3 : 0.05); }
+inline double resolved_weight_decay(const Config& c) {
+  return c.weight_decay >= 0.0 ? c.weight_decay : (c.optimizer == "adamw" ? 1e-4 : 5e-5);
+}
+
+// What defines the model and the run (examples/run_settings.hpp), saved in each checkpoint and
+// compared on --resume. Not settings, so free to change on resume: --threads,
+// --data-dir, --csv, --checkpoint-every, --stop-after-steps, --distributed.
+template <class Index>
+sprig::RunSettings run_settings(const Config& c, std::int64_t train_images) {
+  sprig::RunSettings s;
+  std::string widths;
+  for (std::int64_t w : c.widths) widths += (widths.empty() ? "" : ",") + std::to_string(w);
+  examples::add_setting(s, "--widths", widths);
+  examples::add_setting(s, "--sparsity", c.sparsity);
+  examples::add_setting(s, "--initial-sparsity", c.initial_sparsity);
+  examples::add_setting(s, "--distribution", c.distribution);
+  examples::add_setting(s, "--block", c.block.empty() ? std::string("none") : c.block);
+  examples::add_setting(s, "--index-bits", static_cast<int>(8 * sizeof(Index)));
+  examples::add_setting(s, "--precision", "fp32");
+  examples::add_setting(s, "--algorithm", c.algorithm);
+  examples::add_setting(s, "--delta-t", c.delta_t);
+  examples::add_setting(s, "--alpha", c.alpha);
+  examples::add_setting(s, "--constant-fan-in", c.constant_fan_in);
+  examples::add_setting(s, "--optimizer", c.optimizer);
+  examples::add_setting(s, "--lr", resolved_lr(c));
+  examples::add_setting(s, "--weight-decay", resolved_weight_decay(c));
+  examples::add_setting(s, "--momentum", c.momentum);
+  examples::add_setting(s, "--bias-correction", c.bias_correction);
+  examples::add_setting(s, "--warmup-epochs", c.warmup_epochs);
+  examples::add_setting(s, "--batch", c.batch);
+  examples::add_setting(s, "--epochs", c.epochs);  // with --max-steps, the schedules' length
+  examples::add_setting(s, "--max-steps", c.max_steps);
+  examples::add_setting(s, "--seed", c.seed);
+  examples::add_setting(s, "--data-dir", std::to_string(train_images) + " training images");
+  return s;
+}
+
 // What a training step holds at least (examples/cli_checks.hpp), from the options alone: the
 // live weights with their gradients and one state vector each (SGD's momentum; AdamW has two),
 // and each layer's output and its gradient for the larger of the training batch and the
@@ -276,6 +316,9 @@ int run(const Config& cfg) {
     throw sprig::ArgumentError("fashion_mnist: --batch " + std::to_string(cfg.batch) + " is larger than the " +
                                std::to_string(data.train.size()) + " training images");
   examples::require_fits_in_memory("fashion_mnist", step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
+  const sprig::RunSettings settings = run_settings<Index>(cfg, data.train.size());
+  if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
+    examples::check_resume_settings("fashion_mnist", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig", settings);
   auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
                                             shape);
   if constexpr (!blocks)
@@ -310,8 +353,8 @@ int run(const Config& cfg) {
   // Default AdamW lr 4e-3, measured on 5 epochs (test accuracy, lr 1e-3 / 2e-3 / 4e-3):
   // 90% sparse 88.0 / 88.9 / 89.8%, dense 89.7 / 89.8 / 89.6%. A sparse layer has fewer
   // weights per output and needs larger per-weight steps; dense hardly cares.
-  const double lr = cfg.lr > 0.0 ? cfg.lr : (adamw ? 4e-3 : 0.05);
-  const double wd = cfg.weight_decay >= 0.0 ? cfg.weight_decay : (adamw ? 1e-4 : 5e-5);
+  const double lr = resolved_lr(cfg);
+  const double wd = resolved_weight_decay(cfg);
   const auto warmup = static_cast<std::int64_t>(cfg.warmup_epochs * static_cast<double>(steps_per_epoch));
   const sprig::CosineWarmupLR schedule(lr, std::min(warmup, total_steps - 1), total_steps);
   std::variant<sprig::AdamW<T>, sprig::SGD<T>> optimizer =
@@ -406,7 +449,7 @@ int run(const Config& cfg) {
                     state_file.c_str());
     swept = true;
     const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
-    std::visit([&](const auto& opt) { sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get()); },
+    std::visit([&](const auto& opt) { sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get(), settings); },
                optimizer);
   };
 

@@ -1,0 +1,85 @@
+// examples/run_settings.hpp — what defines an example's run (the model, the optimizer, the
+// schedule, the topology algorithm, the data), saved in every checkpoint and compared with the
+// options of a run that resumes from it, so that a resume never quietly trains another model
+// or reports options the checkpoint was not made with.
+//
+// Keys are the options' names ("--heads"); values are the options' values after the program
+// has resolved its defaults, written so that equal options give equal text (add_setting).
+// Options that may change on resume (how long, how many threads, evaluation, sampling, output
+// files) are not settings; each example lists them in its --help.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+
+#include <sprig/core/error.hpp>
+#include <sprig/io/checkpoint.hpp>
+
+namespace examples {
+
+// Adds the setting `key` with `value` as text: strings as they are, bools as true/false,
+// integers in decimal, doubles as %g with the fewest digits that read back as the same double.
+template <class V>
+void add_setting(sprig::RunSettings& s, const std::string& key, const V& value) {
+  if constexpr (std::is_same_v<V, bool>) {
+    s.emplace_back(key, value ? "true" : "false");
+  } else if constexpr (std::is_integral_v<V>) {
+    s.emplace_back(key, std::to_string(value));
+  } else if constexpr (std::is_floating_point_v<V>) {
+    // %g with the fewest digits that read back as the same double: 0.0001, 0.004, 1e-06
+    char buf[40];
+    const double v = static_cast<double>(value);
+    for (int digits = 1; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+    s.emplace_back(key, buf);
+  } else {
+    s.emplace_back(key, std::string(value));
+  }
+}
+
+// Refuses a resume whose settings differ from those stored in `checkpoint`: throws
+// sprig::ArgumentError naming the option and both values, e.g.
+//   "char_gpt: --resume: the checkpoint ck/state.sprig was made with --heads 4, this run has
+//    --heads 8; the options that define the model and the run cannot change on resume
+//    (--help lists those that can)"
+// A setting this run has and the checkpoint lacks, or the reverse, is refused the same way
+// (another version of the program wrote it). A checkpoint without any settings (written
+// before they were stored) is accepted with a warning on stderr: only the file's own checks
+// (shapes, optimizer, algorithm) apply to it. Reads only the settings section
+// (sprig::read_run_settings); throws its FormatError for a damaged file.
+inline void check_resume_settings(const std::string& program, const std::filesystem::path& checkpoint,
+                                  const sprig::RunSettings& current) {
+  const sprig::RunSettings saved = sprig::read_run_settings(checkpoint);
+  if (saved.empty()) {
+    std::fprintf(stderr,
+                 "%s: warning: %s records no run settings (an older checkpoint): the options that define the run "
+                 "are not checked against it\n",
+                 program.c_str(), checkpoint.c_str());
+    return;
+  }
+  const std::string head = program + ": --resume: the checkpoint " + checkpoint.string();
+  const std::string tail = "; the options that define the model and the run cannot change on resume (--help lists "
+                           "those that can)";
+  const auto find = [](const sprig::RunSettings& s, const std::string& key) -> const std::string* {
+    for (const auto& [k, v] : s)
+      if (k == key) return &v;
+    return nullptr;
+  };
+  for (const auto& [key, value] : current) {
+    const std::string* was = find(saved, key);
+    if (!was) throw sprig::ArgumentError(head + " records no " + key + " (this run has " + key + " " + value + ")" + tail);
+    if (*was != value)
+      throw sprig::ArgumentError(head + " was made with " + key + " " + *was + ", this run has " + key + " " + value + tail);
+  }
+  for (const auto& [key, value] : saved)
+    if (!find(current, key))
+      throw sprig::ArgumentError(head + " was made with " + key + " " + value + ", which this program does not know" + tail);
+}
+
+}  // namespace examples

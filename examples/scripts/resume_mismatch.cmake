@@ -1,0 +1,87 @@
+# A resume refuses every change to an option that defines the model or the run, naming the
+# option and both values, and accepts changes to the options --help lists as free
+# (EXE, base arguments ARGS, directory WORK; CHANGES: "option|new value|saved value[|new value
+# as shown]" items; new value FLAG: a flag given without a value, OTHER_TEXT: a text file the
+# script writes;
+# FREE: "option|value" items, each resumed from the same checkpoint and expected to run).
+# Exit 1 with "was made with <option> <saved>, this run has <option> <new>" on stderr, before
+# any training (no "step " line on stdout), and the checkpoint left as it was.
+# ARGS with `option` and its value left out (CLI11 refuses an option given twice).
+function(args_without option out_var)
+  set(result "")
+  set(skip FALSE)
+  foreach(a IN LISTS ARGS)
+    if(skip)
+      set(skip FALSE)
+    elseif(a STREQUAL option)
+      set(skip TRUE)
+    else()
+      list(APPEND result "${a}")
+    endif()
+  endforeach()
+  set(${out_var} "${result}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE "${WORK}")
+execute_process(COMMAND "${EXE}" ${ARGS} --checkpoint "${WORK}"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+if(NOT rc EQUAL 0 OR NOT EXISTS "${WORK}/state.sprig")
+  message(FATAL_ERROR "the first run should exit 0 and write ${WORK}/state.sprig; exit ${rc}:\n${out}\n${err}")
+endif()
+file(SHA256 "${WORK}/state.sprig" before)
+set(failures "")
+set(runs 0)
+foreach(change IN LISTS CHANGES)
+  string(REPLACE "|" ";" parts "${change}")
+  list(GET parts 0 option)
+  list(GET parts 1 new)
+  list(GET parts 2 saved)
+  set(shown "${new}")  # how the program shows the new value: the 4th field where it differs
+  list(LENGTH parts n)
+  if(n GREATER 3)
+    list(GET parts 3 shown)
+  endif()
+  set(value "${new}")
+  if(new STREQUAL "FLAG")  # a flag: given without a value, shown as true
+    set(value "")
+    set(shown "true")
+  endif()
+  if(new STREQUAL "OTHER_TEXT")  # another text file: 120 lines of one verse
+    string(REPEAT "to be or not to be\n" 120 text)
+    file(WRITE "${WORK}_other.txt" "${text}")
+    set(value "${WORK}_other.txt")
+  endif()
+  string(REGEX REPLACE "([][.*+?^$()|\\\\])" "\\\\\\1" saved_re "${saved}")
+  string(REGEX REPLACE "([][.*+?^$()|\\\\])" "\\\\\\1" new_re "${shown}")
+  set(expect "--resume: the checkpoint .* was made with ${option} ${saved_re}, this run has ${option} ${new_re};")
+  args_without(${option} args)
+  execute_process(COMMAND "${EXE}" ${args} --checkpoint "${WORK}" --resume ${option} ${value}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+  math(EXPR runs "${runs} + 1")
+  if(NOT rc STREQUAL "1" OR NOT err MATCHES "${expect}" OR out MATCHES "\nstep [0-9]")
+    string(APPEND failures "\n${option} ${value}: exit ${rc}, want 1 and '${expect}'\n  stdout: ${out}\n  stderr: ${err}")
+  endif()
+endforeach()
+file(SHA256 "${WORK}/state.sprig" after)
+if(NOT before STREQUAL after)
+  string(APPEND failures "\nthe refused resumes changed ${WORK}/state.sprig")
+endif()
+foreach(free IN LISTS FREE)
+  string(REPLACE "|" ";" parts "${free}")
+  list(GET parts 0 option)
+  list(GET parts 1 value)
+  set(dir "${WORK}_free${option}")
+  file(REMOVE_RECURSE "${dir}")
+  file(COPY "${WORK}/state.sprig" DESTINATION "${dir}")
+  args_without(${option} args)
+  execute_process(COMMAND "${EXE}" ${args} --checkpoint "${dir}" --resume ${option} ${value}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+  math(EXPR runs "${runs} + 1")
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "resumed from ")
+    string(APPEND failures "\n${option} ${value} (free to change): exit ${rc}, want 0 and a resume\n  stdout: ${out}\n  stderr: ${err}")
+  endif()
+endforeach()
+if(failures)
+  message(FATAL_ERROR "${runs} resumes; these did not behave:${failures}")
+endif()
+message(STATUS "${runs} resumes: each changed setting refused by name, each free option accepted")
