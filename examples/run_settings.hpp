@@ -44,7 +44,7 @@ void add_setting(sprig::RunSettings& s, const std::string& key, const V& value) 
 }
 
 // Refuses a resume whose settings differ from those stored in `checkpoint`: throws
-// sprig::ArgumentError naming the option and both values, e.g.
+// sprig::ArgumentError naming every option that differs with both values, e.g.
 //   "char_gpt: --resume: the checkpoint ck/state.sprig was made with --heads 4, this run has
 //    --heads 8; the options that define the model and the run cannot change on resume
 //    (--help lists those that can)"
@@ -71,12 +71,18 @@ inline void check_resume_settings(const std::string& program, const std::filesys
       if (k == key) return &v;
     return nullptr;
   };
+  std::string was, now, missing;
   for (const auto& [key, value] : current) {
-    const std::string* was = find(saved, key);
-    if (!was) throw sprig::ArgumentError(head + " records no " + key + " (this run has " + key + " " + value + ")" + tail);
-    if (*was != value)
-      throw sprig::ArgumentError(head + " was made with " + key + " " + *was + ", this run has " + key + " " + value + tail);
+    const std::string* saved_value = find(saved, key);
+    if (!saved_value)
+      missing += (missing.empty() ? "" : ", ") + key;
+    else if (*saved_value != value) {
+      was += (was.empty() ? "" : " ") + key + " " + *saved_value;
+      now += (now.empty() ? "" : " ") + key + " " + value;
+    }
   }
+  if (!was.empty()) throw sprig::ArgumentError(head + " was made with " + was + ", this run has " + now + tail);
+  if (!missing.empty()) throw sprig::ArgumentError(head + " records no " + missing + tail);
   for (const auto& [key, value] : saved)
     if (!find(current, key))
       throw sprig::ArgumentError(head + " was made with " + key + " " + value + ", which this program does not know" + tail);
