@@ -26,7 +26,7 @@
 // Every byte of a file is covered by exactly one CRC, so any single flipped bit (and any
 // burst of up to 32 bits) is detected; a random multi-bit corruption escapes with
 // probability 2^-32. The layout of each section's payload is defined by its user
-// (io/checkpoint.hpp).
+// (io/padded_csr_file.hpp; training-state files: docs/checkpoint_format.md).
 //
 // CRC-32 is the IEEE 802.3 / zlib / PNG polynomial (reflected 0xEDB88320, initial and final
 // xor 0xFFFFFFFF; crc32("123456789") = 0xCBF43926), computed here by slicing-by-8 so that
