@@ -69,6 +69,10 @@
 
 namespace sprig {
 
+// TrainingProgress (the loop's position: step, epoch, batch, seed) and RunSettings (what
+// defined the run: ordered key/value pairs and their rules) are declared in
+// io/checkpoint_sections.hpp, beside the sections that store them.
+
 // ---- training state ---------------------------------------------------------------------
 
 // The bytes of a training-state file (docs/checkpoint_format.md). `algorithm` may be null
