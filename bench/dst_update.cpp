@@ -110,18 +110,18 @@ int main(int argc, char** argv) {
     step();
     // SET's phases, one call each as SET::update makes them for this layer
     auto& param = layer.weight;
-    const auto k = static_cast<std::int64_t>(schedule.drop_fraction(100) * static_cast<double>(param.weight.nnz()));
+    const auto k = static_cast<std::int64_t>(schedule.drop_fraction(100) * static_cast<double>(param.matrix.nnz()));
     t = Clock::now();
-    const sprig::dst::DropSet drop = sprig::dst::select_drop(param.weight, k);
+    const sprig::dst::DropSet drop = sprig::dst::select_drop(param.matrix, k);
     drop_ms.push_back(ms_since(t));
     sprig::CounterRng grow_rng(7, 0, static_cast<std::uint64_t>(r));
     t = Clock::now();
-    std::vector<std::int64_t> grow = sprig::dst::random_free_linear_positions(param.weight, drop, k, grow_rng);
+    std::vector<std::int64_t> grow = sprig::dst::random_free_linear_positions(param.matrix, drop, k, grow_rng);
     grow_ms.push_back(ms_since(t));
     t = Clock::now();
     sprig::SlotLog log;
     log.set_sink(sprig::dst::SET<T, Index>::kLogChunk, [&param](const sprig::SlotLog& chunk) { param.apply(chunk); });
-    sprig::dst::apply_drop_grow_at(param.weight, drop, std::move(grow), log);
+    sprig::dst::apply_drop_grow_at(param.matrix, drop, std::move(grow), log);
     log.flush();
     apply_ms.push_back(ms_since(t));
     step();
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   }
   std::printf("layer %lld x %lld, density %.3f (nnz %lld), batch %lld, %d thread(s), drop fraction %.3f\n",
               static_cast<long long>(rows), static_cast<long long>(cols), density,
-              static_cast<long long>(layer.weight.weight.nnz()), static_cast<long long>(batch), threads,
+              static_cast<long long>(layer.weight.matrix.nnz()), static_cast<long long>(batch), threads,
               schedule.drop_fraction(100));
   const double s = median(step_ms);
   std::printf("training step (fwd + bwd incl. dX + SGD): median %.2f ms [%.2f - %.2f]\n", s,
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
               *std::max_element(rigl_ms.begin(), rigl_ms.end()), median(rigl_ms) / s, median(rigl_ms) / s / 100);
   std::printf("constant fan-in (%lld per row): SET update median %.2f ms [%.2f - %.2f] = %.2fx SET, RigL update "
               "median %.2f ms [%.2f - %.2f] = %.2fx RigL = %.2f training steps\n",
-              static_cast<long long>(fan_in_layer.weight.weight.row_nnz(0)), median(set_cfi_ms),
+              static_cast<long long>(fan_in_layer.weight.matrix.row_nnz(0)), median(set_cfi_ms),
               *std::min_element(set_cfi_ms.begin(), set_cfi_ms.end()),
               *std::max_element(set_cfi_ms.begin(), set_cfi_ms.end()), median(set_cfi_ms) / median(set_ms),
               median(rigl_cfi_ms), *std::min_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()),

@@ -465,7 +465,7 @@ private:
               if constexpr (std::is_same_v<L, sprig::Linear<T>>)
                 return static_cast<double>(layer.in_features() * layer.out_features());
               else
-                return static_cast<double>(layer.weight.weight.nnz());
+                return static_cast<double>(layer.weight.matrix.nnz());
             },
             proj(l, static_cast<sprig::GPTProjection>(j)));
         r.flops[fwd[j]] += 2 * live * n;

@@ -445,10 +445,10 @@ ProfileResult profile_run(Run& run, int steps) {
             const auto act = m.fuses_next_relu(k) ? sprig::FusedActivation::relu : sprig::FusedActivation::none;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
               timed(fwd_spmm, k, [&] {
-                sprig::spmm(l.weight.weight, in, y, ws[k], sprig::RowEpilogue<T>{l.bias.value, act});
+                sprig::spmm(l.weight.matrix, in, y, ws[k], sprig::RowEpilogue<T>{l.bias.value, act});
               });
               if (it == 0) {
-                const double f = 2.0 * static_cast<double>(l.weight.weight.nnz() * B);
+                const double f = 2.0 * static_cast<double>(l.weight.matrix.nnz() * B);
                 r.flops[fwd_spmm][k] = r.flops[wgrad_sddmm][k] = r.flops[dx_spmm][k] = f;
                 r.flops[wgrad_dx_fused][k] = 2 * f;
                 r.what[k] = "sparse " + std::to_string(out) + "x" + std::to_string(in.rows()) + " d=" +
@@ -525,7 +525,7 @@ ProfileResult profile_run(Run& run, int steps) {
           [&](auto& l) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
-              auto& W = l.weight.weight;
+              auto& W = l.weight.matrix;
               if (k > 0 && sprig::detail::sddmm_dx_one_pass(W, B, ws[k], wst[k])) {  // as SparseLinear::backward
                 timed(wgrad_dx_fused, k, [&] {
                   sprig::sddmm_dx(W, l.transpose_cache(), dy, x, std::span<T>(l.weight.grad), dx_view, ws[k], wst[k],
@@ -679,7 +679,7 @@ int run_single(const Options& o) {
         [&](auto& l) {
           using L = std::decay_t<decltype(l)>;
           if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
-            const auto& W = l.weight.weight;
+            const auto& W = l.weight.matrix;
             std::fprintf(stderr,
                          "layer %zu sparse %lldx%lld nnz %lld storage %lld: weight %.2f MB, grad+state %.2f MB, "
                          "transpose %.2f MB, workspaces %.2f MB\n",
@@ -691,7 +691,7 @@ int run_single(const Options& o) {
                           l.transpose_cache().memory_bytes()) / 1048576.0);
             layer_total += l.memory_bytes();
           } else if constexpr (requires { l.weight.entry_count(); }) {  // block-sparse
-            const auto& W = l.weight.weight;
+            const auto& W = l.weight.matrix;
             std::fprintf(stderr, "layer %zu block %dx%d %lldx%lld blocks %lld: weight %.2f MB, grad+state %.2f MB\n", k,
                          L::kBlockRows, L::kBlockCols, static_cast<long long>(W.rows()),
                          static_cast<long long>(W.cols()), static_cast<long long>(W.nnz_blocks()),

@@ -24,7 +24,7 @@ protected:
   // k positions not kept, ascending: the k largest ||dY_r|| ||X_c|| (ties: the smaller position).
   std::vector<std::int64_t> grow_linear_positions(const typename Base::LayerRef& layer, const dst::DropSet& dropped,
                                                   std::int64_t k, sprig::CounterRng&) override {
-    const auto& W = layer.layer->weight.weight;
+    const auto& W = layer.layer->weight.matrix;
     std::vector<T> out_norm(W.rows()), in_norm(W.cols());
     for (std::int64_t r = 0; r < W.rows(); ++r) out_norm[r] = norm(layer.output_grad.row(r), layer.output_grad.cols());
     for (std::int64_t c = 0; c < W.cols(); ++c) in_norm[c] = norm(layer.input.row(c), layer.input.cols());

@@ -521,9 +521,9 @@ int run(const Config& cfg) {
     std::printf("weights as held at the end of training: %lld bytes; compacting\n",
                 static_cast<long long>(model.weight_bytes()));
     model.for_each_parameter([](auto& p) {
-      if constexpr (requires { p.weight.compact(); }) {
+      if constexpr (requires { p.matrix.compact(); }) {
         sprig::SlotLog log;
-        p.weight.compact(&log);
+        p.matrix.compact(&log);
         p.apply(log);
       }
     });

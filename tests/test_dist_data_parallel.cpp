@@ -87,11 +87,11 @@ double max_weight_difference(M& a, M& b) {
   using T = typename M::value_type;
   std::vector<std::span<const T>> va, vb;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.values(); }) va.push_back(p.weight.values());
+    if constexpr (requires { p.matrix.values(); }) va.push_back(p.matrix.values());
     else va.push_back(std::span<const T>(p.value));
   });
   b.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.values(); }) vb.push_back(p.weight.values());
+    if constexpr (requires { p.matrix.values(); }) vb.push_back(p.matrix.values());
     else vb.push_back(std::span<const T>(p.value));
   });
   REQUIRE(va.size() == vb.size());
@@ -111,8 +111,8 @@ std::vector<std::vector<std::pair<std::int64_t, T>>> live_entries(Model<T>& m) {
   std::vector<std::vector<std::pair<std::int64_t, T>>> out;
   m.for_each_parameter([&](auto& p) {
     auto& e = out.emplace_back();
-    if constexpr (requires { p.weight.values(); }) {
-      p.weight.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { e.emplace_back(i * p.weight.cols() + c, v); });
+    if constexpr (requires { p.matrix.values(); }) {
+      p.matrix.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { e.emplace_back(i * p.matrix.cols() + c, v); });
       std::sort(e.begin(), e.end());
     } else {
       for (std::size_t k = 0; k < p.value.size(); ++k) e.emplace_back(static_cast<std::int64_t>(k), p.value[k]);
@@ -127,8 +127,8 @@ template <class M>
 std::int64_t trained_values(M& m) {
   std::int64_t n = 0;
   m.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.pattern(); }) n += p.weight.pattern().nnz() * p.kBlockSize;
-    else if constexpr (requires { p.weight.values(); }) n += p.weight.nnz();
+    if constexpr (requires { p.matrix.pattern(); }) n += p.matrix.pattern().nnz() * p.kBlockSize;
+    else if constexpr (requires { p.matrix.values(); }) n += p.matrix.nnz();
     else n += static_cast<std::int64_t>(p.value.size());
   });
   return n;
@@ -237,17 +237,17 @@ TEST_CASE("topology_hash follows the slot layout, not the values", "[dist]") {
   CHECK(topology_hash(a) == topology_hash(b));
   CHECK(topology_hash(a) != topology_hash(c));
   auto& W = a.sparse_layers()[1].layer->weight;
-  W.weight.values()[0] += 1.0;  // a value is not topology
+  W.matrix.values()[0] += 1.0;  // a value is not topology
   CHECK(topology_hash(a) == topology_hash(b));
   // one weight moved from its column to a free one in the same row
   std::int64_t row = 0;
-  while (W.weight.row_nnz(row) == 0) ++row;
-  const std::int64_t col = W.weight.row(row).cols[0];
+  while (W.matrix.row_nnz(row) == 0) ++row;
+  const std::int64_t col = W.matrix.row(row).cols[0];
   std::int64_t free_col = 0;
-  while (W.weight.find(row, free_col) >= 0) ++free_col;
+  while (W.matrix.find(row, free_col) >= 0) ++free_col;
   SlotLog log;
-  REQUIRE(W.weight.erase(row, col, &log));
-  W.weight.insert_new(row, free_col, 0.5, &log);
+  REQUIRE(W.matrix.erase(row, col, &log));
+  W.matrix.insert_new(row, free_col, 0.5, &log);
   W.apply(log);
   CHECK(topology_hash(a) != topology_hash(b));
 }
@@ -301,9 +301,9 @@ TEST_CASE("a rank whose topology differs is detected on every rank", "[dist]") {
     if (comm.rank() == comm.size() - 1) {
       auto& W = m.sparse_layers()[0].layer->weight;
       std::int64_t row = 0;
-      while (W.weight.row_nnz(row) == 0) ++row;
+      while (W.matrix.row_nnz(row) == 0) ++row;
       SlotLog log;
-      REQUIRE(W.weight.erase(row, W.weight.row(row).cols[0], &log));
+      REQUIRE(W.matrix.erase(row, W.matrix.row(row).cols[0], &log));
       W.apply(log);
     }
     if (comm.size() > 1)

@@ -63,7 +63,7 @@ Topology topology_of(Model& m) {
   Topology t;
   for (auto& ref : m.sparse_layers()) {
     std::set<std::int64_t> p;
-    const auto& W = ref.layer->weight.weight;
+    const auto& W = ref.layer->weight.matrix;
     W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t) { p.insert(i * W.cols() + c); });
     t.positions.push_back(std::move(p));
   }
@@ -79,7 +79,7 @@ Topology train(Algo& algo, std::uint64_t seed, std::int64_t steps, std::int64_t*
   SoftmaxCrossEntropy<double> loss;
   const Data data = make_data(64, 99);
   std::vector<std::int64_t> live0;
-  for (auto& ref : model.sparse_layers()) live0.push_back(ref.layer->weight.weight.nnz());
+  for (auto& ref : model.sparse_layers()) live0.push_back(ref.layer->weight.matrix.nnz());
   const std::int64_t total0 = std::accumulate(live0.begin(), live0.end(), std::int64_t{0});
   for (std::int64_t t = 0; t < steps; ++t) {
     const auto Z = model.forward(data.X.view());
@@ -93,14 +93,14 @@ Topology train(Algo& algo, std::uint64_t seed, std::int64_t steps, std::int64_t*
       std::size_t l = 0;
       for (auto& ref : model.sparse_layers()) {
         auto& p = ref.layer->weight;
-        p.weight.check_invariants();
+        p.matrix.check_invariants();
         p.check_aligned("test");
         // padding and dead slots carry zero state
         if (!p.state.empty())  // RigL at step 0 updates before the optimizer ever ran
-          for (std::int64_t s = 0; s < p.weight.storage_size(); ++s)
-            if (p.weight.col_indices()[s] < 0) REQUIRE(p.state.at(0)[s] == 0.0);
-        if (algo.name() != "snfs") REQUIRE(p.weight.nnz() == live0[l]);
-        total += p.weight.nnz();
+          for (std::int64_t s = 0; s < p.matrix.storage_size(); ++s)
+            if (p.matrix.col_indices()[s] < 0) REQUIRE(p.state.at(0)[s] == 0.0);
+        if (algo.name() != "snfs") REQUIRE(p.matrix.nnz() == live0[l]);
+        total += p.matrix.nnz();
         ++l;
       }
       REQUIRE(total == total0);
@@ -173,7 +173,7 @@ TEST_CASE("topology updates are deterministic for a seed and any thread count", 
 TEST_CASE("RigL grows exactly at planted large-gradient positions", "[dst][rigl]") {
   // One layer 6 x 8; input X = I (8 x 8) so dL/dW = dY X^T = dY: plant large values in dY.
   SparseLinear<double, std::int32_t> layer(8, 6, {.density = 0.25, .seed = 3, .layer_key = 0, .padding_ratio = 0.0});
-  auto& W = layer.weight.weight;
+  auto& W = layer.weight.matrix;
   const std::int64_t live = W.nnz();
   Matrix<double> X(8, 8), dY(6, 8);
   for (int i = 0; i < 8; ++i) X(i, i) = 1.0;
@@ -297,7 +297,7 @@ public:
 protected:
   std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                   CounterRng& rng) override {
-    const auto& W = layer.layer->weight.weight;
+    const auto& W = layer.layer->weight.matrix;
     const std::int64_t total = W.rows() * W.cols();
     asked = k;
     if (fault == Fault::regrow_dropped) return dropped.positions;
@@ -341,16 +341,16 @@ struct LayerSnapshot {
 LayerSnapshot snapshot(const SparseLinear<double, std::int32_t>& layer) {
   const auto& p = layer.weight;
   LayerSnapshot s;
-  s.values.assign(p.weight.values().begin(), p.weight.values().end());
-  s.col_indices.assign(p.weight.col_indices().begin(), p.weight.col_indices().end());
+  s.values.assign(p.matrix.values().begin(), p.matrix.values().end());
+  s.col_indices.assign(p.matrix.col_indices().begin(), p.matrix.col_indices().end());
   s.grad.assign(p.grad.begin(), p.grad.end());
   for (const auto& st : p.state) s.state.emplace_back(st.begin(), st.end());
-  for (std::int64_t i = 0; i < p.weight.rows(); ++i) {
-    s.row_start.push_back(p.weight.row_start(i));
-    s.row_nnz.push_back(p.weight.row_nnz(i));
+  for (std::int64_t i = 0; i < p.matrix.rows(); ++i) {
+    s.row_start.push_back(p.matrix.row_start(i));
+    s.row_nnz.push_back(p.matrix.row_nnz(i));
   }
   s.bias.assign(layer.bias.value.data(), layer.bias.value.data() + layer.bias.value.size());
-  s.nnz = p.weight.nnz();
+  s.nnz = p.matrix.nnz();
   return s;
 }
 
@@ -423,7 +423,7 @@ TEST_CASE("a grow rule's positions are validated in every build type before the 
     const std::vector<SparseLayerRef<double, std::int32_t>> refs{{0, 0, &layer, {}, {}}};
     const UpdateReport r = algo.update(refs, 0);
     CHECK(r.layers[0].stats.dropped + r.layers[0].stats.regrown == 30);
-    CHECK(layer.weight.weight.nnz() == 60);
+    CHECK(layer.weight.matrix.nnz() == 60);
     CHECK_FALSE(snapshot(layer) == before);
   }
 }
@@ -438,7 +438,7 @@ TEST_CASE("malformed grow counts are rejected before any layer changes", "[dst][
     }
     std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                     CounterRng& rng) override {
-      return random_free_linear_positions(layer.layer->weight.weight, dropped, k, rng);
+      return random_free_linear_positions(layer.layer->weight.matrix, dropped, k, rng);
     }
   };
   UpdateSchedule s;

@@ -87,7 +87,7 @@ struct BlockImage {
 template <class T, class Index>
 std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>> blocks_of(const Block44<T, Index>& layer) {
   std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>> out;
-  const auto& W = layer.weight.weight;
+  const auto& W = layer.weight.matrix;
   W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T* b) {
     BlockImage<T> img;
     img.values.assign(b, b + 16);
@@ -128,7 +128,7 @@ std::set<std::pair<std::int64_t, std::int64_t>> smallest_norms(
 // The weight as a dense matrix (for the backward oracle).
 template <class T, class Index>
 Matrix<double> dense(const Block44<T, Index>& layer) {
-  const Matrix<T> d = layer.weight.weight.to_dense();
+  const Matrix<T> d = layer.weight.matrix.to_dense();
   Matrix<double> out(d.rows(), d.cols());
   for (std::int64_t i = 0; i < d.rows(); ++i)
     for (std::int64_t j = 0; j < d.cols(); ++j) out(i, j) = d(i, j);
@@ -179,7 +179,7 @@ TEMPLATE_TEST_CASE("SET on block layers drops the smallest block norms and grows
     std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
     for (auto* l : layers) {
       before.push_back(blocks_of(*l));
-      const auto k = static_cast<std::int64_t>(std::floor(f * static_cast<double>(l->weight.weight.nnz_blocks())));
+      const auto k = static_cast<std::int64_t>(std::floor(f * static_cast<double>(l->weight.matrix.nnz_blocks())));
       REQUIRE(k > 0);
       dropped.push_back(smallest_norms(before.back(), k));
     }
@@ -188,7 +188,7 @@ TEMPLATE_TEST_CASE("SET on block layers drops the smallest block norms and grows
     for (std::size_t l = 0; l < layers.size(); ++l) {
       INFO("step " << t << ", block layer " << l);
       auto& layer = *layers[l];
-      layer.weight.weight.check_invariants();
+      layer.weight.matrix.check_invariants();
       layer.weight.check_aligned("test");
       const auto after = blocks_of(layer);
       REQUIRE(std::ssize(after) == std::ssize(before[l]));  // the live block count is preserved
@@ -256,7 +256,7 @@ TEST_CASE("RigL on a block layer grows the blocks of largest sum of |dL/dW|", "[
   dst::apply_step(rigl, opt, model, 5);
   for (std::size_t l = 0; l < 2; ++l) {
     INFO("block layer " << l);
-    layers[l]->weight.weight.check_invariants();
+    layers[l]->weight.matrix.check_invariants();
     const auto after = blocks_of(*layers[l]);
     REQUIRE(after.size() == before[l].size());
     // grown: live after, not kept; candidates: every grid position not kept
@@ -296,11 +296,11 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
     rigl.set_excluded_layers({1});
     train(model, opt, rigl, 1, 3);
     const auto layers = block_layers(model);
-    const auto kept = layers[1]->weight.weight.pattern().col_indices();
+    const auto kept = layers[1]->weight.matrix.pattern().col_indices();
     const std::vector<Index> cols_before(kept.begin(), kept.end());
     const auto first_before = blocks_of(*layers[0]);
     train(model, opt, rigl, 3, 4);  // step 3 updates
-    const auto kept_after = layers[1]->weight.weight.pattern().col_indices();
+    const auto kept_after = layers[1]->weight.matrix.pattern().col_indices();
     CHECK(std::vector<Index>(kept_after.begin(), kept_after.end()) == cols_before);
     std::set<std::pair<std::int64_t, std::int64_t>> a, b;
     for (const auto& [pos, img] : first_before) a.insert(pos);

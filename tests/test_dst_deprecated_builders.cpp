@@ -27,12 +27,12 @@ std::vector<std::vector<double>> parameters_of(const Model& model) {
     if constexpr (requires { p.value; }) {
       v.assign(p.value.begin(), p.value.end());
     } else {
-      const auto values = p.weight.values();
+      const auto values = p.matrix.values();
       v.assign(values.begin(), values.end());
-      if constexpr (requires { p.weight.col_indices(); }) {
-        for (auto c : p.weight.col_indices()) v.push_back(static_cast<double>(c));
+      if constexpr (requires { p.matrix.col_indices(); }) {
+        for (auto c : p.matrix.col_indices()) v.push_back(static_cast<double>(c));
       } else {
-        for (auto c : p.weight.pattern().col_indices()) v.push_back(static_cast<double>(c));
+        for (auto c : p.matrix.pattern().col_indices()) v.push_back(static_cast<double>(c));
       }
     }
     out.push_back(std::move(v));

@@ -91,7 +91,7 @@ using Entries = std::vector<std::vector<std::vector<std::pair<std::int64_t, std:
 Entries entries_of(Model& m) {
   Entries e;
   for (const Ref& ref : m.sparse_layers()) {
-    const auto& W = ref.layer->weight.weight;
+    const auto& W = ref.layer->weight.matrix;
     auto& rows = e.emplace_back();
     for (std::int64_t i = 0; i < W.rows(); ++i) {
       auto& r = rows.emplace_back();
@@ -121,14 +121,14 @@ std::int64_t train(Algo& algo, Model& model, SGD<double>& opt, const Data& data,
     std::size_t l = 0;
     for (const Ref& ref : model.sparse_layers()) {
       auto& p = ref.layer->weight;
-      p.weight.check_invariants();
+      p.matrix.check_invariants();
       p.check_aligned("test");
       INFO("step " << t << " layer " << l);
-      REQUIRE(row_counts(p.weight) == std::vector<std::int64_t>(static_cast<std::size_t>(p.weight.rows()), fan_in[l]));
+      REQUIRE(row_counts(p.matrix) == std::vector<std::int64_t>(static_cast<std::size_t>(p.matrix.rows()), fan_in[l]));
       const auto per_row = static_cast<std::int64_t>(std::floor(report.drop_fraction * static_cast<double>(fan_in[l])));
       const auto& st = report.layers[l].stats;
-      CHECK(st.dropped + st.regrown == per_row * p.weight.rows());
-      CHECK(st.grown + st.regrown == per_row * p.weight.rows());
+      CHECK(st.dropped + st.regrown == per_row * p.matrix.rows());
+      CHECK(st.grown + st.regrown == per_row * p.matrix.rows());
       CHECK(report.layers[l].live_after == report.layers[l].live_before);
       ++l;
     }
@@ -169,7 +169,7 @@ std::vector<std::int64_t> fan_ins(const Config& c) {
 
 TEST_CASE("constant_fan_in_linear draws exactly n per row, deterministically", "[dst][fan_in]") {
   const Layer a = constant_fan_in_linear<double, std::int32_t>(50, 7, {.density = 0.1, .seed = 3, .layer_key = 1});
-  const auto& W = a.weight.weight;
+  const auto& W = a.weight.matrix;
   W.check_invariants();
   CHECK(row_counts(W) == std::vector<std::int64_t>(7, 5));
   // Kaiming-uniform for fan-in 5 (init.hpp), the bound SparseLinear uses for its mean fan-in
@@ -182,7 +182,7 @@ TEST_CASE("constant_fan_in_linear draws exactly n per row, deterministically", "
   const Layer c = constant_fan_in_linear<double, std::int32_t>(50, 7, {.density = 0.1, .seed = 4, .layer_key = 1});
   auto positions = [](const Layer& l) {
     std::set<std::int64_t> p;
-    l.weight.weight.for_each_live([&](std::int64_t i, std::int64_t col, double, std::int64_t) { p.insert(i * 50 + col); });
+    l.weight.matrix.for_each_live([&](std::int64_t i, std::int64_t col, double, std::int64_t) { p.insert(i * 50 + col); });
     return p;
   };
   CHECK(positions(a) == positions(b));
@@ -199,13 +199,13 @@ TEST_CASE("redraw_constant_fan_in equalizes every sparse layer of a model", "[ds
   m.add(Layer(20, 10, {.density = 0.3, .seed = 1, .layer_key = 1}));
   m.sparse_layers()[1].layer->weight.decay = false;
   const auto before = m.sparse_layers();
-  const std::int64_t nnz0 = before[0].layer->weight.weight.nnz(), nnz1 = before[1].layer->weight.weight.nnz();
-  REQUIRE(row_counts(before[0].layer->weight.weight) != std::vector<std::int64_t>(20, nnz0 / 20));  // uneven rows
+  const std::int64_t nnz0 = before[0].layer->weight.matrix.nnz(), nnz1 = before[1].layer->weight.matrix.nnz();
+  REQUIRE(row_counts(before[0].layer->weight.matrix) != std::vector<std::int64_t>(20, nnz0 / 20));  // uneven rows
   redraw_constant_fan_in(m, 5);
   const auto after = m.sparse_layers();
-  CHECK(row_counts(after[0].layer->weight.weight) == std::vector<std::int64_t>(20, std::llround(nnz0 / 20.0)));
-  CHECK(row_counts(after[1].layer->weight.weight) == std::vector<std::int64_t>(10, std::llround(nnz1 / 10.0)));
-  CHECK(after[0].layer->weight.weight.padding_ratio() == 0.25);
+  CHECK(row_counts(after[0].layer->weight.matrix) == std::vector<std::int64_t>(20, std::llround(nnz0 / 20.0)));
+  CHECK(row_counts(after[1].layer->weight.matrix) == std::vector<std::int64_t>(10, std::llround(nnz1 / 10.0)));
+  CHECK(after[0].layer->weight.matrix.padding_ratio() == 0.25);
   CHECK(after[1].layer->weight.decay == false);
   after[0].layer->weight.check_aligned("test");
   CHECK_THROWS_AS(redraw_constant_fan_in(m, 5, -1.0), ArgumentError);
@@ -254,7 +254,7 @@ TEST_CASE("full rows stay full and one-live rows move their weight", "[dst][fan_
     set.constant_fan_in = rigl.constant_fan_in = true;
     if (rule == 0) train(set, model, opt, data, 0, 10, {12});
     else train(rigl, model, opt, data, 0, 10, {12});
-    CHECK(model.sparse_layers()[0].layer->weight.weight.nnz() == 96);
+    CHECK(model.sparse_layers()[0].layer->weight.matrix.nnz() == 96);
   }
   // one live weight per row, f = 1 at t = 0: every row drops its weight and grows one
   const std::vector<Shape> shapes{{40, 30, 1.0 / 40}};
@@ -282,7 +282,7 @@ TEST_CASE("RigL with constant fan-in drops and grows the per-row oracle's positi
     const std::int64_t n = 1 + static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(in)));
     const std::int64_t batch = 1 + static_cast<std::int64_t>(rng.uniform_below(6));
     Layer layer(constant_fan_in_weight_for_test(in, out, n, seed));
-    auto& W = layer.weight.weight;
+    auto& W = layer.weight.matrix;
     W.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) {
       // a few exact magnitude ties among the weights, to exercise the column tie-break
       W.values()[s] = rng.uniform_below(4) == 0 ? 0.5 : rng.uniform(-1, 1);
@@ -343,7 +343,7 @@ TEST_CASE("the per-row gradient top-k streams blocks like the whole-layer one", 
   // block_rows from 1 to all rows give the same positions, equal to a naive per-row sort;
   // rows of very different scales (a row's cut far below or above the previous row's) too
   const Layer layer(constant_fan_in_weight_for_test(17, 9, 5, 4));
-  const auto& W = layer.weight.weight;
+  const auto& W = layer.weight.matrix;
   const DropSet drop = select_drop_per_row(W, 2);
   CounterRng rng(6);
   std::vector<double> G(9 * 17);
@@ -383,7 +383,7 @@ TEST_CASE("the per-row gradient top-k streams blocks like the whole-layer one", 
 TEST_CASE("the per-row drop takes each row's smallest magnitudes", "[dst][fan_in]") {
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
     const Layer layer(constant_fan_in_weight_for_test(23, 11, 9, seed));
-    auto W = layer.weight.weight;
+    auto W = layer.weight.matrix;
     CounterRng rng(seed);
     W.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) {
       W.values()[s] = rng.uniform_below(3) == 0 ? -0.25 : rng.uniform(-1, 1);  // ties at 0.25
@@ -408,7 +408,7 @@ TEST_CASE("the per-row drop takes each row's smallest magnitudes", "[dst][fan_in
     CHECK(flags == per_row * 11);
   }
   const Layer layer(constant_fan_in_weight_for_test(23, 11, 9, 0));
-  CHECK_THROWS_WITH(select_drop_per_row(layer.weight.weight, 10),
+  CHECK_THROWS_WITH(select_drop_per_row(layer.weight.matrix, 10),
                     Catch::Matchers::Contains("row 0 holds 9 live weights, fewer than the 10"));
 }
 
@@ -420,7 +420,7 @@ TEST_CASE("SET with constant fan-in draws uniformly among a row's free columns",
   for (const Case cs : {Case{5, 2}, Case{15, 3}}) {
     INFO("n " << cs.n << " per_row " << cs.per_row);
     const Layer layer(constant_fan_in_weight_for_test(20, 1, cs.n, 9));
-    const auto& W = layer.weight.weight;
+    const auto& W = layer.weight.matrix;
     const DropSet drop = select_drop_per_row(W, cs.per_row);
     std::set<std::int64_t> kept;
     W.for_each_live([&](std::int64_t, std::int64_t c, double, std::int64_t) {
@@ -512,11 +512,11 @@ TEST_CASE("constant fan-in errors: uneven rows, SNFS, rules without per-row supp
     bool supports_constant_fan_in() const override { return supports; }
     std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                     CounterRng& rng) override {
-      return random_free_linear_positions(layer.layer->weight.weight, dropped, k, rng);
+      return random_free_linear_positions(layer.layer->weight.matrix, dropped, k, rng);
     }
     std::vector<std::int64_t> grow_linear_positions_per_row(const LayerRef& layer, const DropSet& dropped,
                                                             std::int64_t per_row, CounterRng& rng) override {
-      const auto& W = layer.layer->weight.weight;
+      const auto& W = layer.layer->weight.matrix;
       auto v = random_free_linear_positions_per_row(W, dropped, per_row, rng);
       if (misplace) {
         // row 0's first position goes to a free column of row 1 that row 1 did not draw
@@ -549,7 +549,7 @@ TEST_CASE("constant fan-in errors: uneven rows, SNFS, rules without per-row supp
     CHECK(topology(model) == before);
     rule.misplace = false;
     CHECK_NOTHROW(rule.update(model.sparse_layers(), 0));
-    CHECK(row_counts(model.sparse_layers()[0].layer->weight.weight) == std::vector<std::int64_t>(40, 6));
+    CHECK(row_counts(model.sparse_layers()[0].layer->weight.matrix) == std::vector<std::int64_t>(40, 6));
   }
 }
 

@@ -83,8 +83,8 @@ TEMPLATE_TEST_CASE("build_gpt uniform: every attention matrix at 1 - attn_sparsi
   std::vector<T> a, b;
   auto collect = [](std::vector<T>& out) {
     return [&out](const auto& p) {
-      if constexpr (requires { p.weight.values(); })
-        out.insert(out.end(), p.weight.values().begin(), p.weight.values().end());
+      if constexpr (requires { p.matrix.values(); })
+        out.insert(out.end(), p.matrix.values().begin(), p.matrix.values().end());
       else
         out.insert(out.end(), p.value.begin(), p.value.end());
     };
@@ -200,7 +200,7 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
   std::vector<TopologyKey> keys;
   for (const auto& r : model.sparse_layers()) {
     live.push_back(r.layer->weight.live_count());
-    keys.push_back(r.layer->weight.weight.topology_key());
+    keys.push_back(r.layer->weight.matrix.topology_key());
   }
   std::vector<std::int32_t> tokens;
   std::vector<int> labels;
@@ -224,7 +224,7 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
   for (std::size_t k = 0; k < refs.size(); ++k) {
     INFO("sparse layer " << k);
     CHECK(refs[k].layer->weight.live_count() == live[k]);
-    CHECK_FALSE(refs[k].layer->weight.weight.topology_key() == keys[k]);
+    CHECK_FALSE(refs[k].layer->weight.matrix.topology_key() == keys[k]);
   }
   // after the updates the gradient of every sparse weight is still the loss's
   const auto Z = model.forward(tokens, 2, 8);
@@ -235,9 +235,9 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
     auto& p = r.layer->weight;
     std::vector<double> analytic(p.grad.begin(), p.grad.end());
     std::vector<std::size_t> slots;
-    p.weight.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { slots.push_back(std::size_t(s)); });
+    p.matrix.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { slots.push_back(std::size_t(s)); });
     std::vector<std::size_t> which;
     for (std::size_t q : sprig_test::some_indices(slots.size(), 8)) which.push_back(slots[q]);
-    sprig_test::check_gradient(loss, p.weight.values(), analytic, which);
+    sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
   }
 }

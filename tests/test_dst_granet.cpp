@@ -74,19 +74,19 @@ TEST_CASE("GraNet: every layer's live count follows the cubic schedule exactly a
         const double s = cubic(0.5, l == 0 ? 0.9 : 0.95, p);
         const auto want = static_cast<std::int64_t>(std::llround((1.0 - s) * static_cast<double>(sizes[l])));
         INFO("step " << t << " layer " << l << " target sparsity " << s);
-        CHECK(layers[l].layer->weight.weight.nnz() == want);
+        CHECK(layers[l].layer->weight.matrix.nnz() == want);
         CHECK(r.layers[l].live_after == want);
         if (!regrow) CHECK(r.layers[l].stats.grown == 0);
         grown += r.layers[l].stats.grown;
-        layers[l].layer->weight.weight.check_invariants();
+        layers[l].layer->weight.matrix.check_invariants();
         layers[l].layer->weight.check_aligned("test");
       }
     }
     CHECK(updates == 11);
     CHECK((grown > 0) == regrow);  // regrowth by gradient between the prunes
     const auto layers = run.model.sparse_layers();
-    CHECK(layers[0].layer->weight.weight.nnz() == std::llround(0.1 * 480));
-    CHECK(layers[1].layer->weight.weight.nnz() == std::llround(0.05 * 1200));
+    CHECK(layers[0].layer->weight.matrix.nnz() == std::llround(0.1 * 480));
+    CHECK(layers[1].layer->weight.matrix.nnz() == std::llround(0.05 * 1200));
   }
 }
 
@@ -97,7 +97,7 @@ TEST_CASE("gmp keeps exactly the largest magnitudes, with their values", "[dst][
   dst::Static<float, std::int32_t> frozen(sched, 1);  // trains without changing the topology
   for (std::int64_t t = 0; t < 20; ++t) run.step(frozen, t);
   auto layers = run.model.sparse_layers();
-  const auto& W = layers[0].layer->weight.weight;
+  const auto& W = layers[0].layer->weight.matrix;
   REQUIRE(W.nnz() == 240);
   const PaddedCSR<float, std::int32_t> before = W;
   std::vector<float> magnitudes;
@@ -120,14 +120,14 @@ TEST_CASE("GraNet compacts pruned storage", "[dst][granet]") {
   Run run(0.5);
   const dst::UpdateSchedule sched{.delta_t = 5, .t_begin = 0, .t_end = 40, .alpha = 0.3};
   dst::GraNet<float, std::int32_t> algo(sched, 2, {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.95, 0.95}});
-  const std::int64_t start_storage = run.model.sparse_layers()[1].layer->weight.weight.storage_size();
+  const std::int64_t start_storage = run.model.sparse_layers()[1].layer->weight.matrix.storage_size();
   bool compacted = false;
   for (std::int64_t t = 0; t <= 40; ++t) {
     const auto r = run.step(algo, t);
     for (const auto& l : r.layers) compacted = compacted || l.compacted;
   }
   CHECK(compacted);
-  const auto& W = run.model.sparse_layers()[1].layer->weight.weight;
+  const auto& W = run.model.sparse_layers()[1].layer->weight.matrix;
   std::int64_t tight = 0;
   for (std::int64_t i = 0; i < W.rows(); ++i) tight += PaddedCSR<float, std::int32_t>::capacity_for(W.row_nnz(i), W.padding_ratio());
   CHECK(static_cast<double>(W.storage_size()) <= 1.2 * static_cast<double>(tight));
@@ -144,9 +144,9 @@ TEST_CASE("GraNet rejects bad sparsities and a model layer it has no sparsity fo
   CHECK_THROWS_AS(G(sched, 1, {.initial_sparsity = {0.5}, .final_sparsity = {std::nan("")}}), ArgumentError);
   Run run(0.5);
   G one(sched, 1, {.initial_sparsity = {0.5}, .final_sparsity = {0.9}});
-  const auto before = run.model.sparse_layers()[0].layer->weight.weight.nnz();
+  const auto before = run.model.sparse_layers()[0].layer->weight.matrix.nnz();
   CHECK_THROWS_WITH(run.step(one, 0), Catch::Contains("sparse layer 1 has no sparsity (1 were given)"));
-  CHECK(run.model.sparse_layers()[0].layer->weight.weight.nnz() == before);  // nothing changed
+  CHECK(run.model.sparse_layers()[0].layer->weight.matrix.nnz() == before);  // nothing changed
   one.set_excluded_layers({1});  // with layer 1 excluded, one list entry is enough
   CHECK_NOTHROW(run.step(one, 0));
 }

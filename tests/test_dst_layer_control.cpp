@@ -69,13 +69,13 @@ std::vector<std::vector<std::uint32_t>> training_image(Model& model) {
   auto bits = [](float v) { return std::bit_cast<std::uint32_t>(v); };
   model.for_each_parameter([&](const auto& p) {
     std::vector<std::uint32_t> out;
-    if constexpr (requires { p.weight; }) {
-      for (std::int64_t i = 0; i < p.weight.rows(); ++i) {
+    if constexpr (requires { p.matrix; }) {
+      for (std::int64_t i = 0; i < p.matrix.rows(); ++i) {
         out.push_back(0xFFFFFFFFu);  // row separator
-        for (std::int64_t q = 0; q < p.weight.row_nnz(i); ++q) {
-          const auto s = static_cast<std::size_t>(p.weight.row_start(i) + q);
-          out.push_back(static_cast<std::uint32_t>(p.weight.col_indices()[s]));
-          out.push_back(bits(p.weight.values()[s]));
+        for (std::int64_t q = 0; q < p.matrix.row_nnz(i); ++q) {
+          const auto s = static_cast<std::size_t>(p.matrix.row_start(i) + q);
+          out.push_back(static_cast<std::uint32_t>(p.matrix.col_indices()[s]));
+          out.push_back(bits(p.matrix.values()[s]));
           for (const auto& st : p.state)
             if (!st.empty()) out.push_back(bits(st[s]));
         }
@@ -106,19 +106,19 @@ TEST_CASE("an excluded layer keeps its mask bit for bit while the others change"
     CHECK(algo->excluded(1));
     CHECK_FALSE(algo->excluded(0));
     const auto layers0 = model.sparse_layers();
-    const auto before1 = positions(layers0[1].layer->weight.weight);
-    const auto before0 = positions(layers0[0].layer->weight.weight);
-    const auto before2 = positions(layers0[2].layer->weight.weight);
-    const std::int64_t active_live = layers0[0].layer->weight.weight.nnz() + layers0[2].layer->weight.weight.nnz();
+    const auto before1 = positions(layers0[1].layer->weight.matrix);
+    const auto before0 = positions(layers0[0].layer->weight.matrix);
+    const auto before2 = positions(layers0[2].layer->weight.matrix);
+    const std::int64_t active_live = layers0[0].layer->weight.matrix.nnz() + layers0[2].layer->weight.matrix.nnz();
     dst::UpdateReport r;
     train(model, opt, *algo, 0, 46, &r);  // the last update is at step 45
     REQUIRE(r.step == 45);
     const auto layers = model.sparse_layers();
-    CHECK(positions(layers[1].layer->weight.weight) == before1);
-    CHECK(positions(layers[0].layer->weight.weight) != before0);
-    CHECK(positions(layers[2].layer->weight.weight) != before2);
+    CHECK(positions(layers[1].layer->weight.matrix) == before1);
+    CHECK(positions(layers[0].layer->weight.matrix) != before0);
+    CHECK(positions(layers[2].layer->weight.matrix) != before2);
     // the total over the layers that take part is preserved (SNFS moves weights between them)
-    CHECK(layers[0].layer->weight.weight.nnz() + layers[2].layer->weight.weight.nnz() == active_live);
+    CHECK(layers[0].layer->weight.matrix.nnz() + layers[2].layer->weight.matrix.nnz() == active_live);
     // a report names every layer, the excluded one unchanged
     REQUIRE(r.layers.size() == 3);
     CHECK(r.layers[1].live_before == r.layers[1].live_after);
@@ -138,9 +138,9 @@ TEST_CASE("exclusions are validated", "[dst][exclude]") {
   rigl.set_excluded_layers({7});
   Model model = make_model();
   AdamW<float> opt;
-  const auto before = positions(model.sparse_layers()[0].layer->weight.weight);
+  const auto before = positions(model.sparse_layers()[0].layer->weight.matrix);
   CHECK_THROWS_WITH(train(model, opt, rigl, 0, 1), Catch::Contains("excludes sparse layer 7 but the model has 3"));
-  CHECK(positions(model.sparse_layers()[0].layer->weight.weight) == before);
+  CHECK(positions(model.sparse_layers()[0].layer->weight.matrix) == before);
 }
 
 TEST_CASE("checkpoints carry constant_fan_in, exclusions and the algorithm's configuration", "[dst][exclude][checkpoint]") {
@@ -169,7 +169,7 @@ TEST_CASE("checkpoints carry constant_fan_in, exclusions and the algorithm's con
   // layout (the loaded matrices are tight where the saved rows had relocated)
   CHECK(training_image(model) == training_image(resumed));
   CHECK(opt.step_count() == opt2.step_count());
-  CHECK(model.sparse_layers()[2].layer->weight.weight.nnz() == 240);  // excluded: never pruned
+  CHECK(model.sparse_layers()[2].layer->weight.matrix.nnz() == 240);  // excluded: never pruned
 
   // another configuration is rejected
   Model other = make_model(0.5);

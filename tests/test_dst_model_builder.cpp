@@ -15,8 +15,8 @@ TEST_CASE("build_mlp: uniform sparsity on the hidden layers, dense output", "[ds
   REQUIRE(model.size() == 5);  // sparse, relu, sparse, relu, dense
   const auto sparse = model.sparse_layers();
   REQUIRE(sparse.size() == 2);
-  CHECK(sparse[0].layer->weight.weight.nnz() == live_count(784 * 300, 0.9));
-  CHECK(sparse[1].layer->weight.weight.nnz() == live_count(300 * 100, 0.9));
+  CHECK(sparse[0].layer->weight.matrix.nnz() == live_count(784 * 300, 0.9));
+  CHECK(sparse[1].layer->weight.matrix.nnz() == live_count(300 * 100, 0.9));
   CHECK(std::holds_alternative<Linear<float>>(model.layer(4)));
   CHECK(std::holds_alternative<ReLU<float>>(model.layer(1)));
 }
@@ -34,7 +34,7 @@ TEST_CASE("build_mlp: ERK over every layer follows RigL's oracle", "[dst][builde
   CHECK(std::holds_alternative<Linear<double>>(model.layer(4)));
   CHECK(std::holds_alternative<GELU<double>>(model.layer(1)));
   // the global live count: (1 - S) of all parameters, up to per-layer rounding
-  const double live = static_cast<double>(sparse[0].layer->weight.weight.nnz() + sparse[1].layer->weight.weight.nnz() + 1000);
+  const double live = static_cast<double>(sparse[0].layer->weight.matrix.nnz() + sparse[1].layer->weight.matrix.nnz() + 1000);
   CHECK(live == Approx(0.1 * (784 * 300 + 300 * 100 + 1000)).margin(2.0));
 }
 
@@ -43,7 +43,7 @@ TEST_CASE("build_mlp: growth_reserve reserves room in every sparse layer, none b
   auto plain = build_mlp<float, std::int32_t>(spec);
   for (const auto& ref : plain.sparse_layers()) {
     const auto& p = ref.layer->weight;
-    CHECK(p.weight.storage_capacity() == p.weight.storage_size());
+    CHECK(p.matrix.storage_capacity() == p.matrix.storage_size());
   }
   spec.growth_reserve = 0.25;
   auto reserved = build_mlp<float, std::int32_t>(spec);
@@ -51,8 +51,8 @@ TEST_CASE("build_mlp: growth_reserve reserves room in every sparse layer, none b
   REQUIRE(refs.size() == 2);
   for (const auto& ref : refs) {
     const auto& p = ref.layer->weight;
-    const std::int64_t n = p.weight.storage_size();
-    CHECK(p.weight.storage_capacity() == n + n / 4);
+    const std::int64_t n = p.matrix.storage_size();
+    CHECK(p.matrix.storage_capacity() == n + n / 4);
     CHECK(std::int64_t(p.grad.capacity()) == n + n / 4);
     CHECK(std::ssize(p.grad) == n);
   }
@@ -102,8 +102,8 @@ TEST_CASE("build_mlp: explicit per-layer sparsities, 0 for a dense layer, ERK ov
       {.widths = {784, 300, 300, 100, 10}, .seed = 1, .layer_sparsities = {erk[0], 0.0, erk[1]}});
   const auto layers = m.sparse_layers();
   REQUIRE(layers.size() == 2);
-  CHECK(layers[0].layer->weight.weight.nnz() == dst::live_count(784 * 300, erk[0]));
-  CHECK(layers[1].layer->weight.weight.nnz() == dst::live_count(300 * 100, erk[1]));
+  CHECK(layers[0].layer->weight.matrix.nnz() == dst::live_count(784 * 300, erk[0]));
+  CHECK(layers[1].layer->weight.matrix.nnz() == dst::live_count(300 * 100, erk[1]));
   CHECK(layers[1].position == 4);  // sparse, relu, linear (dense), relu, sparse
   CHECK(std::holds_alternative<Linear<float>>(m.layer(2)));
   const MLPSpec two{.widths = {784, 300, 100, 10}, .layer_sparsities = {0.5, 0.8}};
@@ -125,14 +125,14 @@ TEST_CASE("build_block_mlp: block layers at the block densities, ERK over the bl
   REQUIRE(l2);
   CHECK(std::holds_alternative<Linear<float>>(model.layer(4)));
   // round((1 - 0.9) * block grid): 75 x 196 and 25 x 75 blocks (1 - 0.9 is just below 0.1)
-  CHECK(l0->weight.weight.nnz_blocks() == 1470);
-  CHECK(l2->weight.weight.nnz_blocks() == std::llround((1.0 - 0.9) * 1875.0));
-  CHECK(l2->weight.weight.nnz_blocks() == 187);
+  CHECK(l0->weight.matrix.nnz_blocks() == 1470);
+  CHECK(l2->weight.matrix.nnz_blocks() == std::llround((1.0 - 0.9) * 1875.0));
+  CHECK(l2->weight.matrix.nnz_blocks() == 187);
   const auto refs = model.sparse_layers();  // the block layers, through their grid stand-ins
   REQUIRE(refs.size() == 2);
   CHECK(refs[0].blocks == l0);
   CHECK(refs[1].blocks == l2);
-  CHECK(refs[1].layer->weight.weight.nnz() == 187);
+  CHECK(refs[1].layer->weight.matrix.nnz() == 187);
   // ERK over the grids: erk_sparsities of the grid shapes (out / R, in / C)
   MLPSpec erk = spec;
   erk.distribution = Distribution::erk;
@@ -144,7 +144,7 @@ TEST_CASE("build_block_mlp: block layers at the block densities, ERK over the bl
     std::visit(
         [&](const auto& layer) {
           if constexpr (requires { layer.weight.entry_count(); }) {
-            const auto& W = layer.weight.weight;
+            const auto& W = layer.weight.matrix;
             CHECK(W.nnz_blocks() == std::llround((1.0 - want[k]) * double(W.block_rows() * W.block_cols())));
             ++k;
           }

@@ -117,7 +117,7 @@ TEST_CASE("Training state with block-sparse layers: resume equals the straight r
   for (std::size_t l : {std::size_t{0}, std::size_t{2}}) {
     const auto& a = std::get<BlockSparseLinear<float, std::int32_t, 4, 4>>(straight.layer(l));
     const auto& b = std::get<BlockSparseLinear<float, std::int32_t, 4, 4>>(resumed.layer(l));
-    require_same(a.weight.weight, b.weight.weight);
+    require_same(a.weight.matrix, b.weight.matrix);
     REQUIRE(a.weight.state.size() == b.weight.state.size());
   }
 
@@ -126,10 +126,10 @@ TEST_CASE("Training state with block-sparse layers: resume equals the straight r
   models::MLPSpec s81 = spec;
   Other other = models::build_block_mlp<float, std::int32_t, 8, 1>(s81);
   AdamW<float> opt_o({.lr = 0.01});
-  const auto before = std::get<BlockSparseLinear<float, std::int32_t, 8, 1>>(other.layer(0)).weight.weight.to_dense();
+  const auto before = std::get<BlockSparseLinear<float, std::int32_t, 8, 1>>(other.layer(0)).weight.matrix.to_dense();
   REQUIRE_THROWS_WITH(decode_training_state(std::span<const std::byte>(bytes), "mem", other, opt_o),
                       Catch::Contains("block shape mismatch"));
-  const auto after = std::get<BlockSparseLinear<float, std::int32_t, 8, 1>>(other.layer(0)).weight.weight.to_dense();
+  const auto after = std::get<BlockSparseLinear<float, std::int32_t, 8, 1>>(other.layer(0)).weight.matrix.to_dense();
   for (std::int64_t i = 0; i < before.rows(); ++i)
     for (std::int64_t j = 0; j < before.cols(); ++j) REQUIRE(before(i, j) == after(i, j));
   // an unstructured model of the same widths is another model

@@ -360,26 +360,26 @@ void require_same_state(Sequential<T, Index>& a, const Opt& oa, Sequential<T, In
   std::vector<SparseParameter<T, Index>*> sa, sb;
   std::vector<DenseParameter<T>*> da, db;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight; }) sa.push_back(&p); else da.push_back(&p);
+    if constexpr (requires { p.matrix; }) sa.push_back(&p); else da.push_back(&p);
   });
   b.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight; }) sb.push_back(&p); else db.push_back(&p);
+    if constexpr (requires { p.matrix; }) sb.push_back(&p); else db.push_back(&p);
   });
   REQUIRE(sa.size() == sb.size());
   REQUIRE(da.size() == db.size());
   for (std::size_t k = 0; k < sa.size(); ++k) {
     const auto &pa = *sa[k], &pb = *sb[k];
-    pa.weight.check_invariants();
-    pb.weight.check_invariants();
-    require_same_entries(pa.weight, pb.weight);
+    pa.matrix.check_invariants();
+    pb.matrix.check_invariants();
+    require_same_entries(pa.matrix, pb.matrix);
     REQUIRE(pa.decay == pb.decay);
     REQUIRE(pa.state.size() == pb.state.size());
     for (std::size_t q = 0; q < pa.state.size(); ++q) {
       REQUIRE(pa.state[q].empty() == pb.state[q].empty());
       if (pa.state[q].empty()) continue;
-      for (std::int64_t i = 0; i < pa.weight.rows(); ++i)
-        for (std::int64_t e = 0; e < pa.weight.row_nnz(i); ++e)
-          REQUIRE(same_bits(pa.state[q][pa.weight.row_start(i) + e], pb.state[q][pb.weight.row_start(i) + e]));
+      for (std::int64_t i = 0; i < pa.matrix.rows(); ++i)
+        for (std::int64_t e = 0; e < pa.matrix.row_nnz(i); ++e)
+          REQUIRE(same_bits(pa.state[q][pa.matrix.row_start(i) + e], pb.state[q][pb.matrix.row_start(i) + e]));
     }
   }
   for (std::size_t k = 0; k < da.size(); ++k) {
@@ -423,10 +423,10 @@ bool check_resume(const Opt& opt0, const Algo& algo0, std::int64_t steps, std::i
   {
     std::vector<std::vector<std::int64_t>> a, b;
     first.for_each_parameter([&](auto& p) {
-      if constexpr (requires { p.weight; }) a.emplace_back(p.weight.row_starts().begin(), p.weight.row_starts().end());
+      if constexpr (requires { p.matrix; }) a.emplace_back(p.matrix.row_starts().begin(), p.matrix.row_starts().end());
     });
     second.for_each_parameter([&](auto& p) {
-      if constexpr (requires { p.weight; }) b.emplace_back(p.weight.row_starts().begin(), p.weight.row_starts().end());
+      if constexpr (requires { p.matrix; }) b.emplace_back(p.matrix.row_starts().begin(), p.matrix.row_starts().end());
     });
     relaid = a != b;
   }
@@ -491,9 +491,9 @@ struct Snapshot {
   template <class M, class O, class A>
   Snapshot(M& model, const O& opt, const A& algo) : bytes(encode_training_state(model, opt, TrainingProgress{}, &algo)) {
     model.for_each_parameter([&](auto& p) {
-      if constexpr (requires { p.weight; }) {
-        layouts.emplace_back(p.weight.row_starts().begin(), p.weight.row_starts().end());
-        layouts.emplace_back(1, static_cast<std::int64_t>(p.weight.topology_version()));
+      if constexpr (requires { p.matrix; }) {
+        layouts.emplace_back(p.matrix.row_starts().begin(), p.matrix.row_starts().end());
+        layouts.emplace_back(1, static_cast<std::int64_t>(p.matrix.topology_version()));
         layouts.emplace_back(1, static_cast<std::int64_t>(p.grad.size()));
       }
     });
@@ -561,8 +561,8 @@ TEST_CASE("training state: checksummed garbage inside sections is a FormatError,
       dst::RigL<float, std::int32_t> a2({.delta_t = 2, .t_begin = 0, .t_end = 8, .alpha = 0.3}, 8);
       decode_training_state(bad, "g.sprig", t2, o2, &a2);
       t2.for_each_parameter([](auto& p) {
-        if constexpr (requires { p.weight; }) {
-          p.weight.check_invariants();
+        if constexpr (requires { p.matrix; }) {
+          p.matrix.check_invariants();
           p.check_aligned("test");
         }
       });
@@ -803,7 +803,7 @@ TEST_CASE("training state: AdamW's bias-correction policy is saved, checked, and
   const TrainingProgress progress = train(model, opt, algo, {.seed = 2}, 7);
   const std::vector<std::byte> bytes = encode_training_state(model, opt, progress, &algo);
   model.for_each_parameter([](const auto& p) {  // the per-slot counts are part of the state
-    if constexpr (requires { p.weight; }) CHECK(p.state.size() == 3);
+    if constexpr (requires { p.matrix; }) CHECK(p.state.size() == 3);
   });
   {
     auto m = mlp<float, std::int32_t>(1, 12);
@@ -842,7 +842,7 @@ TEST_CASE("training state: AdamW's bias-correction policy is saved, checked, and
     CHECK(o.step_count() == legacy_steps);
     train(m, o, a, pr, 10);  // continues, through a topology update at step 8
     m.for_each_parameter([&](const auto& p) {
-      if constexpr (requires { p.weight; })
+      if constexpr (requires { p.matrix; })
         CHECK(p.state.size() == (policy == AdamWBiasCorrection::per_slot ? 3u : 2u));
     });
   }

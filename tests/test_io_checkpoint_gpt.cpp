@@ -92,13 +92,13 @@ Bits parameter_bits(const GPT<T, I>& model) {
   model.for_each_parameter([&](const auto& p) {
     std::vector<std::uint32_t> v;
     std::vector<std::vector<std::uint32_t>> st(p.state.size());
-    if constexpr (requires { p.weight.storage_size(); }) {
-      for (std::int64_t r = 0; r < p.weight.rows(); ++r) {
+    if constexpr (requires { p.matrix.storage_size(); }) {
+      for (std::int64_t r = 0; r < p.matrix.rows(); ++r) {
         v.push_back(0xFFFFFFFFu);  // row separator: equal bits mean equal rows, not just equal concatenations
-        for (std::int64_t s = p.weight.row_start(r); s < p.weight.row_start(r) + p.weight.row_nnz(r); ++s) {
+        for (std::int64_t s = p.matrix.row_start(r); s < p.matrix.row_start(r) + p.matrix.row_nnz(r); ++s) {
           const auto slot = static_cast<std::size_t>(s);
-          v.push_back(static_cast<std::uint32_t>(p.weight.col_indices()[slot]));
-          v.push_back(bits_of(p.weight.values()[slot]));
+          v.push_back(static_cast<std::uint32_t>(p.matrix.col_indices()[slot]));
+          v.push_back(bits_of(p.matrix.values()[slot]));
           for (std::size_t q = 0; q < p.state.size(); ++q)
             if (!p.state[q].empty()) st[q].push_back(bits_of(p.state[q][slot]));
         }
@@ -117,7 +117,7 @@ Bits parameter_bits(const GPT<T, I>& model) {
 std::int64_t sparse_parameters(const GPT<T, I>& model) {
   std::int64_t n = 0;
   model.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.storage_size(); }) ++n;
+    if constexpr (requires { p.matrix.storage_size(); }) ++n;
   });
   return n;
 }

@@ -43,11 +43,11 @@ TEMPLATE_LIST_TEST_CASE("BlockSparseLinear forward equals dense act(W X + b)", "
     for (std::int64_t out : {std::int64_t{R * 2}, std::int64_t{R * 3 + 1}}) {
       BlockSparseLinear<double, Index, R, C> layer(in, out, {.density = 0.4, .seed = 3, .layer_key = 1});
       for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.05 * double(i % 7) - 0.1;
-      layer.weight.weight.check_invariants();
+      layer.weight.matrix.check_invariants();
       const std::int64_t B = 9;
       const auto X = random_matrix<double>(in, B, 11);
       Matrix<double> Y(out, B), Yr(out, B);
-      const Matrix<double> W = layer.weight.weight.to_dense();
+      const Matrix<double> W = layer.weight.matrix.to_dense();
       for (FusedActivation act : {FusedActivation::none, FusedActivation::relu}) {
         layer.forward(X.view(), Y.view(), act);
         for (std::int64_t i = 0; i < out; ++i)
@@ -70,11 +70,11 @@ TEMPLATE_LIST_TEST_CASE("BlockSparseLinear backward matches central differences 
   for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1 * double(i % 5) - 0.2;
   // An irregular layout: relocate a block row and delete a block, replaying the log.
   SlotLog log;
-  layer.weight.weight.reserve_row(0, 6, &log);
-  const auto& P = layer.weight.weight.pattern();
-  if (P.row_nnz(1) > 0) layer.weight.weight.erase_block(1, P.col_indices()[P.row_start(1)], &log);
+  layer.weight.matrix.reserve_row(0, 6, &log);
+  const auto& P = layer.weight.matrix.pattern();
+  if (P.row_nnz(1) > 0) layer.weight.matrix.erase_block(1, P.col_indices()[P.row_start(1)], &log);
   layer.weight.apply(log);
-  layer.weight.weight.check_invariants();
+  layer.weight.matrix.check_invariants();
 
   auto X = random_matrix<double>(in, B, 1);
   const auto dgelu = random_matrix<double>(in, B, 5, 0.1, 1.0);  // a GELU derivative stand-in
@@ -88,10 +88,10 @@ TEMPLATE_LIST_TEST_CASE("BlockSparseLinear backward matches central differences 
     return sprig_test::dot<double>(Y.view(), Rm.view());
   };
   constexpr std::int64_t S = std::int64_t{R} * C;
-  const auto vals = layer.weight.weight.values();
+  const auto vals = layer.weight.matrix.values();
   const std::vector<double> gw(layer.weight.grad.begin(), layer.weight.grad.end());
   std::vector<std::size_t> inside;
-  layer.weight.weight.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const double*) {
+  layer.weight.matrix.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const double*) {
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t c = 0; c < C; ++c) {
         const auto e = static_cast<std::size_t>(s * S + r * C + c);
@@ -128,7 +128,7 @@ TEMPLATE_LIST_TEST_CASE("BlockSparseLinear backward matches central differences 
 TEST_CASE("BlockSparseLinear init: exact block count, Kaiming bound from the effective fan-in, zero bias",
           "[nn][block_sparse_linear]") {
   BlockSparseLinear<float, std::int32_t, 4, 4> layer(256, 128, {.density = 0.1, .seed = 9});
-  const auto& W = layer.weight.weight;
+  const auto& W = layer.weight.matrix;
   REQUIRE(W.nnz_blocks() == 205);  // round(0.1 * 32 * 64)
   const double bound = std::sqrt(6.0 / (205.0 * 16.0 / 128.0));
   double largest = 0;
@@ -140,8 +140,8 @@ TEST_CASE("BlockSparseLinear init: exact block count, Kaiming bound from the eff
   // the same options give the same layer; another key another one
   BlockSparseLinear<float, std::int32_t, 4, 4> same(256, 128, {.density = 0.1, .seed = 9});
   BlockSparseLinear<float, std::int32_t, 4, 4> other(256, 128, {.density = 0.1, .seed = 9, .layer_key = 1});
-  REQUIRE(std::equal(W.values().begin(), W.values().end(), same.weight.weight.values().begin()));
-  REQUIRE_FALSE(std::equal(W.values().begin(), W.values().end(), other.weight.weight.values().begin()));
+  REQUIRE(std::equal(W.values().begin(), W.values().end(), same.weight.matrix.values().begin()));
+  REQUIRE_FALSE(std::equal(W.values().begin(), W.values().end(), other.weight.matrix.values().begin()));
   REQUIRE(layer.weight_bytes() < layer.dense_weight_bytes() / 5);  // 10% of the blocks, 20% padding
 }
 
@@ -177,11 +177,11 @@ TEST_CASE("BlockSparseLinear dX follows a topology change (transposed pattern re
   std::vector<double> edge(16, 0.0);  // block column 3 holds only column 12: entries c = 0 only
   for (int r = 0; r < 4; ++r) edge[r * 4] = 0.5;
   for (std::int64_t j = 0; j < 4; ++j)
-    if (layer.weight.weight.find_block(0, j) < 0) layer.weight.weight.insert_block(0, j, j == 3 ? edge : block, &log);
+    if (layer.weight.matrix.find_block(0, j) < 0) layer.weight.matrix.insert_block(0, j, j == 3 ? edge : block, &log);
   layer.weight.apply(log);
-  layer.weight.weight.values()[0] += 1.0;  // value-only
+  layer.weight.matrix.values()[0] += 1.0;  // value-only
   layer.backward(X.view(), dY.view(), dX.view());
-  const Matrix<double> W = layer.weight.weight.to_dense();
+  const Matrix<double> W = layer.weight.matrix.to_dense();
   for (std::int64_t c = 0; c < 13; ++c)
     for (std::int64_t b = 0; b < 4; ++b) {
       double ref = 0.0;
@@ -194,7 +194,7 @@ TEMPLATE_TEST_CASE("BlockSparseLinear: optimizers update live blocks and keep ou
                    "[nn][block_sparse_linear][optim]", AdamW<double>, SGD<double>) {
   BlockSparseLinear<double, std::int32_t, 4, 4> layer(14, 10, {.density = 0.6, .seed = 2});
   SlotLog log;
-  layer.weight.weight.reserve_row(1, 5, &log);  // leaves dead slots behind
+  layer.weight.matrix.reserve_row(1, 5, &log);  // leaves dead slots behind
   layer.weight.apply(log);
   auto opt = [] {
     if constexpr (std::is_same_v<TestType, AdamW<double>>)
@@ -205,18 +205,18 @@ TEMPLATE_TEST_CASE("BlockSparseLinear: optimizers update live blocks and keep ou
   const auto X = random_matrix<double>(14, 6, 7);
   const auto dY = random_matrix<double>(10, 6, 8);
   Matrix<double> Y(10, 6);
-  const auto before = layer.weight.weight.to_dense();
+  const auto before = layer.weight.matrix.to_dense();
   for (int step = 0; step < 3; ++step) {
     layer.forward(X.view(), Y.view());
     layer.backward(X.view(), dY.view());
     opt.step(layer);
   }
-  layer.weight.weight.check_invariants();  // padding, dead slots and out-of-matrix entries still 0
-  const auto after = layer.weight.weight.to_dense();
+  layer.weight.matrix.check_invariants();  // padding, dead slots and out-of-matrix entries still 0
+  const auto after = layer.weight.matrix.to_dense();
   std::int64_t changed = 0;
   for (std::int64_t i = 0; i < 10; ++i)
     for (std::int64_t c = 0; c < 14; ++c) {
-      const bool live = layer.weight.weight.find_block(i / 4, c / 4) >= 0;
+      const bool live = layer.weight.matrix.find_block(i / 4, c / 4) >= 0;
       if (!live) REQUIRE(after(i, c) == 0.0);
       changed += after(i, c) != before(i, c);
     }

@@ -105,13 +105,13 @@ TEST_CASE("GPT: finite-difference gradient of every parameter of a tiny sparse G
     INFO("parameter " << visited);
     ++visited;
     std::vector<double> analytic(p.grad.begin(), p.grad.end());
-    if constexpr (requires { p.weight.values(); }) {
+    if constexpr (requires { p.matrix.values(); }) {
       ++sparse;
       std::vector<std::size_t> live;
-      p.weight.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(std::size_t(s)); });
+      p.matrix.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(std::size_t(s)); });
       std::vector<std::size_t> which;
       for (std::size_t k : sprig_test::some_indices(live.size(), 10)) which.push_back(live[k]);
-      sprig_test::check_gradient(loss, p.weight.values(), analytic, which);
+      sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
     } else {
       sprig_test::check_gradient(loss, std::span<double>(p.value), analytic, sprig_test::some_indices(p.value.size(), 10));
     }
@@ -274,7 +274,7 @@ TEST_CASE("GPT: sparse_layers lists the sparse projections with the X and dY the
     // after backward, the views still hold what the layer's gradients were made of:
     // dW[i, c] = sum_n dY[i, n] X[c, n], db[i] = sum_n dY[i, n]
     double worst = 0;
-    r.layer->weight.weight.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
+    r.layer->weight.matrix.for_each_live([&](std::int64_t i, std::int64_t c, T, std::int64_t s) {
       double g = 0;
       for (std::int64_t n = 0; n < 16; ++n) g += r.output_grad(i, n) * r.input(c, n);
       worst = std::max(worst, std::abs(g - r.layer->weight.grad[std::size_t(s)]));
@@ -301,8 +301,8 @@ TEMPLATE_TEST_CASE("GPT: construction is deterministic and the parameters come i
   auto values = [](const GPT<T, Index>& m) {
     std::vector<T> out;
     m.for_each_parameter([&](const auto& p) {
-      if constexpr (requires { p.weight.values(); })
-        out.insert(out.end(), p.weight.values().begin(), p.weight.values().end());
+      if constexpr (requires { p.matrix.values(); })
+        out.insert(out.end(), p.matrix.values().begin(), p.matrix.values().end());
       else
         out.insert(out.end(), p.value.begin(), p.value.end());
     });
@@ -319,7 +319,7 @@ TEMPLATE_TEST_CASE("GPT: construction is deterministic and the parameters come i
   // no two matrices of one model start alike (each has its own layer key)
   std::vector<T> firsts;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.weight.values(); }) firsts.push_back(p.weight.values()[0]);
+    if constexpr (requires { p.matrix.values(); }) firsts.push_back(p.matrix.values()[0]);
     else if (p.decay) firsts.push_back(p.value[0]);
   });
   for (std::size_t i = 0; i < firsts.size(); ++i)

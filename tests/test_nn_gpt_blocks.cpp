@@ -73,8 +73,8 @@ std::vector<std::uint64_t> image(const BlockGPT<T>& model) {
   std::vector<std::uint64_t> out;
   auto put = [&](T v) { out.push_back(std::bit_cast<Bits>(v)); };
   model.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.pattern(); }) {
-      p.weight.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T* b) {
+    if constexpr (requires { p.matrix.pattern(); }) {
+      p.matrix.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T* b) {
         out.push_back(static_cast<std::uint64_t>(i));
         out.push_back(static_cast<std::uint64_t>(j));
         for (int q = 0; q < 16; ++q) put(b[q]);
@@ -105,9 +105,9 @@ TEST_CASE("block GPT: central differences at live block entries and dense parame
   std::size_t blocks = 0;
   model.for_each_parameter([&](auto& p) {
     std::vector<double> analytic(p.grad.begin(), p.grad.end());
-    if constexpr (requires { p.weight.pattern(); }) {
+    if constexpr (requires { p.matrix.pattern(); }) {
       ++blocks;
-      const auto& W = p.weight;
+      const auto& W = p.matrix;
       std::vector<std::size_t> inside;  // in-matrix entries of live blocks
       W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const double*) {
         for (std::int64_t r = 0; r < 4; ++r)
@@ -116,7 +116,7 @@ TEST_CASE("block GPT: central differences at live block entries and dense parame
       });
       std::vector<std::size_t> which;
       for (std::size_t k : sprig_test::some_indices(inside.size(), 12)) which.push_back(inside[k]);
-      sprig_test::check_gradient(loss, p.weight.values(), analytic, which);
+      sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
     } else {
       sprig_test::check_gradient(loss, std::span<double>(p.value), analytic, sprig_test::some_indices(p.value.size(), 6));
     }
@@ -130,7 +130,7 @@ TEST_CASE("block GPT: the builder spreads densities over block grids", "[nn][gpt
   const auto densities = models::gpt_densities(spec);  // uniform: the same on grids and elements
   const auto* fc = std::get_if<BlockSparseLinear<float, std::int32_t, 4, 4>>(&model.projection(1, GPTProjection::fc));
   REQUIRE(fc);
-  CHECK(fc->weight.weight.nnz_blocks() == std::llround(densities[1].fc * 6 * 4));  // 22 x 16: a 6 x 4 grid
+  CHECK(fc->weight.matrix.nnz_blocks() == std::llround(densities[1].fc * 6 * 4));  // 22 x 16: a 6 x 4 grid
   models::GPTSpec erk = spec;
   erk.distribution = models::Distribution::erk;
   erk.ffn_sparsity = 0.0;  // attention only: qkv 12 x 4 blocks, proj 4 x 4
@@ -138,7 +138,7 @@ TEST_CASE("block GPT: the builder spreads densities over block grids", "[nn][gpt
   std::int64_t live = 0;
   for (auto which : {GPTProjection::qkv, GPTProjection::proj})
     for (std::size_t l = 0; l < 2; ++l)
-      live += std::get<BlockSparseLinear<float, std::int32_t, 4, 4>>(m.projection(l, which)).weight.weight.nnz_blocks();
+      live += std::get<BlockSparseLinear<float, std::int32_t, 4, 4>>(m.projection(l, which)).weight.matrix.nnz_blocks();
   CHECK(std::abs(live - std::llround(0.5 * 2 * (48 + 16))) <= 2);  // ERK keeps the group's block count
   models::GPTSpec none = spec;
   none.attn_sparsity = 0.999;
@@ -152,20 +152,20 @@ TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitw
   AdamW<T> opt({.lr = 1e-2});
   dst::RigL<T, std::int32_t> rigl(schedule, 5);
   std::vector<std::int64_t> counts;
-  for (const auto& ref : model.sparse_layers()) counts.push_back(ref.layer->weight.weight.nnz());
+  for (const auto& ref : model.sparse_layers()) counts.push_back(ref.layer->weight.matrix.nnz());
   std::vector<std::int64_t> cols_before;
-  for (auto c : std::get<1>(model.projection(0, GPTProjection::qkv)).weight.weight.pattern().col_indices())
+  for (auto c : std::get<1>(model.projection(0, GPTProjection::qkv)).weight.matrix.pattern().col_indices())
     cols_before.push_back(c);
   train(model, opt, rigl, 1, 7);  // updates at 3 and 6
   CHECK(rigl.updates() == 2);
   std::size_t k = 0;
-  for (const auto& ref : model.sparse_layers()) CHECK(ref.layer->weight.weight.nnz() == counts[k++]);
+  for (const auto& ref : model.sparse_layers()) CHECK(ref.layer->weight.matrix.nnz() == counts[k++]);
   std::vector<std::int64_t> cols_after;
-  for (auto c : std::get<1>(model.projection(0, GPTProjection::qkv)).weight.weight.pattern().col_indices())
+  for (auto c : std::get<1>(model.projection(0, GPTProjection::qkv)).weight.matrix.pattern().col_indices())
     cols_after.push_back(c);
   CHECK(cols_after != cols_before);  // the topology moved
   model.for_each_parameter([](const auto& p) {
-    if constexpr (requires { p.weight.pattern(); }) p.weight.check_invariants();
+    if constexpr (requires { p.matrix.pattern(); }) p.matrix.check_invariants();
   });
 
   const auto file = std::filesystem::temp_directory_path() / "sprig_test_block_gpt.state";
@@ -192,8 +192,8 @@ TEST_CASE("block GPT: gradient clipping and memory accounting count live blocks"
   double sum = 0;  // by hand: every in-matrix entry of live blocks, every dense element
   std::int64_t live = 0;
   model.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.pattern(); }) {
-      p.weight.for_each_block([&](std::int64_t, std::int64_t, std::int64_t s, const double*) {
+    if constexpr (requires { p.matrix.pattern(); }) {
+      p.matrix.for_each_block([&](std::int64_t, std::int64_t, std::int64_t s, const double*) {
         for (int q = 0; q < 16; ++q) sum += p.grad[std::size_t(s * 16 + q)] * p.grad[std::size_t(s * 16 + q)];
         live += 16;
       });

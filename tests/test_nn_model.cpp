@@ -143,12 +143,12 @@ template <class T, class Index>
 std::vector<std::vector<T>> parameter_bits(const UserNet<T, Index>& net) {
   std::vector<std::vector<T>> out;
   net.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.matrix.storage_size(); }) {
       std::vector<T> v;
-      for (std::int64_t r = 0; r < p.weight.rows(); ++r)  // each row's live entries in slot order
-        for (std::int64_t s = p.weight.row_start(r); s < p.weight.row_start(r) + p.weight.row_nnz(r); ++s) {
-          v.push_back(static_cast<T>(p.weight.col_indices()[static_cast<std::size_t>(s)]));
-          v.push_back(p.weight.values()[static_cast<std::size_t>(s)]);
+      for (std::int64_t r = 0; r < p.matrix.rows(); ++r)  // each row's live entries in slot order
+        for (std::int64_t s = p.matrix.row_start(r); s < p.matrix.row_start(r) + p.matrix.row_nnz(r); ++s) {
+          v.push_back(static_cast<T>(p.matrix.col_indices()[static_cast<std::size_t>(s)]));
+          v.push_back(p.matrix.values()[static_cast<std::size_t>(s)]);
         }
       out.push_back(std::move(v));
     } else {
@@ -166,12 +166,12 @@ TEMPLATE_TEST_CASE("TrainableModel: a user's model learns with RigL through appl
   AdamW<T> opt({.lr = 1e-2, .weight_decay = 0});
   dst::RigL<T, std::int32_t> rigl({.delta_t = 5, .t_begin = 0, .t_end = 60, .alpha = 0.3}, 3);
   const Data<T> d(16, 64, 11);
-  const std::int64_t live0 = net.first().weight.weight.nnz();
-  const auto before = net.first().weight.weight.topology_key();
+  const std::int64_t live0 = net.first().weight.matrix.nnz();
+  const auto before = net.first().weight.matrix.topology_key();
   const auto losses = train(net, opt, rigl, d, 0, 80);
   CHECK(rigl.updates() == 13);  // steps 0, 5, ..., 60 (t_begin and t_end included)
-  CHECK(net.first().weight.weight.nnz() == live0);
-  CHECK(net.first().weight.weight.topology_key() != before);
+  CHECK(net.first().weight.matrix.nnz() == live0);
+  CHECK(net.first().weight.matrix.topology_key() != before);
   CHECK(losses.back() < T(0.5) * losses.front());
 }
 
@@ -241,9 +241,9 @@ TEST_CASE("TrainableModel: parameter_memory adds up every parameter", "[nn][mode
     for (const auto& s : p.state) state += static_cast<std::int64_t>(s.capacity() * sizeof(T));
   });
   // dense sizes and live counts by hand: 24x16 and 24x24 sparse, 3x24 dense, biases 24, 24, 3
-  const std::int64_t a = net.first().weight.weight.nnz();
+  const std::int64_t a = net.first().weight.matrix.nnz();
   const auto refs = net.sparse_layers();
-  const std::int64_t b = refs[1].layer->weight.weight.nnz();
+  const std::int64_t b = refs[1].layer->weight.matrix.nnz();
   dense = (24 * 16 + 24 + 24 * 24 + 24 + 3 * 24 + 3) * 8;
   live = a + 24 + b + 24 + 3 * 24 + 3;
   const ParameterMemory m = parameter_memory(net);

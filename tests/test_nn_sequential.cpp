@@ -51,9 +51,9 @@ void gradcheck_model(Model& model, Matrix<double>& X, const std::vector<int>& y)
     const std::vector<double> g(p.grad.begin(), p.grad.end());
     std::span<double> values;
     std::vector<std::size_t> which;
-    if constexpr (requires { p.weight.values(); }) {
-      values = p.weight.values();
-      p.weight.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { which.push_back(std::size_t(s)); });
+    if constexpr (requires { p.matrix.values(); }) {
+      values = p.matrix.values();
+      p.matrix.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { which.push_back(std::size_t(s)); });
     } else {
       values = p.value;
       which = sprig_test::some_indices(p.value.size(), 40);
@@ -152,8 +152,8 @@ TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[
   CHECK(refs[0].output_grad.rows() == 8);
   CHECK(refs[0].output_grad.cols() == 5);
   // The layer's weight gradient is the SDDMM of exactly these two matrices.
-  std::vector<float> g(static_cast<std::size_t>(refs[1].layer->weight.weight.storage_size()));
-  reference::sddmm(refs[1].layer->weight.weight, refs[1].output_grad, refs[1].input, std::span<float>(g));
+  std::vector<float> g(static_cast<std::size_t>(refs[1].layer->weight.matrix.storage_size()));
+  reference::sddmm(refs[1].layer->weight.matrix, refs[1].output_grad, refs[1].input, std::span<float>(g));
   for (std::size_t s = 0; s < g.size(); ++s) CHECK(g[s] == Approx(refs[1].layer->weight.grad[s]).margin(1e-6));
   CHECK(model.dense_weight_bytes() == (6 * 8 + 8 + 8 * 3 + 3) * 4);
   CHECK(model.weight_bytes() > 0);
@@ -300,7 +300,7 @@ TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to it
       }
       CHECK(differ == 0);
       // every live weight, the dense head and the biases were compared
-      CHECK(compared >= l0.weight.weight.nnz() + l2.weight.weight.nnz() + l4.weight.weight.nnz() + 60 * 5 + 50 + 40 +
+      CHECK(compared >= l0.weight.matrix.nnz() + l2.weight.matrix.nnz() + l4.weight.matrix.nnz() + 60 * 5 + 50 + 40 +
                             60 + 5);
       // the gradient the first layer got (its dY) is the masked one, as the ReLU leaves it
       std::int64_t zeros = 0;
@@ -481,7 +481,7 @@ TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% trainin
   CHECK(loss < 0.1 * first_loss);
   const auto Z = model.forward(X.view());
   CHECK(SoftmaxCrossEntropy<float>::count_correct(Z, y) == n);
-  for (const auto& ref : model.sparse_layers()) ref.layer->weight.weight.check_invariants();
+  for (const auto& ref : model.sparse_layers()) ref.layer->weight.matrix.check_invariants();
 }
 
 #if SPRIG_HAS_OPENMP
@@ -513,8 +513,8 @@ TEST_CASE("training steps of a sparse MLP with a dense head give the same bits a
     omp_set_num_threads(saved);
     std::vector<float> bits;
     model.for_each_parameter([&](auto& p) {
-      if constexpr (requires { p.weight.values(); })
-        bits.insert(bits.end(), p.weight.values().begin(), p.weight.values().end());
+      if constexpr (requires { p.matrix.values(); })
+        bits.insert(bits.end(), p.matrix.values().begin(), p.matrix.values().end());
       else
         bits.insert(bits.end(), p.value.begin(), p.value.end());
     });

@@ -27,7 +27,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear forward equals dense W X + b", "[nn][spars
       const auto X = random_matrix<float>(37, B, 5, -1, 1, B + 3);  // strided input
       Matrix<float> Y(23, B, B + 1, std::nanf(""));                 // overwrite must not read Y
       layer.forward(X.view(), Y.view());
-      const Matrix<float> W = layer.weight.weight.to_dense();
+      const Matrix<float> W = layer.weight.matrix.to_dense();
       for (std::int64_t i = 0; i < 23; ++i)
         for (std::int64_t b = 0; b < B; ++b) {
           double ref = layer.bias.value[static_cast<std::size_t>(i)];
@@ -67,15 +67,15 @@ TEST_CASE("SparseLinear init: exact live count, Kaiming bound from the effective
   const std::int64_t in = 400, out = 300;
   const double density = 0.1;
   SparseLinear<double, std::int32_t> layer(in, out, {.density = density, .seed = 3, .layer_key = 1});
-  layer.weight.weight.check_invariants();
-  CHECK(layer.weight.weight.nnz() == std::llround(density * in * out));
+  layer.weight.matrix.check_invariants();
+  CHECK(layer.weight.matrix.nnz() == std::llround(density * in * out));
   const double bound = std::sqrt(6.0 / (in * density));
   double sum2 = 0.0, maxabs = 0.0;
-  layer.weight.weight.for_each_live([&](std::int64_t, std::int64_t, double v, std::int64_t) {
+  layer.weight.matrix.for_each_live([&](std::int64_t, std::int64_t, double v, std::int64_t) {
     sum2 += v * v;
     maxabs = std::max(maxabs, std::abs(v));
   });
-  const double n = static_cast<double>(layer.weight.weight.nnz());
+  const double n = static_cast<double>(layer.weight.matrix.nnz());
   CHECK(maxabs <= bound);
   CHECK(maxabs > 0.95 * bound);
   // U(-b, b) has variance b^2/3 = 2/fan_in; with n = 12000 samples the sample variance is
@@ -83,13 +83,13 @@ TEST_CASE("SparseLinear init: exact live count, Kaiming bound from the effective
   CHECK(sum2 / n == Approx(bound * bound / 3).epsilon(0.03));
   for (double b : layer.bias.value) CHECK(b == 0.0);
   CHECK_FALSE(layer.bias.decay);
-  CHECK(layer.weight.grad.size() == static_cast<std::size_t>(layer.weight.weight.storage_size()));
+  CHECK(layer.weight.grad.size() == static_cast<std::size_t>(layer.weight.matrix.storage_size()));
 
   // Same (seed, key) -> same layer; another key -> another topology.
   SparseLinear<double, std::int32_t> same(in, out, {.density = density, .seed = 3, .layer_key = 1});
   SparseLinear<double, std::int32_t> other(in, out, {.density = density, .seed = 3, .layer_key = 2});
-  CHECK(same.weight.weight.to_csr().col_indices == layer.weight.weight.to_csr().col_indices);
-  CHECK(other.weight.weight.to_csr().col_indices != layer.weight.weight.to_csr().col_indices);
+  CHECK(same.weight.matrix.to_csr().col_indices == layer.weight.matrix.to_csr().col_indices);
+  CHECK(other.weight.matrix.to_csr().col_indices != layer.weight.matrix.to_csr().col_indices);
 }
 
 TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
@@ -106,7 +106,7 @@ TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
                     Catch::Contains("SparseLinear: growth_reserve 65"));
   {
     const SparseLinear<float, std::int32_t> grown(10, 10, {.density = 0.5, .padding_ratio = 0.0, .growth_reserve = 0.5});
-    CHECK(grown.weight.weight.padding_ratio() == 0.0);
+    CHECK(grown.weight.matrix.padding_ratio() == 0.0);
     CHECK(grown.weight.grad.capacity() >= grown.weight.grad.size() * 3 / 2);
   }
   // more columns than int16 holds
@@ -121,8 +121,8 @@ TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
   CHECK_THROWS_AS(layer.forward(X.view(), Y.view(), FusedActivation::gelu), ArgumentError);
   CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), dX.view(), FusedActivation::gelu, bad.view()), ShapeError);
   // A structural change without SparseParameter::apply leaves grad misaligned: caught.
-  for (std::int64_t i = 0; i < 4; ++i) layer.weight.weight.reserve_row(i, 8);
-  REQUIRE(std::ssize(layer.weight.grad) != layer.weight.weight.storage_size());
+  for (std::int64_t i = 0; i < 4; ++i) layer.weight.matrix.reserve_row(i, 8);
+  REQUIRE(std::ssize(layer.weight.grad) != layer.weight.matrix.storage_size());
   CHECK_THROWS_AS(layer.backward(X.view(), Y.view(), dX.view()), ShapeError);
 }
 
@@ -134,9 +134,9 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear backward matches central differences (doub
   for (std::size_t i = 0; i < layer.bias.value.size(); ++i) layer.bias.value[i] = 0.1 * double(i % 5) - 0.2;
   // Make the layout irregular: relocate a row and delete an entry, replaying the log.
   SlotLog log;
-  layer.weight.weight.reserve_row(2, 15, &log);
-  const auto r5 = layer.weight.weight.row(5);
-  if (!r5.cols.empty()) layer.weight.weight.erase_slot(5, r5.start, &log);
+  layer.weight.matrix.reserve_row(2, 15, &log);
+  const auto r5 = layer.weight.matrix.row(5);
+  if (!r5.cols.empty()) layer.weight.matrix.erase_slot(5, r5.start, &log);
   layer.weight.apply(log);
 
   auto X = random_matrix<double>(in, B, 1);
@@ -149,14 +149,14 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear backward matches central differences (doub
     layer.forward(X.view(), Y.view());
     return sprig_test::dot<double>(Y.view(), R.view());
   };
-  const auto vals = layer.weight.weight.values();
+  const auto vals = layer.weight.matrix.values();
   const std::vector<double> gw(layer.weight.grad.begin(), layer.weight.grad.end());
   std::vector<std::size_t> live;
-  layer.weight.weight.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(s); });
+  layer.weight.matrix.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(s); });
   sprig_test::check_gradient(loss, vals, gw, live);
   // Padding and dead slots carry a zero gradient.
-  for (std::int64_t s = 0; s < layer.weight.weight.storage_size(); ++s)
-    if (layer.weight.weight.col_indices()[s] < 0) REQUIRE(layer.weight.grad[s] == 0.0);
+  for (std::int64_t s = 0; s < layer.weight.matrix.storage_size(); ++s)
+    if (layer.weight.matrix.col_indices()[s] < 0) REQUIRE(layer.weight.grad[s] == 0.0);
 
   const std::vector<double> gb(layer.bias.grad.begin(), layer.bias.grad.end());
   sprig_test::check_gradient(loss, layer.bias.value, gb, sprig_test::some_indices(out));
@@ -181,11 +181,11 @@ TEST_CASE("SparseLinear dX follows a topology change (transpose cache rebuilt)",
   layer.backward(X.view(), dY.view(), dX.view());
   SlotLog log;
   for (std::int64_t c = 0; c < 12; ++c)
-    if (layer.weight.weight.find(0, c) < 0) layer.weight.weight.insert_new(0, c, 0.5, &log);
+    if (layer.weight.matrix.find(0, c) < 0) layer.weight.matrix.insert_new(0, c, 0.5, &log);
   layer.weight.apply(log);
-  layer.weight.weight.values()[static_cast<std::size_t>(layer.weight.weight.row_start(1))] += 1.0;  // value-only
+  layer.weight.matrix.values()[static_cast<std::size_t>(layer.weight.matrix.row_start(1))] += 1.0;  // value-only
   layer.backward(X.view(), dY.view(), dX.view());
-  const Matrix<double> W = layer.weight.weight.to_dense();
+  const Matrix<double> W = layer.weight.matrix.to_dense();
   for (std::int64_t c = 0; c < 12; ++c)
     for (std::int64_t b = 0; b < 4; ++b) {
       double ref = 0.0;
@@ -205,8 +205,8 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
     auto& w = layer.weight;
     w.state.assign(1, AlignedVector<float>(w.grad.size(), 0.0f));
     for (std::size_t s = 0; s < w.grad.size(); ++s) {
-      w.state[0][s] = 2.0f * w.weight.values()[s];
-      w.grad[s] = -3.0f * w.weight.values()[s];
+      w.state[0][s] = 2.0f * w.matrix.values()[s];
+      w.grad[s] = -3.0f * w.matrix.values()[s];
     }
   };
   // A topology change that leaves rows out of block order: erase the first live entry of
@@ -214,7 +214,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
   SlotLog log;
   CounterRng rng(7, 1);
   for (std::int64_t i = 0; i < out; ++i) {
-    auto& W = layer.weight.weight;
+    auto& W = layer.weight.matrix;
     W.erase_slot(i, W.row_start(i), &log);
     std::int64_t c = static_cast<std::int64_t>(rng.uniform_below(blocks.width));
     while (W.find(i, c) >= 0) c = (c + 1) % blocks.width;
@@ -222,9 +222,9 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
   }
   layer.weight.apply(log);
   retag();
-  const PaddedCSR<float, Index> before = layer.weight.weight;
+  const PaddedCSR<float, Index> before = layer.weight.matrix;
   auto grouped_rows = [&] {
-    const auto& W = layer.weight.weight;
+    const auto& W = layer.weight.matrix;
     std::vector<std::int64_t> bounds(static_cast<std::size_t>(out * (blocks.count + 1)));
     blocks.bounds(W.col_indices().data(), W.row_starts(), W.row_nnzs(), 0, out, bounds.data());
     std::int64_t n = 0;
@@ -238,17 +238,17 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
   Matrix<float> Y(out, B);
   layer.forward(X.view(), Y.view());
   if (blocked) CHECK(grouped_rows() == out);
-  CHECK(layer.weight.weight.nnz() == before.nnz());
+  CHECK(layer.weight.matrix.nnz() == before.nnz());
   // the same entries, and the state and gradient still beside their weights
   std::int64_t same = 0, live = 0;
-  layer.weight.weight.for_each_live([&](std::int64_t i, std::int64_t c, float v, std::int64_t s) {
+  layer.weight.matrix.for_each_live([&](std::int64_t i, std::int64_t c, float v, std::int64_t s) {
     ++live;
     same += before.values()[static_cast<std::size_t>(before.find(i, c))] == v &&
             layer.weight.state[0][static_cast<std::size_t>(s)] == 2.0f * v &&
             layer.weight.grad[static_cast<std::size_t>(s)] == -3.0f * v;
   });
   CHECK(same == live);
-  REQUIRE_NOTHROW(layer.weight.weight.check_invariants());
+  REQUIRE_NOTHROW(layer.weight.matrix.check_invariants());
   // forward computed W X + b with the grouped layout (checked densely in double)
   const Matrix<float> D = before.to_dense();
   std::int64_t off = 0;
@@ -263,9 +263,9 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear keeps a wide layer's rows grouped by colum
     }
   CHECK(off == 0);
   // a second forward with no topology change regroups nothing
-  const auto key = layer.weight.weight.topology_key();
+  const auto key = layer.weight.matrix.topology_key();
   layer.forward(X.view(), Y.view());
-  CHECK(layer.weight.weight.topology_key() == key);
+  CHECK(layer.weight.matrix.topology_key() == key);
 }
 
 namespace {
@@ -273,7 +273,7 @@ namespace {
 // last one moves into its place) and inserts one in the first block. Logged in `log`.
 template <class Layer>
 void scramble_rows(Layer& layer, std::int64_t block_width, std::uint64_t seed, SlotLog& log) {
-  auto& W = layer.weight.weight;
+  auto& W = layer.weight.matrix;
   CounterRng rng(seed, 1);
   for (std::int64_t i = 0; i < W.rows(); ++i) {
     W.erase_slot(i, W.row_start(i), &log);
@@ -295,7 +295,7 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   std::vector<float> mine;
   auto tagged = [&] {
     std::int64_t ok = 0;
-    layer.weight.weight.for_each_live(
+    layer.weight.matrix.for_each_live(
         [&](std::int64_t, std::int64_t, float v, std::int64_t s) { ok += mine[static_cast<std::size_t>(s)] == 4.0f * v; });
     return ok;
   };
@@ -304,8 +304,8 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   layer.weight.apply(log);
   log.reset();
   mine.resize(layer.weight.grad.size());
-  for (std::size_t s = 0; s < mine.size(); ++s) mine[s] = 4.0f * layer.weight.weight.values()[s];
-  const std::int64_t live = layer.weight.weight.nnz();
+  for (std::size_t s = 0; s < mine.size(); ++s) mine[s] = 4.0f * layer.weight.matrix.values()[s];
+  const std::int64_t live = layer.weight.matrix.nnz();
   REQUIRE(tagged() == live);
 
   // forward regroups the rows and records it in the log the caller attached
@@ -313,9 +313,9 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   CHECK(layer.slot_log() == &log);
   const auto X = random_matrix<float>(in, B, 9);
   Matrix<float> Y(out, B);
-  const auto key = layer.weight.weight.topology_key();
+  const auto key = layer.weight.matrix.topology_key();
   layer.forward(X.view(), Y.view());
-  CHECK(blocked == (layer.weight.weight.topology_key() != key));  // the slots moved
+  CHECK(blocked == (layer.weight.matrix.topology_key() != key));  // the slots moved
   CHECK(blocked == !log.empty());
   log.apply(mine);
   log.reset();
@@ -331,12 +331,12 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   CHECK_FALSE(layer.group_columns(B, &log));  // already grouped
   log.apply(mine);
   for (std::size_t s = 0; s < mine.size(); ++s)  // the newborn weights' entries read 0: tag them
-    if (mine[s] == 0.0f) mine[s] = 4.0f * layer.weight.weight.values()[s];
+    if (mine[s] == 0.0f) mine[s] = 4.0f * layer.weight.matrix.values()[s];
   log.reset();
   CHECK(tagged() == live);
-  const auto grouped = layer.weight.weight.topology_key();
+  const auto grouped = layer.weight.matrix.topology_key();
   layer.forward(X.view(), Y.view());
-  CHECK(layer.weight.weight.topology_key() == grouped);
+  CHECK(layer.weight.matrix.topology_key() == grouped);
   CHECK_THROWS_AS(layer.group_columns(0), ShapeError);
 }
 
@@ -349,8 +349,8 @@ TEST_CASE("SparseLinear's deprecated positional constructor equals the options f
   const SparseLinear<float, std::int32_t> old_form(37, 23, 0.3, 7, 2, 0.5, 0.125);
   const SparseLinear<float, std::int32_t> options_form(
       37, 23, {.density = 0.3, .seed = 7, .layer_key = 2, .padding_ratio = 0.5, .growth_reserve = 0.125});
-  const auto& a = old_form.weight.weight;
-  const auto& b = options_form.weight.weight;
+  const auto& a = old_form.weight.matrix;
+  const auto& b = options_form.weight.matrix;
   REQUIRE(a.nnz() == b.nnz());
   REQUIRE(a.storage_size() == b.storage_size());
   for (std::int64_t r = 0; r < a.rows(); ++r) {

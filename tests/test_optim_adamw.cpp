@@ -74,15 +74,15 @@ SparseParameter<float, std::int16_t> lattice(std::int64_t rows, std::int64_t col
 }
 float lattice_grad(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7f * float(r) + 1.3f * float(c) + 0.4f * float(t)); }
 void set_lattice_grad(SparseParameter<float, std::int16_t>& p, std::int64_t t) {
-  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, float, std::int64_t s) { p.grad[s] = lattice_grad(r, c, t); });
+  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float, std::int64_t s) { p.grad[s] = lattice_grad(r, c, t); });
 }
 void step_one(AdamW<float>& opt, SparseParameter<float, std::int16_t>& p) {
   opt.begin_step();
   opt.update(p);
 }
 bool same_values(const SparseParameter<float, std::int16_t>& a, const SparseParameter<float, std::int16_t>& b) {
-  return a.weight.values().size() == b.weight.values().size() &&
-         std::memcmp(a.weight.values().data(), b.weight.values().data(), a.weight.values().size() * sizeof(float)) == 0;
+  return a.matrix.values().size() == b.matrix.values().size() &&
+         std::memcmp(a.matrix.values().data(), b.matrix.values().data(), a.matrix.values().size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -100,15 +100,15 @@ TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter'
       opt.update(p);
     }
     // grow (2, 5) at step 31, which was not live
-    REQUIRE(p.weight.find(2, 5) < 0);
+    REQUIRE(p.matrix.find(2, 5) < 0);
     SlotLog log;
-    p.weight.insert_new(2, 5, 0.0f, &log);
+    p.matrix.insert_new(2, 5, 0.0f, &log);
     p.apply(log);
     set_lattice_grad(p, 31);
-    const float g = p.grad[p.weight.find(2, 5)];
+    const float g = p.grad[p.matrix.find(2, 5)];
     opt.begin_step();
     opt.update(p);
-    const float grown = p.weight.values()[p.weight.find(2, 5)];
+    const float grown = p.matrix.values()[p.matrix.find(2, 5)];
 
     AdamW<float> fresh_opt(op);  // a fresh parameter, value 0, same gradient, its first step
     DenseParameter<float> fresh(1, 1, 0.0f);
@@ -118,8 +118,8 @@ TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter'
     INFO("g " << g << " grown " << grown << " fresh " << fresh.value[0]);
     if (policy == AdamWBiasCorrection::per_slot) {
       CHECK(std::memcmp(&grown, &fresh.value[0], sizeof(float)) == 0);  // bitwise
-      CHECK(p.state[2][p.weight.find(2, 5)] == 1.0f);
-      CHECK(p.state[2][p.weight.find(0, 0)] == 31.0f);  // live since step 1
+      CHECK(p.state[2][p.matrix.find(2, 5)] == 1.0f);
+      CHECK(p.state[2][p.matrix.find(0, 0)] == 31.0f);  // live since step 1
       CHECK(std::abs(grown) == Approx(0.01).epsilon(1e-4));   // about lr
     } else {
       // corrected with t = 31: lr * (1 - b1) c1(31) g / (sqrt((1 - b2) c2(31)) |g|), 3.2 lr here
@@ -143,7 +143,7 @@ TEST_CASE("AdamW per_slot and global train old slots bitwise alike, past saturat
       if (t == 10)
         for (auto* p : {&pa, &pb}) {
           SlotLog log;
-          p->weight.insert_new(2, 5, 0.0f, &log);
+          p->matrix.insert_new(2, 5, 0.0f, &log);
           p->apply(log);
         }
       set_lattice_grad(pa, t);
@@ -152,15 +152,15 @@ TEST_CASE("AdamW per_slot and global train old slots bitwise alike, past saturat
       step_one(b, pb);
       INFO("b1 " << b1 << " step " << t);
       REQUIRE(pa.state.size() == (t < 10 ? 2u : 3u));  // counts only once a slot is fresh
-      const std::int64_t grown = pa.weight.find(2, 5);
-      pa.weight.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t slot) {
+      const std::int64_t grown = pa.matrix.find(2, 5);
+      pa.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t slot) {
         if (slot == grown) return;
-        const float w = pb.weight.values()[pb.weight.find(r, c)];
+        const float w = pb.matrix.values()[pb.matrix.find(r, c)];
         REQUIRE(std::memcmp(&v, &w, sizeof(float)) == 0);
       });
     }
-    CHECK(pa.state[2][pa.weight.find(0, 0)] < 60.0f);  // clamped where the corrections became 1
-    CHECK(pa.state[2][pa.weight.find(2, 5)] < 51.0f);
+    CHECK(pa.state[2][pa.matrix.find(0, 0)] < 60.0f);  // clamped where the corrections became 1
+    CHECK(pa.state[2][pa.matrix.find(2, 5)] < 51.0f);
   }
 }
 

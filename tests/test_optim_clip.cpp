@@ -43,7 +43,7 @@ sprig::Linear<T>& dense_of(Model<T>& m) {
 template <class P>
 void poison_non_live(P& p) {
   std::vector<bool> live(p.grad.size(), false);
-  p.weight.for_each_live([&](std::int64_t, std::int64_t, auto, std::int64_t s) { live[static_cast<std::size_t>(s)] = true; });
+  p.matrix.for_each_live([&](std::int64_t, std::int64_t, auto, std::int64_t s) { live[static_cast<std::size_t>(s)] = true; });
   for (std::size_t s = 0; s < live.size(); ++s)
     if (!live[s]) p.grad[s] = std::numeric_limits<typename P::value_type>::quiet_NaN();
 }
@@ -66,13 +66,13 @@ Model<T> hand_model() {
   m.add(sprig::SparseLinear<T, std::int32_t>(std::move(w)));
   m.add(sprig::Linear<T>(3, 2, 1));
   auto& sp = sparse_of(m);
-  REQUIRE(sp.weight.weight.erase(2, 1));
-  REQUIRE(sp.weight.weight.nnz() == 3);
-  REQUIRE(sp.weight.weight.storage_size() > 3);  // padding and the dead slot exist
+  REQUIRE(sp.weight.matrix.erase(2, 1));
+  REQUIRE(sp.weight.matrix.nnz() == 3);
+  REQUIRE(sp.weight.matrix.storage_size() > 3);  // padding and the dead slot exist
   poison_non_live(sp.weight);
-  sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(0, 0))] = 1;
-  sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(0, 2))] = 2;
-  sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(2, 3))] = 2;
+  sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(0, 0))] = 1;
+  sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(0, 2))] = 2;
+  sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(2, 3))] = 2;
   sp.bias.grad = {0, 2, 2};
   auto& d = dense_of(m);
   d.weight.grad.assign(6, T(1));
@@ -109,9 +109,9 @@ TEMPLATE_TEST_CASE("grad_norm and clip_grad_norm against a hand-computed norm", 
   CHECK(sprig::clip_grad_norm(m, 2.0) == 5.0);
   const T c = static_cast<T>(2.0 / (5.0 + 1e-6));
   auto& sp = sparse_of(m);
-  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(0, 0))] == T(1) * c);
-  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(0, 2))] == T(2) * c);
-  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.weight.find(2, 3))] == T(2) * c);
+  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(0, 0))] == T(1) * c);
+  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(0, 2))] == T(2) * c);
+  CHECK(sp.weight.grad[static_cast<std::size_t>(sp.weight.matrix.find(2, 3))] == T(2) * c);
   CHECK(sp.bias.grad[0] == T(0));
   CHECK(sp.bias.grad[1] == T(2) * c);
   for (T g : dense_of(m).weight.grad) CHECK(g == c);
@@ -119,7 +119,7 @@ TEMPLATE_TEST_CASE("grad_norm and clip_grad_norm against a hand-computed norm", 
   // non-live slots untouched (still NaN)
   std::int64_t poisoned = 0;
   for (T g : sp.weight.grad) poisoned += std::isnan(g) ? 1 : 0;
-  CHECK(poisoned == sp.weight.weight.storage_size() - 3);
+  CHECK(poisoned == sp.weight.matrix.storage_size() - 3);
   CHECK(sprig::grad_norm(m) == Approx(2.0 * 5.0 / (5.0 + 1e-6)).epsilon(1e-6));
 
   // below max_norm: nothing changes, bit for bit
@@ -194,13 +194,13 @@ TEST_CASE("clip_grad_norm on a large model: naive reference, live slots only, bi
     return m;
   };
   auto m = build();
-  REQUIRE(sparse_of(m).weight.weight.storage_size() >= sprig::detail::kParallelMinWork);
+  REQUIRE(sparse_of(m).weight.matrix.storage_size() >= sprig::detail::kParallelMinWork);
   REQUIRE(dense_of(m).weight.size() >= sprig::detail::kParallelMinWork);
 
   // naive reference: live entries only, one long double accumulator, rows in order
   long double ref = 0.0L;
   auto& sw = sparse_of(m).weight;
-  sw.weight.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
+  sw.matrix.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
     ref += static_cast<long double>(sw.grad[static_cast<std::size_t>(s)]) * sw.grad[static_cast<std::size_t>(s)];
   });
   for (T g : sparse_of(m).bias.grad) ref += static_cast<long double>(g) * g;

@@ -65,11 +65,11 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   auto opt = math.make();
   SparseParameter<double, Index> p(PaddedCSR<double, Index>::random_per_row(5, 12, 4, 9));
   std::map<std::pair<std::int64_t, std::int64_t>, Scalar> oracle;
-  p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0, 0}; });
+  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0, 0}; });
 
   auto poison_non_live = [&] {  // garbage where nothing is live must never reach a weight
-    for (std::int64_t s = 0; s < p.weight.storage_size(); ++s)
-      if (p.weight.col_indices()[s] < 0) {
+    for (std::int64_t s = 0; s < p.matrix.storage_size(); ++s)
+      if (p.matrix.col_indices()[s] < 0) {
         p.grad[s] = 123.0;
         for (auto& st : p.state)
           if (!st.empty()) st[s] = -77.0;
@@ -78,15 +78,15 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   auto train_step = [&] {
     opt.begin_step();
     const std::int64_t t = opt.step_count();
-    p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
+    p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
     poison_non_live();
     opt.update(p);
     for (auto& [rc, sc] : oracle) math.step(sc, grad_of(rc.first, rc.second, t), t);
   };
   auto compare = [&] {
-    p.weight.check_invariants();  // includes: padding and dead slots hold exactly 0
-    REQUIRE(p.weight.nnz() == std::ssize(oracle));
-    p.weight.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t s) {
+    p.matrix.check_invariants();  // includes: padding and dead slots hold exactly 0
+    REQUIRE(p.matrix.nnz() == std::ssize(oracle));
+    p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t s) {
       const Scalar& sc = oracle.at({r, c});
       INFO("(" << r << ", " << c << ") step " << opt.step_count());
       REQUIRE(v == Approx(sc.w).margin(1e-12));
@@ -103,30 +103,30 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   poison_non_live();  // a newborn weight must start from zero state even over garbage
   // delete two weights of row 0 (the row's last slot moves into each hole)
   for (int k = 0; k < 2; ++k) {
-    const auto r0 = p.weight.row(0);
+    const auto r0 = p.matrix.row(0);
     oracle.erase({0, r0.cols[0]});
-    p.weight.erase_slot(0, r0.start, &log);
+    p.matrix.erase_slot(0, r0.start, &log);
   }
   // fill row 1 completely: it outgrows its capacity and relocates to the end of storage
   for (std::int64_t c = 0; c < 12; ++c)
-    if (p.weight.find(1, c) < 0) {
-      p.weight.insert_new(1, c, 0.0, &log);
+    if (p.matrix.find(1, c) < 0) {
+      p.matrix.insert_new(1, c, 0.0, &log);
       oracle[{1, c}] = {0.0, 0, 0, 0};
     }
   // insert into row 0's padding (a slot just freed)
   for (std::int64_t c = 0; c < 12; ++c)
-    if (p.weight.find(0, c) < 0 && !oracle.count({0, c})) {
-      p.weight.insert_new(0, c, 0.25, &log);
+    if (p.matrix.find(0, c) < 0 && !oracle.count({0, c})) {
+      p.matrix.insert_new(0, c, 0.25, &log);
       oracle[{0, c}] = {0.25, 0, 0, 0};
       break;
     }
   p.apply(log);
   log.reset();
-  REQUIRE(p.weight.dead_slots() > 0);
+  REQUIRE(p.matrix.dead_slots() > 0);
   for (int k = 0; k < 3; ++k) train_step();
   compare();
 
-  p.weight.compact(&log);
+  p.matrix.compact(&log);
   p.apply(log);
   log.reset();
   for (int k = 0; k < 2; ++k) train_step();
@@ -144,7 +144,7 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
     for (std::int64_t j = 0; j < C; ++j) dp.value[i * C + j] = init(i, j);
   AdamW<double> a1, a2;
   for (std::int64_t t = 1; t <= 4; ++t) {
-    sp.weight.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { sp.grad[s] = grad_of(r, c, t); });
+    sp.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { sp.grad[s] = grad_of(r, c, t); });
     for (std::int64_t i = 0; i < R; ++i)
       for (std::int64_t j = 0; j < C; ++j) dp.grad[i * C + j] = grad_of(i, j, t);
     a1.begin_step();
@@ -152,7 +152,7 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
     a2.begin_step();
     a2.update(dp);
   }
-  const Matrix<double> back = sp.weight.to_dense();
+  const Matrix<double> back = sp.matrix.to_dense();
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t j = 0; j < C; ++j)  // same math; FMA contraction may differ by an ulp
       REQUIRE(back(i, j) == Approx(dp.value[i * C + j]).epsilon(1e-14));
@@ -160,49 +160,49 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
 
 TEST_CASE("SparseParameter::reserve_growth: relocations within the reserve reallocate nothing", "[optim][state]") {
   SparseParameter<float, std::int32_t> p(PaddedCSR<float, std::int32_t>::random_per_row(40, 64, 6, 3));
-  const std::int64_t n = p.weight.storage_size();
-  CHECK(p.weight.storage_capacity() == n);  // no reserve unless asked for
+  const std::int64_t n = p.matrix.storage_size();
+  CHECK(p.matrix.storage_capacity() == n);  // no reserve unless asked for
   CHECK_THROWS_AS(p.reserve_growth(-0.5), ArgumentError);
   CHECK_THROWS_AS(p.reserve_growth(std::nan("")), ArgumentError);
   p.reserve_growth();
   const auto reserve = static_cast<std::int64_t>(static_cast<double>(n) * SparseParameter<float, std::int32_t>::kGrowthReserve);
   REQUIRE(reserve > 0);
-  CHECK(p.weight.storage_capacity() == n + reserve);
+  CHECK(p.matrix.storage_capacity() == n + reserve);
   CHECK(std::ssize(p.grad) == n);
   CHECK(std::ssize(p.grad) <= std::int64_t(p.grad.capacity()));
-  CHECK(std::int64_t(p.grad.capacity()) == p.weight.storage_capacity());
-  CHECK(p.weight.memory().values == p.weight.storage_capacity() * std::int64_t(sizeof(float)));  // counted
+  CHECK(std::int64_t(p.grad.capacity()) == p.matrix.storage_capacity());
+  CHECK(p.matrix.memory().values == p.matrix.storage_capacity() * std::int64_t(sizeof(float)));  // counted
   auto opt = SGD<float>({.lr = 0.1f, .momentum = 0.9f});
   opt.begin_step();
   opt.update(p);  // creates the momentum with the same reserve
   REQUIRE(p.state.size() == 1);
   CHECK(p.state[0].capacity() == p.grad.capacity());
-  p.state[0][static_cast<std::size_t>(p.weight.row_start(5))] = 2.5f;  // a live slot of row 5 with state
-  const float w5 = p.weight.values()[static_cast<std::size_t>(p.weight.row_start(5))];
-  const std::int32_t c5 = p.weight.col_indices()[static_cast<std::size_t>(p.weight.row_start(5))];
-  const float* values = p.weight.values().data();
-  const std::int32_t* cols = p.weight.col_indices().data();
+  p.state[0][static_cast<std::size_t>(p.matrix.row_start(5))] = 2.5f;  // a live slot of row 5 with state
+  const float w5 = p.matrix.values()[static_cast<std::size_t>(p.matrix.row_start(5))];
+  const std::int32_t c5 = p.matrix.col_indices()[static_cast<std::size_t>(p.matrix.row_start(5))];
+  const float* values = p.matrix.values().data();
+  const std::int32_t* cols = p.matrix.col_indices().data();
   const float* grad = p.grad.data();
   const float* momentum = p.state[0].data();
   // rows 5 and 9 outgrow their capacity (relocated to the tail) within the reserve
   SlotLog log;
-  const std::vector<std::pair<std::int64_t, std::int64_t>> rows = {{5, p.weight.row_capacity(5) + 3},
-                                                                   {9, p.weight.row_capacity(9) + 2}};
-  p.weight.reserve_rows(rows, &log);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> rows = {{5, p.matrix.row_capacity(5) + 3},
+                                                                   {9, p.matrix.row_capacity(9) + 2}};
+  p.matrix.reserve_rows(rows, &log);
   p.apply(log);
-  REQUIRE(p.weight.storage_size() > n);
-  REQUIRE(p.weight.storage_size() <= n + reserve);
-  CHECK(p.weight.values().data() == values);
-  CHECK(p.weight.col_indices().data() == cols);
+  REQUIRE(p.matrix.storage_size() > n);
+  REQUIRE(p.matrix.storage_size() <= n + reserve);
+  CHECK(p.matrix.values().data() == values);
+  CHECK(p.matrix.col_indices().data() == cols);
   CHECK(p.grad.data() == grad);
   CHECK(p.state[0].data() == momentum);
   REQUIRE_NOTHROW(p.check_aligned("test"));
-  REQUIRE_NOTHROW(p.weight.check_invariants());
-  const std::int64_t s = p.weight.find(5, c5);  // the weight moved with its state
+  REQUIRE_NOTHROW(p.matrix.check_invariants());
+  const std::int64_t s = p.matrix.find(5, c5);  // the weight moved with its state
   REQUIRE(s >= n);
-  CHECK(p.weight.values()[static_cast<std::size_t>(s)] == w5);
+  CHECK(p.matrix.values()[static_cast<std::size_t>(s)] == w5);
   CHECK(p.state[0][static_cast<std::size_t>(s)] == 2.5f);
-  CHECK_THROWS_AS(p.weight.reserve_storage(-1), ArgumentError);
-  p.weight.reserve_storage(1);  // never shrinks
-  CHECK(p.weight.storage_capacity() == n + reserve);
+  CHECK_THROWS_AS(p.matrix.reserve_storage(-1), ArgumentError);
+  p.matrix.reserve_storage(1);  // never shrinks
+  CHECK(p.matrix.storage_capacity() == n + reserve);
 }

@@ -52,13 +52,13 @@ void check_thread_invariance(MakeOpt make) {
 #if SPRIG_HAS_OPENMP
     omp_set_num_threads(saved);
 #endif
-    return std::pair{std::vector<float>(sp.weight.values().begin(), sp.weight.values().end()), dp.value};
+    return std::pair{std::vector<float>(sp.matrix.values().begin(), sp.matrix.values().end()), dp.value};
   };
   const auto one = run(1), two = run(2);
   REQUIRE(one.first == two.first);
   REQUIRE(one.second == two.second);
   // every live slot moved, padding still exactly 0
-  const auto& W0 = sp0.weight;
+  const auto& W0 = sp0.matrix;
   std::int64_t moved = 0, live = 0;
   for (std::int64_t i = 0; i < W0.rows(); ++i)
     for (std::int64_t s = W0.row_start(i); s < W0.row_start(i) + W0.row_capacity(i); ++s) {

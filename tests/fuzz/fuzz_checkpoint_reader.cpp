@@ -43,8 +43,8 @@ void read_state(std::span<const std::byte> bytes) {
   try {
     sprig::decode_training_state(bytes, "fuzz", model, sgd, &rigl);
     model.for_each_parameter([](auto& p) {
-      if constexpr (requires { p.weight; }) {
-        p.weight.check_invariants();
+      if constexpr (requires { p.matrix; }) {
+        p.matrix.check_invariants();
         p.check_aligned("fuzz");
       }
     });

@@ -113,10 +113,10 @@ inline std::uint64_t hash_bytes(std::span<const std::byte> bytes) noexcept {
 }
 template <class P>
 const auto& pattern_of(const P& p) {
-  if constexpr (requires { p.weight.pattern(); })
-    return p.weight.pattern();  // BlockSparseParameter: the block grid
+  if constexpr (requires { p.matrix.pattern(); })
+    return p.matrix.pattern();  // BlockSparseParameter: the block grid
   else
-    return p.weight;
+    return p.matrix;
 }
 }  // namespace detail
 
@@ -127,7 +127,7 @@ template <TrainableModel M>
 std::uint64_t topology_hash(const M& model) {
   std::uint64_t h = detail::mix(0, 0x73707269677470ull);
   model.for_each_parameter([&](const auto& p) {
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.matrix.storage_size(); }) {
       const auto& W = detail::pattern_of(p);
       h = detail::mix(detail::mix(h, static_cast<std::uint64_t>(W.rows())), static_cast<std::uint64_t>(W.cols()));
       const auto cols = W.col_indices();

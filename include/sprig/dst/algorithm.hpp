@@ -185,7 +185,7 @@ protected:
   virtual std::vector<std::int64_t> drop_counts(std::span<const LayerRef> layers, std::int64_t /*t*/, double fraction) {
     std::vector<std::int64_t> k(layers.size());
     for (std::size_t l = 0; l < layers.size(); ++l)
-      k[l] = static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(layers[l].layer->weight.weight.nnz())));
+      k[l] = static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(layers[l].layer->weight.matrix.nnz())));
     return k;
   }
   // Whether a layer is compacted after its update; by default when its dead slots (left
@@ -223,7 +223,7 @@ protected:
   // of |dL/dW| over its entries.
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
     return top_gradient_linear_positions(
-        layer.layer->weight.weight, dropped, k, gradient_block_rows(layer),
+        layer.layer->weight.matrix, dropped, k, gradient_block_rows(layer),
         [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
         gradient_block_);
   }
@@ -232,7 +232,7 @@ protected:
   std::vector<std::int64_t> top_dense_gradient_per_row(const LayerRef& layer, const DropSet& dropped,
                                                        std::int64_t per_row) {
     return top_gradient_linear_positions_per_row(
-        layer.layer->weight.weight, dropped, per_row, gradient_block_rows(layer),
+        layer.layer->weight.matrix, dropped, per_row, gradient_block_rows(layer),
         [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
         gradient_block_);
   }
@@ -242,7 +242,7 @@ private:
   // of dY X^T (R x in of them per grid row of a block layer).
   static std::int64_t gradient_block_rows(const LayerRef& layer) {
     const std::int64_t per_row = layer.blocks ? layer.blocks->block_height() * layer.in_features() : layer.in_features();
-    return std::max<std::int64_t>(1, std::min<std::int64_t>(layer.layer->weight.weight.rows(),
+    return std::max<std::int64_t>(1, std::min<std::int64_t>(layer.layer->weight.matrix.rows(),
                                                             (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_row)));
   }
 
@@ -315,7 +315,7 @@ private:
           caller, ": ", name(), " does not support constant_fan_in",
           name() == "snfs" ? " (it redistributes weights between layers, which changes row counts)" : ""));
     for (const LayerRef& l : layers) {
-      const auto& W = l.layer->weight.weight;
+      const auto& W = l.layer->weight.matrix;
       for (std::int64_t i = 1; i < W.rows(); ++i)
         if (W.row_nnz(i) != W.row_nnz(0))
           throw ArgumentError(sprig::detail::message(
@@ -347,7 +347,7 @@ private:
   // search per position.
   void check_grow_positions(const LayerRef& layer, const DropSet& drop, std::span<const std::int64_t> pos,
                             std::int64_t k, std::int64_t per_row, const char* caller) const {
-    const auto& W = layer.layer->weight.weight;
+    const auto& W = layer.layer->weight.matrix;
     const std::int64_t cols = W.cols(), total = W.rows() * cols;
     auto fail = [&](const auto&... why) {
       throw ArgumentError(sprig::detail::message(caller, ": ", name(), "'s grow_linear_positions",
@@ -410,7 +410,7 @@ private:
       if (a < active.size() && active[a].sparse_index == layers[l].sparse_index) {
         all[l] = r.layers[a++];
       } else {
-        all[l].live_before = all[l].live_after = layers[l].layer->weight.weight.nnz();
+        all[l].live_before = all[l].live_after = layers[l].layer->weight.matrix.nnz();
       }
     }
     r.layers = std::move(all);
@@ -429,7 +429,7 @@ private:
     // per_row[l] >= 0: the count each row of layer l drops and grows (constant fan-in)
     std::vector<std::int64_t> drop_counts(n), per_row(n, -1);
     for (std::size_t l = 0; l < n; ++l) {
-      const auto& W = layers[l].layer->weight.weight;
+      const auto& W = layers[l].layer->weight.matrix;
       if (constant_fan_in) {
         per_row[l] = static_cast<std::int64_t>(
             std::floor(report.drop_fraction * static_cast<double>(W.rows() > 0 ? W.row_nnz(0) : 0)));
@@ -439,7 +439,7 @@ private:
     if (!constant_fan_in) {
       drop_counts = this->drop_counts(layers, t, report.drop_fraction);
       for (std::size_t l = 0; l < n; ++l) {
-        const std::int64_t live = layers[l].layer->weight.weight.nnz();
+        const std::int64_t live = layers[l].layer->weight.matrix.nnz();
         if (drop_counts.size() != n || drop_counts[l] < 0 || drop_counts[l] > live)
           throw ArgumentError(sprig::detail::message(
               caller, ": ", name(), "'s drop_counts gave ", drop_counts.size(), " counts for ", n, " sparse layers",
@@ -456,9 +456,9 @@ private:
     for (std::size_t l = 0; l < n; ++l) {
       auto& param = layers[l].layer->weight;
       LayerUpdate& u = report.layers[l];
-      u.live_before = param.weight.nnz();
-      const DropSet drop = per_row[l] >= 0 ? select_drop_per_row(param.weight, per_row[l], caller)
-                                           : select_drop(param.weight, drop_counts[l], caller);
+      u.live_before = param.matrix.nnz();
+      const DropSet drop = per_row[l] >= 0 ? select_drop_per_row(param.matrix, per_row[l], caller)
+                                           : select_drop(param.matrix, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
       std::vector<std::int64_t> grow_at = per_row[l] >= 0
                                               ? grow_linear_positions_per_row(layers[l], drop, per_row[l], rng)
@@ -470,15 +470,15 @@ private:
         param.apply(chunk);
         if (blocks) blocks->apply_slot_moves(chunk);
       });
-      u.stats = apply_drop_grow_at(param.weight, drop, std::move(grow_at), log);
+      u.stats = apply_drop_grow_at(param.matrix, drop, std::move(grow_at), log);
       log.flush();
-      if (should_compact(param.weight)) {
-        param.weight.compact(&log);
+      if (should_compact(param.matrix)) {
+        param.matrix.compact(&log);
         log.flush();
         u.compacted = true;
       }
-      if (blocks) blocks->adopt_pattern(param.weight);
-      u.live_after = param.weight.nnz();
+      if (blocks) blocks->adopt_pattern(param.matrix);
+      u.live_after = param.matrix.nnz();
     }
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     total_seconds_ += report.seconds;

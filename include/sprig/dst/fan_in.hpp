@@ -93,7 +93,7 @@ void redraw_constant_fan_in(M& model, std::uint64_t seed,
                                                  " is block-sparse (constant fan-in is for unstructured layers)"));
   for (const SparseLayerRef<T, Index>& ref : layers) {
     auto& param = ref.layer->weight;
-    const auto& W = param.weight;
+    const auto& W = param.matrix;
     if (W.rows() == 0) continue;
     const std::int64_t n = std::max<std::int64_t>(
         1, std::llround(static_cast<double>(W.nnz()) / static_cast<double>(W.rows())));

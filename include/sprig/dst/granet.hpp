@@ -92,7 +92,7 @@ protected:
       if (index >= options_.final_sparsity.size())
         throw ArgumentError(sprig::detail::message("GraNet: sparse layer ", index, " has no sparsity (",
                                                    options_.final_sparsity.size(), " were given)"));
-      const auto& W = layers[l].layer->weight.weight;
+      const auto& W = layers[l].layer->weight.matrix;
       const std::int64_t live = W.nnz();
       const std::int64_t target = live_count(W.rows() * W.cols(), target_sparsity(index, t));
       const std::int64_t regen =

@@ -21,13 +21,13 @@ public:
 protected:
   std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
                                                   const DropSet& dropped, std::int64_t k, CounterRng& rng) override {
-    return random_free_linear_positions(layer.layer->weight.weight, dropped, k, rng);
+    return random_free_linear_positions(layer.layer->weight.matrix, dropped, k, rng);
   }
   // constant_fan_in: per_row columns uniformly at random among each row's columns not kept
   std::vector<std::int64_t> grow_linear_positions_per_row(const typename SparsityAlgorithm<T, Index>::LayerRef& layer,
                                                           const DropSet& dropped, std::int64_t per_row,
                                                           CounterRng& rng) override {
-    return random_free_linear_positions_per_row(layer.layer->weight.weight, dropped, per_row, rng);
+    return random_free_linear_positions_per_row(layer.layer->weight.matrix, dropped, per_row, rng);
   }
 };
 

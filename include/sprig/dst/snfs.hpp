@@ -41,9 +41,9 @@ protected:
       const auto& p = layers[l].layer->weight;
       const auto& m = !p.state.empty() && !p.state[0].empty() ? p.state[0] : p.grad;
       double sum = 0.0;
-      p.weight.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { sum += std::abs(double(m[s])); });
-      momentum[l] = p.weight.nnz() > 0 ? sum / static_cast<double>(p.weight.nnz()) : 0.0;
-      room[l] = p.weight.rows() * p.weight.cols() - (p.weight.nnz() - drop_counts[l]);
+      p.matrix.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { sum += std::abs(double(m[s])); });
+      momentum[l] = p.matrix.nnz() > 0 ? sum / static_cast<double>(p.matrix.nnz()) : 0.0;
+      room[l] = p.matrix.rows() * p.matrix.cols() - (p.matrix.nnz() - drop_counts[l]);
     }
     return redistribute(drop_counts, momentum, room);
   }

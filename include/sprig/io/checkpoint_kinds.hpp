@@ -74,7 +74,7 @@ struct LayerKind<GELU<T>> {
 template <class P>
 concept BlockSparseParameterLike = requires(const P& p) { p.entry_count(); };
 template <class P>
-concept SparseParameterLike = !BlockSparseParameterLike<P> && requires(const P& p) { p.weight.storage_size(); };
+concept SparseParameterLike = !BlockSparseParameterLike<P> && requires(const P& p) { p.matrix.storage_size(); };
 
 struct SparseKind {
   static constexpr std::uint8_t code = 5;

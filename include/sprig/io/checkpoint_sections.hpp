@@ -90,7 +90,7 @@ std::vector<StructureEntry> structure(const M& model) {
       if constexpr (std::is_same_v<Kind, DenseKind>)
         out.push_back({Kind::code, p.cols, p.rows});
       else
-        out.push_back({Kind::code, p.weight.cols(), p.weight.rows()});
+        out.push_back({Kind::code, p.matrix.cols(), p.matrix.rows()});
     });
   }
   return out;
@@ -164,12 +164,12 @@ void put_parameter(binary::Writer& w, const P& p) {
   w.begin_section(Kind::tag);
   if constexpr (std::is_same_v<Kind, BlockSparseKind>) {
     w.put_bool(p.decay);
-    put_block_sparse(w, p.weight);
-    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_block_live(w, p.weight.pattern(), s, p.kBlockSize); });
+    put_block_sparse(w, p.matrix);
+    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_block_live(w, p.matrix.pattern(), s, p.kBlockSize); });
   } else if constexpr (std::is_same_v<Kind, SparseKind>) {
     w.put_bool(p.decay);
-    put_sparse(w, p.weight);
-    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_live(w, p.weight, s); });
+    put_sparse(w, p.matrix);
+    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_live(w, p.matrix, s); });
   } else {
     w.put(p.rows);
     w.put(p.cols);
@@ -225,23 +225,23 @@ template <class P>
 std::unique_ptr<StagedParameter> stage_block_sparse(binary::Reader r, P& p, std::size_t k) {
   using T = typename P::value_type;
   using Index = typename P::index_type;
-  using W = decltype(P::weight);
+  using W = decltype(P::matrix);
   P s;
   s.decay = r.get_bool("decay flag");
   const std::int64_t at = r.offset();
   const auto image = get_block_sparse<T, Index, W::kBlockRows, W::kBlockCols>(r);
-  if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
+  if (image.rows != p.matrix.rows() || image.cols != p.matrix.cols())
     r.fail_at(at, "shape mismatch: parameter ", k, " is a ", image.rows, "x", image.cols, " ", BlockSparseKind::matrix,
-              " in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
+              " in the checkpoint but ", p.matrix.rows(), "x", p.matrix.cols(), " in the model");
   std::vector<AlignedVector<T>> packed;
   std::vector<bool> present;
   get_states<T>(r, image.pattern.nnz * P::kBlockSize, packed, present);
   r.expect_end();
-  s.weight = build_block<T, Index, W::kBlockRows, W::kBlockCols>(image);
+  s.matrix = build_block<T, Index, W::kBlockRows, W::kBlockCols>(image);
   s.grad.assign(static_cast<std::size_t>(s.entry_count()), T(0));
   s.state.resize(packed.size());
   for (std::size_t q = 0; q < packed.size(); ++q)
-    if (present[q]) s.state[q] = scatter_block_live(s.weight.pattern(), packed[q], P::kBlockSize);
+    if (present[q]) s.state[q] = scatter_block_live(s.matrix.pattern(), packed[q], P::kBlockSize);
   return std::make_unique<StagedWhole<P>>(p, std::move(s));
 }
 
@@ -253,18 +253,18 @@ std::unique_ptr<StagedParameter> stage_sparse(binary::Reader r, P& p, std::size_
   s.decay = r.get_bool("decay flag");
   const std::int64_t at = r.offset();
   const auto image = get_sparse<T, Index>(r);
-  if (image.rows != p.weight.rows() || image.cols != p.weight.cols())
+  if (image.rows != p.matrix.rows() || image.cols != p.matrix.cols())
     r.fail_at(at, "shape mismatch: parameter ", k, " is a ", image.rows, "x", image.cols, " ", SparseKind::matrix,
-              " in the checkpoint but ", p.weight.rows(), "x", p.weight.cols(), " in the model");
+              " in the checkpoint but ", p.matrix.rows(), "x", p.matrix.cols(), " in the model");
   std::vector<AlignedVector<T>> packed;
   std::vector<bool> present;
   get_states<T>(r, image.nnz, packed, present);
   r.expect_end();
-  s.weight = build(image);
-  s.grad.assign(static_cast<std::size_t>(s.weight.storage_size()), T(0));
+  s.matrix = build(image);
+  s.grad.assign(static_cast<std::size_t>(s.matrix.storage_size()), T(0));
   s.state.resize(packed.size());
   for (std::size_t q = 0; q < packed.size(); ++q)
-    if (present[q]) s.state[q] = scatter_live(s.weight, packed[q]);
+    if (present[q]) s.state[q] = scatter_live(s.matrix, packed[q]);
   return std::make_unique<StagedWhole<P>>(p, std::move(s));
 }
 

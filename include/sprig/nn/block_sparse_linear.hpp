@@ -103,16 +103,16 @@ public:
     init(std::move(w));
   }
 
-  std::int64_t in_features() const noexcept override { return weight.weight.cols(); }
-  std::int64_t out_features() const noexcept override { return weight.weight.rows(); }
+  std::int64_t in_features() const noexcept override { return weight.matrix.cols(); }
+  std::int64_t out_features() const noexcept override { return weight.matrix.rows(); }
   // Live blocks over the blocks of the grid.
-  double density() const noexcept { return weight.weight.block_density(); }
+  double density() const noexcept { return weight.matrix.block_density(); }
 
   // Y = act(W X + b). Throws ShapeError for the shapes, ArgumentError for act = gelu or
   // overlapping operands (block_spmm's checks), before writing anything.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
-    block_spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+    block_spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
   // Weight and bias gradients (overwritten) and dX = W^T dY, with the backward of X's
@@ -131,16 +131,16 @@ public:
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "dY", dY);
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
                              std::span<const T>(weight.grad));
-    block_sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
-    block_spmm_transposed(weight.weight, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
+    block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
     detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
   }
 
   // Weight and bias gradients only (the first layer of a network).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
-    block_sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
@@ -162,18 +162,18 @@ public:
   // block grid whose weight holds each live block's Frobenius norm, rebuilt from the blocks by
   // every call (O(storage x R x C)); a DST update changes it and replays its changes here.
   SparseLinear<T, Index>& topology_stand_in() {
-    stand_in_ = SparseLinear<T, Index>(weight.weight.block_norms());
+    stand_in_ = SparseLinear<T, Index>(weight.matrix.block_norms());
     return stand_in_;
   }
   std::int64_t block_height() const noexcept override { return R; }
   std::int64_t block_width() const noexcept override { return C; }
   void apply_slot_moves(const SlotLog& chunk) override {
     // not BlockSparseParameter::apply: its alignment check holds only once the pattern is adopted
-    weight.weight.apply_slot_moves(chunk);
+    weight.matrix.apply_slot_moves(chunk);
     chunk.apply(weight.grad, Weight::kBlockSize);
     for (auto& s : weight.state) chunk.apply(s, Weight::kBlockSize);
   }
-  void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.weight.adopt_pattern(grid); }
+  void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.matrix.adopt_pattern(grid); }
 
   // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
   // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces).

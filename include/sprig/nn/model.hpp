@@ -70,8 +70,8 @@ struct SparseLayerRef {
   BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
 
   // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
-  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.weight.rows(); }
-  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.weight.cols(); }
+  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.matrix.rows(); }
+  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.matrix.cols(); }
 };
 
 namespace detail {
@@ -112,9 +112,9 @@ ParameterMemory parameter_memory(const M& model) {
   ParameterMemory m;
   model.for_each_parameter([&](const auto& p) {
     std::int64_t rows = 0, cols = 0;
-    if constexpr (requires { p.weight.storage_size(); }) {
-      rows = p.weight.rows();
-      cols = p.weight.cols();
+    if constexpr (requires { p.matrix.storage_size(); }) {
+      rows = p.matrix.rows();
+      cols = p.matrix.cols();
       m.parameters += p.live_count();
     } else {
       rows = p.rows;

@@ -7,8 +7,8 @@
 // here with apply(), so per-slot arrays follow their weights:
 //
 //     SlotLog log;
-//     param.weight.insert_new(r, c, T(0), &log);
-//     param.weight.erase(r2, c2, &log);
+//     param.matrix.insert_new(r, c, T(0), &log);
+//     param.matrix.erase(r2, c2, &log);
 //     param.apply(log);          // grad and state moved / cleared / resized like the slots
 //
 // BlockSparseParameter<T, Index, R, C>: the weight is a BlockPaddedCSR; grad and state hold
@@ -46,15 +46,15 @@ struct SparseParameter {
   using value_type = T;
   using index_type = Index;
 
-  PaddedCSR<T, Index> weight;
-  AlignedVector<T> grad;                    // size weight.storage_size()
-  std::vector<AlignedVector<T>> state;      // each empty or size weight.storage_size()
+  PaddedCSR<T, Index> matrix;
+  AlignedVector<T> grad;                    // size matrix.storage_size()
+  std::vector<AlignedVector<T>> state;      // each empty or size matrix.storage_size()
   bool decay = true;                        // whether optimizers apply weight decay
 
   SparseParameter() = default;
   // Takes the weight; grad zero at every slot, no state yet (an optimizer creates it).
   explicit SparseParameter(PaddedCSR<T, Index> w)
-      : weight(std::move(w)), grad(static_cast<std::size_t>(weight.storage_size()), T(0)) {}
+      : matrix(std::move(w)), grad(static_cast<std::size_t>(matrix.storage_size()), T(0)) {}
 
   // The growth room dynamic sparse training asks for (see reserve_growth).
   static constexpr double kGrowthReserve = 0.125;
@@ -70,9 +70,9 @@ struct SparseParameter {
   void reserve_growth(double fraction = kGrowthReserve) {
     if (!(fraction >= 0.0 && fraction <= 64.0))
       throw ArgumentError(detail::message("SparseParameter::reserve_growth: fraction ", fraction, " outside [0, 64]"));
-    const std::int64_t n = weight.storage_size();
+    const std::int64_t n = matrix.storage_size();
     const auto slots = static_cast<std::size_t>(n + static_cast<std::int64_t>(static_cast<double>(n) * fraction));
-    weight.reserve_storage(static_cast<std::int64_t>(slots));
+    matrix.reserve_storage(static_cast<std::int64_t>(slots));
     grad.reserve(slots);
     for (auto& s : state)
       if (!s.empty()) s.reserve(slots);
@@ -88,14 +88,14 @@ struct SparseParameter {
     for (auto& s : state) log.apply(s);
     // An empty state vector (not yet created) stays empty; the optimizer creates it at
     // the current storage size on first use.
-    SPRIG_ASSERT(std::ssize(grad) == weight.storage_size(), "SparseParameter::apply left grad misaligned");
+    SPRIG_ASSERT(std::ssize(grad) == matrix.storage_size(), "SparseParameter::apply left grad misaligned");
   }
 
   // Throws ShapeError, naming fn, if grad or a non-empty state vector has not one entry per
   // slot of the weight (a structural change was made without replaying its SlotLog). O(state
   // arrays).
   void check_aligned(const char* fn) const {
-    const std::int64_t n = weight.storage_size();
+    const std::int64_t n = matrix.storage_size();
     if (std::ssize(grad) != n)
       throw ShapeError(detail::message(fn, ": gradient has ", grad.size(), " entries but the weight has ", n,
                                        " slots (was a structural change made without SparseParameter::apply?)"));
@@ -115,13 +115,13 @@ struct SparseParameter {
     check_aligned("SparseParameter::group_columns");
     AlignedVector<T> scratch;
     std::vector<std::int64_t> sources;  // with a log: new slot s takes old slot sources[s]
-    const bool moved = weight.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
+    const bool moved = matrix.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
       detail::permute_range(grad, start, order, scratch);
       for (auto& st : state)
         if (!st.empty()) detail::permute_range(st, start, order, scratch);
       if (log) {
         if (sources.empty()) {
-          sources.resize(static_cast<std::size_t>(weight.storage_size()));
+          sources.resize(static_cast<std::size_t>(matrix.storage_size()));
           for (std::size_t k = 0; k < sources.size(); ++k) sources[k] = static_cast<std::int64_t>(k);
         }
         for (std::size_t j = 0; j < order.size(); ++j)
@@ -135,9 +135,9 @@ struct SparseParameter {
   // grad = 0 at every slot, O(storage).
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
   // Live weights (weight.nnz()), O(1).
-  std::int64_t live_count() const noexcept { return weight.nnz(); }
+  std::int64_t live_count() const noexcept { return matrix.nnz(); }
   // Bytes owned by the weight (all PaddedCSR arrays), not counting grad and state.
-  std::int64_t weight_bytes() const noexcept { return weight.memory_bytes(); }
+  std::int64_t weight_bytes() const noexcept { return matrix.memory_bytes(); }
   // Bytes of grad and optimizer state.
   std::int64_t state_bytes() const noexcept {
     std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
@@ -152,26 +152,26 @@ struct BlockSparseParameter {
   using index_type = Index;
   static constexpr std::int64_t kBlockSize = std::int64_t{R} * C;
 
-  BlockPaddedCSR<T, Index, R, C> weight;
-  AlignedVector<T> grad;                // size weight.storage_size() * R * C
+  BlockPaddedCSR<T, Index, R, C> matrix;
+  AlignedVector<T> grad;                // size matrix.storage_size() * R * C
   std::vector<AlignedVector<T>> state;  // each empty or the size of grad
   bool decay = true;
 
   BlockSparseParameter() = default;
   explicit BlockSparseParameter(BlockPaddedCSR<T, Index, R, C> w)
-      : weight(std::move(w)), grad(static_cast<std::size_t>(weight.storage_size() * kBlockSize), T(0)) {}
+      : matrix(std::move(w)), grad(static_cast<std::size_t>(matrix.storage_size() * kBlockSize), T(0)) {}
 
   // Entries of grad and of each state array: R * C per slot.
-  std::int64_t entry_count() const noexcept { return weight.storage_size() * kBlockSize; }
+  std::int64_t entry_count() const noexcept { return matrix.storage_size() * kBlockSize; }
 
   // As SparseParameter::reserve_growth, in slots (each of R * C entries).
   void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
     if (!(fraction >= 0.0 && fraction <= 64.0))
       throw ArgumentError(
           detail::message("BlockSparseParameter::reserve_growth: fraction ", fraction, " outside [0, 64]"));
-    const std::int64_t n = weight.storage_size();
+    const std::int64_t n = matrix.storage_size();
     const std::int64_t slots = n + static_cast<std::int64_t>(static_cast<double>(n) * fraction);
-    weight.reserve_storage(slots);
+    matrix.reserve_storage(slots);
     grad.reserve(static_cast<std::size_t>(slots * kBlockSize));
     for (auto& s : state)
       if (!s.empty()) s.reserve(static_cast<std::size_t>(slots * kBlockSize));
@@ -191,7 +191,7 @@ struct BlockSparseParameter {
     const std::int64_t n = entry_count();
     if (std::ssize(grad) != n)
       throw ShapeError(detail::message(fn, ": gradient has ", grad.size(), " entries but the weight has ",
-                                       weight.storage_size(), " slots of ", kBlockSize, " (was a structural change ",
+                                       matrix.storage_size(), " slots of ", kBlockSize, " (was a structural change ",
                                        "made without BlockSparseParameter::apply?)"));
     for (std::size_t k = 0; k < state.size(); ++k)
       if (!state[k].empty() && std::ssize(state[k]) != n)
@@ -200,8 +200,8 @@ struct BlockSparseParameter {
 
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
   // Stored weights: live blocks x R x C (an edge block's out-of-matrix entries included).
-  std::int64_t live_count() const noexcept { return weight.nnz_blocks() * kBlockSize; }
-  std::int64_t weight_bytes() const noexcept { return weight.memory_bytes(); }
+  std::int64_t live_count() const noexcept { return matrix.nnz_blocks() * kBlockSize; }
+  std::int64_t weight_bytes() const noexcept { return matrix.memory_bytes(); }
   std::int64_t state_bytes() const noexcept {
     std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
     for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));

@@ -131,9 +131,9 @@ public:
   }
 
   // Shape and live fraction of W (O(1)).
-  std::int64_t in_features() const noexcept { return weight.weight.cols(); }
-  std::int64_t out_features() const noexcept { return weight.weight.rows(); }
-  double density() const noexcept { return weight.weight.density(); }
+  std::int64_t in_features() const noexcept { return weight.matrix.cols(); }
+  std::int64_t out_features() const noexcept { return weight.matrix.rows(); }
+  double density() const noexcept { return weight.matrix.density(); }
 
   // Y = act(W X + b); the bias and the activation are applied in the kernel's store. May
   // first regroup W's slots (see the top of this file; logged to slot_log() if set). X and Y
@@ -148,9 +148,9 @@ public:
                                        ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     // spmm checks these too, but only after the regrouping below has moved the slots
     detail::check_forward_activation("SparseLinear::forward", act);
-    detail::check_spmm_operands("SparseLinear::forward", weight.weight, X, Y);
+    detail::check_spmm_operands("SparseLinear::forward", weight.matrix, X, Y);
     if (X.cols() > 0) regroup(X.cols(), slot_log_);
-    spmm(weight.weight, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+    spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
   // Weight and bias gradients (weight.grad, bias.grad: overwritten), and dX = W^T dY. With
@@ -169,7 +169,7 @@ public:
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
     check_backward(X, dY);
-    sddmm_dx(weight.weight, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
+    sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
              x_activation, x_derivative);
     detail::sum_rows<T>(dY, bias.grad);
   }
@@ -178,7 +178,7 @@ public:
   // three-argument form.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
-    sddmm(weight.weight, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
@@ -242,10 +242,10 @@ private:
 
   bool regroup(std::int64_t batch, SlotLog* log) {
     const auto blocks = detail::kernel_column_blocks<T>(in_features(), batch, workspace_.column_block_bytes);
-    if (blocks.count <= 1 || (grouped_key_ == weight.weight.topology_key() && blocks.shift >= grouped_shift_))
+    if (blocks.count <= 1 || (grouped_key_ == weight.matrix.topology_key() && blocks.shift >= grouped_shift_))
       return false;
     const bool moved = weight.group_columns(blocks.shift, log);
-    grouped_key_ = weight.weight.topology_key();
+    grouped_key_ = weight.matrix.topology_key();
     grouped_shift_ = blocks.shift;
     return moved;
   }

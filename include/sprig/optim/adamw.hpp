@@ -102,7 +102,7 @@ public:
   void update(P& p) {
     if (this->step_count() < 1)
       throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");
-    if constexpr (requires { p.weight.storage_size(); }) {
+    if constexpr (requires { p.matrix.storage_size(); }) {
       if (options_.bias_correction == AdamWBiasCorrection::per_slot) return update_per_slot(p);
     }
     detail::ensure_state("AdamW::update", p, 2);

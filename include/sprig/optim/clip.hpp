@@ -113,7 +113,7 @@ inline std::int64_t clip_chunks(std::int64_t slots, std::int64_t units) noexcept
 // The sum of squares of one parameter's live gradient entries (see the header comment).
 template <Value T, ColumnIndex Index>
 double grad_sum_squares(const SparseParameter<T, Index>& p) {
-  const auto& w = p.weight;
+  const auto& w = p.matrix;
   const std::int64_t rows = w.rows();
   const std::int64_t k = clip_chunks(w.storage_size(), rows);
   double part[kClipChunks];
@@ -136,7 +136,7 @@ double grad_sum_squares(const SparseParameter<T, Index>& p) {
 // out-of-matrix entries hold 0.
 template <Value T, ColumnIndex Index, int R, int C>
 double grad_sum_squares(const BlockSparseParameter<T, Index, R, C>& p) {
-  const auto& w = p.weight.pattern();
+  const auto& w = p.matrix.pattern();
   constexpr std::int64_t width = std::int64_t{R} * C;
   const std::int64_t rows = w.rows();
   const std::int64_t k = clip_chunks(w.storage_size() * width, rows);

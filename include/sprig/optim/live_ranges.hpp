@@ -25,7 +25,7 @@ namespace sprig::detail {
 // on the thread count. With Parallel = false: on the calling thread, in slot order.
 template <bool Parallel = true, Value T, ColumnIndex Index, class Fn>
 void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
-  const auto& w = p.weight;
+  const auto& w = p.matrix;
   const std::int64_t rows = w.rows();
 #if SPRIG_HAS_OPENMP
 #  pragma omp parallel for schedule(static) if (Parallel && w.storage_size() >= kParallelMinWork)
@@ -39,7 +39,7 @@ void for_each_live_range(const SparseParameter<T, Index>& p, Fn&& fn) {
 // block row (R * C entries per slot).
 template <bool Parallel = true, Value T, ColumnIndex Index, int R, int C, class Fn>
 void for_each_live_range(const BlockSparseParameter<T, Index, R, C>& p, Fn&& fn) {
-  const auto& w = p.weight.pattern();
+  const auto& w = p.matrix.pattern();
   const std::int64_t rows = w.rows(), size = std::int64_t{R} * C;
 #if SPRIG_HAS_OPENMP
 #  pragma omp parallel for schedule(static) if (Parallel && w.storage_size() * size >= kParallelMinWork)
@@ -74,8 +74,8 @@ template <class P>
 std::int64_t slot_count(const P& p) {
   if constexpr (requires { p.entry_count(); })
     return p.entry_count();
-  else if constexpr (requires { p.weight.storage_size(); })
-    return p.weight.storage_size();
+  else if constexpr (requires { p.matrix.storage_size(); })
+    return p.matrix.storage_size();
   else
     return p.size();
 }

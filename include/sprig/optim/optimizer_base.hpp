@@ -47,8 +47,8 @@ protected:
   // slots included; updates touch live slots only) or a dense parameter's values.
   template <class T, class P>
   static std::span<T> values(P& p) {
-    if constexpr (requires { p.weight.values(); })
-      return p.weight.values();
+    if constexpr (requires { p.matrix.values(); })
+      return p.matrix.values();
     else
       return std::span<T>(p.value);
   }
