@@ -112,7 +112,7 @@ public:
 
   // The positional form that SparseLinearOptions replaced, kept [[deprecated]] for one minor
   // version (the deprecation policy, CONTRIBUTING.md): the same layer as the options form.
-  [[deprecated("use SparseLinear(in, out, {.density = d, .seed = s, .layer_key = k}); removed in 0.2")]]
+  [[deprecated("use SparseLinear(in, out, {.density = d, .seed = s, .layer_key = k}); removed in 0.3")]]
   SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
                double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0)
       : SparseLinear(in, out,
