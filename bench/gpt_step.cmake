@@ -1,7 +1,7 @@
 # gpt_step: one GPT training step (forward, sequence loss, backward, global-norm clipping,
 # AdamW) dense, FFN-sparse and all-sparse, with a phase profile of the sparse steps. Needs
 # CLI11, OpenMP and the OpenMP build of OpenBLAS (the dense projections and the head run
-# cblas_sgemm through nn/gemm.hpp); 16- and 32-bit column indices in one binary (--index-bits).
+# cblas_sgemm through kernels/dense_gemm.hpp); 16- and 32-bit column indices in one binary (--index-bits).
 find_package(CLI11 QUIET)
 find_package(OpenMP QUIET COMPONENTS CXX)
 include(SprigOpenBLAS)

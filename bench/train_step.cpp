@@ -66,7 +66,7 @@
 #include <sprig/kernels/spmm_transposed.hpp>
 #include <sprig/kernels/transpose.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
-#include <sprig/nn/gemm.hpp>
+#include <sprig/kernels/dense_gemm.hpp>
 #include <sprig/nn/sequential.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/sgd.hpp>
@@ -1065,7 +1065,7 @@ int main(int argc, char** argv) {
          << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
          << ")";
 #else
-    head << "\n\nNo BLAS: dense layers on sprig's portable GEMM (nn/gemm.hpp)";
+    head << "\n\nNo BLAS: dense layers on sprig's portable GEMM (kernels/dense_gemm.hpp)";
 #endif
     head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; kernels " << sprig::kernel_arch()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"

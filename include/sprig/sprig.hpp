@@ -21,6 +21,7 @@
 
 #include "kernels/block_sddmm.hpp"
 #include "kernels/block_spmm.hpp"
+#include "kernels/dense_gemm.hpp"
 #include "kernels/narrow_dense.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"
@@ -34,7 +35,6 @@
 #include "nn/block_sparse_linear.hpp"
 #include "nn/embedding.hpp"
 #include "nn/gelu.hpp"
-#include "nn/gemm.hpp"
 #include "nn/gpt.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"

@@ -60,7 +60,7 @@
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values and at most (5 d_model + d_ff) x N
 // gradient values (2 d_model x N with qkv and fc dense). Threads: every layer gives the same
-// bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: nn/gemm.hpp), so the
+// bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the
 // model does. One model serves one thread at a time.
 //
 // Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible

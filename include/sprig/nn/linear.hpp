@@ -14,7 +14,7 @@
 // Cost: each pass O(in x out x B); nothing allocated in a steady-state step (the portable gemm
 // allocates nothing; a BLAS may). Threads: bitwise identical for any thread count on the
 // narrow kernels and the portable gemm; with SPRIG_USE_CBLAS that is the BLAS's to promise
-// (a threaded OpenBLAS does not: nn/gemm.hpp). One layer serves one thread at a time.
+// (a threaded OpenBLAS does not: kernels/dense_gemm.hpp). One layer serves one thread at a time.
 // Operand overlaps are not detected: Y and dX must not overlap any input.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "../core/rng.hpp"
 #include "../kernels/narrow_dense.hpp"
 #include "bias.hpp"
-#include "gemm.hpp"
+#include "../kernels/dense_gemm.hpp"
 #include "init.hpp"
 #include "parameter.hpp"
 

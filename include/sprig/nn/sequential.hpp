@@ -44,7 +44,7 @@
 //
 // Cost: forward and backward run each layer's passes once; a steady-state step (the same
 // batch size, no add(), no topology change) allocates nothing. Threads: every layer gives the
-// same bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: nn/gemm.hpp), so
+// same bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: kernels/dense_gemm.hpp), so
 // the model does; a model serves one thread at a time. Slot order: forward may regroup a wide
 // sparse layer's slots (SparseLinear, "Slot order"); a caller keeping per-slot arrays of its
 // own attaches a SlotLog to that layer (sparse_layers()[j].layer->set_slot_log(&log)).

@@ -1,4 +1,4 @@
-#include "sprig/nn/gemm.hpp"
+#include "sprig/kernels/dense_gemm.hpp"
 
 #include <cmath>
 #include <cstdint>
