@@ -22,6 +22,7 @@
 #include "kernels/block_sddmm.hpp"
 #include "kernels/block_spmm.hpp"
 #include "kernels/dense_gemm.hpp"
+#include "kernels/dense_gradient.hpp"
 #include "kernels/narrow_dense.hpp"
 #include "kernels/row_epilogue.hpp"
 #include "kernels/sddmm.hpp"

@@ -34,7 +34,7 @@
 
 #include "../core/rng.hpp"
 #include "../core/slot_log.hpp"
-#include "../nn/gemm.hpp"
+#include "../kernels/dense_gradient.hpp"
 #include "../nn/model.hpp"
 #include "../nn/sequential.hpp"
 #include "drop_grow.hpp"
@@ -96,7 +96,7 @@ public:
   // Whether an update reads the layers' input X and output gradient dY of the step (RigL and
   // SNFS grow where |dY X^T| is largest): then a forward and a backward must precede it.
   // That product is a dense GEMM; with SPRIG_USE_CBLAS its bits, and so the order of
-  // near-ties in the top-k, may depend on the BLAS's thread count (nn/gemm.hpp).
+  // near-ties in the top-k, may depend on the BLAS's thread count (kernels/dense_gemm.hpp).
   virtual bool needs_gradients() const { return false; }
 
   const UpdateSchedule& schedule() const noexcept { return schedule_; }
@@ -224,7 +224,7 @@ protected:
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
     return top_gradient_linear_positions(
         layer.layer->weight.matrix, dropped, k, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
+        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); },
         gradient_block_);
   }
   // top_dense_gradient within each row: the per_row largest |dL/dW| of every row among its
@@ -233,7 +233,7 @@ protected:
                                                        std::int64_t per_row) {
     return top_gradient_linear_positions_per_row(
         layer.layer->weight.matrix, dropped, per_row, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t rows, MatrixView<T> out) { gradient_rows(layer, r0, rows, out); },
+        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); },
         gradient_block_);
   }
 
@@ -246,28 +246,15 @@ private:
                                                             (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_row)));
   }
 
-  // out = rows [r0, r0 + rows) of dL/dW on the layer's grid: dY X^T, or for a block layer the
-  // sum of |dY X^T| over each block's in-matrix entries (one GEMM into block_gradient_, then
-  // the sums in a fixed order: deterministic as the GEMM is).
-  void gradient_rows(const LayerRef& layer, std::int64_t r0, std::int64_t rows, MatrixView<T> out) {
-    const ConstMatrixView<T> dY = layer.output_grad, X = layer.input;
+  // out = rows [r0, r0 + out.rows()) of dL/dW on the layer's grid: dY X^T, or for a block
+  // layer the sum of |dY X^T| over each block's in-matrix entries (kernels/dense_gradient.hpp).
+  void gradient_rows(const LayerRef& layer, std::int64_t r0, MatrixView<T> out) {
     if (!layer.blocks) {
-      gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, rows, dY.cols()), X, T(0), out);
+      dense_gradient_rows<T>(layer.output_grad, layer.input, r0, out);
       return;
     }
-    const std::int64_t R = layer.blocks->block_height(), C = layer.blocks->block_width();
-    const std::int64_t in = layer.in_features(), e0 = r0 * R;
-    const std::int64_t erows = std::min(layer.out_features(), (r0 + rows) * R) - e0;
-    block_gradient_.resize(erows, in);
-    gemm<T>(Trans::no, Trans::yes, T(1), dY.block(e0, 0, erows, dY.cols()), X, T(0), block_gradient_.view());
-    const ConstMatrixView<T> g = block_gradient_.view();
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < out.cols(); ++j) {
-        T sum = T(0);
-        for (std::int64_t r = i * R; r < std::min(erows, (i + 1) * R); ++r)
-          for (std::int64_t c = j * C; c < std::min(in, (j + 1) * C); ++c) sum += std::abs(g(r, c));
-        out(i, j) = sum;
-      }
+    block_gradient_sums<T>(layer.output_grad, layer.input, layer.blocks->block_height(), layer.blocks->block_width(), r0,
+                           out, block_gradient_);
   }
 
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
@@ -399,10 +386,27 @@ private:
     return storage;
   }
 
-  // update_ on all of the model's layers: the excluded ones are reported unchanged.
+  // Everything an update of `layers` (the model's sparse_layers()) checks before any layer
+  // changes; returns the layers it changes (active_layers, into `storage`). Throws
+  // ArgumentError naming `caller` as update() documents.
+  std::span<const LayerRef> check_update_(std::span<const LayerRef> layers, std::vector<LayerRef>& storage,
+                                          const char* caller) const {
+    const std::span<const LayerRef> active = active_layers(layers, storage, caller);
+    check_blocks(active, caller);
+    check_gradients(active, caller);
+    if (constant_fan_in) check_constant_fan_in(active, caller);
+    return active;
+  }
+
   UpdateReport update_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
     std::vector<LayerRef> storage;
-    const std::span<const LayerRef> active = active_layers(layers, storage, caller);
+    return update_checked_(layers, check_update_(layers, storage, caller), t, caller);
+  }
+
+  // The update of `active` (what check_update_ returned for `layers`, which it has checked);
+  // the excluded layers are reported unchanged.
+  UpdateReport update_checked_(std::span<const LayerRef> layers, std::span<const LayerRef> active, std::int64_t t,
+                               const char* caller) {
     if (active.size() == layers.size()) return update_active_(layers, t, caller);
     UpdateReport r = update_active_(active, t, caller);
     std::vector<LayerUpdate> all(layers.size());
@@ -417,15 +421,13 @@ private:
     return r;
   }
 
+  // Precondition: check_update_ has passed on `layers` (the update changes every one of them).
   UpdateReport update_active_(std::span<const LayerRef> layers, std::int64_t t, const char* caller) {
-    check_blocks(layers, caller);
-    check_gradients(layers, caller);
     const auto start = std::chrono::steady_clock::now();
     UpdateReport report;
     report.step = t;
     report.drop_fraction = schedule_.drop_fraction(t);
     const std::size_t n = layers.size();
-    if (constant_fan_in) check_constant_fan_in(layers, caller);
     // per_row[l] >= 0: the count each row of layer l drops and grows (constant fan-in)
     std::vector<std::int64_t> drop_counts(n), per_row(n, -1);
     for (std::size_t l = 0; l < n; ++l) {
@@ -492,7 +494,7 @@ private:
   double total_seconds_ = 0.0;
   std::int64_t updates_ = 0;
   Matrix<T> gradient_block_;
-  Matrix<T> block_gradient_;  // dY X^T rows of a block layer, before the block sums
+  Matrix<T> block_gradient_;  // scratch of block_gradient_sums
 };
 
 // One optimizer step and/or topology update for training step t (0-based), after forward
@@ -503,7 +505,8 @@ private:
 // update step and is left untouched otherwise.
 // Throws ArgumentError before anything changes when the algorithm needs gradients (RigL,
 // SNFS) and the model holds no forward/backward, or when constant_fan_in's precondition
-// fails; whatever optimizer.step and update() throw.
+// fails (each checked once, before the optimizer step); whatever optimizer.step and update()
+// throw.
 // Cost: the optimizer step, plus update() on update steps. Deterministic as update() is.
 template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
 void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,
@@ -512,14 +515,12 @@ void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M&
     optimizer.step(model);
     return;
   }
+  constexpr const char* caller = "dst::apply_step";
   const auto all = model.sparse_layers();
   std::vector<SparseLayerRef<T, Index>> storage;
-  const auto layers = algorithm.active_layers(all, storage, "dst::apply_step");
-  algorithm.check_blocks(layers, "dst::apply_step");
-  algorithm.check_gradients(layers, "dst::apply_step");
-  if (algorithm.constant_fan_in) algorithm.check_constant_fan_in(layers, "dst::apply_step");
+  const auto active = algorithm.check_update_(all, storage, caller);  // before the optimizer changes anything
   if (!algorithm.skips_optimizer_on_update()) optimizer.step(model);
-  UpdateReport r = algorithm.update_(all, t, "dst::apply_step");
+  UpdateReport r = algorithm.update_checked_(all, active, t, caller);
   if (report) *report = std::move(r);
 }
 

@@ -1,0 +1,62 @@
+// sprig/kernels/dense_gradient.hpp — rows of a layer's dense weight gradient dL/dW = dY X^T,
+// elementwise or summed in absolute value over R x C blocks: what a DST grow rule that ranks
+// positions by gradient magnitude (RigL, SNFS) streams, a block of rows at a time, so that
+// the rows x cols gradient is never stored whole.
+//
+// Both are one dense GEMM (kernels/dense_gemm.hpp) plus, for blocks, sums in a fixed order:
+// their bits are the GEMM's, so they do not depend on the thread count on the portable path
+// (with SPRIG_USE_CBLAS a threaded BLAS may change them).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "dense_gemm.hpp"
+
+namespace sprig {
+
+// out = rows [r0, r0 + out.rows()) of dY X^T: dY is [rows x B], X is [cols x B], out is
+// [n x cols]. Throws ShapeError if the operands do not fit (0 <= r0, r0 + n <= dY's rows,
+// B and cols agreeing), ArgumentError if out overlaps dY or X. O(n x cols x B).
+template <Value T>
+void dense_gradient_rows(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64_t r0, MatrixView<T> out) {
+  if (r0 < 0 || r0 + out.rows() > dY.rows())
+    throw ShapeError(detail::message("dense_gradient_rows: rows [", r0, ", ", r0 + out.rows(), ") outside dY's ",
+                                     dY.rows(), " rows"));
+  gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, out.rows(), dY.cols()), X, T(0), out);
+}
+
+// out(i, j) = sum of |dY X^T| over the in-matrix entries of block (r0 + i, j) of the R x C
+// block grid: rows [(r0 + i) R, (r0 + i + 1) R) and columns [j C, (j + 1) C), clipped to
+// dY's rows and X's rows. `scratch` holds the elementwise rows of one call (resized here: a
+// caller that reuses it allocates once). Throws ShapeError if R or C < 1, if block rows
+// [r0, r0 + out.rows()) are not inside the grid, or out.cols() is not the grid's width;
+// ArgumentError as gemm. O(out.rows() x R x cols x B).
+template <Value T>
+void block_gradient_sums(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64_t R, std::int64_t C, std::int64_t r0,
+                         MatrixView<T> out, Matrix<T>& scratch) {
+  const char* fn = "block_gradient_sums";
+  if (R < 1 || C < 1) throw ShapeError(detail::message(fn, ": block ", R, "x", C));
+  const std::int64_t rows = out.rows(), in = X.rows(), e0 = r0 * R;
+  if (r0 < 0 || (rows > 0 && e0 >= dY.rows()) || out.cols() != (in + C - 1) / C)
+    throw ShapeError(detail::message(fn, ": block rows [", r0, ", ", r0 + rows, ") x ", out.cols(),
+                                     " block columns outside the grid of ", dY.rows(), "x", in, " in ", R, "x", C,
+                                     " blocks"));
+  const std::int64_t erows = std::min(dY.rows(), (r0 + rows) * R) - e0;
+  scratch.resize(erows, in);
+  gemm<T>(Trans::no, Trans::yes, T(1), dY.block(e0, 0, erows, dY.cols()), X, T(0), scratch.view());
+  const ConstMatrixView<T> g = scratch.view();
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < out.cols(); ++j) {
+      T sum = T(0);
+      for (std::int64_t r = i * R; r < std::min(erows, (i + 1) * R); ++r)
+        for (std::int64_t c = j * C; c < std::min(in, (j + 1) * C); ++c) sum += std::abs(g(r, c));
+      out(i, j) = sum;
+    }
+}
+
+}  // namespace sprig
