@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/matrix.hpp"
 #include "core/padded_csr.hpp"
+#include "core/rank_select.hpp"
 #include "core/rng.hpp"
 #include "core/sampling.hpp"
 #include "core/slot_log.hpp"

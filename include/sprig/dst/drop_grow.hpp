@@ -21,12 +21,12 @@
 #include <iterator>
 #include <limits>
 #include <span>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/rank_select.hpp"
 #include "../core/rng.hpp"
 #include "../core/sampling.hpp"
 #include "../core/slot_log.hpp"
@@ -79,37 +79,14 @@ void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn
   }
 }
 
-// The bits of |v| as an unsigned integer: for v not NaN they order exactly as the
-// magnitudes do (IEEE 754 non-negative values order as their bit patterns; -0 becomes +0).
+// Moved to core/rank_select.hpp (namespace sprig); these dst:: names remain for one release.
 template <Value T>
-auto magnitude_key(T v) noexcept {
-  using Key = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  static_assert(sizeof(Key) == sizeof(T));
-  return std::bit_cast<Key>(std::abs(v));
-}
-
-// The key of rank r (1-based, ascending) among key_of(0), ..., key_of(n - 1), unsigned keys
-// whose top bit is 0 (magnitude_key). Precondition: 1 <= r <= n (not checked). A histogram
-// of the keys' next 12 bits finds the bucket that holds it, nth_element over a copy of that
-// bucket alone the exact key (about a thousandth of the keys when magnitudes spread over a
-// few binades). O(n) time, O(bucket) extra memory; throws only std::bad_alloc.
+[[deprecated("use sprig::magnitude_key")]] auto magnitude_key(T v) noexcept { return sprig::magnitude_key(v); }
 template <class Key, class KeyOf>
-Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
-  constexpr int kBucketBits = 12;
-  constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
-  std::vector<std::int64_t> count(std::size_t{1} << kBucketBits, 0);
-  for (std::size_t q = 0; q < n; ++q) ++count[static_cast<std::size_t>(key_of(q) >> kShift)];
-  std::int64_t before = 0;  // keys in the buckets below the one holding rank r
-  std::size_t bucket = 0;
-  while (before + count[bucket] < r) before += count[bucket++];
-  std::vector<Key> inside;
-  inside.reserve(static_cast<std::size_t>(count[bucket]));
-  for (std::size_t q = 0; q < n; ++q)
-    if (const Key key = key_of(q); static_cast<std::size_t>(key >> kShift) == bucket) inside.push_back(key);
-  const auto nth = inside.begin() + (r - 1 - before);
-  std::nth_element(inside.begin(), nth, inside.end());
-  return *nth;
+[[deprecated("use sprig::key_of_rank")]] Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
+  return sprig::key_of_rank<Key>(n, std::forward<KeyOf>(key_of), r);
 }
+template <class Key> using KeyRankSelector [[deprecated("use sprig::KeyRankSelector")]] = sprig::KeyRankSelector<Key>;
 
 // The drop step: the k live weights of smallest |w| (ties: smaller position first).
 // Three passes over the live weights with one key array as scratch (sizeof(T) bytes per live
@@ -125,7 +102,7 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
   d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
   if (k == 0) return d;
   const std::int64_t cols = W.cols();
-  using Key = decltype(magnitude_key(T(0)));
+  using Key = decltype(sprig::magnitude_key(T(0)));
   Key threshold;  // the key of the k-th smallest magnitude
   {
     std::vector<Key> keys;
@@ -134,16 +111,16 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
       if (std::isnan(v))
         throw ArgumentError(sprig::detail::message(caller, ": the weight at (", i, ", ", c,
                                                    ") is NaN; magnitudes cannot be ranked"));
-      keys.push_back(magnitude_key(v));
+      keys.push_back(sprig::magnitude_key(v));
     });
-    threshold = key_of_rank<Key>(keys.size(), [&](std::size_t q) { return keys[q]; }, k);
+    threshold = sprig::key_of_rank<Key>(keys.size(), [&](std::size_t q) { return keys[q]; }, k);
   }
   // The weights below m, without branches on the comparison (it goes either way at random);
   // the ties at m are rare.
   std::int64_t below = 0;
   std::vector<std::int64_t> ties;  // positions at the threshold magnitude
   W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
-    const Key m = magnitude_key(v);
+    const Key m = sprig::magnitude_key(v);
     below += m < threshold;
     if (m == threshold) [[unlikely]]
       ties.push_back(i * cols + c);
@@ -156,7 +133,7 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
   std::int64_t* out = d.positions.data();
   std::uint8_t* flag = d.slot_flag.data();
   W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t s) {
-    const Key m = magnitude_key(v);
+    const Key m = sprig::magnitude_key(v);
     bool drop = m < threshold;
     if (m == threshold) [[unlikely]]
       drop = std::binary_search(ties.begin(), ties.end(), i * cols + c);
@@ -168,49 +145,6 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
   sort_below(d.positions, W.rows() * cols);
   return d;
 }
-
-// The key of rank r (1-based) among n unsigned keys whose top bit is 0 (magnitude_key),
-// counted from the largest (Largest) or from the smallest: key_of_rank for many short lists
-// (the rows of a layer), with its scratch kept across calls. A histogram of the keys' next 12
-// bits is scanned from the extreme bucket towards the one that holds rank r, and nth_element
-// runs on a copy of that bucket alone; the counts are cleared key by key afterwards, so a call
-// costs O(n + buckets scanned), not O(4096). Precondition: 1 <= r <= n (not checked). 16 KiB
-// of counts plus the bucket; throws only std::bad_alloc.
-template <class Key>
-class KeyRankSelector {
-public:
-  template <bool Largest>
-  Key select(const Key* keys, std::size_t n, std::int64_t r) {
-    constexpr int kBucketBits = 12;
-    constexpr int kShift = static_cast<int>(8 * sizeof(Key)) - 1 - kBucketBits;
-    if (count_.empty()) count_.assign(std::size_t{1} << kBucketBits, 0);
-    std::size_t extreme = Largest ? 0 : count_.size() - 1;
-    for (std::size_t q = 0; q < n; ++q) {
-      const auto b = static_cast<std::size_t>(keys[q] >> kShift);
-      ++count_[b];
-      extreme = Largest ? std::max(extreme, b) : std::min(extreme, b);
-    }
-    std::int64_t before = 0;  // keys in the buckets scanned past
-    std::size_t bucket = extreme;
-    while (before + count_[bucket] < r) {
-      before += count_[bucket];
-      bucket = Largest ? bucket - 1 : bucket + 1;
-    }
-    inside_.clear();
-    for (std::size_t q = 0; q < n; ++q) {
-      if (static_cast<std::size_t>(keys[q] >> kShift) == bucket) inside_.push_back(keys[q]);
-      count_[static_cast<std::size_t>(keys[q] >> kShift)] = 0;
-    }
-    const auto nth = inside_.begin() + (r - 1 - before);
-    if constexpr (Largest) std::nth_element(inside_.begin(), nth, inside_.end(), std::greater<>());
-    else std::nth_element(inside_.begin(), nth, inside_.end());
-    return *nth;
-  }
-
-private:
-  std::vector<std::int64_t> count_;
-  std::vector<Key> inside_;
-};
 
 // The constant-fan-in drop step: in every row, the per_row live weights of smallest |w| of
 // that row (ties: smaller column first), so each row loses the same count. Positions
@@ -228,13 +162,13 @@ DropSet select_drop_per_row(const PaddedCSR<T, Index>& W, std::int64_t per_row,
   d.slot_flag.assign(static_cast<std::size_t>(W.storage_size()), 0);
   if (per_row == 0) return d;
   const std::int64_t cols = W.cols();
-  using Key = decltype(magnitude_key(T(0)));
+  using Key = decltype(sprig::magnitude_key(T(0)));
   // positions written at the next free place on every weight and kept by advancing past the
   // ones below the threshold (fewer than per_row per row): one spare entry for the last write
   d.positions.resize(static_cast<std::size_t>(per_row * W.rows()) + 1);
   std::int64_t* out = d.positions.data();
   std::vector<Key> keys;
-  KeyRankSelector<Key> selector;
+  sprig::KeyRankSelector<Key> selector;
   std::vector<std::pair<std::int64_t, std::int64_t>> ties;  // (column, slot) at the threshold key
   const Index* col_of = W.col_indices().data();
   const T* value = W.values().data();
@@ -249,14 +183,14 @@ DropSet select_drop_per_row(const PaddedCSR<T, Index>& W, std::int64_t per_row,
       if (std::isnan(value[s]))
         throw ArgumentError(sprig::detail::message(caller, ": the weight at (", i, ", ", col_of[s],
                                                    ") is NaN; magnitudes cannot be ranked"));
-      keys.push_back(magnitude_key(value[s]));
+      keys.push_back(sprig::magnitude_key(value[s]));
     }
     const Key threshold = selector.template select<false>(keys.data(), keys.size(), per_row);
     std::int64_t below = 0;
     ties.clear();
     const std::int64_t base = i * cols;
     for (std::int64_t s = start; s < end; ++s) {
-      const Key m = magnitude_key(value[s]);
+      const Key m = sprig::magnitude_key(value[s]);
       const bool drop = m < threshold;  // no branch: it goes either way at random
       *out = base + col_of[s];
       out += drop;
@@ -498,7 +432,7 @@ std::vector<std::int64_t> random_free_linear_positions_per_row(const PaddedCSR<T
 // A candidate of the gradient top-k: magnitude_key(g) and the linear position.
 template <Value T>
 struct KeyedPosition {
-  decltype(magnitude_key(T(0))) key;
+  decltype(sprig::magnitude_key(T(0))) key;
   std::int64_t position;
 };
 
@@ -521,7 +455,7 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   if (block_rows < 1)
     throw ArgumentError(sprig::detail::message("dst::top_gradient_candidates: block_rows ", block_rows, " < 1"));
   if (k <= 0) return {};
-  using Key = decltype(magnitude_key(T(0)));
+  using Key = decltype(sprig::magnitude_key(T(0)));
   constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
   const std::int64_t cols = W.cols();
   const auto capacity = static_cast<std::size_t>(2 * k + cols);
@@ -529,7 +463,7 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   std::size_t n = 0;
   Key lowest = 0;  // keys in [lowest, kExcluded) enter; above the k-th once the buffer was cut
   auto cut = [&] {
-    const Key kth = key_of_rank<Key>(n, [&](std::size_t q) { return cand[q].key; },
+    const Key kth = sprig::key_of_rank<Key>(n, [&](std::size_t q) { return cand[q].key; },
                                      static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
     std::int64_t ties = k;  // of the k-th's key, how many are taken (the first ones)
     for (std::size_t q = 0; q < n; ++q) ties -= cand[q].key > kth;
@@ -560,7 +494,7 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
       const Key lo = lowest;
       KeyedPosition<T>* c = cand.data() + n;
       for (std::int64_t j = 0; j < cols; ++j) {
-        const Key key = magnitude_key(g[j]);
+        const Key key = sprig::magnitude_key(g[j]);
         *c = {key, base + j};
         c += key >= lo && key < kExcluded;
       }
@@ -608,13 +542,13 @@ std::vector<std::int64_t> top_gradient_linear_positions_per_row(const PaddedCSR<
   if (per_row < 0) throw ArgumentError(sprig::detail::message(fn, ": per_row = ", per_row, " < 0"));
   std::vector<std::int64_t> out;
   if (per_row == 0) return out;
-  using Key = decltype(magnitude_key(T(0)));
+  using Key = decltype(sprig::magnitude_key(T(0)));
   constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
   const std::int64_t cols = W.cols();
   out.reserve(static_cast<std::size_t>(per_row * W.rows()));
   std::vector<KeyedPosition<T>> cand(static_cast<std::size_t>(cols) + 1);  // + 1: the write past the last
   std::vector<Key> keys(static_cast<std::size_t>(cols));
-  KeyRankSelector<Key> selector;
+  sprig::KeyRankSelector<Key> selector;
   KeptColumns<T, Index> kept(W, drop);
   Key estimate = 0;
   for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
@@ -628,7 +562,7 @@ std::vector<std::int64_t> top_gradient_linear_positions_per_row(const PaddedCSR<
       auto scan = [&](Key lo) {  // candidates in column order (position = column here)
         KeyedPosition<T>* c = cand.data();
         for (std::int64_t j = 0; j < cols; ++j) {
-          const Key key = magnitude_key(g[j]);
+          const Key key = sprig::magnitude_key(g[j]);
           *c = {key, j};
           c += key >= lo && key < kExcluded;
         }
