@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <sprig/dst/fan_in.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/io/checkpoint.hpp>
@@ -77,8 +78,9 @@ public:
   }
   std::vector<SparseLayerRef<T, Index>> sparse_layers() {
     return {{0, 0, &a_, x_, ConstMatrixView<T>(dh1_.view())},
-            {1, 1, &b_, ConstMatrixView<T>(h1_.view()), ConstMatrixView<T>(dh2_.view())}};
+            {1, repeat_index ? 0u : 1u, &b_, ConstMatrixView<T>(h1_.view()), ConstMatrixView<T>(dh2_.view())}};
   }
+  bool repeat_index = false;  // a defect a user's model may have: both layers report sparse_index 0
 
   SparseLinear<T, Index>& first() { return a_; }
 
@@ -262,4 +264,32 @@ TEST_CASE("TrainableModel: parameter_memory adds up every parameter", "[nn][mode
   const ParameterMemory s = parameter_memory(seq);
   CHECK(s.weights == seq.weight_bytes());
   CHECK(s.dense_weights == seq.dense_weight_bytes());
+}
+
+TEST_CASE("TrainableModel: a sparse_index listed twice is rejected before anything changes", "[nn][model]") {
+  using T = float;
+  UserNet<T, std::int32_t> net(16, 24, 3, 0.3, 7);
+  net.repeat_index = true;
+  SGD<T> opt({.lr = 0.1});
+  dst::SET<T, std::int32_t> set({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 3);
+  const Data<T> d(16, 8, 11);
+  SoftmaxCrossEntropy<T> loss;
+  const auto Z = net.forward(d.X.view());
+  loss.forward_backward(Z, d.y, net.output_grad());
+  net.backward();
+  const auto before = parameter_bits(net);
+  CHECK_THROWS_AS(dst::apply_step(set, opt, net, 0), ArgumentError);
+  CHECK_THROWS_WITH(dst::apply_step(set, opt, net, 0),
+                    Catch::Contains("dst::apply_step") && Catch::Contains("sparse_index 0 twice"));
+  CHECK(parameter_bits(net) == before);  // neither the optimizer step nor the update ran
+  CHECK_THROWS_WITH(set.update(net.sparse_layers(), 0),
+                    Catch::Contains("SparsityAlgorithm::update") && Catch::Contains("sparse_index 0 twice"));
+  CHECK_THROWS_WITH(dst::redraw_constant_fan_in(net, 1),
+                    Catch::Contains("dst::redraw_constant_fan_in") && Catch::Contains("sparse_index 0 twice"));
+  CHECK(parameter_bits(net) == before);
+  CHECK(set.updates() == 0);
+
+  net.repeat_index = false;  // the same model with its indices right updates
+  CHECK_NOTHROW(dst::apply_step(set, opt, net, 0));
+  CHECK(set.updates() == 1);
 }

@@ -166,8 +166,9 @@ public:
   // that). layers: the model's sparse_layers(), each with its sparse_index; when
   // needs_gradients(), each with the input and output gradient of a forward and backward
   // (only their shapes can be checked, not that they are from step t).
-  // Throws ArgumentError, before any layer changes, when a needed gradient is missing,
-  // grow_counts is malformed or constant_fan_in's precondition fails; and ArgumentError if a
+  // Throws ArgumentError, before any layer changes, when two layers share a sparse_index
+  // (check_sparse_layers), a needed gradient is missing, grow_counts is malformed or
+  // constant_fan_in's precondition fails; and ArgumentError if a
   // weight is NaN (magnitudes cannot be ranked) or a subclass's grow rule breaks its contract:
   // then that layer is unchanged (weights, topology, gradient, state) and the layers before
   // it have been updated. Cost per layer: O(storage + k log k) for the drop and the random
@@ -391,6 +392,7 @@ private:
   // ArgumentError naming `caller` as update() documents.
   std::span<const LayerRef> check_update_(std::span<const LayerRef> layers, std::vector<LayerRef>& storage,
                                           const char* caller) const {
+    check_sparse_layers(layers, caller);
     const std::span<const LayerRef> active = active_layers(layers, storage, caller);
     check_blocks(active, caller);
     check_gradients(active, caller);
@@ -503,10 +505,10 @@ private:
 // carry this step's update), except that an algorithm that skips the optimizer on update steps
 // (RigL) only changes the topology. `report`, if given, receives the update's report on an
 // update step and is left untouched otherwise.
-// Throws ArgumentError before anything changes when the algorithm needs gradients (RigL,
-// SNFS) and the model holds no forward/backward, or when constant_fan_in's precondition
-// fails (each checked once, before the optimizer step); whatever optimizer.step and update()
-// throw.
+// Throws ArgumentError before anything changes when the model's sparse_layers() repeat a
+// sparse_index, the algorithm needs gradients (RigL, SNFS) and the model holds no
+// forward/backward, or constant_fan_in's precondition fails (each checked once, before the
+// optimizer step); whatever optimizer.step and update() throw.
 // Cost: the optimizer step, plus update() on update steps. Deterministic as update() is.
 template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
 void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,

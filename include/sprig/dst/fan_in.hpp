@@ -76,7 +76,8 @@ SparseLinear<T, Index> constant_fan_in_linear(std::int64_t in, std::int64_t out,
 // Biases and dense layers are untouched. For a freshly built model (build_mlp, build_gpt, a
 // user's), before the optimizer's first step: optimizer state of the old weights is
 // discarded with them. Throws ArgumentError, before any layer changes, unless
-// 0 <= growth_reserve <= 64, or if a layer is block-sparse. O(nnz + cols) per layer.
+// 0 <= growth_reserve <= 64, if a layer is block-sparse or if two share a sparse_index
+// (check_sparse_layers). O(nnz + cols) per layer.
 template <TrainableModel M>
 void redraw_constant_fan_in(M& model, std::uint64_t seed,
                             double growth_reserve = SparseParameter<typename M::value_type,
@@ -87,6 +88,7 @@ void redraw_constant_fan_in(M& model, std::uint64_t seed,
     throw ArgumentError(
         sprig::detail::message("dst::redraw_constant_fan_in: growth_reserve ", growth_reserve, " outside [0, 64]"));
   const auto layers = model.sparse_layers();
+  check_sparse_layers<T, Index>(layers, "dst::redraw_constant_fan_in");
   for (const SparseLayerRef<T, Index>& ref : layers)
     if (ref.blocks)
       throw ArgumentError(sprig::detail::message("dst::redraw_constant_fan_in: sparse layer ", ref.sparse_index,

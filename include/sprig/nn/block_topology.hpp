@@ -1,0 +1,33 @@
+// sprig/nn/block_topology.hpp — BlockTopology: how dynamic sparse training reaches the
+// blocks of a block-sparse layer through a stand-in over its block grid.
+#pragma once
+
+#include <cstdint>
+
+#include "../core/concepts.hpp"
+#include "../core/padded_csr.hpp"
+#include "../core/slot_log.hpp"
+
+namespace sprig {
+
+// A layer whose weight is stored in dense R x C blocks (BlockSparseLinear), as dynamic sparse
+// training changes it: through a stand-in SparseLinear over the block grid (one entry per
+// block, its value the block's Frobenius norm), whose slot changes are replayed here.
+template <Value T, ColumnIndex Index>
+class BlockTopology {
+public:
+  virtual std::int64_t block_height() const noexcept = 0;  // R: output rows per block
+  virtual std::int64_t block_width() const noexcept = 0;   // C: inputs per block
+  virtual std::int64_t out_features() const noexcept = 0;  // rows of the weight
+  virtual std::int64_t in_features() const noexcept = 0;   // columns of the weight
+  // Replays one chunk of the stand-in's SlotLog on the blocks, their gradient and optimizer
+  // state (R x C entries per slot).
+  virtual void apply_slot_moves(const SlotLog& chunk) = 0;
+  // Takes the stand-in's pattern once every chunk was replayed (BlockPaddedCSR::adopt_pattern).
+  virtual void adopt_pattern(const PaddedCSR<T, Index>& grid) = 0;
+
+protected:
+  ~BlockTopology() = default;
+};
+
+}  // namespace sprig

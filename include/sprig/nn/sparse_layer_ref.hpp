@@ -1,0 +1,57 @@
+// sprig/nn/sparse_layer_ref.hpp — SparseLayerRef, one entry of a model's sparse_layers(),
+// and the check every consumer of that list runs on it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
+#include "block_topology.hpp"
+#include "sparse_linear.hpp"
+
+namespace sprig {
+
+// What dynamic sparse training needs from one sparse layer after a step: the layer (its
+// SparseParameter is layer->weight), the input it saw and the gradient of its output.
+// For a block-sparse layer, `blocks` is the layer and `layer` its stand-in over the block
+// grid (BlockTopology), valid until the layer's next structural change; input and
+// output_grad are the layer's own, [in x B] and [out x B] in elements.
+template <Value T, ColumnIndex Index>
+struct SparseLayerRef {
+  std::size_t position;       // where the layer sits in its model (the model documents it)
+  std::size_t sparse_index;   // 0, 1, ... among the model's sparse layers
+  SparseLinear<T, Index>* layer;
+  ConstMatrixView<T> input;        // X of the last forward   [in x B]
+  ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
+  BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
+
+  // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
+  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.weight.rows(); }
+  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.weight.cols(); }
+};
+
+// Throws ArgumentError naming `caller` and the index if two entries of `layers` (a model's
+// sparse_layers()) have the same sparse_index: DST, its exclusions and checkpoints identify
+// a layer by it, so a repeated index would silently update or restore one layer as another.
+// Every library function that consumes sparse_layers() calls this first. O(n log n) for n
+// entries; reads only.
+template <Value T, ColumnIndex Index>
+void check_sparse_layers(std::span<const SparseLayerRef<T, Index>> layers, const char* caller) {
+  std::vector<std::pair<std::size_t, std::size_t>> seen;  // (sparse_index, entry)
+  seen.reserve(layers.size());
+  for (std::size_t q = 0; q < layers.size(); ++q) seen.emplace_back(layers[q].sparse_index, q);
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t q = 1; q < seen.size(); ++q)
+    if (seen[q].first == seen[q - 1].first)
+      throw ArgumentError(detail::message(caller, ": the model's sparse_layers() lists sparse_index ", seen[q].first,
+                                          " twice (entries ", seen[q - 1].second, " and ", seen[q].second,
+                                          "); each sparse layer needs its own index"));
+}
+
+}  // namespace sprig
