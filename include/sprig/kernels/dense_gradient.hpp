@@ -33,8 +33,8 @@ void dense_gradient_rows(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64
 // out(i, j) = sum of |dY X^T| over the in-matrix entries of block (r0 + i, j) of the R x C
 // block grid: rows [(r0 + i) R, (r0 + i + 1) R) and columns [j C, (j + 1) C), clipped to
 // dY's rows and X's rows. `scratch` holds the elementwise rows of one call (resized here: a
-// caller that reuses it allocates once). Throws ShapeError if R or C < 1, if block rows
-// [r0, r0 + out.rows()) are not inside the grid, or out.cols() is not the grid's width;
+// caller that reuses it allocates once). Throws ShapeError if R or C < 1, if block row r0
+// is not in the grid or out.cols() is not its width (rows of out past the grid get 0);
 // ArgumentError as gemm. O(out.rows() x R x cols x B).
 template <Value T>
 void block_gradient_sums(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64_t R, std::int64_t C, std::int64_t r0,
