@@ -29,9 +29,9 @@ ParameterMemory parameter_memory(const M& model) {
   ParameterMemory m;
   model.for_each_parameter([&](const auto& p) {
     std::int64_t rows = 0, cols = 0;
-    if constexpr (requires { p.weight.storage_size(); }) {
-      rows = p.weight.rows();
-      cols = p.weight.cols();
+    if constexpr (requires { p.matrix.storage_size(); }) {
+      rows = p.matrix.rows();
+      cols = p.matrix.cols();
       m.parameters += p.live_count();
     } else {
       rows = p.rows;

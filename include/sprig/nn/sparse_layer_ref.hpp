@@ -32,8 +32,8 @@ struct SparseLayerRef {
   BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
 
   // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
-  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.weight.rows(); }
-  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.weight.cols(); }
+  std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.matrix.rows(); }
+  std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.matrix.cols(); }
 };
 
 // Throws ArgumentError naming `caller` and the index if two entries of `layers` (a model's
