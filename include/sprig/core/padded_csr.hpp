@@ -102,24 +102,7 @@ public:
 
   // Keeps every entry with |x| > threshold (NaN is kept: it is not <= threshold).
   static PaddedCSR from_dense(std::type_identity_t<ConstMatrixView<T>> dense, T threshold = T(0),
-                              double padding_ratio = kDefaultPaddingRatio) {
-    if (!(threshold >= T(0)))
-      throw ArgumentError(detail::message("PaddedCSR::from_dense: threshold ", threshold, " must be >= 0"));
-    PaddedCSR m;
-    m.init_shape("PaddedCSR::from_dense", dense.rows(), dense.cols(), padding_ratio);
-    auto keep = [threshold](T x) { return !(std::abs(x) <= threshold); };
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(m.rows_), 0);
-    for (std::int64_t i = 0; i < m.rows_; ++i)
-      counts[i] = std::count_if(dense.row(i), dense.row(i) + m.cols_, keep);
-    m.layout_from_counts(counts);
-    for (std::int64_t i = 0; i < m.rows_; ++i) {
-      std::int64_t s = m.row_start_[i];
-      for (std::int64_t j = 0; j < m.cols_; ++j)
-        if (keep(dense(i, j))) m.put(s++, static_cast<Index>(j), dense(i, j));
-    }
-    m.nnz_ = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
-    return m;
-  }
+                              double padding_ratio = kDefaultPaddingRatio);
 
   // From CSR arrays: row_ptr (rows + 1, non-decreasing, starting at 0), columns and values
   // (row_ptr[rows] each). Columns may be unsorted within a row (they are sorted);
@@ -127,145 +110,28 @@ public:
   template <std::integral I>
   static PaddedCSR from_csr(std::int64_t rows, std::int64_t cols, std::span<const std::int64_t> row_ptr,
                             std::span<const I> col_indices, std::span<const T> values,
-                            double padding_ratio = kDefaultPaddingRatio) {
-    const char* fn = "PaddedCSR::from_csr";
-    PaddedCSR m;
-    m.init_shape(fn, rows, cols, padding_ratio);
-    if (std::ssize(row_ptr) != rows + 1)
-      throw ShapeError(detail::message(fn, ": row_ptr has ", row_ptr.size(), " entries, expected rows + 1 = ", rows + 1));
-    if (row_ptr[0] != 0) throw ArgumentError(detail::message(fn, ": row_ptr[0] is ", row_ptr[0], ", expected 0"));
-    for (std::int64_t i = 0; i < rows; ++i)
-      if (row_ptr[i + 1] < row_ptr[i])
-        throw ArgumentError(detail::message(fn, ": row_ptr decreases at row ", i, " (", row_ptr[i], " > ", row_ptr[i + 1], ")"));
-    const std::int64_t nnz = row_ptr[rows];
-    if (std::ssize(col_indices) != nnz || std::ssize(values) != nnz)
-      throw ShapeError(detail::message(fn, ": row_ptr[rows] = ", nnz, " but col_indices has ", col_indices.size(),
-                                       " and values has ", values.size(), " entries"));
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows));
-    for (std::int64_t i = 0; i < rows; ++i) counts[i] = row_ptr[i + 1] - row_ptr[i];
-    m.layout_from_counts(counts);
-    std::vector<std::pair<std::int64_t, T>> row;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      row.clear();
-      for (std::int64_t p = row_ptr[i]; p < row_ptr[i + 1]; ++p) row.emplace_back(static_cast<std::int64_t>(col_indices[p]), values[p]);
-      m.fill_row_checked(fn, i, row);
-    }
-    m.nnz_ = nnz;
-    return m;
-  }
+                            double padding_ratio = kDefaultPaddingRatio);
 
   // From COO triplets in any order; out-of-range or duplicate (row, col) pairs are rejected.
   template <std::integral I, std::integral J>
   static PaddedCSR from_coo(std::int64_t rows, std::int64_t cols, std::span<const I> row_indices,
                             std::span<const J> col_indices, std::span<const T> values,
-                            double padding_ratio = kDefaultPaddingRatio) {
-    const char* fn = "PaddedCSR::from_coo";
-    PaddedCSR m;
-    m.init_shape(fn, rows, cols, padding_ratio);
-    const auto n = std::ssize(values);
-    if (std::ssize(row_indices) != n || std::ssize(col_indices) != n)
-      throw ShapeError(detail::message(fn, ": row_indices, col_indices and values have ", row_indices.size(), ", ",
-                                       col_indices.size(), " and ", n, " entries; they must agree"));
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
-    for (std::int64_t p = 0; p < n; ++p) {
-      const auto r = static_cast<std::int64_t>(row_indices[p]);
-      if (r < 0 || r >= rows)
-        throw ArgumentError(detail::message(fn, ": entry ", p, " has row ", r, " outside [0, ", rows, ")"));
-      ++counts[r];
-    }
-    // Bucket the entries by row (counting sort), then validate and sort each row.
-    std::vector<std::int64_t> offset(static_cast<std::size_t>(rows) + 1, 0);
-    for (std::int64_t i = 0; i < rows; ++i) offset[i + 1] = offset[i] + counts[i];
-    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-    {
-      std::vector<std::int64_t> next(offset.begin(), offset.end() - 1);
-      for (std::int64_t p = 0; p < n; ++p) order[next[static_cast<std::int64_t>(row_indices[p])]++] = p;
-    }
-    m.layout_from_counts(counts);
-    std::vector<std::pair<std::int64_t, T>> row;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      row.clear();
-      for (std::int64_t q = offset[i]; q < offset[i + 1]; ++q)
-        row.emplace_back(static_cast<std::int64_t>(col_indices[order[q]]), values[order[q]]);
-      m.fill_row_checked(fn, i, row);
-    }
-    m.nnz_ = n;
-    return m;
-  }
+                            double padding_ratio = kDefaultPaddingRatio);
 
   // Exactly nnz_per_row live entries in every row, columns uniform without replacement,
   // values uniform in [-1, 1). Row i uses the counter-based stream (seed, i): the result
   // depends on the seed only. Memory O(nnz + cols), never rows x cols.
   static PaddedCSR random_per_row(std::int64_t rows, std::int64_t cols, std::int64_t nnz_per_row, std::uint64_t seed,
-                                  double padding_ratio = kDefaultPaddingRatio) {
-    const char* fn = "PaddedCSR::random_per_row";
-    PaddedCSR m;
-    m.init_shape(fn, rows, cols, padding_ratio);
-    if (nnz_per_row < 0 || nnz_per_row > cols)
-      throw ArgumentError(detail::message(fn, ": nnz_per_row ", nnz_per_row, " outside [0, cols = ", cols, "]"));
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), nnz_per_row);
-    m.layout_from_counts(counts);
-    std::vector<std::uint8_t> taken(static_cast<std::size_t>(cols), 0);
-    std::vector<std::int64_t> picked;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      CounterRng rng(seed, kInitStream, static_cast<std::uint64_t>(i));
-      sample_distinct(rng, cols, nnz_per_row, taken, picked);
-      std::int64_t s = m.row_start_[i];
-      for (std::int64_t c : picked) m.put(s++, static_cast<Index>(c), static_cast<T>(rng.uniform(-1.0, 1.0)));
-    }
-    m.nnz_ = rows * nnz_per_row;
-    return m;
-  }
+                                  double padding_ratio = kDefaultPaddingRatio);
 
   // Exactly nnz_total live entries, a uniformly random subset of the rows x cols positions,
   // values uniform in [-1, 1). Memory O(nnz), never rows x cols.
   static PaddedCSR random_total(std::int64_t rows, std::int64_t cols, std::int64_t nnz_total, std::uint64_t seed,
-                                double padding_ratio = kDefaultPaddingRatio) {
-    const char* fn = "PaddedCSR::random_total";
-    PaddedCSR m;
-    m.init_shape(fn, rows, cols, padding_ratio);
-    const std::int64_t positions = rows * cols;
-    if (nnz_total < 0 || nnz_total > positions)
-      throw ArgumentError(detail::message(fn, ": nnz_total ", nnz_total, " outside [0, rows*cols = ", positions, "]"));
-    // Distinct linear positions drawn uniformly (the complement when denser than half, where
-    // drawing would take ever more rounds). Sort-and-merge beats a hash set ~7x here.
-    const bool complement = nnz_total > positions / 2;
-    const std::int64_t draw = complement ? positions - nnz_total : nnz_total;
-    CounterRng rng(seed, kInitStream, ~std::uint64_t{0});
-    std::vector<std::int64_t> linear = draw_distinct_below(rng, positions, draw, [](std::int64_t) { return false; });
-    if (complement) {
-      std::vector<std::int64_t> kept;
-      kept.reserve(static_cast<std::size_t>(nnz_total));
-      std::int64_t q = 0;
-      for (std::int64_t p = 0; p < positions; ++p) {
-        if (q < draw && linear[q] == p) { ++q; continue; }
-        kept.push_back(p);
-      }
-      linear.swap(kept);
-    }
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(rows), 0);
-    for (std::int64_t p : linear) ++counts[p / cols];
-    m.layout_from_counts(counts);
-    std::int64_t q = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      std::int64_t s = m.row_start_[i];
-      for (std::int64_t e = 0; e < counts[i]; ++e, ++q)
-        m.put(s++, static_cast<Index>(linear[q] % cols), static_cast<T>(rng.uniform(-1.0, 1.0)));
-    }
-    m.nnz_ = nnz_total;
-    return m;
-  }
+                                double padding_ratio = kDefaultPaddingRatio);
 
   // random_total with nnz_total = round(density * rows * cols).
   static PaddedCSR random_density(std::int64_t rows, std::int64_t cols, double density, std::uint64_t seed,
-                                  double padding_ratio = kDefaultPaddingRatio) {
-    if (!(density >= 0.0 && density <= 1.0))
-      throw ArgumentError(detail::message("PaddedCSR::random_density: density ", density, " outside [0, 1]"));
-    if (rows < 0 || cols < 0)
-      throw ShapeError(detail::message("PaddedCSR::random_density: negative shape ", rows, "x", cols));
-    return random_total(rows, cols, std::llround(density * static_cast<double>(rows) * static_cast<double>(cols)), seed,
-                        padding_ratio);
-  }
+                                  double padding_ratio = kDefaultPaddingRatio);
 
   // ---- shape and accessors ------------------------------------------------------------
 
@@ -373,28 +239,7 @@ public:
   }
 
   // Tight CSR with columns sorted within each row.
-  CSRArrays<T, Index> to_csr() const {
-    check_has_values("PaddedCSR::to_csr");
-    CSRArrays<T, Index> out;
-    out.rows = rows_;
-    out.cols = cols_;
-    out.row_ptr.assign(static_cast<std::size_t>(rows_) + 1, 0);
-    out.col_indices.reserve(static_cast<std::size_t>(nnz_));
-    out.values.reserve(static_cast<std::size_t>(nnz_));
-    std::vector<std::int64_t> order;
-    for (std::int64_t i = 0; i < rows_; ++i) {
-      const std::int64_t s = row_start_[i];
-      order.resize(static_cast<std::size_t>(row_nnz_[i]));
-      std::iota(order.begin(), order.end(), s);
-      std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return col_indices_[a] < col_indices_[b]; });
-      for (std::int64_t q : order) {
-        out.col_indices.push_back(col_indices_[q]);
-        out.values.push_back(values_[q]);
-      }
-      out.row_ptr[i + 1] = std::ssize(out.col_indices);
-    }
-    return out;
-  }
+  CSRArrays<T, Index> to_csr() const;
 
   // ---- structural changes (each bumps topology_version) ---------------------------------
 
@@ -511,59 +356,11 @@ public:
   // by exactly their new capacities, and the log holds one resize, so every state array also
   // grows once. (Relocating them one by one, reserve_row, grows by steps of >= 1/8 with slack.)
   // Throws ArgumentError for a row out of range or listed twice, before changing anything.
-  void reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity, SlotLog* log = nullptr) {
-    std::int64_t extra = 0;
-    std::vector<bool> seen(static_cast<std::size_t>(rows_), false);
-    for (const auto& [row, capacity] : row_capacity) {
-      if (row < 0 || row >= rows_)
-        throw ArgumentError(detail::message("PaddedCSR::reserve_rows: row ", row, " outside [0, ", rows_, ")"));
-      if (seen[static_cast<std::size_t>(row)])
-        throw ArgumentError(detail::message("PaddedCSR::reserve_rows: row ", row, " listed twice"));
-      seen[static_cast<std::size_t>(row)] = true;
-      const std::int64_t c = wanted_capacity(row, capacity);
-      if (c > row_capacity_[row]) extra += c;
-    }
-    if (extra == 0) return;
-    const std::size_t total = col_indices_.size() + static_cast<std::size_t>(extra);
-    if (!structure_only_) values_.reserve(total);
-    col_indices_.reserve(total);
-    if (log) log->resize(static_cast<std::int64_t>(total));  // one resize event: state arrays grow once
-    for (const auto& [row, capacity] : row_capacity) {
-      const std::int64_t c = wanted_capacity(row, capacity);
-      if (c > row_capacity_[row]) relocate_row(row, c, log, /*log_resize=*/false);
-    }
-    ++topology_version_;
-  }
+  void reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity, SlotLog* log = nullptr);
 
   // Rebuilds a tight layout in row order with capacity max(1, ceil(row_nnz * (1 + ratio)))
   // per row, dropping dead slots. Live entries keep their order within each row.
-  void compact(double padding_ratio, SlotLog* log = nullptr) {
-    check_ratio("PaddedCSR::compact", padding_ratio);
-    padding_ratio_ = padding_ratio;
-    std::vector<std::int64_t> new_start(static_cast<std::size_t>(rows_)), new_cap(static_cast<std::size_t>(rows_));
-    std::int64_t total = 0;
-    for (std::int64_t i = 0; i < rows_; ++i) {
-      new_start[i] = total;
-      new_cap[i] = capacity_for(row_nnz_[i], padding_ratio);
-      total += new_cap[i];
-    }
-    AlignedVector<T> values(structure_only_ ? 0 : static_cast<std::size_t>(total), T(0));
-    AlignedVector<Index> cols(static_cast<std::size_t>(total), kPadding);
-    std::vector<std::int64_t> sources(static_cast<std::size_t>(total), -1);
-    for (std::int64_t i = 0; i < rows_; ++i)
-      for (std::int64_t q = 0; q < row_nnz_[i]; ++q) {
-        if (!structure_only_) values[new_start[i] + q] = values_[row_start_[i] + q];
-        cols[new_start[i] + q] = col_indices_[row_start_[i] + q];
-        sources[new_start[i] + q] = row_start_[i] + q;
-      }
-    values_.swap(values);
-    col_indices_.swap(cols);
-    row_start_.swap(new_start);
-    row_capacity_.swap(new_cap);
-    dead_slots_ = 0;
-    ++topology_version_;
-    if (log) log->remap(sources);
-  }
+  void compact(double padding_ratio, SlotLog* log = nullptr);
   void compact(SlotLog* log = nullptr) { compact(padding_ratio_, log); }
 
   // Orders each row's live entries by column block, block b = columns [b << shift,
@@ -578,31 +375,7 @@ public:
   // rows x blocks), about a tenth of a full sort by column. Throws ArgumentError for a shift
   // outside [0, 62].
   template <class Follow>
-  bool group_columns(int shift, Follow&& follow) {
-    if (shift < 0 || shift > 62)
-      throw ArgumentError(detail::message("PaddedCSR::group_columns: shift ", shift, " outside [0, 62]"));
-    const std::int64_t blocks = cols_ == 0 ? 1 : ((cols_ - 1) >> shift) + 1;
-    std::vector<std::int64_t> next(static_cast<std::size_t>(blocks) + 1), order;
-    AlignedVector<T> v;
-    AlignedVector<Index> c;
-    bool moved = false;
-    for (std::int64_t i = 0; i < rows_; ++i) {
-      const std::int64_t s = row_start_[i], n = row_nnz_[i];
-      const Index* cols = col_indices_.data() + s;
-      if (detail::in_block_order(cols, n, shift)) continue;
-      std::fill(next.begin(), next.end(), 0);
-      for (std::int64_t q = 0; q < n; ++q) ++next[static_cast<std::size_t>((static_cast<std::int64_t>(cols[q]) >> shift) + 1)];
-      for (std::int64_t b = 0; b < blocks; ++b) next[b + 1] += next[b];
-      order.resize(static_cast<std::size_t>(n));
-      for (std::int64_t q = 0; q < n; ++q) order[next[static_cast<std::size_t>(static_cast<std::int64_t>(cols[q]) >> shift)]++] = q;
-      detail::permute_range(col_indices_, s, order, c);
-      if (!values_.empty()) detail::permute_range(values_, s, order, v);  // a structure-only W^T has none
-      follow(s, std::span<const std::int64_t>(order));
-      moved = true;
-    }
-    if (moved) ++topology_version_;
-    return moved;
-  }
+  bool group_columns(int shift, Follow&& follow);
   bool group_columns(int shift) {
     return group_columns(shift, [](std::int64_t, std::span<const std::int64_t>) {});
   }
@@ -610,52 +383,7 @@ public:
   // ---- checks and accounting ----------------------------------------------------------
 
   // Throws sprig::Error naming the first violated invariant; returns normally if all hold.
-  void check_invariants() const {
-    auto fail = [](auto&&... parts) { throw Error(detail::message("PaddedCSR invariant violated: ", parts...)); };
-    if (rows_ < 0 || cols_ < 0) fail("negative shape ", rows_, "x", cols_);
-    if (std::ssize(row_start_) != rows_ || std::ssize(row_nnz_) != rows_ || std::ssize(row_capacity_) != rows_)
-      fail("row arrays have ", row_start_.size(), "/", row_nnz_.size(), "/", row_capacity_.size(), " entries, rows = ", rows_);
-    if (!structure_only_ && col_indices_.size() != values_.size())
-      fail("values has ", values_.size(), " slots but col_indices has ", col_indices_.size());
-    if (structure_only_ && !values_.empty()) fail("a structure-only matrix holds ", values_.size(), " values");
-    const std::int64_t cap = std::ssize(col_indices_);
-    std::vector<std::int64_t> order(static_cast<std::size_t>(rows_));
-    std::iota(order.begin(), order.end(), 0);
-    std::int64_t live = 0, owned = 0;
-    for (std::int64_t i = 0; i < rows_; ++i) {
-      if (row_capacity_[i] < 1) fail("row ", i, " has capacity ", row_capacity_[i], " < 1");
-      if (row_nnz_[i] < 0 || row_nnz_[i] > row_capacity_[i]) fail("row ", i, " has nnz ", row_nnz_[i], " outside [0, capacity ", row_capacity_[i], "]");
-      if (row_start_[i] < 0 || row_start_[i] + row_capacity_[i] > cap)
-        fail("row ", i, " region [", row_start_[i], ", ", row_start_[i] + row_capacity_[i], ") exceeds storage of ", cap, " slots");
-      live += row_nnz_[i];
-      owned += row_capacity_[i];
-    }
-    if (live != nnz_) fail("row nnz sum to ", live, " but nnz() is ", nnz_);
-    if (cap - owned != dead_slots_) fail(cap - owned, " slots are owned by no row but dead_slots() is ", dead_slots_);
-    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return row_start_[a] < row_start_[b]; });
-    for (std::size_t q = 1; q < order.size(); ++q) {
-      const std::int64_t a = order[q - 1], b = order[q];
-      if (row_start_[a] + row_capacity_[a] > row_start_[b]) fail("regions of rows ", a, " and ", b, " overlap");
-    }
-    std::vector<std::uint8_t> owned_slot(static_cast<std::size_t>(cap), 0);
-    std::vector<std::int64_t> seen(static_cast<std::size_t>(cols_), -1);
-    for (std::int64_t i = 0; i < rows_; ++i) {
-      for (std::int64_t s = row_start_[i]; s < row_start_[i] + row_capacity_[i]; ++s) {
-        owned_slot[s] = 1;
-        const std::int64_t c = col_indices_[s];
-        if (s < row_start_[i] + row_nnz_[i]) {
-          if (c < 0 || c >= cols_) fail("row ", i, " slot ", s, " holds column ", c, " outside [0, ", cols_, ")");
-          if (seen[c] == i) fail("row ", i, " holds column ", c, " twice");
-          seen[c] = i;
-        } else if (c != kPadding || value_at(s) != T(0)) {
-          fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", value_at(s), " (expected -1 and 0)");
-        }
-      }
-    }
-    for (std::int64_t s = 0; s < cap; ++s)
-      if (!owned_slot[s] && (col_indices_[s] != kPadding || value_at(s) != T(0)))
-        fail("dead slot ", s, " holds column ", col_indices_[s], " and value ", value_at(s), " (expected -1 and 0)");
-  }
+  void check_invariants() const;
 
   PaddedCSRMemory memory() const noexcept {
     PaddedCSRMemory m;
@@ -755,17 +483,7 @@ private:
   // Floyd's algorithm: k distinct values of [0, n) in O(k) with a reusable marker array;
   // `picked` comes back sorted and `taken` back to all zeros.
   static void sample_distinct(CounterRng& rng, std::int64_t n, std::int64_t k, std::vector<std::uint8_t>& taken,
-                              std::vector<std::int64_t>& picked) {
-    picked.clear();
-    for (std::int64_t j = n - k; j < n; ++j) {
-      const auto t = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(j) + 1));
-      const std::int64_t v = taken[t] ? j : t;
-      taken[v] = 1;
-      picked.push_back(v);
-    }
-    std::sort(picked.begin(), picked.end());
-    for (std::int64_t v : picked) taken[v] = 0;
-  }
+                              std::vector<std::int64_t>& picked);
 
   std::int64_t find_unchecked(std::int64_t row, std::int64_t col) const noexcept {
     for (std::int64_t s = row_start_[row], e = s + row_nnz_[row]; s < e; ++s)
@@ -855,3 +573,9 @@ private:
 };
 
 }  // namespace sprig
+
+// Out-of-line members, one concern per file.
+#include "padded_csr/convert.hpp"
+#include "padded_csr/invariants.hpp"
+#include "padded_csr/random.hpp"
+#include "padded_csr/relayout.hpp"
