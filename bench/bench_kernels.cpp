@@ -250,9 +250,8 @@ void BM_row_stream(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(total) * double(B) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ns/weight"] = benchmark::Counter(double(total) * 1e-9,
-                                                   benchmark::Counter::kIsIterationInvariantRate |
-                                                       benchmark::Counter::kInvert);
+  state.counters["ns/weight"] = benchmark::Counter(double(total) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                                             benchmark::Counter::kInvert);
 }
 
 // The compute ceiling beside BM_row_stream's memory one: 12 independent chains of register
@@ -269,8 +268,8 @@ void BM_fma_peak(benchmark::State& state) {
       for (int k = 0; k < chains; ++k) acc[k] = xsimd::fma(m, acc[k], a);
     for (auto& v : acc) benchmark::DoNotOptimize(v);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * chains * steps * double(Bt::size) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * chains * steps * double(Bt::size) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 #endif
 

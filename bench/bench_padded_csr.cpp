@@ -51,8 +51,12 @@ struct FastRng {
 // Live positions of a kN x kN matrix as bits.
 struct Mask {
   std::vector<std::uint64_t> bits = std::vector<std::uint64_t>(static_cast<std::size_t>(kN * kN / 64), 0);
-  bool test(std::int64_t i, std::int64_t c) const { return (bits[static_cast<std::size_t>((i * kN + c) >> 6)] >> ((i * kN + c) & 63)) & 1U; }
-  void flip(std::int64_t i, std::int64_t c) { bits[static_cast<std::size_t>((i * kN + c) >> 6)] ^= std::uint64_t{1} << ((i * kN + c) & 63); }
+  bool test(std::int64_t i, std::int64_t c) const {
+    return (bits[static_cast<std::size_t>((i * kN + c) >> 6)] >> ((i * kN + c) & 63)) & 1U;
+  }
+  void flip(std::int64_t i, std::int64_t c) {
+    bits[static_cast<std::size_t>((i * kN + c) >> 6)] ^= std::uint64_t{1} << ((i * kN + c) & 63);
+  }
 };
 
 enum class Mode { o1, o1_log, checked };
@@ -97,8 +101,9 @@ void InsertDelete(benchmark::State& state) {
     }
   }
   benchmark::DoNotOptimize(W.values().data());
-  state.counters["per_op"] = benchmark::Counter(static_cast<double>(kOps),
-                                                   benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["per_op"] =
+      benchmark::Counter(static_cast<double>(kOps),
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.counters["dead_slot_%"] = 100.0 * static_cast<double>(W.dead_slots()) / static_cast<double>(W.storage_size());
 }
 
@@ -145,7 +150,8 @@ void CompactAfterChurn(benchmark::State& state) {
     const std::int64_t r = rng.below(kN), c = rng.below(kN);
     if (churned.find(r, c) < 0) churned.insert_new(r, c, 1.0f);
   }
-  state.counters["dead_slot_%"] = 100.0 * static_cast<double>(churned.dead_slots()) / static_cast<double>(churned.storage_size());
+  state.counters["dead_slot_%"] =
+      100.0 * static_cast<double>(churned.dead_slots()) / static_cast<double>(churned.storage_size());
   sprig::SlotLog log;
   for (auto _ : state) {
     state.PauseTiming();
@@ -161,10 +167,18 @@ void CompactAfterChurn(benchmark::State& state) {
 
 BENCHMARK_TEMPLATE(InsertDelete, std::int32_t, Mode::o1)->Name("InsertDelete/O1/int32")->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(InsertDelete, std::int16_t, Mode::o1)->Name("InsertDelete/O1/int16")->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(InsertDelete, std::int32_t, Mode::o1_log)->Name("InsertDelete/O1_log/int32")->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(InsertDelete, std::int16_t, Mode::o1_log)->Name("InsertDelete/O1_log/int16")->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(InsertDelete, std::int32_t, Mode::checked)->Name("InsertDelete/checked/int32")->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(InsertDelete, std::int16_t, Mode::checked)->Name("InsertDelete/checked/int16")->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(InsertDelete, std::int32_t, Mode::o1_log)
+    ->Name("InsertDelete/O1_log/int32")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(InsertDelete, std::int16_t, Mode::o1_log)
+    ->Name("InsertDelete/O1_log/int16")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(InsertDelete, std::int32_t, Mode::checked)
+    ->Name("InsertDelete/checked/int32")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(InsertDelete, std::int16_t, Mode::checked)
+    ->Name("InsertDelete/checked/int16")
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(InitFromDense, std::int32_t)->Name("Init/from_dense/int32")->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(InitFromDense, std::int16_t)->Name("Init/from_dense/int16")->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(InitRandomDensity, std::int32_t)->Name("Init/random_density/int32")->Unit(benchmark::kMillisecond);

@@ -181,17 +181,19 @@ struct BlockCaseOf final : BlockCase {
   }
   void check_fwd(const sprig::Matrix<float>& X) override {
     sprig::Matrix<float> ref(W.rows(), X.cols());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(W.rows()), int(X.cols()), int(W.cols()), 1.0f,
-                Wd.data(), int(W.cols()), X.data(), int(X.cols()), 0.0f, ref.data(), int(X.cols()));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(W.rows()), int(X.cols()), int(W.cols()), 1.0f, Wd.data(),
+                int(W.cols()), X.data(), int(X.cols()), 0.0f, ref.data(), int(X.cols()));
     fwd(X);
-    if (const double e = rel_diff(Y, ref); e > 1e-4) std::fprintf(stderr, "warning: %s fwd differs by %g\n", name.c_str(), e);
+    if (const double e = rel_diff(Y, ref); e > 1e-4)
+      std::fprintf(stderr, "warning: %s fwd differs by %g\n", name.c_str(), e);
   }
   void check_dx(const sprig::Matrix<float>& dY) override {
     sprig::Matrix<float> ref(W.cols(), dY.cols());
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(W.cols()), int(dY.cols()), int(W.rows()), 1.0f,
-                Wd.data(), int(W.cols()), dY.data(), int(dY.cols()), 0.0f, ref.data(), int(dY.cols()));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(W.cols()), int(dY.cols()), int(W.rows()), 1.0f, Wd.data(),
+                int(W.cols()), dY.data(), int(dY.cols()), 0.0f, ref.data(), int(dY.cols()));
     dx(dY);
-    if (const double e = rel_diff(dX, ref); e > 1e-4) std::fprintf(stderr, "warning: %s dx differs by %g\n", name.c_str(), e);
+    if (const double e = rel_diff(dX, ref); e > 1e-4)
+      std::fprintf(stderr, "warning: %s dx differs by %g\n", name.c_str(), e);
   }
   void check_dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) override {
     sprig::Matrix<float> G(W.rows(), W.cols());
@@ -234,14 +236,16 @@ int main(int argc, char** argv) {
   app.add_option("--density", densities, "densities")->delimiter(',')->check(CLI::Range(1e-6, 1.0));
   app.add_option("--shapes", shape_args, "MxK shapes, e.g. 1024x1024,2560x640")->delimiter(',');
   std::vector<std::string> block_shapes;
-  app.add_option("--block", block_shapes, "also time block-sparse kernels with these RxC blocks (1x4,4x1,4x4,8x1,8x8,16x1)")
+  app.add_option("--block", block_shapes,
+                 "also time block-sparse kernels with these RxC blocks (1x4,4x1,4x4,8x1,8x8,16x1)")
       ->delimiter(',')
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   CLI11_PARSE(app, argc, argv);
   std::fprintf(stderr, "sprig kernels: %s\n", sprig::kernel_arch());
   g_cpu_clock = clock == "cpu";
   if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
-    std::fprintf(stderr, "warning: --clock cpu sums the CPU time of all threads: multi-thread times are not wall times\n");
+    std::fprintf(stderr,
+                 "warning: --clock cpu sums the CPU time of all threads: multi-thread times are not wall times\n");
   if (quick) {
     shape_args = {"1024x1024", "2560x640"};
     batches = {32, 128};
@@ -310,7 +314,8 @@ int main(int argc, char** argv) {
         fill_random(X, seed++);
         fill_random(dY, seed++);
         std::vector<float> grad(static_cast<std::size_t>(W.storage_size()));
-        const double sparse_flops = 2.0 * double(nnz) * double(B), dense_flops = 2.0 * double(M) * double(K) * double(B);
+        const double sparse_flops = 2.0 * double(nnz) * double(B),
+                     dense_flops = 2.0 * double(M) * double(K) * double(B);
         for (int t : threads) {
           set_threads(t);
           sprig::KernelWorkspace<float> ws, ws_t;
@@ -361,14 +366,15 @@ int main(int argc, char** argv) {
                 !no_eigen, block_fwd);
             for (auto& b : blocks) b->check_fwd(X);
             sprig::spmm(W, X, Y.view(), ws);
-            if (const double e = rel_diff(Y, Yd); e > 1e-4) std::fprintf(stderr, "warning: fwd differs from sgemm by %g\n", e);
+            if (const double e = rel_diff(Y, Yd); e > 1e-4)
+              std::fprintf(stderr, "warning: fwd differs from sgemm by %g\n", e);
           }
           if (want("dx")) {
             run(
                 "dx", [&] { sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t); },
                 [&] {
-                  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(B), int(M), 1.0f, Wd.data(),
-                              int(K), dY.data(), int(B), 0.0f, dXd.data(), int(B));
+                  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(B), int(M), 1.0f, Wd.data(), int(K),
+                              dY.data(), int(B), 0.0f, dXd.data(), int(B));
                 },
                 [&] {
                   MapMat dXe(dX.data(), K, B);
@@ -377,7 +383,8 @@ int main(int argc, char** argv) {
                 !no_eigen, block_dx);
             for (auto& b : blocks) b->check_dx(dY);
             sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t);
-            if (const double e = rel_diff(dX, dXd); e > 1e-4) std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
+            if (const double e = rel_diff(dX, dXd); e > 1e-4)
+              std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
           }
           if (want("dw")) {
             run(
@@ -402,7 +409,8 @@ int main(int argc, char** argv) {
   if (csv) return 0;
 
   // Readable table: one line per (kernel, shape, density, B, threads).
-  std::map<std::tuple<std::string, std::int64_t, std::int64_t, double, std::int64_t, int>, std::map<std::string, Row>> table;
+  std::map<std::tuple<std::string, std::int64_t, std::int64_t, double, std::int64_t, int>, std::map<std::string, Row>>
+      table;
   for (const Row& r : rows) table[{r.kernel, r.M, r.K, r.density, r.B, r.threads}][r.impl] = r;
   std::printf("%-4s %5s %5s %5s %4s %2s | %9s %7s | %9s %7s | %9s %7s | %8s %8s\n", "kern", "M", "K", "dens", "B", "t",
               "sprig ms", "GF/s", "blas ms", "GF/s", "eigen ms", "GF/s", "blas/spr", "eig/spr");
@@ -429,9 +437,10 @@ int main(int argc, char** argv) {
       std::printf("%9s %7s | %8.2f %8s\n", "-", "-", ratio, "-");
     for (const auto& [impl, r] : impls) {
       if (impl == "sprig" || impl == "openblas" || impl == "eigen") continue;
-      std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   block %-4s        blas/blk %6.2f  (unstructured/blk %5.2f)\n",
-                  kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops,
-                  impl.c_str(), d.median_ms / r.median_ms, s.median_ms / r.median_ms);
+      std::printf(
+          "%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   block %-4s        blas/blk %6.2f  (unstructured/blk %5.2f)\n",
+          kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops, impl.c_str(),
+          d.median_ms / r.median_ms, s.median_ms / r.median_ms);
       block_ratios[impl][density][kernel][t].push_back(d.median_ms / r.median_ms);
       block_gflops[impl][density][kernel][t].push_back(r.gflops);
       blas_gflops[impl][density][kernel][t].push_back(d.gflops);
@@ -453,8 +462,9 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
   for (const auto& [impl, per_density] : block_ratios) {
-    std::printf("\nBlock %s: geometric mean of dense_time / block_time [min]; GFLOP/s of useful work, block vs OpenBLAS\n",
-                impl.c_str());
+    std::printf(
+        "\nBlock %s: geometric mean of dense_time / block_time [min]; GFLOP/s of useful work, block vs OpenBLAS\n",
+        impl.c_str());
     for (const auto& [density, per_kernel] : per_density)
       for (const auto& [kernel, per_t] : per_kernel)
         for (const auto& [t, v] : per_t)

@@ -99,8 +99,8 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   std::uint64_t key = 0;
   const double density = 1.0 - o.sparsity;
   auto sparse = [&](std::int64_t in, std::int64_t out) {
-    model.add(sprig::SparseLinear<T, Index>(in, out, {.density = density, .seed = o.seed, .layer_key = key++,
-                                                      .growth_reserve = 0.125}));
+    model.add(sprig::SparseLinear<T, Index>(
+        in, out, {.density = density, .seed = o.seed, .layer_key = key++, .growth_reserve = 0.125}));
   };
   // every rank draws the whole global batch from the same stream and keeps its columns
   sprig::CounterRng rng(o.seed, 0xD157, 0);
@@ -206,7 +206,8 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
                                 quantile(ms, 0.25),
                                 quantile(ms, 0.75),
                                 total_ms > 0 ? 1e3 * st.gradient_wait_seconds / total_ms : 0.0,
-                                static_cast<double>(st.gradient_bytes) / static_cast<double>(std::max<std::int64_t>(1, st.steps)),
+                                static_cast<double>(st.gradient_bytes) /
+                                    static_cast<double>(std::max<std::int64_t>(1, st.steps)),
                                 updates > 0 ? static_cast<double>(st.gather_bytes) / static_cast<double>(updates) : 0.0,
                                 static_cast<double>(model.memory_bytes()),
                                 peak_resident_bytes(),
@@ -215,33 +216,35 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   comm.allgather(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)));
   if (comm.rank() != 0) return 0;
 
-  std::printf("dist_step: %s, %s%s, sparsity %.3f, %lld live weights (%lld trained values), global batch %lld, "
-              "%d rank(s) (%s) x %d thread(s), %d warm-up + %d timed steps, %s, algorithm %s (%lld updates timed), "
-              "gradient sums %s backward\n",
-              o.model.c_str(), mlp ? "784-1024-1024-10" : "",
-              mlp ? "" : (std::to_string(o.width) + "-" + std::to_string(o.hidden) + "-" + std::to_string(o.width)).c_str(),
-              o.sparsity, static_cast<long long>(live), static_cast<long long>(values), static_cast<long long>(o.batch),
-              comm.size(), comm.name().c_str(), o.threads, o.warmup, o.steps, o.optimizer.c_str(), o.algorithm.c_str(),
-              static_cast<long long>(updates), o.overlap ? "during" : "after");
+  std::printf(
+      "dist_step: %s, %s%s, sparsity %.3f, %lld live weights (%lld trained values), global batch %lld, "
+      "%d rank(s) (%s) x %d thread(s), %d warm-up + %d timed steps, %s, algorithm %s (%lld updates timed), "
+      "gradient sums %s backward\n",
+      o.model.c_str(), mlp ? "784-1024-1024-10" : "",
+      mlp ? "" : (std::to_string(o.width) + "-" + std::to_string(o.hidden) + "-" + std::to_string(o.width)).c_str(),
+      o.sparsity, static_cast<long long>(live), static_cast<long long>(values), static_cast<long long>(o.batch),
+      comm.size(), comm.name().c_str(), o.threads, o.warmup, o.steps, o.optimizer.c_str(), o.algorithm.c_str(),
+      static_cast<long long>(updates), o.overlap ? "during" : "after");
   std::vector<double> step_ms, share, peak;
   for (int r = 0; r < comm.size(); ++r) {
     const double* v = all.data() + kFields * r;
-    std::printf("rank %d: %.3f ms/step [%.3f, %.3f], waiting for gradient sums %.3f ms/step (%.1f%%); %.3f MB of "
-                "gradient a step, %.3f MB gathered per update; model %.1f MB, peak resident %.1f MB\n",
-                r, v[0], v[1], v[2], v[8], 100.0 * v[3], v[4] / 1e6, v[5] / 1e6, v[6] / 1e6, v[7] / 1e6);
+    std::printf(
+        "rank %d: %.3f ms/step [%.3f, %.3f], waiting for gradient sums %.3f ms/step (%.1f%%); %.3f MB of "
+        "gradient a step, %.3f MB gathered per update; model %.1f MB, peak resident %.1f MB\n",
+        r, v[0], v[1], v[2], v[8], 100.0 * v[3], v[4] / 1e6, v[5] / 1e6, v[6] / 1e6, v[7] / 1e6);
     step_ms.push_back(v[0]);
     share.push_back(v[3]);
     peak.push_back(v[7]);
   }
-  std::printf("DISTSTEP model=%s optimizer=%s overlap=%d ranks=%d threads=%d batch=%lld live=%lld ms_per_step=%.3f comm_share=%.4f "
-              "gradient_bytes_per_step=%.0f predicted_gradient_bytes=%lld gather_bytes_per_update=%.0f "
-              "predicted_gather_bytes=%.0f "
-              "model_bytes=%.0f peak_resident_bytes=%.0f\n",
-              o.model.c_str(), o.optimizer.c_str(), o.overlap ? 1 : 0, comm.size(), o.threads, static_cast<long long>(o.batch),
-              static_cast<long long>(live),
-              median(step_ms), median(share), mine[4],
-              static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather,
-              mine[6], median(peak));
+  std::printf(
+      "DISTSTEP model=%s optimizer=%s overlap=%d ranks=%d threads=%d batch=%lld live=%lld ms_per_step=%.3f comm_share=%.4f "
+      "gradient_bytes_per_step=%.0f predicted_gradient_bytes=%lld gather_bytes_per_update=%.0f "
+      "predicted_gather_bytes=%.0f "
+      "model_bytes=%.0f peak_resident_bytes=%.0f\n",
+      o.model.c_str(), o.optimizer.c_str(), o.overlap ? 1 : 0, comm.size(), o.threads, static_cast<long long>(o.batch),
+      static_cast<long long>(live), median(step_ms), median(share), mine[4],
+      static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather, mine[6],
+      median(peak));
   return 0;
 }
 
@@ -254,7 +257,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "ffn"}));
   app.add_option("--width", o.width, "ffn: input and output width")->check(CLI::PositiveNumber);
   app.add_option("--hidden", o.hidden, "ffn: hidden width")->check(CLI::PositiveNumber);
-  app.add_option("--sparsity", o.sparsity, "fraction of zero weights in the sparse layers")->check(CLI::Range(0.0, 0.9999));
+  app.add_option("--sparsity", o.sparsity, "fraction of zero weights in the sparse layers")
+      ->check(CLI::Range(0.0, 0.9999));
   app.add_option("--batch", o.batch, "global batch (a multiple of the number of ranks)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "OpenMP threads per rank")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);

@@ -18,7 +18,7 @@
 #include <sprig/dst/set.hpp>
 #include <sprig/optim/sgd.hpp>
 #if defined(_OPENMP)
-#include <omp.h>
+#  include <omp.h>
 #endif
 #if defined(SPRIG_OPENBLAS)
 extern "C" void openblas_set_num_threads(int);
@@ -149,25 +149,28 @@ int main(int argc, char** argv) {
   std::printf("training step (fwd + bwd incl. dX + SGD): median %.2f ms [%.2f - %.2f]\n", s,
               *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()));
   std::printf("SET update:  median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
-              median(set_ms), *std::min_element(set_ms.begin(), set_ms.end()), *std::max_element(set_ms.begin(), set_ms.end()),
-              median(set_ms) / s, median(set_ms) / s / 100);
+              median(set_ms), *std::min_element(set_ms.begin(), set_ms.end()),
+              *std::max_element(set_ms.begin(), set_ms.end()), median(set_ms) / s, median(set_ms) / s / 100);
   std::printf("RigL update: median %.2f ms [%.2f - %.2f] = %.2f training steps (%.3f per step at delta_t 100)\n",
               median(rigl_ms), *std::min_element(rigl_ms.begin(), rigl_ms.end()),
               *std::max_element(rigl_ms.begin(), rigl_ms.end()), median(rigl_ms) / s, median(rigl_ms) / s / 100);
-  std::printf("constant fan-in (%lld per row): SET update median %.2f ms [%.2f - %.2f] = %.2fx SET, RigL update "
-              "median %.2f ms [%.2f - %.2f] = %.2fx RigL = %.2f training steps\n",
-              static_cast<long long>(fan_in_layer.weight.matrix.row_nnz(0)), median(set_cfi_ms),
-              *std::min_element(set_cfi_ms.begin(), set_cfi_ms.end()),
-              *std::max_element(set_cfi_ms.begin(), set_cfi_ms.end()), median(set_cfi_ms) / median(set_ms),
-              median(rigl_cfi_ms), *std::min_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()),
-              *std::max_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()), median(rigl_cfi_ms) / median(rigl_ms),
-              median(rigl_cfi_ms) / s);
-  std::printf("GraNet update (prune to sparsity %.4f, regrow by gradient): median %.2f ms [%.2f - %.2f] = %.2f "
-              "training steps\n",
-              granet.target_sparsity(0, 100), median(granet_ms), *std::min_element(granet_ms.begin(), granet_ms.end()),
-              *std::max_element(granet_ms.begin(), granet_ms.end()), median(granet_ms) / s);
-  std::printf("SET phases (medians): drop selection %.2f ms, grow selection %.2f ms, storage changes and state "
-              "replay %.2f ms\n",
-              median(drop_ms), median(grow_ms), median(apply_ms));
+  std::printf(
+      "constant fan-in (%lld per row): SET update median %.2f ms [%.2f - %.2f] = %.2fx SET, RigL update "
+      "median %.2f ms [%.2f - %.2f] = %.2fx RigL = %.2f training steps\n",
+      static_cast<long long>(fan_in_layer.weight.matrix.row_nnz(0)), median(set_cfi_ms),
+      *std::min_element(set_cfi_ms.begin(), set_cfi_ms.end()), *std::max_element(set_cfi_ms.begin(), set_cfi_ms.end()),
+      median(set_cfi_ms) / median(set_ms), median(rigl_cfi_ms),
+      *std::min_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()),
+      *std::max_element(rigl_cfi_ms.begin(), rigl_cfi_ms.end()), median(rigl_cfi_ms) / median(rigl_ms),
+      median(rigl_cfi_ms) / s);
+  std::printf(
+      "GraNet update (prune to sparsity %.4f, regrow by gradient): median %.2f ms [%.2f - %.2f] = %.2f "
+      "training steps\n",
+      granet.target_sparsity(0, 100), median(granet_ms), *std::min_element(granet_ms.begin(), granet_ms.end()),
+      *std::max_element(granet_ms.begin(), granet_ms.end()), median(granet_ms) / s);
+  std::printf(
+      "SET phases (medians): drop selection %.2f ms, grow selection %.2f ms, storage changes and state "
+      "replay %.2f ms\n",
+      median(drop_ms), median(grow_ms), median(apply_ms));
   return 0;
 }

@@ -116,9 +116,12 @@ std::string cpu_description() {
   while (std::getline(in, line)) {
     if (line.empty()) break;  // end of the first processor
     const std::string key = line.substr(0, line.find_first_of("\t:"));
-    if (key == "model name") name = value(line);
-    else if (key == "cpu family") family = value(line);
-    else if (key == "model") model = value(line);
+    if (key == "model name")
+      name = value(line);
+    else if (key == "cpu family")
+      family = value(line);
+    else if (key == "model")
+      model = value(line);
   }
   return name + " (family " + family + ", model " + model + ")";
 }
@@ -236,18 +239,17 @@ struct Group {
   std::vector<Phase> phases;
 };
 const std::vector<Group>& groups() {
-  static const std::vector<Group> g = {
-      {"projections forward", {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}},
-      {"projections backward", {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd}},
-      {"attention core forward", {attn_fwd}},
-      {"attention core backward", {attn_bwd}},
-      {"layer norms (forward + backward)", {ln_fwd, ln_bwd}},
-      {"GELU forward", {gelu_fwd}},
-      {"embeddings (forward + backward)", {emb_fwd, emb_bwd}},
-      {"head + loss (forward + backward)", {head_fwd, loss_phase, head_bwd}},
-      {"residual adds (forward + backward)", {resid_fwd, resid_bwd}},
-      {"optimizer", {opt_phase}},
-      {"clipping", {clip_phase}}};
+  static const std::vector<Group> g = {{"projections forward", {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}},
+                                       {"projections backward", {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd}},
+                                       {"attention core forward", {attn_fwd}},
+                                       {"attention core backward", {attn_bwd}},
+                                       {"layer norms (forward + backward)", {ln_fwd, ln_bwd}},
+                                       {"GELU forward", {gelu_fwd}},
+                                       {"embeddings (forward + backward)", {emb_fwd, emb_bwd}},
+                                       {"head + loss (forward + backward)", {head_fwd, loss_phase, head_bwd}},
+                                       {"residual adds (forward + backward)", {resid_fwd, resid_bwd}},
+                                       {"optimizer", {opt_phase}},
+                                       {"clipping", {clip_phase}}};
   return g;
 }
 
@@ -361,32 +363,34 @@ private:
       reshape(b.qkv_out, 3 * d, n);
       reshape(b.fc_out, f, n);
       reshape(b.gelu_out, f, n);
-      if (is_sparse(proj(l, sprig::GPTProjection::qkv))) reshape(b.d_qkv, 3 * d, n);
-      else reshape(shared_dqkv_, 3 * d, n);
-      if (is_sparse(proj(l, sprig::GPTProjection::fc))) reshape(b.d_fc, f, n);
-      else reshape(shared_dfc_, f, n);
+      if (is_sparse(proj(l, sprig::GPTProjection::qkv)))
+        reshape(b.d_qkv, 3 * d, n);
+      else
+        reshape(shared_dqkv_, 3 * d, n);
+      if (is_sparse(proj(l, sprig::GPTProjection::fc)))
+        reshape(b.d_fc, f, n);
+      else
+        reshape(shared_dfc_, f, n);
     }
     for (sprig::Matrix<T>* x : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*x, d, n);
     reshape(logits_, c.vocab, n);
     reshape(dlogits_, c.vocab, n);
   }
 
-  sprig::ConstMatrixView<T> input_of(std::size_t l) const {
-    return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view();
-  }
+  sprig::ConstMatrixView<T> input_of(std::size_t l) const { return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view(); }
 
   static void forward(Projection& p, sprig::ConstMatrixView<T> X, sprig::MatrixView<T> Y) {
     std::visit([&](auto& layer) { layer.forward(X, Y); }, p);
   }
-  static void backward(Projection& p, sprig::ConstMatrixView<T> X, sprig::ConstMatrixView<T> dY, sprig::MatrixView<T> dX,
-                       sprig::FusedActivation a = sprig::FusedActivation::none,
+  static void backward(Projection& p, sprig::ConstMatrixView<T> X, sprig::ConstMatrixView<T> dY,
+                       sprig::MatrixView<T> dX, sprig::FusedActivation a = sprig::FusedActivation::none,
                        sprig::ConstMatrixView<T> derivative = {}) {
     std::visit([&](auto& layer) { layer.backward(X, dY, dX, a, derivative); }, p);
   }
 
   // The model's step (GPT::forward, the loss, GPT::backward, clipping, AdamW), phase by phase.
-  void step(std::span<const std::int32_t> tokens, std::span<const int> labels, std::int64_t batch,
-            std::int64_t seq_len, sprig::AdamW<T>& opt, double clip) {
+  void step(std::span<const std::int32_t> tokens, std::span<const int> labels, std::int64_t batch, std::int64_t seq_len,
+            sprig::AdamW<T>& opt, double clip) {
     using sprig::GPTProjection;
     const std::int64_t d = m_.config().d_model;
     timed(emb_fwd, [&] {
@@ -416,14 +420,12 @@ private:
     timed(head_fwd, [&] { m_.head().forward(lnf_out_.view(), logits_.view()); });
     timed(loss_phase, [&] { ce_.forward_backward(logits_.view(), labels, dlogits_.view()); });
     timed(head_bwd, [&] { m_.head().backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view()); });
-    timed(ln_bwd, [&] {
-      m_.final_norm().backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
-    });
+    timed(ln_bwd,
+          [&] { m_.final_norm().backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view()); });
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
       const sprig::MatrixView<T> d_fc = is_sparse(proj(l, GPTProjection::fc)) ? b.d_fc.view() : shared_dfc_.view();
-      const sprig::MatrixView<T> d_qkv =
-          is_sparse(proj(l, GPTProjection::qkv)) ? b.d_qkv.view() : shared_dqkv_.view();
+      const sprig::MatrixView<T> d_qkv = is_sparse(proj(l, GPTProjection::qkv)) ? b.d_qkv.view() : shared_dqkv_.view();
       timed(fcproj_bwd, [&] {
         backward(proj(l, GPTProjection::fc_proj), b.gelu_out.view(), b.g_out.view(), d_fc, sprig::FusedActivation::gelu,
                  b.fc_out.view());
@@ -431,7 +433,8 @@ private:
       timed(fc_bwd, [&] { backward(proj(l, GPTProjection::fc), b.ln2_out.view(), d_fc, scratch_a_.view()); });
       timed(ln_bwd, [&] { b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view()); });
       timed(resid_bwd, [&] { sprig::residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view()); });
-      timed(proj_bwd, [&] { backward(proj(l, GPTProjection::proj), b.att_out.view(), b.g_mid.view(), scratch_a_.view()); });
+      timed(proj_bwd,
+            [&] { backward(proj(l, GPTProjection::proj), b.att_out.view(), b.g_mid.view(), scratch_a_.view()); });
       const sprig::ConstMatrixView<T> qkv = b.qkv_out.view();
       const std::int64_t n = qkv.cols();
       timed(attn_bwd, [&] {
@@ -473,8 +476,8 @@ private:
       }
     const double t = static_cast<double>(seq_len), d = static_cast<double>(m_.config().d_model);
     const double causal = static_cast<double>(batch) * t * (t + 1) / 2 * d;  // pairs x head dims, all heads
-    r.flops[attn_fwd] = 2 * 2 * causal;  // Q K^T and P V
-    r.flops[attn_bwd] = 2 * 4 * causal;  // dP, dV, dQ, dK
+    r.flops[attn_fwd] = 2 * 2 * causal;                                      // Q K^T and P V
+    r.flops[attn_bwd] = 2 * 4 * causal;                                      // dP, dV, dQ, dK
     const double head = static_cast<double>(m_.config().vocab) * d * n;
     r.flops[head_fwd] = 2 * head;
     r.flops[head_bwd] = 4 * head;
@@ -505,7 +508,11 @@ struct Result {
 template <class Index>
 std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& data) {
   sprig::models::GPTSpec spec;
-  spec.config = {.layers = o.layers, .heads = o.heads, .d_model = o.d_model, .d_ff = o.d_ff, .block_size = o.block,
+  spec.config = {.layers = o.layers,
+                 .heads = o.heads,
+                 .d_model = o.d_model,
+                 .d_ff = o.d_ff,
+                 .block_size = o.block,
                  .vocab = o.vocab};
   spec.attn_sparsity = v.attn;
   spec.ffn_sparsity = v.ffn;
@@ -525,8 +532,8 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
   const bool profile = std::find(o.profile.begin(), o.profile.end(), v.name) != o.profile.end();
   std::vector<Result> out;
   for (int th : o.threads) {
-    std::cerr << "gpt_step: " << v.title() << ", " << th << " thread(s): " << o.warmup
-              << " warm-up + " << o.steps << " timed steps" << (profile ? " + profile" : "") << "...\n";
+    std::cerr << "gpt_step: " << v.title() << ", " << th << " thread(s): " << o.warmup << " warm-up + " << o.steps
+              << " timed steps" << (profile ? " + profile" : "") << "...\n";
     set_threads(th);
     Result r;
     r.variant = v;
@@ -575,8 +582,8 @@ void write_report(std::ostream& os, const std::vector<Result>& all, const Option
     const Result* d = dense_of(all, r);
     const auto [dense_bytes, measured] = dense_memory(all, r);
     os << "| " << r.variant.title() << " | " << r.threads << " | " << fmt("%.2f", r.med()) << " | "
-       << fmt("%.2f", r.min()) << "-" << fmt("%.2f", r.max()) << " | " << fmt("%.0f", tokens / (r.med() / 1e3))
-       << " | " << (d ? fmt("%.2fx", d->med() / r.med()) : std::string("-")) << " | "
+       << fmt("%.2f", r.min()) << "-" << fmt("%.2f", r.max()) << " | " << fmt("%.0f", tokens / (r.med() / 1e3)) << " | "
+       << (d ? fmt("%.2fx", d->med() / r.med()) : std::string("-")) << " | "
        << fmt("%.2f", static_cast<double>(r.pm.weights) / (1 << 20)) << " | "
        << fmt("%.2f", static_cast<double>(r.pm.optimizer_state) / (1 << 20)) << " | "
        << fmt("%.1f%%", 100.0 * static_cast<double>(r.pm.weights + r.pm.optimizer_state) / dense_bytes)
@@ -589,8 +596,8 @@ void write_report(std::ostream& os, const std::vector<Result>& all, const Option
     const double ratio = p.sum_ms / p.model_ms;
     os << "\n## Profile: " << r.variant.title() << ", " << r.threads << " thread(s)\n\n"
        << "sum of phases " << fmt("%.2f", p.sum_ms) << " ms; the model's own step, interleaved with the profiled ones "
-       << fmt("%.2f", p.model_ms) << " ms (median; " << fmt("%.2f", r.med()) << " ms in the timed run); sum / step = "
-       << fmt("%.3f", ratio)
+       << fmt("%.2f", p.model_ms) << " ms (median; " << fmt("%.2f", r.med())
+       << " ms in the timed run); sum / step = " << fmt("%.3f", ratio)
        << (std::abs(ratio - 1.0) > 0.05 ? "  ** more than 5% apart: the profile does not account for the step **" : "")
        << "\n\n| where the time goes | ms | share |\n|---|---|---|\n";
     for (const Group& g : groups()) {
@@ -647,7 +654,8 @@ int run(const Options& o, int argc, char** argv) {
   head << "; kernels " << sprig::kernel_arch() << "; load average at start " << load_at_start << ", at end "
        << load_average() << "\n\nGPT: " << o.layers << " layers, " << o.heads << " heads, d_model " << o.d_model
        << ", d_ff " << o.d_ff << ", block " << o.block << ", batch " << o.batch << ", vocabulary " << o.vocab
-       << "; fp32, sparse projections with " << o.index_bits << "-bit column indices (uniform sparsity); AdamW (0.9, 0.99)"
+       << "; fp32, sparse projections with " << o.index_bits
+       << "-bit column indices (uniform sparsity); AdamW (0.9, 0.99)"
        << " lr " << o.lr << " weight decay " << o.weight_decay << ", clip " << o.clip << "; " << o.warmup
        << " warm-up + " << o.steps << " timed steps per variant and thread count\n\n";
   std::cout << head.str();
@@ -668,14 +676,18 @@ int main(int argc, char** argv) {
   app.add_option("--variants", o.variants, "dense, ffn (FFN sparse) and/or all (attention + FFN sparse)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--profile", o.profile, "variants to profile phase by phase (empty: none)")->delimiter(',')->capture_default_str();
+  app.add_option("--profile", o.profile, "variants to profile phase by phase (empty: none)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "thread counts")->delimiter(',')->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps per variant and thread count")->capture_default_str();
-  app.add_option("--steps", o.steps, "timed steps per variant and thread count (and profiled steps)")->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps per variant and thread count (and profiled steps)")
+      ->capture_default_str();
   app.add_option("--index-bits", o.index_bits, "column index width of the sparse projections")
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
-  app.add_option("--attn-sparsity", o.attn_sparsity, "sparsity of qkv and proj in the all variant")->capture_default_str();
+  app.add_option("--attn-sparsity", o.attn_sparsity, "sparsity of qkv and proj in the all variant")
+      ->capture_default_str();
   app.add_option("--ffn-sparsity", o.ffn_sparsity, "sparsity of fc and fc_proj in the ffn and all variants")
       ->capture_default_str();
   app.add_option("--layers", o.layers, "blocks")->capture_default_str();

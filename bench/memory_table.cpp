@@ -36,8 +36,8 @@ bool row(const char* layer, std::int64_t M, std::int64_t K, double density, cons
   std::int64_t slots = 0;
   for (std::int64_t i = 0; i < M; ++i)
     slots += std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(W.row_nnz(i)) * 1.2)));
-  const std::int64_t formula = slots * static_cast<std::int64_t>(4 + sizeof(Index)) + 3 * 8 * M +
-                               static_cast<std::int64_t>(sizeof(M_t));
+  const std::int64_t formula =
+      slots * static_cast<std::int64_t>(4 + sizeof(Index)) + 3 * 8 * M + static_cast<std::int64_t>(sizeof(M_t));
   const std::int64_t reported = W.memory_bytes();
   const auto pct = [&](std::int64_t b) { return 100.0 * static_cast<double>(b) / static_cast<double>(dense); };
   std::printf("| %s | %lldx%lld | %s | %s | %s (100%%) | %s (%.1f%%) | %s (%.1f%%) | %s | %.2f |\n", layer,
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: memory_table [density in (0, 1]]\n");
     return 2;
   }
-  std::printf("Float values, density %.2f (sparsity %.0f%%), padding ratio 0.2, random_density seed 2024.\n\n",
-              density, 100.0 * (1.0 - density));
+  std::printf("Float values, density %.2f (sparsity %.0f%%), padding ratio 0.2, random_density seed 2024.\n\n", density,
+              100.0 * (1.0 - density));
   std::printf("| layer | M x K | index | nnz | dense bytes | CSR bytes | Padded-CSR memory() | formula | B/nnz |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   bool ok = true;
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   ok &= row<std::int16_t>("784 -> 512", 512, 784, density, "int16");
   ok &= row<std::int32_t>("4096 -> 4096", 4096, 4096, density, "int32");
   ok &= row<std::int16_t>("4096 -> 4096", 4096, 4096, density, "int16");
-  std::printf("\ndense = M*K*4; CSR = nnz*(4 + sizeof(Index)) + (M+1)*8; Padded-CSR = C*(4 + sizeof(Index)) + 3*8*M"
-              " + sizeof(PaddedCSR), C = sum_i max(1, ceil(1.2*nnz_i)).\n");
+  std::printf(
+      "\ndense = M*K*4; CSR = nnz*(4 + sizeof(Index)) + (M+1)*8; Padded-CSR = C*(4 + sizeof(Index)) + 3*8*M"
+      " + sizeof(PaddedCSR), C = sum_i max(1, ceil(1.2*nnz_i)).\n");
   return ok ? 0 : 1;
 }

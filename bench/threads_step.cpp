@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "OpenMP threads (0: the examples' automatic choice)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "OpenMP threads (0: the examples' automatic choice)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   namespace dst = sprig::dst;
@@ -53,14 +54,16 @@ int main(int argc, char** argv) {
     loss.forward_backward(logits, labels, model.output_grad());
     model.backward();
     dst::apply_step(frozen, optimizer, model, t);
-    if (t >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (t >= warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
   std::sort(ms.begin(), ms.end());
   std::string shape;
   for (auto w : widths) shape += (shape.empty() ? "" : "-") + std::to_string(w);
-  std::printf("THREADSTEP model=%s sparsity=%.3f batch=%lld work=%lld threads=%d median_ms=%.4f mean_ms=%.4f p90_ms=%.4f "
-              "kernels=%s\n",
-              shape.c_str(), sparsity, static_cast<long long>(batch), static_cast<long long>(work), threads,
-              ms[ms.size() / 2], mean, ms[ms.size() * 9 / 10], sprig::kernel_arch());
+  std::printf(
+      "THREADSTEP model=%s sparsity=%.3f batch=%lld work=%lld threads=%d median_ms=%.4f mean_ms=%.4f p90_ms=%.4f "
+      "kernels=%s\n",
+      shape.c_str(), sparsity, static_cast<long long>(batch), static_cast<long long>(work), threads, ms[ms.size() / 2],
+      mean, ms[ms.size() * 9 / 10], sprig::kernel_arch());
 }

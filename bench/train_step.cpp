@@ -293,10 +293,11 @@ struct Run {
       } else if (sparse && !dense)
         // SET relocates rows: room for them, reserved as each layer is built (address space
         // until used); sprig::Sequential::reserve_growth would do it after the fact
-        model.add(sprig::SparseLinear<T, Index>(
-            in, out,
-            {.density = density, .seed = o.seed, .layer_key = key++,
-             .growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve}));
+        model.add(sprig::SparseLinear<T, Index>(in, out,
+                                                {.density = density,
+                                                 .seed = o.seed,
+                                                 .layer_key = key++,
+                                                 .growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve}));
       else
         model.add(sprig::Linear<T>(in, out, o.seed, key++));
     };
@@ -395,20 +396,27 @@ enum Phase {
   kPhases
 };
 constexpr std::array<const char*, kPhases> kPhaseNames = {
-    "forward spmm (sparse W X)", "forward gemm (dense W X)", "weight grad sddmm (sparse)", "weight grad gemm (dense)",
-    "dX spmm_transposed (W^T dY, incl. W^T value refresh)", "dX gemm (dense W^T dY)",
+    "forward spmm (sparse W X)",
+    "forward gemm (dense W X)",
+    "weight grad sddmm (sparse)",
+    "weight grad gemm (dense)",
+    "dX spmm_transposed (W^T dY, incl. W^T value refresh)",
+    "dX gemm (dense W^T dY)",
     "weight grad + dX in one pass over W^T (sddmm_dx; + the backward of a ReLU or GELU below)",
     "forward narrow dense (bias and ReLU in its store)",
     "weight grad + dX in one pass, narrow dense (+ the backward of a ReLU below)",
-    "bias grad (+ bias add pass if dense)", "activation passes (GELU fwd with its derivative; a backward where no kernel store takes it)", "loss", "optimizer (SGD momentum, all layers)"};
+    "bias grad (+ bias add pass if dense)",
+    "activation passes (GELU fwd with its derivative; a backward where no kernel store takes it)",
+    "loss",
+    "optimizer (SGD momentum, all layers)"};
 constexpr std::size_t kMaxLayers = 8;
 
 struct ProfileResult {
   using PerLayer = std::array<double, kMaxLayers>;
-  std::array<PerLayer, kPhases> ms{};     // median per phase and layer
-  std::array<PerLayer, kPhases> flops{};  // 2 x multiply-adds per step
+  std::array<PerLayer, kPhases> ms{};        // median per phase and layer
+  std::array<PerLayer, kPhases> flops{};     // 2 x multiply-adds per step
   std::array<std::string, kMaxLayers> what;  // the layer and its shapes
-  double sum_ms = 0.0;                    // median of the per-step sums of all phases
+  double sum_ms = 0.0;                       // median of the per-step sums of all phases
   bool first_layer_skips_dx = false;
 };
 
@@ -451,14 +459,13 @@ ProfileResult profile_run(Run& run, int steps) {
                 const double f = 2.0 * static_cast<double>(l.weight.matrix.nnz() * B);
                 r.flops[fwd_spmm][k] = r.flops[wgrad_sddmm][k] = r.flops[dx_spmm][k] = f;
                 r.flops[wgrad_dx_fused][k] = 2 * f;
-                r.what[k] = "sparse " + std::to_string(out) + "x" + std::to_string(in.rows()) + " d=" +
-                            fmt("%.2f", l.density());
+                r.what[k] = "sparse " + std::to_string(out) + "x" + std::to_string(in.rows()) +
+                            " d=" + fmt("%.2f", l.density());
               }
             } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
               if (l.narrow()) {  // as Linear::forward
-                timed(fwd_narrow, k, [&] {
-                  sprig::narrow_forward<T>(l.weight.view(), in, y, std::span<const T>(l.bias.value), act);
-                });
+                timed(fwd_narrow, k,
+                      [&] { sprig::narrow_forward<T>(l.weight.view(), in, y, std::span<const T>(l.bias.value), act); });
                 if (it == 0) {
                   const double f = 2.0 * static_cast<double>(l.weight.size() * B);
                   r.flops[fwd_narrow][k] = f;
@@ -467,9 +474,8 @@ ProfileResult profile_run(Run& run, int steps) {
                 }
                 return;
               }
-              timed(fwd_gemm, k, [&] {
-                sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y);
-              });
+              timed(fwd_gemm, k,
+                    [&] { sprig::gemm<T>(sprig::Trans::no, sprig::Trans::no, T(1), l.weight.view(), in, T(0), y); });
               timed(bias_phase, k, [&] { sprig::detail::add_bias<T>(l.bias.value, y, act); });
               if (it == 0) {
                 const double f = 2.0 * static_cast<double>(l.weight.size() * B);
@@ -478,8 +484,8 @@ ProfileResult profile_run(Run& run, int steps) {
               }
             } else {
               if (it == 0)
-                r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) + "x" +
-                            std::to_string(B);
+                r.what[k] = std::string(std::is_same_v<L, sprig::GELU<T>> ? "GELU " : "ReLU ") + std::to_string(out) +
+                            "x" + std::to_string(B);
               if constexpr (std::is_same_v<L, sprig::GELU<T>>) {
                 if (m.keeps_gelu_derivative(k)) {
                   timed(act_phase, k, [&] { l.forward_keep_derivative(outs[k - 1], y); });
@@ -534,9 +540,8 @@ ProfileResult profile_run(Run& run, int steps) {
                 timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
                 return;
               }
-              timed(wgrad_sddmm, k, [&] {
-                sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite);
-              });
+              timed(wgrad_sddmm, k,
+                    [&] { sprig::sddmm(W, dy, x, std::span<T>(l.weight.grad), ws[k], sprig::Update::overwrite); });
               timed(bias_phase, k, [&] { sprig::detail::sum_rows<T>(dy, l.bias.grad); });
               if (dx) {  // as SparseLinear::backward: W^T dY on the layer's transpose cache
                 timed(dx_spmm, k, [&] {
@@ -602,7 +607,7 @@ struct Result {
   std::int64_t live_weights = 0;
   std::int64_t model_bytes = 0;  // Sequential::memory_bytes() (weights, grads, state, caches, buffers)
   double peak_rss_mb = std::nan("");
-  double steady_rss_mb = std::nan("");    // peak before the first topology update
+  double steady_rss_mb = std::nan("");  // peak before the first topology update
   double baseline_rss_mb = std::nan("");
   // Peak RSS less the RSS the process had before it built the model: what the run itself
   // added (model, activations, allocator, pages of code and libraries it touched), without
@@ -688,7 +693,8 @@ int run_single(const Options& o) {
                          l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0,
                          l.transpose_cache().memory_bytes() / 1048576.0,
                          (l.memory_bytes() - l.weight_bytes() - l.weight.state_bytes() - l.bias.state_bytes() -
-                          l.transpose_cache().memory_bytes()) / 1048576.0);
+                          l.transpose_cache().memory_bytes()) /
+                             1048576.0);
             layer_total += l.memory_bytes();
           } else if constexpr (requires { l.weight.entry_count(); }) {  // block-sparse
             const auto& W = l.weight.matrix;
@@ -712,12 +718,12 @@ int run_single(const Options& o) {
   for (double m : ms) std::printf(" %.6f", m);
   std::printf("\n");
   for (const auto& [upd, extra] : updates) std::printf("UPDATE %.6f %.6f\n", upd, extra);
-  std::printf("SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld live=%lld allocs=%lld "
-              "first_loss=%.9g final_loss=%.9g\n",
-              static_cast<long long>(peak_rss_kb()), static_cast<long long>(steady_kb),
-              static_cast<long long>(baseline_kb), static_cast<long long>(run.model.memory_bytes()),
-              static_cast<long long>(run.live_weights()), static_cast<long long>(allocs),
-              static_cast<double>(run.first_loss), final_loss);
+  std::printf(
+      "SINGLE peak_rss_kb=%lld steady_kb=%lld baseline_kb=%lld model_bytes=%lld live=%lld allocs=%lld "
+      "first_loss=%.9g final_loss=%.9g\n",
+      static_cast<long long>(peak_rss_kb()), static_cast<long long>(steady_kb), static_cast<long long>(baseline_kb),
+      static_cast<long long>(run.model.memory_bytes()), static_cast<long long>(run.live_weights()),
+      static_cast<long long>(allocs), static_cast<double>(run.first_loss), final_loss);
   return 0;
 }
 
@@ -731,11 +737,10 @@ ProcessResult run_process(const Options& o, Kind kind, double sparsity, int thre
   std::ostringstream cmd;
   cmd << std::setprecision(17);  // doubles (sparsity, lr, momentum) reach the child exactly
   cmd << '"' << exe << "\" --single " << kind_name(kind) << ',' << sparsity << ',' << threads
-      << (block.empty() ? "" : "," + block) << " --batch "
-      << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round << " --delta-t "
-      << o.delta_t << " --set-updates " << o.set_updates << " --lr " << o.lr << " --momentum " << o.momentum
-      << " --seed " << o.seed << " --malloc-mmap-threshold " << o.mmap_threshold
-      << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
+      << (block.empty() ? "" : "," + block) << " --batch " << o.batch << " --warmup " << o.warmup
+      << " --steps-per-round " << o.steps_per_round << " --delta-t " << o.delta_t << " --set-updates " << o.set_updates
+      << " --lr " << o.lr << " --momentum " << o.momentum << " --seed " << o.seed << " --malloc-mmap-threshold "
+      << o.mmap_threshold << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
   FILE* p = popen(cmd.str().c_str(), "r");
   if (!p) throw std::runtime_error("cannot start " + cmd.str());
   ProcessResult r;
@@ -822,8 +827,8 @@ std::vector<Result> time_configs(const Options& o, int threads) {
       r.rebuild_ms = median(extra[k]);
       r.amortised_ms = (r.update_ms + r.rebuild_ms) / static_cast<double>(o.delta_t);
     }
-    const bool profile = std::any_of(o.profile.begin(), o.profile.end(),
-                                     [&](double s) { return std::abs(s - r.sparsity) < 1e-9; });
+    const bool profile =
+        std::any_of(o.profile.begin(), o.profile.end(), [&](double s) { return std::abs(s - r.sparsity) < 1e-9; });
     if (profile && r.block.empty()) {  // in this process, on a model trained through the same warm-up steps
       set_threads(threads);
       Run run(r.kind, r.sparsity, o);
@@ -848,7 +853,8 @@ std::string impl_of(const Result& r) {
   const std::string blas = SPRIG_TRAIN_STEP_BLAS ? "openblas" : "portable";
   if (!r.block.empty()) return "sprig-block" + r.block + "-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS);
   return r.sparsity <= 0.0 ? "sprig-dense-" + blas
-                           : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) + (SPRIG_TRAIN_STEP_BLAS ? "" : "-noblas");
+                           : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) +
+                                 (SPRIG_TRAIN_STEP_BLAS ? "" : "-noblas");
 }
 
 void write_csv(std::ostream& os, const std::vector<Result>& all) {
@@ -877,13 +883,15 @@ void write_table(std::ostream& os, const std::vector<Result>& all, const Options
        << (d ? fmt("%.2fx", d->median_ms() / r.median_ms()) : "-") << " | " << fmt("%.1f", r.peak_rss_mb) << " | "
        << (d ? fmt("%.0f%%", 100.0 * r.peak_rss_mb / d->peak_rss_mb) : "-") << " | " << fmt("%.1f", r.growth_rss_mb)
        << " | " << (d ? fmt("%.0f%%", 100.0 * r.growth_rss_mb / d->growth_rss_mb) : "-") << " | "
-       << fmt("%.1f", r.steady_rss_mb) << " | " << fmt("%.1f", static_cast<double>(r.model_bytes) / (1 << 20)) << " | " << fmt("%.1f", r.allocs_per_step)
-       << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.final_loss) << " |\n";
+       << fmt("%.1f", r.steady_rss_mb) << " | " << fmt("%.1f", static_cast<double>(r.model_bytes) / (1 << 20)) << " | "
+       << fmt("%.1f", r.allocs_per_step) << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.final_loss)
+       << " |\n";
   }
   os << "\nsteps timed per configuration: " << o.rounds * o.steps_per_round << " (" << o.rounds
      << " rounds of one process per configuration, order rotated, each timing " << o.steps_per_round
-     << " steps back to back after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every "
-     << o.delta_t << " steps, " << o.set_updates << " updates timed per process; RSS at start-up, before building the model (mostly pages of the shared libraries; \"RSS above start-up\" is the peak less this, per process): "
+     << " steps back to back after " << o.warmup << " warm-up steps); batch " << o.batch << "; SET every " << o.delta_t
+     << " steps, " << o.set_updates
+     << " updates timed per process; RSS at start-up, before building the model (mostly pages of the shared libraries; \"RSS above start-up\" is the peak less this, per process): "
      << (all.empty() ? std::string("-") : fmt("%.1f MB", all.front().baseline_rss_mb)) << "\n";
 }
 
@@ -956,7 +964,9 @@ void write_profiles(std::ostream& os, const std::vector<Result>& all) {
       for (std::size_t k = 0; k < kMaxLayers; ++k) {
         const double ms = p.ms[ph][k];
         if (!(ms > 0.0)) continue;
-        const std::string layer = ph == optimizer ? "all" : ph == loss_phase ? "-" : std::to_string(k) + ": " + p.what[k];
+        const std::string layer = ph == optimizer    ? "all"
+                                  : ph == loss_phase ? "-"
+                                                     : std::to_string(k) + ": " + p.what[k];
         os << "| " << kPhaseNames[ph] << " | " << layer << " | " << fmt("%.3f", ms) << " | "
            << fmt("%.0f%%", 100.0 * ms / p.sum_ms) << " | "
            << (p.flops[ph][k] > 0 ? fmt("%.1f", p.flops[ph][k] / (ms * 1e6)) : "") << " |";
@@ -1060,16 +1070,20 @@ int main(int argc, char** argv) {
            << (o.openblas_coretype.empty() ? " from the environment: OpenBLAS's own kernel choice overridden" : "")
            << ")";
 #if SPRIG_TRAIN_STEP_BLAS
-    head << "\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config()
-         << "; parallel mode " << openblas_get_parallel() << " = "
-         << (openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "sequential")
+    head << "\n\nOpenBLAS: " << loaded_openblas() << " (" << openblas_get_config() << "; parallel mode "
+         << openblas_get_parallel() << " = "
+         << (openblas_get_parallel() == 2   ? "OpenMP"
+             : openblas_get_parallel() == 1 ? "pthreads"
+                                            : "sequential")
          << ")";
 #else
     head << "\n\nNo BLAS: dense layers on sprig's portable GEMM (kernels/dense_gemm.hpp)";
 #endif
     head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; kernels " << sprig::kernel_arch()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
-         << "; malloc mmap threshold " << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)" : std::string("glibc default (dynamic)"))
+         << "; malloc mmap threshold "
+         << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)"
+                                  : std::string("glibc default (dynamic)"))
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
     std::ostringstream body;
     write_table(body, all, o);

@@ -102,7 +102,7 @@ struct Config {
   std::int64_t sample_chars = 300;
   double temperature = 0.8;
   std::string prompt = "\n";
-  int index_bits = 32;  // column index width of the sparse projections: 16 or 32
+  int index_bits = 32;        // column index width of the sparse projections: 16 or 32
   std::string weight_blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
 };
 
@@ -203,8 +203,9 @@ sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   examples::add_setting(s, "--weight-decay", c.weight_decay);
   examples::add_setting(s, "--clip", c.clip);
   examples::add_setting(s, "--seed", c.seed);
-  examples::add_setting(s, "--data", "a text of " + std::to_string(text.size()) + " characters, vocabulary " +
-                                         std::to_string(text.vocab_size()));
+  examples::add_setting(s, "--data",
+                        "a text of " + std::to_string(text.size()) + " characters, vocabulary " +
+                            std::to_string(text.vocab_size()));
   return s;
 }
 
@@ -228,14 +229,14 @@ int run(Config cfg) {
     for (std::size_t i = 0; i < cfg.prompt.size(); ++i)
       if (text.token_of[static_cast<unsigned char>(cfg.prompt[i])] < 0)
         throw sprig::ArgumentError("char_gpt: --prompt: character " + std::to_string(i) + " (byte " +
-                                   std::to_string(static_cast<unsigned char>(cfg.prompt[i])) +
-                                   ") does not occur in " + cfg.data + ", so the model has no token for it");
+                                   std::to_string(static_cast<unsigned char>(cfg.prompt[i])) + ") does not occur in " +
+                                   cfg.data + ", so the model has no token for it");
 
   const std::size_t val_windows = val.size() - static_cast<std::size_t>(cfg.block);
   if (static_cast<std::uint64_t>(cfg.eval_windows) > val_windows)
-    throw sprig::ArgumentError("char_gpt: --eval-windows " + std::to_string(cfg.eval_windows) + ": the validation split of " +
-                               cfg.data + " has " + std::to_string(val_windows) + " distinct windows of --block " +
-                               std::to_string(cfg.block));
+    throw sprig::ArgumentError("char_gpt: --eval-windows " + std::to_string(cfg.eval_windows) +
+                               ": the validation split of " + cfg.data + " has " + std::to_string(val_windows) +
+                               " distinct windows of --block " + std::to_string(cfg.block));
   examples::require_fits_in_memory("char_gpt", step_memory(cfg, text.vocab_size()));
   const sprig::RunSettings settings = run_settings<Index>(cfg, text);
   if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
@@ -243,11 +244,16 @@ int run(Config cfg) {
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::models::GPTSpec spec;
-  spec.config = {.layers = cfg.layers, .heads = cfg.heads, .d_model = cfg.d_model, .d_ff = cfg.d_ff,
-                 .block_size = cfg.block, .vocab = text.vocab_size()};
+  spec.config = {.layers = cfg.layers,
+                 .heads = cfg.heads,
+                 .d_model = cfg.d_model,
+                 .d_ff = cfg.d_ff,
+                 .block_size = cfg.block,
+                 .vocab = text.vocab_size()};
   spec.attn_sparsity = cfg.attn_sparsity;
   spec.ffn_sparsity = cfg.ffn_sparsity;
-  spec.distribution = cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
+  spec.distribution =
+      cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.seed = cfg.seed;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   auto model = [&] {
@@ -258,14 +264,15 @@ int run(Config cfg) {
   }();
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   const int threads = examples::choose_threads(cfg.threads, 3 * pm0.parameters * cfg.batch * cfg.block);
-  std::printf("model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
-              "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s); %s\n",
-              cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
-              static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
-              100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
-              blocks ? (", in " + cfg.weight_blocks + " blocks").c_str() : "", static_cast<int>(8 * sizeof(Index)),
-              static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
-              static_cast<long long>(cfg.batch), threads, examples::kernel_label().c_str());
+  std::printf(
+      "model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
+      "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s); %s\n",
+      cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
+      static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
+      100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
+      blocks ? (", in " + cfg.weight_blocks + " blocks").c_str() : "", static_cast<int>(8 * sizeof(Index)),
+      static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
+      static_cast<long long>(cfg.batch), threads, examples::kernel_label().c_str());
 
   sprig::AdamW<T> opt({.lr = cfg.lr,
                        .beta1 = 0.9,
@@ -276,11 +283,13 @@ int run(Config cfg) {
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
   const auto algorithm = make_algorithm<Index>(cfg);
   if (blocks && algorithm && !algorithm->supports_blocks())
-    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " + cfg.algorithm);
-  std::printf("optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
-              "clip %g; %lld steps; topology: %s\n",
-              cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
-              static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
+    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " +
+                               cfg.algorithm);
+  std::printf(
+      "optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
+      "clip %g; %lld steps; topology: %s\n",
+      cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
+      static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
 
   sprig::dist::Communicator& comm = *ranks;
   const sprig::dist::Shard shard = sprig::dist::shard(cfg.batch, comm);  // sequences of each batch
@@ -329,8 +338,9 @@ int run(Config cfg) {
     sprig::sample_window_starts(static_cast<std::int64_t>(train.size()), cfg.block, cfg.seed,
                                 static_cast<std::uint64_t>(step), starts);
     // this rank's sequences of the global batch (all of them on one process)
-    sprig::gather_sequence_windows(train, std::span<const std::int64_t>(starts).subspan(
-                                              static_cast<std::size_t>(shard.begin), static_cast<std::size_t>(shard.size)),
+    sprig::gather_sequence_windows(train,
+                                   std::span<const std::int64_t>(starts).subspan(static_cast<std::size_t>(shard.begin),
+                                                                                 static_cast<std::size_t>(shard.size)),
                                    cfg.block, x, y);
     const auto z = model.forward(x, shard.size, cfg.block);
     const T local_loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
@@ -389,22 +399,24 @@ int run(Config cfg) {
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
   const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();
-  std::printf("weights %lld bytes (%.1f%% of dense %lld); optimizer state %lld; gradients %lld; activations, their "
-              "gradients and scratch %lld; peak RSS %lld\n",
-              static_cast<long long>(pm.weights), 100.0 * static_cast<double>(pm.weights) / static_cast<double>(pm.dense_weights),
-              static_cast<long long>(pm.dense_weights), static_cast<long long>(pm.optimizer_state),
-              static_cast<long long>(pm.gradients),
-              static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients),
-              static_cast<long long>(rss));
+  std::printf(
+      "weights %lld bytes (%.1f%% of dense %lld); optimizer state %lld; gradients %lld; activations, their "
+      "gradients and scratch %lld; peak RSS %lld\n",
+      static_cast<long long>(pm.weights),
+      100.0 * static_cast<double>(pm.weights) / static_cast<double>(pm.dense_weights),
+      static_cast<long long>(pm.dense_weights), static_cast<long long>(pm.optimizer_state),
+      static_cast<long long>(pm.gradients),
+      static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients), static_cast<long long>(rss));
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
                 100.0 * algorithm->total_seconds() / std::max(train_seconds, 1e-9));
-  std::printf("RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
-              "optimizer_state_bytes=%lld peak_rss_bytes=%lld\n",
-              val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights),
-              tokens_per_s, static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss));
+  std::printf(
+      "RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
+      "optimizer_state_bytes=%lld peak_rss_bytes=%lld\n",
+      val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights), tokens_per_s,
+      static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss));
   return 0;
 }
 
@@ -415,7 +427,9 @@ namespace {
 int program(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Train a character-level GPT with truly sparse projections on Tiny Shakespeare"};
-  app.add_option("--config", cfg.config, "small or mini40m")->check(CLI::IsMember({"small", "mini40m"}))->capture_default_str();
+  app.add_option("--config", cfg.config, "small or mini40m")
+      ->check(CLI::IsMember({"small", "mini40m"}))
+      ->capture_default_str();
   app.add_option("--attn-sparsity", cfg.attn_sparsity, "Fraction of zero weights in qkv and proj (0 = dense)")
       ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
@@ -432,43 +446,66 @@ int program(int argc, char** argv) {
   app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
       ->capture_default_str();
-  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")->check(examples::positive())->capture_default_str();
-  app.add_option("--alpha", cfg.alpha, "Initial drop fraction")->check(examples::in_range(0.0, 1.0))->capture_default_str();
+  app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")
+      ->check(examples::positive())
+      ->capture_default_str();
+  app.add_option("--alpha", cfg.alpha, "Initial drop fraction")
+      ->check(examples::in_range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--steps", cfg.steps, "Training steps (default: the config's, 2000)")->check(examples::positive());
-  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's; the step's memory must fit in RAM)")->check(examples::positive());
-  app.add_option("--block", cfg.block, "Block size (tokens per sequence; below the shorter split's length, and the step's memory must fit in RAM)")->check(examples::positive())->capture_default_str();
+  app.add_option("--batch", cfg.batch, "Sequences per step (default: the config's; the step's memory must fit in RAM)")
+      ->check(examples::positive());
+  app.add_option(
+         "--block", cfg.block,
+         "Block size (tokens per sequence; below the shorter split's length, and the step's memory must fit in RAM)")
+      ->check(examples::positive())
+      ->capture_default_str();
   app.add_option("--layers", cfg.layers, "Override the config's layers")->check(examples::positive());
   app.add_option("--heads", cfg.heads, "Override the config's heads")->check(examples::positive());
   app.add_option("--d-model", cfg.d_model, "Override the config's d_model")->check(examples::positive());
   app.add_option("--d-ff", cfg.d_ff, "Override the config's d_ff")->check(examples::positive());
   app.add_option("--lr", cfg.lr, "Peak learning rate")->check(examples::positive())->capture_default_str();
-  app.add_option("--min-lr", cfg.min_lr, "Learning rate at the end of the cosine")->check(examples::non_negative())->capture_default_str();
+  app.add_option("--min-lr", cfg.min_lr, "Learning rate at the end of the cosine")
+      ->check(examples::non_negative())
+      ->capture_default_str();
   app.add_option("--warmup", cfg.warmup, "Linear warmup steps")->check(examples::non_negative())->capture_default_str();
   app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay (matrices only)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")->check(examples::positive())->capture_default_str();
-  app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")->check(examples::non_negative())->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
+  app.add_option("--clip", cfg.clip, "Global gradient-norm clipping threshold")
+      ->check(examples::positive())
+      ->capture_default_str();
+  app.add_option("--seed", cfg.seed, "Seed of weights, topology and data windows")
+      ->check(examples::non_negative())
+      ->capture_default_str();
+  app.add_option("--threads", cfg.threads,
+                 "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
       ->check(examples::threads_range())
       ->capture_default_str();
   app.add_option("--data", cfg.data, "The text file")->capture_default_str();
   app.add_option("--eval-every", cfg.eval_every, "Steps between validation evaluations (and at the end)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_option("--eval-windows", cfg.eval_windows, "Fixed validation windows (at most the validation split's length - --block)")->check(examples::positive())->capture_default_str();
+  app.add_option("--eval-windows", cfg.eval_windows,
+                 "Fixed validation windows (at most the validation split's length - --block)")
+      ->check(examples::positive())
+      ->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the curve (step, train and validation loss, time, lr) to this CSV file");
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only at the end; a checkpoint is always written at the end)")
+  app.add_option("--checkpoint-every", cfg.checkpoint_every,
+                 "Steps between checkpoints (0: only at the end; a checkpoint is always written at the end)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_flag("--resume", cfg.resume,
-               "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
-               "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
-               "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --temperature, --prompt, --distributed");
+  app.add_flag(
+      "--resume", cfg.resume,
+      "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
+      "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
+      "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --temperature, --prompt, --distributed");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
-  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")->check(examples::in_range(0, 1e6))->capture_default_str();
+  app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")
+      ->check(examples::in_range(0, 1e6))
+      ->capture_default_str();
   app.add_option("--temperature", cfg.temperature, "Sampling temperature (0 = greedy)")
       ->check(examples::non_negative())
       ->capture_default_str();
@@ -493,7 +530,8 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("char_gpt: --min-lr " + examples::detail::show(cfg.min_lr) + " is above --lr " +
                                examples::detail::show(cfg.lr));
   if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
-    throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm + " needs --attn-sparsity or --ffn-sparsity > 0");
+    throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm +
+                               " needs --attn-sparsity or --ffn-sparsity > 0");
   if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
     throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
   if (!cfg.checkpoint_dir.empty())

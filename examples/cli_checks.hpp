@@ -64,7 +64,8 @@ inline CLI::Validator number_validator(double lo, bool lo_open, double hi, bool 
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0;
-        if (std::string why = parse_finite(text, v); !why.empty()) return "must be a finite number " + rule + "; " + why;
+        if (std::string why = parse_finite(text, v); !why.empty())
+          return "must be a finite number " + rule + "; " + why;
         const bool low_ok = lo_open ? v > lo : v >= lo;
         const bool high_ok = hi_open ? v < hi : v <= hi;
         if (!low_ok || !high_ok) return "must be " + rule + ", got " + text;
@@ -118,8 +119,8 @@ inline std::string show_bytes(double bytes) {
 // What a run will hold at once, estimated from its options before anything is allocated: a
 // lower bound (the named parts only), so a refusal is never wrong.
 struct MemoryEstimate {
-  std::string options;                                  // the options that size it: "--batch 16 --block 4096"
-  std::vector<std::pair<std::string, double>> parts;    // {what, bytes}
+  std::string options;                                // the options that size it: "--batch 16 --block 4096"
+  std::vector<std::pair<std::string, double>> parts;  // {what, bytes}
   double total() const {
     double t = 0;
     for (const auto& p : parts) t += p.second;
@@ -131,7 +132,8 @@ struct MemoryEstimate {
 // that would page for days or die of std::bad_alloc part-way), naming the parts:
 //   "char_gpt: ... --batch 16 --block 20000 needs at least 217 GB (..., attention
 //    probabilities 205 GB, ...); this machine has 25.3 GB of memory"
-inline void require_fits_in_memory(const std::string& program, const MemoryEstimate& m, double available = physical_memory_bytes()) {
+inline void require_fits_in_memory(const std::string& program, const MemoryEstimate& m,
+                                   double available = physical_memory_bytes()) {
   if (available <= 0 || m.total() <= available) return;
   std::string parts;
   for (const auto& [what, bytes] : m.parts) parts += (parts.empty() ? "" : ", ") + what + " " + show_bytes(bytes);

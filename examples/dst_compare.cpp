@@ -33,9 +33,9 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Run {
-  std::map<std::string, double> result;    // RESULT key=value
-  std::vector<double> test_accuracy;        // per epoch
-  std::vector<double> epoch_seconds;        // per epoch
+  std::map<std::string, double> result;  // RESULT key=value
+  std::vector<double> test_accuracy;     // per epoch
+  std::vector<double> epoch_seconds;     // per epoch
 };
 
 std::string quote(const std::string& s) {
@@ -52,7 +52,8 @@ std::string capture(const std::string& command) {
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   const int status = pclose(pipe);
-  if (status != 0) throw std::runtime_error("dst_compare: command failed (status " + std::to_string(status) + "): " + command);
+  if (status != 0)
+    throw std::runtime_error("dst_compare: command failed (status " + std::to_string(status) + "): " + command);
   return out;
 }
 
@@ -105,7 +106,7 @@ Stats stats(const std::vector<double>& v) {
 // standard deviation sd (Student's t with n - 1 degrees of freedom; 0 for n < 2).
 double ci95_half_width(std::size_t n, double sd) {
   static constexpr double t975[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
+                                    2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
   if (n < 2) return 0.0;
   const double t = n - 1 <= std::size(t975) ? t975[n - 2] : 1.96;
   return t * sd / std::sqrt(static_cast<double>(n));
@@ -133,7 +134,8 @@ int program(int argc, char** argv) {
   // NAME or NAME-fanin, NAME one of fashion_mnist's --algorithm values that train a sparse model
   const CLI::Validator algorithm_name(
       [](std::string& a) -> std::string {
-        const std::string base = a.size() > 6 && a.compare(a.size() - 6, 6, "-fanin") == 0 ? a.substr(0, a.size() - 6) : a;
+        const std::string base =
+            a.size() > 6 && a.compare(a.size() - 6, 6, "-fanin") == 0 ? a.substr(0, a.size() - 6) : a;
         for (const char* known : {"static", "set", "rigl", "snfs", "granet", "gmp"})
           if (base == known) return {};
         return "'" + a + "' is not one of static, set, rigl, snfs, granet, gmp (each optionally NAME-fanin)";
@@ -148,11 +150,14 @@ int program(int argc, char** argv) {
       ->delimiter(',')
       ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
-  app.add_option("--seeds", seeds, "Seeds per configuration (1, 2, ...)")->check(examples::positive())->capture_default_str();
+  app.add_option("--seeds", seeds, "Seeds per configuration (1, 2, ...)")
+      ->check(examples::positive())
+      ->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs per run")->check(examples::positive())->capture_default_str();
   app.add_option("--out", out_dir, "Output folder (curves, table, plot)")->capture_default_str();
   app.add_option("--fashion-mnist", binary, "Path of the fashion_mnist example")->capture_default_str();
-  app.add_option("--extra", extra, "Extra arguments passed to every run, e.g. --extra=--threads=2")->allow_extra_args(false);
+  app.add_option("--extra", extra, "Extra arguments passed to every run, e.g. --extra=--threads=2")
+      ->allow_extra_args(false);
   examples::name_failures(app, "dst_compare");
   CLI11_PARSE(app, argc, argv);
 
@@ -173,9 +178,8 @@ int program(int argc, char** argv) {
         const bool fan_in = algo.size() > 6 && algo.compare(algo.size() - 6, 6, "-fanin") == 0;
         const std::string base = fan_in ? algo.substr(0, algo.size() - 6) : algo;
         std::string cmd = quote(binary) + " --algorithm " + base + (fan_in ? " --constant-fan-in" : "") +
-                          " --sparsity " + fmt("%.4f", sparsities[si]) +
-                          " --seed " + std::to_string(seed) + " --epochs " + std::to_string(epochs) + " --csv " +
-                          quote(curves.string());
+                          " --sparsity " + fmt("%.4f", sparsities[si]) + " --seed " + std::to_string(seed) +
+                          " --epochs " + std::to_string(epochs) + " --csv " + quote(curves.string());
         for (const auto& e : extra) cmd += " " + quote(e);
         cmd += " 2>/dev/null";
         std::fprintf(stderr, "[dst_compare] %s\n", tag.c_str());
@@ -208,8 +212,9 @@ int program(int argc, char** argv) {
       }
       const Stats a = stats(acc);
       const double h = ci95_half_width(acc.size(), a.std);
-      table << "| " << fmt("%.0f%%", 100 * sparsities[si]) << " | " << algo << " | " << fmt("%.2f +- %.2f %%", a.mean, a.std)
-            << " | " << fmt("[%.2f, %.2f]", a.mean - h, a.mean + h) << " | " << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
+      table << "| " << fmt("%.0f%%", 100 * sparsities[si]) << " | " << algo << " | "
+            << fmt("%.2f +- %.2f %%", a.mean, a.std) << " | " << fmt("[%.2f, %.2f]", a.mean - h, a.mean + h) << " | "
+            << fmt("%.2f", stats(epoch).mean) << " | " << fmt("%.3f", stats(topo).mean) << " | "
             << fmt("%.2f%%", 100 * stats(share).mean) << " |\n";
     }
   std::printf("%s", table.str().c_str());

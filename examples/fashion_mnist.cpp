@@ -31,8 +31,8 @@
 #include <iostream>
 
 using fashion_mnist::Config;
-using fashion_mnist::T;
 using fashion_mnist::run;
+using fashion_mnist::T;
 
 namespace {
 
@@ -47,7 +47,9 @@ int program(int argc, char** argv) {
       ->check(examples::positive())
       ->capture_default_str();
   app.add_option("--epochs", cfg.epochs, "Training epochs")->check(examples::positive())->capture_default_str();
-  app.add_option("--batch", cfg.batch, "Mini-batch size (at most the 60000 training images)")->check(examples::positive())->capture_default_str();
+  app.add_option("--batch", cfg.batch, "Mini-batch size (at most the 60000 training images)")
+      ->check(examples::positive())
+      ->capture_default_str();
   app.add_option("--optimizer", cfg.optimizer, "sgd (Nesterov momentum) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
@@ -55,12 +57,17 @@ int program(int argc, char** argv) {
       ->check(examples::positive());
   app.add_option("--weight-decay", cfg.weight_decay, "Weight decay (default: 1e-4 adamw, 5e-5 sgd)")
       ->check(examples::non_negative());
-  app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(examples::in_range(0.0, 0.999))->capture_default_str();
+  app.add_option("--momentum", cfg.momentum, "SGD momentum")
+      ->check(examples::in_range(0.0, 0.999))
+      ->capture_default_str();
   app.add_option("--warmup-epochs", cfg.warmup_epochs, "Linear warmup before the cosine decay, in epochs")
       ->check(examples::in_range(0.0, 100.0))
       ->capture_default_str();
-  app.add_option("--seed", cfg.seed, "Seed of weights and batch order")->check(examples::non_negative())->capture_default_str();
-  app.add_option("--threads", cfg.threads, "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
+  app.add_option("--seed", cfg.seed, "Seed of weights and batch order")
+      ->check(examples::non_negative())
+      ->capture_default_str();
+  app.add_option("--threads", cfg.threads,
+                 "OpenMP threads, at most 1024 (0: 1 for a small model, else the cores not busy; examples/threads.hpp)")
       ->check(examples::threads_range())
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
@@ -70,13 +77,15 @@ int program(int argc, char** argv) {
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "Steps between checkpoints (0: only the one at the end of each epoch)")
+  app.add_option("--checkpoint-every", cfg.checkpoint_every,
+                 "Steps between checkpoints (0: only the one at the end of each epoch)")
       ->check(examples::non_negative())
       ->capture_default_str();
-  app.add_flag("--resume", cfg.resume,
-               "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
-               "must equal the checkpoint's (refused otherwise); these may change: --threads, --data-dir, --csv, "
-               "--checkpoint-every, --stop-after-steps, --distributed");
+  app.add_flag(
+      "--resume", cfg.resume,
+      "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
+      "must equal the checkpoint's (refused otherwise); these may change: --threads, --data-dir, --csv, "
+      "--checkpoint-every, --stop-after-steps, --distributed");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
   app.add_option("--distribution", cfg.distribution, "Layer densities from the global sparsity: uniform or erk")
@@ -86,7 +95,8 @@ int program(int argc, char** argv) {
                  "AdamW: correct a grown weight's moments with its own step count (per-slot) or the global one")
       ->check(CLI::IsMember({"per-slot", "global"}))
       ->capture_default_str();
-  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl, snfs, granet (gradual pruning with regrowth) or gmp")
+  app.add_option("--algorithm", cfg.algorithm,
+                 "Dynamic sparse training: none, static, set, rigl, snfs, granet (gradual pruning with regrowth) or gmp")
       ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs", "granet", "gmp"}))
       ->capture_default_str();
   app.add_option("--initial-sparsity", cfg.initial_sparsity,
@@ -104,7 +114,8 @@ int program(int argc, char** argv) {
   app.add_option("--compare-steps", cfg.compare_steps,
                  "Instead of training: time this many steps of the dense and the sparse model, alternating")
       ->check(examples::non_negative());
-  app.add_option("--block", cfg.block, "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
+  app.add_option("--block", cfg.block,
+                 "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");

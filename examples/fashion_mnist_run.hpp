@@ -70,18 +70,18 @@ struct Config {
   std::string data_dir = examples::kFashionMNISTDir;
   std::string csv;
   std::int64_t max_steps = 0;  // > 0: stop each epoch after this many steps (smoke runs)
-  std::string checkpoint_dir;       // save the training state here (empty: no checkpoints)
+  std::string checkpoint_dir;  // save the training state here (empty: no checkpoints)
   std::int64_t checkpoint_every = 200;
   bool resume = false;
-  std::int64_t stop_after_steps = 0;  // testing: exit after this many steps, as if killed
-  std::string distribution = "uniform";  // how the sparsity is spread over the hidden layers: uniform|erk
-  std::string algorithm = "none";  // dynamic sparse training: none|static|set|rigl|snfs
+  std::int64_t stop_after_steps = 0;         // testing: exit after this many steps, as if killed
+  std::string distribution = "uniform";      // how the sparsity is spread over the hidden layers: uniform|erk
+  std::string algorithm = "none";            // dynamic sparse training: none|static|set|rigl|snfs
   std::string bias_correction = "per-slot";  // AdamW's correction of grown weights: per-slot|global
-  double initial_sparsity = 0.5;              // granet / gmp: the sparsity the pruning starts from
-  bool constant_fan_in = false;               // every row keeps its live count (SRigL)
+  double initial_sparsity = 0.5;             // granet / gmp: the sparsity the pruning starts from
+  bool constant_fan_in = false;              // every row keeps its live count (SRigL)
   std::int64_t delta_t = 100;
   double alpha = 0.3;
-  int index_bits = 32;  // column index width of the sparse layers: 16 or 32
+  int index_bits = 32;             // column index width of the sparse layers: 16 or 32
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
   std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
   bool distributed = false;        // data parallel over MPI ranks (automatic under mpirun -np N > 1)
@@ -110,7 +110,8 @@ sprig::models::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t
   spec.widths.insert(spec.widths.end(), cfg.widths.begin(), cfg.widths.end());
   spec.widths.push_back(examples::FashionMNIST<T>::num_classes);
   spec.sparsity = sparsity;
-  spec.distribution = cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
+  spec.distribution =
+      cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.dense_output = true;
   spec.seed = cfg.seed;
   // a changing topology relocates rows: room for them, so no update reallocates the layer
@@ -151,9 +152,9 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
   sprig::Sequential<T, Index> models[2] = {build_model<Index>(cfg, 0.0, data.train.features(), shape),
                                            build_model<Index>(cfg, cfg.sparsity, data.train.features(), shape)};
   sprig::AdamW<T> opts[2] = {sprig::AdamW<T>({.lr = 1e-3}), sprig::AdamW<T>({.lr = 1e-3})};
-  sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
-                                {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
-                                 .seed = cfg.seed});
+  sprig::MiniBatches<T> batches(
+      data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
+      {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop, .seed = cfg.seed});
   sprig::Matrix<T> x(data.train.features(), cfg.batch);
   std::vector<std::int32_t> y(static_cast<std::size_t>(cfg.batch));
   sprig::SoftmaxCrossEntropy<T> ce;
@@ -186,8 +187,8 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
               static_cast<long long>(cfg.compare_steps), static_cast<long long>(cfg.batch));
   for (int m = 0; m < 2; ++m) {
     const auto q = quantiles(total[m]), f = quantiles(fwd[m]), b = quantiles(bwd[m]), o = quantiles(opt_t[m]);
-    std::printf("  %-6s step %8.3f [%.3f, %.3f]  forward+loss %.3f  backward %.3f  optimizer %.3f\n", names[m], q.median,
-                q.p10, q.p90, f.median, b.median, o.median);
+    std::printf("  %-6s step %8.3f [%.3f, %.3f]  forward+loss %.3f  backward %.3f  optimizer %.3f\n", names[m],
+                q.median, q.p10, q.p90, f.median, b.median, o.median);
   }
   const double dense_ms = quantiles(total[0]).median, sparse_ms = quantiles(total[1]).median;
   std::printf("STEP_TIMES dense_ms=%.3f sparse_ms=%.3f speedup=%.2f sparsity=%g batch=%lld\n", dense_ms, sparse_ms,
@@ -301,8 +302,8 @@ int run(const Config& cfg) {
   const T inv_std = static_cast<T>(1.0 / std::sqrt(sum2 / count - (sum / count) * (sum / count)));
   std::printf("data: %lld train / %lld test images of %lldx%lld from %s (%.1f s)\n",
               static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
-              static_cast<long long>(data.train.height), static_cast<long long>(data.train.width),
-              cfg.data_dir.c_str(), seconds_since(t_load));
+              static_cast<long long>(data.train.height), static_cast<long long>(data.train.width), cfg.data_dir.c_str(),
+              seconds_since(t_load));
 
   std::string shape;
   // gradual pruning starts from --initial-sparsity and ends at --sparsity
@@ -315,12 +316,14 @@ int run(const Config& cfg) {
   if (cfg.batch > data.train.size())
     throw sprig::ArgumentError("fashion_mnist: --batch " + std::to_string(cfg.batch) + " is larger than the " +
                                std::to_string(data.train.size()) + " training images");
-  examples::require_fits_in_memory("fashion_mnist", step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
+  examples::require_fits_in_memory("fashion_mnist",
+                                   step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
   const sprig::RunSettings settings = run_settings<Index>(cfg, data.train.size());
   if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
-    examples::check_resume_settings("fashion_mnist", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig", settings);
-  auto model = build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(),
-                                            shape);
+    examples::check_resume_settings("fashion_mnist", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig",
+                                    settings);
+  auto model =
+      build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
   if constexpr (!blocks)
     if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
   const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
@@ -333,17 +336,17 @@ int run(const Config& cfg) {
     std::printf("data parallel: %d ranks (%s), %lld columns of each batch of %lld per rank\n", comm.size(),
                 comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
   }
-  std::printf("model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
-              "thread(s)%s; %s\n",
-              shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
-              static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName,
-              examples::kernel_label().c_str());
+  std::printf(
+      "model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
+      "thread(s)%s; %s\n",
+      shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
+      static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName, examples::kernel_label().c_str());
   if constexpr (!blocks)
     if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);
 
-  sprig::MiniBatches<T> batches(data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
-                                {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop,
-                                 .seed = cfg.seed});
+  sprig::MiniBatches<T> batches(
+      data.train.images.view(), sprig::DataLayout::example_major, data.train.labels,
+      {.batch_size = cfg.batch, .shuffle = true, .last = sprig::LastBatch::drop, .seed = cfg.seed});
   const std::int64_t steps_per_epoch =
       cfg.max_steps > 0 ? std::min(cfg.max_steps, batches.batches_per_epoch()) : batches.batches_per_epoch();
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
@@ -358,12 +361,13 @@ int run(const Config& cfg) {
   const auto warmup = static_cast<std::int64_t>(cfg.warmup_epochs * static_cast<double>(steps_per_epoch));
   const sprig::CosineWarmupLR schedule(lr, std::min(warmup, total_steps - 1), total_steps);
   std::variant<sprig::AdamW<T>, sprig::SGD<T>> optimizer =
-      adamw ? std::variant<sprig::AdamW<T>, sprig::SGD<T>>(sprig::AdamW<T>({.lr = lr, .weight_decay = wd, .bias_correction = bias_correction}))
+      adamw ? std::variant<sprig::AdamW<T>, sprig::SGD<T>>(
+                  sprig::AdamW<T>({.lr = lr, .weight_decay = wd, .bias_correction = bias_correction}))
             : std::variant<sprig::AdamW<T>, sprig::SGD<T>>(
                   sprig::SGD<T>({.lr = lr, .momentum = cfg.momentum, .weight_decay = wd, .nesterov = true}));
   std::printf("optimizer: %s%s lr %g (cosine, %lld warmup steps) weight decay %g; %d epochs x %lld steps\n",
-              cfg.optimizer.c_str(), adamw ? (cfg.bias_correction == "global" ? " (global bias correction)" : "") : "", lr, static_cast<long long>(warmup), wd, cfg.epochs,
-              static_cast<long long>(steps_per_epoch));
+              cfg.optimizer.c_str(), adamw ? (cfg.bias_correction == "global" ? " (global bias correction)" : "") : "",
+              lr, static_cast<long long>(warmup), wd, cfg.epochs, static_cast<long long>(steps_per_epoch));
 
   // Dynamic sparse training: the algorithm takes over the optimizer step (dst::apply_step:
   // RigL skips it on update steps) and changes the topology every delta_t steps until 75%.
@@ -392,12 +396,15 @@ int run(const Config& cfg) {
       algorithm = std::make_unique<sprig::dst::GraNet<T, Index>>(dst_schedule, cfg.seed, std::move(g));
     }
     if (blocks && !algorithm->supports_blocks())
-      throw sprig::ArgumentError("fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the "
-                                 "block grid), not " + cfg.algorithm);
+      throw sprig::ArgumentError(
+          "fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the "
+          "block grid), not " +
+          cfg.algorithm);
     algorithm->constant_fan_in = cfg.constant_fan_in;
     std::printf("topology: %s%s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)%s\n",
-                cfg.algorithm.c_str(), cfg.constant_fan_in ? " with constant fan-in" : "", static_cast<long long>(dst_schedule.delta_t),
-                static_cast<long long>(dst_schedule.t_end), dst_schedule.alpha,
+                cfg.algorithm.c_str(), cfg.constant_fan_in ? " with constant fan-in" : "",
+                static_cast<long long>(dst_schedule.delta_t), static_cast<long long>(dst_schedule.t_end),
+                dst_schedule.alpha,
                 prunes ? (", sparsity from " + std::to_string(cfg.initial_sparsity) + " (cubic)").c_str() : "");
   }
 
@@ -427,8 +434,9 @@ int run(const Config& cfg) {
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {
     if (std::filesystem::exists(state_file)) {
-      std::visit([&](auto& opt) { start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get()); },
-                 optimizer);
+      std::visit(
+          [&](auto& opt) { start = sprig::dist::load_training_state(comm, state_file, model, opt, algorithm.get()); },
+          optimizer);
       if (start.seed != cfg.seed)
         throw sprig::ArgumentError("fashion_mnist: the checkpoint was made with --seed " + std::to_string(start.seed));
       if (changes_topology(cfg)) model.reserve_growth();  // loaded matrices come tight: the room again
@@ -445,12 +453,15 @@ int run(const Config& cfg) {
     if (state_file.empty()) return;
     if (!swept && comm.rank() == 0)
       if (const std::int64_t n = examples::remove_stale_temporaries(state_file); n > 0)
-        std::printf("removed %lld stale temporary file(s) of an interrupted save beside %s\n", static_cast<long long>(n),
-                    state_file.c_str());
+        std::printf("removed %lld stale temporary file(s) of an interrupted save beside %s\n",
+                    static_cast<long long>(n), state_file.c_str());
     swept = true;
     const sprig::TrainingProgress p{.step = steps_done, .epoch = epoch, .batch = next_batch, .seed = cfg.seed};
-    std::visit([&](const auto& opt) { sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get(), settings); },
-               optimizer);
+    std::visit(
+        [&](const auto& opt) {
+          sprig::dist::save_training_state(comm, state_file, model, opt, p, algorithm.get(), settings);
+        },
+        optimizer);
   };
 
   for (int epoch = static_cast<int>(start.epoch); epoch < cfg.epochs; ++epoch) {
@@ -468,8 +479,8 @@ int run(const Config& cfg) {
         for (std::int64_t b = 0; b < xs.cols(); ++b) row[b] = (row[b] - mean) * inv_std;
       }
       const std::span<const int> labels =
-          std::span<const int>(batch.labels.data(), batch.labels.size()).subspan(static_cast<std::size_t>(shard.begin),
-                                                                                  static_cast<std::size_t>(shard.size));
+          std::span<const int>(batch.labels.data(), batch.labels.size())
+              .subspan(static_cast<std::size_t>(shard.begin), static_cast<std::size_t>(shard.size));
       const auto z = model.forward(xs);
       const T loss = ce.forward_backward(z, labels, model.output_grad());
       // a diverged run stops here with the step (DivergenceError), on every rank alike
@@ -494,7 +505,8 @@ int run(const Config& cfg) {
       if (cfg.checkpoint_every > 0 && steps_done % cfg.checkpoint_every == 0 && k + 1 < steps_per_epoch)
         save(static_cast<std::uint64_t>(epoch), k + 1);
       if (cfg.stop_after_steps > 0 && steps_done == cfg.stop_after_steps) {
-        std::printf("stopping after step %lld (--stop-after-steps), as if killed\n", static_cast<long long>(steps_done));
+        std::printf("stopping after step %lld (--stop-after-steps), as if killed\n",
+                    static_cast<long long>(steps_done));
         return 3;
       }
     }
@@ -503,7 +515,8 @@ int run(const Config& cfg) {
     train_seconds += epoch_seconds;
     test = evaluate(model, data.test, mean, inv_std);
     const double train_loss = dp.average(loss_sum) / static_cast<double>(steps_per_epoch - first);
-    const double train_acc = static_cast<double>(dp.sum(correct)) / static_cast<double>((steps_per_epoch - first) * cfg.batch);
+    const double train_acc =
+        static_cast<double>(dp.sum(correct)) / static_cast<double>((steps_per_epoch - first) * cfg.batch);
     std::printf("epoch %d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.2f s (%.2f ms/step)\n", epoch + 1,
                 train_loss, train_acc, test.loss, test.accuracy, epoch_seconds,
                 1e3 * epoch_seconds / static_cast<double>(steps_per_epoch));
@@ -534,10 +547,12 @@ int run(const Config& cfg) {
       1e3 * train_seconds / static_cast<double>(std::max<std::int64_t>(1, steps_done - start.step));
   std::printf("test accuracy %.4f\n", test.accuracy);
   std::printf("weights: %lld bytes, %.1f%% of the same model dense (%lld bytes)\n",
-              static_cast<long long>(weight_bytes), 100.0 * static_cast<double>(weight_bytes) / static_cast<double>(dense_bytes),
+              static_cast<long long>(weight_bytes),
+              100.0 * static_cast<double>(weight_bytes) / static_cast<double>(dense_bytes),
               static_cast<long long>(dense_bytes));
   std::printf("time: %.2f s per epoch, %.3f ms per step (forward, backward, optimizer; batch %lld)\n",
-              1e-3 * ms_per_step * static_cast<double>(steps_per_epoch), ms_per_step, static_cast<long long>(cfg.batch));
+              1e-3 * ms_per_step * static_cast<double>(steps_per_epoch), ms_per_step,
+              static_cast<long long>(cfg.batch));
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_done - start.step);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
@@ -545,9 +560,10 @@ int run(const Config& cfg) {
                 100.0 * algorithm->total_seconds() / train_seconds);
   // The four fields the issue names come first; topology_seconds (time in DST updates) is
   // appended for dst_compare.
-  std::printf("RESULT test_accuracy=%.4f weight_bytes=%lld dense_weight_bytes=%lld ms_per_step=%.3f topology_seconds=%.3f\n",
-              test.accuracy, static_cast<long long>(weight_bytes), static_cast<long long>(dense_bytes), ms_per_step,
-              algorithm ? algorithm->total_seconds() : 0.0);
+  std::printf(
+      "RESULT test_accuracy=%.4f weight_bytes=%lld dense_weight_bytes=%lld ms_per_step=%.3f topology_seconds=%.3f\n",
+      test.accuracy, static_cast<long long>(weight_bytes), static_cast<long long>(dense_bytes), ms_per_step,
+      algorithm ? algorithm->total_seconds() : 0.0);
   return 0;
 }
 

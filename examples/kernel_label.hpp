@@ -11,7 +11,8 @@ namespace examples {
 
 inline std::string kernel_label() {
   std::string label = std::string("kernels ") + sprig::kernel_arch();
-  if (const std::string warning = sprig::kernel_arch_warning(); !warning.empty()) label += " (warning: " + warning + ")";
+  if (const std::string warning = sprig::kernel_arch_warning(); !warning.empty())
+    label += " (warning: " + warning + ")";
   return label;
 }
 

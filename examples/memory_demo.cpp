@@ -42,16 +42,18 @@ bool report(const sprig::PaddedCSR<T, Index>& W, std::int64_t dense_bytes, const
 
   // docs/guide.md's arithmetic, checked against what the object really holds.
   const std::int64_t want_values = slots * std::int64_t{sizeof(T)}, want_index = slots * std::int64_t{sizeof(Index)};
-  const std::int64_t want_rows = 3 * 8 * rows, want_csr = nnz * std::int64_t{sizeof(T) + sizeof(Index)} + 8 * (rows + 1);
+  const std::int64_t want_rows = 3 * 8 * rows,
+                     want_csr = nnz * std::int64_t{sizeof(T) + sizeof(Index)} + 8 * (rows + 1);
   const bool ok = mem.values == want_values && mem.col_indices == want_index && mem.row_arrays == want_rows &&
                   csr_bytes == want_csr;
   if (!ok)
-    std::printf("  MISMATCH with the formulas: values %lld (want %lld), indices %lld (want %lld), row arrays %lld "
-                "(want %lld), CSR %lld (want %lld)\n",
-                static_cast<long long>(mem.values), static_cast<long long>(want_values),
-                static_cast<long long>(mem.col_indices), static_cast<long long>(want_index),
-                static_cast<long long>(mem.row_arrays), static_cast<long long>(want_rows),
-                static_cast<long long>(csr_bytes), static_cast<long long>(want_csr));
+    std::printf(
+        "  MISMATCH with the formulas: values %lld (want %lld), indices %lld (want %lld), row arrays %lld "
+        "(want %lld), CSR %lld (want %lld)\n",
+        static_cast<long long>(mem.values), static_cast<long long>(want_values),
+        static_cast<long long>(mem.col_indices), static_cast<long long>(want_index),
+        static_cast<long long>(mem.row_arrays), static_cast<long long>(want_rows), static_cast<long long>(csr_bytes),
+        static_cast<long long>(want_csr));
   return ok;
 }
 
@@ -95,7 +97,8 @@ int main(int argc, char** argv) {
     bool ok = report(layer, dense_bytes, "int32");
     if (cols <= 32768)  // the same seed gives the same pattern and values with int16 columns
       ok = report(sprig::PaddedCSR<float, std::int16_t>::random_density(rows, cols, 1.0 - sparsity, 42), dense_bytes,
-                  "int16") && ok;
+                  "int16") &&
+           ok;
     else
       std::printf("(int16 indices cannot address %lld columns)\n", static_cast<long long>(cols));
 

@@ -16,7 +16,8 @@ namespace examples {
 // times per run of `steps` (and at the last step), so logs stay short.
 class ProgressBar {
 public:
-  explicit ProgressBar(std::int64_t lines) : tty_(isatty(STDERR_FILENO) != 0), lines_(std::max<std::int64_t>(1, lines)) {}
+  explicit ProgressBar(std::int64_t lines)
+      : tty_(isatty(STDERR_FILENO) != 0), lines_(std::max<std::int64_t>(1, lines)) {}
 
   // step is 0-based among `steps`; prefix ("epoch 2/5 ", or "") starts the line; rate is
   // printed with its unit ("ex/s", "tok/s").

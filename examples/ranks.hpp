@@ -42,7 +42,8 @@ public:
 #else
     (void)argc, (void)argv;
     if (distributed)
-      throw sprig::ArgumentError(program + ": --distributed needs a build with MPI (libopenmpi-dev; CMake target sprig::dist)");
+      throw sprig::ArgumentError(program +
+                                 ": --distributed needs a build with MPI (libopenmpi-dev; CMake target sprig::dist)");
 #endif
   }
   Ranks(const Ranks&) = delete;
@@ -65,18 +66,19 @@ template <class DP>
 void report_ranks(sprig::dist::Communicator& comm, const DP& dp, double train_seconds, std::int64_t steps) {
   const auto& st = dp.stats();
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps));
-  const double mine[5] = {1e3 * train_seconds / n, 1e3 * st.gradient_wait_seconds / n,
-                          1e3 * (st.gather_seconds + st.check_seconds) / n,
-                          static_cast<double>(st.gradient_bytes) / static_cast<double>(std::max<std::int64_t>(1, st.steps)),
-                          static_cast<double>(st.gather_bytes)};
+  const double mine[5] = {
+      1e3 * train_seconds / n, 1e3 * st.gradient_wait_seconds / n, 1e3 * (st.gather_seconds + st.check_seconds) / n,
+      static_cast<double>(st.gradient_bytes) / static_cast<double>(std::max<std::int64_t>(1, st.steps)),
+      static_cast<double>(st.gather_bytes)};
   std::vector<double> all(5 * static_cast<std::size_t>(comm.size()));
   comm.allgather(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)));
   std::vector<double> step_ms, comm_share;
   for (int r = 0; r < comm.size(); ++r) {
     const double* v = all.data() + 5 * r;
-    std::printf("rank %d: %.3f ms/step, of which %.3f ms waiting for gradient sums (%.1f%%) and %.3f ms in topology "
-                "gathers and checks; %.2f MB of gradient a step, %.2f MB gathered for updates\n",
-                r, v[0], v[1], 100.0 * v[1] / v[0], v[2], v[3] / 1e6, v[4] / 1e6);
+    std::printf(
+        "rank %d: %.3f ms/step, of which %.3f ms waiting for gradient sums (%.1f%%) and %.3f ms in topology "
+        "gathers and checks; %.2f MB of gradient a step, %.2f MB gathered for updates\n",
+        r, v[0], v[1], 100.0 * v[1] / v[0], v[2], v[3] / 1e6, v[4] / 1e6);
     step_ms.push_back(v[0]);
     comm_share.push_back((v[1] + v[2]) / v[0]);
   }

@@ -10,10 +10,10 @@ int main(int argc, char** argv) {
   namespace dst = sprig::dst;
   sprig::dist::MpiSession mpi(argc, argv);  // MPI_Init ... MPI_Finalize
   sprig::dist::MpiCommunicator world;       // the ranks mpirun started
-  auto model = sprig::models::build_mlp<float, std::int32_t>({.widths = {32, 256, 256, 4}, .sparsity = 0.9, .seed = 1,
-                                                           .growth_reserve = 0.125});  // the same on every rank
-  const std::int64_t steps = 600, batch = 128;                        // batch: the global batch
-  const sprig::dist::Shard mine = sprig::dist::shard(batch, world);  // this rank's share of it
+  auto model = sprig::models::build_mlp<float, std::int32_t>(
+      {.widths = {32, 256, 256, 4}, .sparsity = 0.9, .seed = 1, .growth_reserve = 0.125});  // the same on every rank
+  const std::int64_t steps = 600, batch = 128;                                              // batch: the global batch
+  const sprig::dist::Shard mine = sprig::dist::shard(batch, world);                         // this rank's share of it
   sprig::AdamW<float> optimizer({.lr = 3e-3});
   dst::RigL<float, std::int32_t> rigl(dst::UpdateSchedule::for_run(steps, /*delta_t=*/50), /*seed=*/1);
   sprig::SoftmaxCrossEntropy<float> loss;

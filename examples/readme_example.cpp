@@ -9,7 +9,7 @@ int main() {
   auto W = sprig::PaddedCSR<float, std::int32_t>::random_density(512, 784, 0.10, /*seed=*/1);
   sprig::Matrix<float> X(784, 64, 0.5f), Y(512, 64), dY(512, 64, 0.01f), dX(784, 64);
   std::vector<float> grad(W.storage_size()), momentum(W.storage_size());  // per slot, aligned with W.values()
-  sprig::TransposeCache<float, std::int32_t> cache;  // W^T, rebuilt only when the topology changes
+  sprig::TransposeCache<float, std::int32_t> cache;                       // W^T, rebuilt only when the topology changes
 
   auto train_step = [&] {
     sprig::spmm(W, X, Y);                            // forward:       Y  = W X

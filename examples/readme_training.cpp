@@ -6,10 +6,11 @@
 
 int main() {
   namespace dst = sprig::dst;
+  namespace models = sprig::models;
   // A 32-256-256-4 MLP whose hidden layers are 90% sparse (ERK densities); the output layer is dense.
-  auto model = sprig::models::build_mlp<float, std::int32_t>({.widths = {32, 256, 256, 4}, .sparsity = 0.9,
-                                                           .distribution = sprig::models::Distribution::erk, .seed = 1,
-                                                           .growth_reserve = 0.125});  // room for RigL's regrowth
+  models::MLPSpec spec{.widths = {32, 256, 256, 4}, .sparsity = 0.9, .distribution = models::Distribution::erk};
+  spec.seed = 1, spec.growth_reserve = 0.125;  // room for RigL's regrowth
+  auto model = models::build_mlp<float, std::int32_t>(spec);
   const std::int64_t steps = 600, batch = 128;
   sprig::AdamW<float> optimizer({.lr = 3e-3});
   dst::RigL<float, std::int32_t> rigl(dst::UpdateSchedule::for_run(steps, /*delta_t=*/50), /*seed=*/1);
@@ -32,7 +33,7 @@ int main() {
     accuracy = t == 0 ? correct : 0.9 * accuracy + 0.1 * correct;  // smoothed over the last ~10 batches
     model.backward();
     dst::apply_step(rigl, optimizer, model, t);  // an AdamW step, or on RigL's update steps a topology update
-    if (t == 0 || (t + 1) % 150 == 0) std::printf("step %lld: loss %.3f, accuracy %.3f\n", (long long)t + 1, l, accuracy);
+    if (t == 0 || (t + 1) % 150 == 0) std::printf("step %d: loss %.3f, accuracy %.3f\n", int(t + 1), l, accuracy);
   }
   std::printf("the model holds %lld bytes\n", static_cast<long long>(model.memory_bytes()));
   return accuracy > 0.85 ? 0 : 1;  // the run fails (and so its test) if the model did not learn

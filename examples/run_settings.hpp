@@ -64,8 +64,9 @@ inline void check_resume_settings(const std::string& program, const std::filesys
     return;
   }
   const std::string head = program + ": --resume: the checkpoint " + checkpoint.string();
-  const std::string tail = "; the options that define the model and the run cannot change on resume (--help lists "
-                           "those that can)";
+  const std::string tail =
+      "; the options that define the model and the run cannot change on resume (--help lists "
+      "those that can)";
   const auto find = [](const sprig::RunSettings& s, const std::string& key) -> const std::string* {
     for (const auto& [k, v] : s)
       if (k == key) return &v;
@@ -85,7 +86,8 @@ inline void check_resume_settings(const std::string& program, const std::filesys
   if (!missing.empty()) throw sprig::ArgumentError(head + " records no " + missing + tail);
   for (const auto& [key, value] : saved)
     if (!find(current, key))
-      throw sprig::ArgumentError(head + " was made with " + key + " " + value + ", which this program does not know" + tail);
+      throw sprig::ArgumentError(head + " was made with " + key + " " + value + ", which this program does not know" +
+                                 tail);
 }
 
 }  // namespace examples

@@ -29,7 +29,8 @@ inline bool is_save_temporary(const std::string& name, const std::string& target
 // follows reports a real problem). Call it from one process only (rank 0), before a save and
 // not during one.
 inline std::int64_t remove_stale_temporaries(const std::filesystem::path& checkpoint) {
-  const std::filesystem::path dir = checkpoint.has_parent_path() ? checkpoint.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path dir =
+      checkpoint.has_parent_path() ? checkpoint.parent_path() : std::filesystem::path(".");
   const std::string target = checkpoint.filename().string();
   std::int64_t removed = 0;
   std::error_code ec;

@@ -41,7 +41,8 @@ inline constexpr std::int64_t kSmallStepWork = std::int64_t{1} << 23;
 inline double own_cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 // Cores that other processes kept busy over `window` (0 where /proc/stat cannot be read).

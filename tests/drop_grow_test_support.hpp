@@ -50,11 +50,13 @@ std::vector<std::int64_t> positions_of(const PaddedCSR<T, Index>& W, std::span<c
   // slot -> row through the row regions sorted by start (regions need not be in row order)
   std::vector<std::int64_t> order(static_cast<std::size_t>(W.rows()));
   for (std::int64_t i = 0; i < W.rows(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) < W.row_start(b); });
+  std::sort(order.begin(), order.end(),
+            [&](std::int64_t a, std::int64_t b) { return W.row_start(a) < W.row_start(b); });
   std::vector<std::int64_t> out;
   out.reserve(slots.size());
   for (std::int64_t s : slots) {
-    auto it = std::upper_bound(order.begin(), order.end(), s, [&](std::int64_t v, std::int64_t r) { return v < W.row_start(r); });
+    auto it = std::upper_bound(order.begin(), order.end(), s,
+                               [&](std::int64_t v, std::int64_t r) { return v < W.row_start(r); });
     if (it == order.begin() || s >= W.row_start(*(it - 1)) + W.row_nnz(*(it - 1)))
       throw ArgumentError(sprig::detail::message("positions_of: slot ", s, " is not live"));
     out.push_back(*(it - 1) * W.cols() + static_cast<std::int64_t>(W.col_indices()[s]));
@@ -102,7 +104,8 @@ std::vector<ScoredPosition> top_gradient_positions(const PaddedCSR<T, Index>& W,
   out.reserve(cand.size());
   for (const auto& c : cand)
     out.push_back({static_cast<double>(std::bit_cast<T>(c.key)), c.position / cols, c.position % cols});
-  std::stable_sort(out.begin(), out.end(), [](const ScoredPosition& a, const ScoredPosition& b) { return a.score > b.score; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ScoredPosition& a, const ScoredPosition& b) { return a.score > b.score; });
   return out;
 }
 

@@ -129,9 +129,7 @@ std::int64_t scramble(PaddedCSR<T, Index>& W, std::uint64_t seed) {
           W.erase_slot(r, W.row_start(r) +
                               static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(W.row_nnz(r)))));
         break;
-      case 2:
-        insert_one(r);
-        break;
+      case 2: insert_one(r); break;
       default: {
         const std::int64_t cap = W.row_capacity(r);
         while (W.row_nnz(r) <= cap && insert_one(r)) {
@@ -221,8 +219,7 @@ public:
   Operand(std::int64_t rows, std::int64_t cols, Placement p, T guard) : rows_(rows), cols_(cols), guard_(guard) {
     std::int64_t buf_rows = rows, stride = cols;
     switch (p) {
-      case Placement::tight:
-        break;
+      case Placement::tight: break;
       case Placement::strided: {
         constexpr std::int64_t line = 64 / sizeof(T);
         stride = (cols + line - 1) / line * line + line;
@@ -323,7 +320,8 @@ Mismatches compare_spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<Const
         n += 1;
       }
       if (!within<T>(got(i, b), want(i, b), std::max(n, 1.0), S, factor))
-        m.add("Y(", i, ", ", b, ") = ", got(i, b), ", expected ", want(i, b), " (row nnz ", r.cols.size(), ", sum|terms| ", S, ")");
+        m.add("Y(", i, ", ", b, ") = ", got(i, b), ", expected ", want(i, b), " (row nnz ", r.cols.size(),
+              ", sum|terms| ", S, ")");
     }
   }
   return m;
@@ -410,22 +408,22 @@ inline std::vector<Case> kernel_cases(std::int64_t max_cols) {
   for (std::int64_t B : {96, 128, 200, 513})
     cases.push_back({pick(20, 50), pick(20, 60), B, 0.15, places[B % 3], places[(B + 1) % 3], B % 2 == 1, seed++});
   // Edge shapes: zero extents, single rows and columns, empty and dense matrices.
-  const std::int64_t edge[][3] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 3}, {6, 5, 0}, {0, 0, 0}, {1, 17, 9},
-                                  {1, 1, 1}, {13, 1, 33}, {1, 40, 64}, {1, 1, 67}};
+  const std::int64_t edge[][3] = {{0, 5, 7},  {5, 0, 7}, {0, 0, 3},   {6, 5, 0},   {0, 0, 0},
+                                  {1, 17, 9}, {1, 1, 1}, {13, 1, 33}, {1, 40, 64}, {1, 1, 67}};
   for (const auto& e : edge)
     for (Placement p : places) cases.push_back({e[0], e[1], e[2], 0.5, p, p, false, seed++});
-  cases.push_back({9, 11, 19, 0.0, Placement::strided, Placement::unaligned, false, seed++});  // all empty
-  cases.push_back({9, 11, 19, 1.0, Placement::unaligned, Placement::strided, false, seed++});  // dense
-  cases.push_back({7, 12, 23, 1.0, Placement::tight, Placement::tight, true, seed++});         // dense, scrambled
-  cases.push_back({3, 700, 37, 0.9, Placement::strided, Placement::tight, false, seed++});     // long rows
+  cases.push_back({9, 11, 19, 0.0, Placement::strided, Placement::unaligned, false, seed++});       // all empty
+  cases.push_back({9, 11, 19, 1.0, Placement::unaligned, Placement::strided, false, seed++});       // dense
+  cases.push_back({7, 12, 23, 1.0, Placement::tight, Placement::tight, true, seed++});              // dense, scrambled
+  cases.push_back({3, 700, 37, 0.9, Placement::strided, Placement::tight, false, seed++});          // long rows
   cases.push_back({4, max_cols, 5, 0.002, Placement::tight, Placement::unaligned, false, seed++});  // Index limit
   // Many X rows and a batch wider than one register: an L2-sized panel then holds only a few
   // registers, so the batch is cut into many panels.
-  cases.push_back({3, std::min<std::int64_t>(max_cols, 6000), 40, 0.01, Placement::strided, Placement::tight, false,
-                   seed++});
+  cases.push_back(
+      {3, std::min<std::int64_t>(max_cols, 6000), 40, 0.01, Placement::strided, Placement::tight, false, seed++});
   for (int k = 0; k < 8; ++k)
-    cases.push_back({pick(1, 60), pick(1, 60), pick(1, 80), rng.uniform01(), places[k % 3], places[(k + 2) % 3], true,
-                     seed++});
+    cases.push_back(
+        {pick(1, 60), pick(1, 60), pick(1, 80), rng.uniform01(), places[k % 3], places[(k + 2) % 3], true, seed++});
   return cases;
 }
 
@@ -438,8 +436,8 @@ std::int64_t max_cols_for() {
 // Builds the W of a case: random rows (some empty, some full) and, if asked, scrambled.
 template <Value T, ColumnIndex Index>
 PaddedCSR<T, Index> case_matrix(const Case& c) {
-  auto W = random_matrix<T, Index>(c.M, c.K, c.density, c.seed, c.density >= 1.0 ? 0.0 : 0.15,
-                                   c.density <= 0.0 ? 0.0 : 0.1);
+  auto W =
+      random_matrix<T, Index>(c.M, c.K, c.density, c.seed, c.density >= 1.0 ? 0.0 : 0.15, c.density <= 0.0 ? 0.0 : 0.1);
   // Make sure the largest column the Index type can hold is used when the case reaches it.
   if (c.K > 30000 && c.M > 0 && W.find(0, c.K - 1) < 0) W.insert(0, c.K - 1, T(0.5));
   if (c.scrambled) scramble(W, c.seed);

@@ -17,8 +17,8 @@ bool aligned(const T* p, std::size_t a) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("AlignedVector: data() is 64-byte aligned at every size and after growth", "[aligned]", float, double,
-                   std::int16_t, std::int32_t, std::int64_t, char) {
+TEMPLATE_TEST_CASE("AlignedVector: data() is 64-byte aligned at every size and after growth", "[aligned]", float,
+                   double, std::int16_t, std::int32_t, std::int64_t, char) {
   using T = TestType;
   static_assert(sprig::kAlignment == 64);
   sprig::AlignedVector<T> v;

@@ -26,11 +26,10 @@ struct Case {
 
 // 4x4 at three (T, Index) pairs, every other block shape once, 16x1 at int16 where the index
 // range limits bite first, and an odd 3x5.
-using Cases = std::tuple<Case<float, std::int16_t, 4, 4>, Case<float, std::int32_t, 4, 4>,
-                         Case<double, std::int64_t, 4, 4>, Case<float, std::int32_t, 1, 4>,
-                         Case<float, std::int32_t, 4, 1>, Case<double, std::int32_t, 8, 1>,
-                         Case<float, std::int32_t, 8, 8>, Case<double, std::int16_t, 16, 1>,
-                         Case<float, std::int64_t, 3, 5>>;
+using Cases =
+    std::tuple<Case<float, std::int16_t, 4, 4>, Case<float, std::int32_t, 4, 4>, Case<double, std::int64_t, 4, 4>,
+               Case<float, std::int32_t, 1, 4>, Case<float, std::int32_t, 4, 1>, Case<double, std::int32_t, 8, 1>,
+               Case<float, std::int32_t, 8, 8>, Case<double, std::int16_t, 16, 1>, Case<float, std::int64_t, 3, 5>>;
 
 #define FAST_REQUIRE(...)                     \
   do {                                        \
@@ -172,8 +171,7 @@ TEMPLATE_LIST_TEST_CASE("BlockPaddedCSR: random operation sequences agree with a
   auto make_block = [&](std::int64_t i, std::int64_t j) {
     std::vector<T> v(static_cast<std::size_t>(S));
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c)
-        v[r * C + c] = i * R + r < m && j * C + c < k ? static_cast<T>(u(gen)) : T(0);
+      for (int c = 0; c < C; ++c) v[r * C + c] = i * R + r < m && j * C + c < k ? static_cast<T>(u(gen)) : T(0);
     return v;
   };
   for (int step = 0; step < 600; ++step) {
@@ -312,8 +310,8 @@ TEMPLATE_LIST_TEST_CASE("BlockPaddedCSR: memory counts R*C values and one index 
 
 TEST_CASE("blocks_covering: the grid extent of n rows in blocks, the last partial", "[block_csr]") {
   static_assert(sprig::blocks_covering(0, 4) == 0);
-  const std::int64_t cases[][3] = {{1, 4, 1}, {4, 4, 1}, {5, 4, 2}, {8, 4, 2}, {9, 4, 3}, {7, 1, 7}, {1023, 16, 64},
-                                   {1024, 16, 64}, {1025, 16, 65}, {-3, 4, -3}};
+  const std::int64_t cases[][3] = {{1, 4, 1}, {4, 4, 1},      {5, 4, 2},      {8, 4, 2},      {9, 4, 3},
+                                   {7, 1, 7}, {1023, 16, 64}, {1024, 16, 64}, {1025, 16, 65}, {-3, 4, -3}};
   for (const auto& c : cases) {
     INFO(c[0] << " rows in blocks of " << c[1]);
     CHECK(sprig::blocks_covering(c[0], c[1]) == c[2]);
@@ -349,8 +347,8 @@ TEST_CASE("PaddedCSR: a structure-only matrix keeps no values through every stru
 
 TEST_CASE("SlotLog: a width replays every event on whole blocks, and logs append", "[block_csr][slot_log]") {
   sprig::SlotLog a, b;
-  a.resize(3);    // 3 slots of width 2
-  a.move(0, 2);   // slot 2 = slot 0
+  a.resize(3);   // 3 slots of width 2
+  a.move(0, 2);  // slot 2 = slot 0
   a.clear(0);
   b.remap(std::vector<std::int64_t>{2, -1, 1});  // slot 0 <- 2, slot 1 <- 0 (zero), slot 2 <- 1
   a.append(b);

@@ -33,17 +33,16 @@ struct BlockTypes {
   static constexpr int R = BR, C = BC;
 };
 
-#define SPRIG_BLOCK_SHAPES(T, I)                                                                                    \
-  BlockTypes<T, I, 1, 4>, BlockTypes<T, I, 4, 1>, BlockTypes<T, I, 4, 4>, BlockTypes<T, I, 8, 1>,                   \
+#define SPRIG_BLOCK_SHAPES(T, I)                                                                  \
+  BlockTypes<T, I, 1, 4>, BlockTypes<T, I, 4, 1>, BlockTypes<T, I, 4, 4>, BlockTypes<T, I, 8, 1>, \
       BlockTypes<T, I, 8, 8>, BlockTypes<T, I, 16, 1>
 // Every block shape at (float, int32), every other (T, Index) pair at 4x4, and double at 8x1
 // and 1x4 (the index type only changes how a column is loaded; the full cross product is 36
 // instantiations, minutes of compile time on every CI leg).
-using AllBlockTypes =
-    std::tuple<SPRIG_BLOCK_SHAPES(float, std::int32_t), BlockTypes<float, std::int16_t, 4, 4>,
-               BlockTypes<float, std::int64_t, 4, 4>, BlockTypes<double, std::int16_t, 4, 4>,
-               BlockTypes<double, std::int32_t, 4, 4>, BlockTypes<double, std::int64_t, 4, 4>,
-               BlockTypes<double, std::int16_t, 8, 1>, BlockTypes<double, std::int32_t, 1, 4>>;
+using AllBlockTypes = std::tuple<SPRIG_BLOCK_SHAPES(float, std::int32_t), BlockTypes<float, std::int16_t, 4, 4>,
+                                 BlockTypes<float, std::int64_t, 4, 4>, BlockTypes<double, std::int16_t, 4, 4>,
+                                 BlockTypes<double, std::int32_t, 4, 4>, BlockTypes<double, std::int64_t, 4, 4>,
+                                 BlockTypes<double, std::int16_t, 8, 1>, BlockTypes<double, std::int32_t, 1, 4>>;
 // One index type per value type, every block shape: for the error tests.
 using SomeBlockTypes = std::tuple<SPRIG_BLOCK_SHAPES(float, std::int32_t), BlockTypes<double, std::int16_t, 4, 4>,
                                   BlockTypes<double, std::int16_t, 8, 1>>;
@@ -86,13 +85,13 @@ std::vector<Case> block_cases() {
   cases.push_back({32, 64, 128, 0.3, 0.1, 0.1, st::Placement::strided, st::Placement::strided, false, seed++});
   // Wide batches.
   for (std::int64_t B : {96, 200, 513})
-    cases.push_back({pick(20, 60), pick(20, 60), B, 0.2, 0.1, 0.1, places[B % 3], places[(B + 1) % 3], B != 200,
-                     seed++});
+    cases.push_back(
+        {pick(20, 60), pick(20, 60), B, 0.2, 0.1, 0.1, places[B % 3], places[(B + 1) % 3], B != 200, seed++});
   // Many X rows and a wide batch: several panels.
   cases.push_back({19, 4101, 150, 0.01, 0.1, 0.1, st::Placement::unaligned, st::Placement::strided, false, seed++});
   cases.push_back({24, 4096, 144, 0.01, 0.0, 0.0, st::Placement::tight, st::Placement::tight, false, seed++});
   // Edge shapes: zero extents, zero batch, matrices smaller than one block.
-  const std::int64_t edge[][3] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 3}, {6, 5, 0}, {1, 1, 1},
+  const std::int64_t edge[][3] = {{0, 5, 7},  {5, 0, 7},  {0, 0, 3}, {6, 5, 0},   {1, 1, 1},
                                   {1, 3, 17}, {3, 1, 33}, {7, 7, 9}, {15, 2, 40}, {2, 15, 40}};
   for (const auto& e : edge)
     cases.push_back({e[0], e[1], e[2], 1.0, 0.0, 0.0, places[seed % 3], places[(seed + 1) % 3], false, seed++});
@@ -144,9 +143,7 @@ std::int64_t scramble(BlockMatrix<R, C, T, Index>& W, std::uint64_t seed) {
           REQUIRE(W.erase_block(bi, P.col_indices()[P.row_start(bi) + q]));
         }
         break;
-      case 2:
-        insert_one(bi);
-        break;
+      case 2: insert_one(bi); break;
       default: {
         const std::int64_t cap = P.row_capacity(bi);
         while (P.row_nnz(bi) <= cap && insert_one(bi)) {
@@ -193,8 +190,8 @@ bool close(T got, T want, double n, double S) {
 // blocks within tolerance; every other entry exactly 0 (overwrite) or g0's bits (accumulate).
 template <int R, int C, Value T, ColumnIndex Index>
 st::Mismatches compare(const BlockMatrix<R, C, T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
-                       std::type_identity_t<ConstMatrixView<T>> X,
-                       const std::vector<T>& g0, Update mode, const std::vector<T>& got, const std::vector<T>& want) {
+                       std::type_identity_t<ConstMatrixView<T>> X, const std::vector<T>& g0, Update mode,
+                       const std::vector<T>& got, const std::vector<T>& want) {
   st::Mismatches m;
   constexpr std::int64_t RC = std::int64_t{R} * C;
   std::vector<std::int64_t> entry(got.size(), -1);  // live in-matrix entries: element row * K + col
@@ -222,8 +219,8 @@ st::Mismatches compare(const BlockMatrix<R, C, T, Index>& W, std::type_identity_
       n += 1;
     }
     if (!close<T>(got[e], want[e], std::max(n, 1.0), S))
-      m.add("grad[", e, "] (W(", i, ", ", k, ")) = ", got[e], ", expected ", want[e], " (B ", X.cols(),
-            ", sum|terms| ", S, ")");
+      m.add("grad[", e, "] (W(", i, ", ", k, ")) = ", got[e], ", expected ", want[e], " (B ", X.cols(), ", sum|terms| ",
+            S, ")");
   }
   return m;
 }
@@ -365,8 +362,8 @@ TEMPLATE_LIST_TEST_CASE("block_sddmm is bitwise identical for 1, 2 and 3 threads
   constexpr int R = TestType::R, C = TestType::C;
   // Enough work for several threads (above kParallelMinWork), edge blocks on both sides,
   // dead slots and rows out of storage order.
-  const Case c{16 * 40 + 3, 8 * 30 + 5, 0, 0.08, 0.1, 0.05, st::Placement::strided, st::Placement::unaligned, true,
-               606};
+  const Case c{16 * 40 + 3, 8 * 30 + 5, 0, 0.08, 0.1, 0.05, st::Placement::strided, st::Placement::unaligned,
+               true,        606};
   const auto W = case_matrix<R, C, T, Index>(c);
   REQUIRE(W.dead_slots() > 0);
   for (std::int64_t B : {13, 64, 200}) {
@@ -400,8 +397,8 @@ TEMPLATE_LIST_TEST_CASE("block_sddmm is bitwise identical for 1, 2 and 3 threads
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("block_sddmm rejects mismatched shapes with ShapeError and leaves grad alone",
-                        "[block_sddmm]", SomeBlockTypes) {
+TEMPLATE_LIST_TEST_CASE("block_sddmm rejects mismatched shapes with ShapeError and leaves grad alone", "[block_sddmm]",
+                        SomeBlockTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;

@@ -128,9 +128,7 @@ BlockMatrix<BT> random_blocks(std::int64_t M, std::int64_t K, double density, st
           W.erase_block(bi, P.col_indices()[s]);
         }
         break;
-      case 2:
-        insert_one(bi);
-        break;
+      case 2: insert_one(bi); break;
       default: {
         const std::int64_t cap = P.row_capacity(bi);
         while (W.pattern().row_nnz(bi) <= cap && insert_one(bi)) {
@@ -207,7 +205,7 @@ std::vector<BlockCase> block_cases(int R, int C) {
                      places[(k + 1) % 3], k % 2 == 1, seed++});
   for (std::int64_t B : {80, 96, 128, 200})
     cases.push_back({pick(R, 5 * R), pick(20, 80), B, 0.3, places[B % 3], places[(B + 2) % 3], B != 128, seed++});
-  const std::int64_t edge[][3] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 3}, {6, 5, 0},       {1, 1, 1},
+  const std::int64_t edge[][3] = {{0, 5, 7},   {5, 0, 7},  {0, 0, 3},  {6, 5, 0},          {1, 1, 1},
                                   {1, 40, 17}, {37, 1, 9}, {R, C, 16}, {R * 3, C * 2, 33}, {R + 1, C + 1, 8}};
   for (int k = 0; k < 10; ++k)
     cases.push_back({edge[k][0], edge[k][1], edge[k][2], 0.5, places[k % 3], places[(k + 2) % 3], k % 3 == 0, seed++});
@@ -337,8 +335,8 @@ TEMPLATE_LIST_TEST_CASE("the block oracles agree with dense products of to_dense
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("block_spmm and block_spmm_transposed match the oracle on random shapes",
-                        "[block_spmm]", SPRIG_TEST_BLOCK_TYPES) {
+TEMPLATE_LIST_TEST_CASE("block_spmm and block_spmm_transposed match the oracle on random shapes", "[block_spmm]",
+                        SPRIG_TEST_BLOCK_TYPES) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   constexpr int R = TestType::R, C = TestType::C;
@@ -594,8 +592,8 @@ TEMPLATE_LIST_TEST_CASE("block kernels reject bad shapes, overlaps and epilogues
   CHECK(untouched(Y_cols));
   // The message names the shapes.
   CHECK_THROWS_WITH(block_spmm(W, X_rows.view(), Y.view()),
-                    Catch::Contains(std::to_string(K + 1) + "x5") && Catch::Contains(std::to_string(M) + "x" +
-                                                                                     std::to_string(K)));
+                    Catch::Contains(std::to_string(K + 1) + "x5") &&
+                        Catch::Contains(std::to_string(M) + "x" + std::to_string(K)));
   // Epilogue: a bias of the wrong length, gelu, a bias inside Y.
   std::vector<T> short_bias(static_cast<std::size_t>(M - 1), T(0));
   CHECK_THROWS_AS(block_spmm(W, X.view(), Y.view(), RowEpilogue<T>{std::span<const T>(short_bias)}), ShapeError);

@@ -107,7 +107,8 @@ TEMPLATE_TEST_CASE("MiniBatches visits every example once per epoch and gathers 
           // 300 features span more than one 256-wide gather tile.
           const std::int64_t features = n == 7 ? 300 : 5 + n % 3;
           Synthetic<T> data(n, features, layout);
-          sprig::MiniBatches<T> batches(data.storage, layout, data.labels, {.batch_size = batch, .last = last, .seed = 9});
+          sprig::MiniBatches<T> batches(data.storage, layout, data.labels,
+                                        {.batch_size = batch, .last = last, .seed = 9});
           REQUIRE(batches.examples() == n);
           REQUIRE(batches.features() == features);
           const std::int64_t expected_batches = last == LastBatch::keep ? (n + batch - 1) / batch : n / batch;
@@ -207,7 +208,7 @@ TEST_CASE("MiniBatches and gather_examples reject bad arguments", "[io][batches]
   MB batches(data.storage, DataLayout::feature_major, data.labels, {.batch_size = 4});
   sprig::Matrix<double> x(4, 4);
   std::vector<std::int32_t> y(4);
-  CHECK_THROWS_AS(batches.gather(3, x, y), sprig::ArgumentError);   // 3 batches: 4 + 4 + 2
+  CHECK_THROWS_AS(batches.gather(3, x, y), sprig::ArgumentError);  // 3 batches: 4 + 4 + 2
   CHECK_THROWS_AS(batches.gather(-1, x, y), sprig::ArgumentError);
   sprig::Matrix<double> narrow(4, 3), tall(5, 4);
   CHECK_THROWS_AS(batches.gather(0, narrow, y), sprig::ShapeError);
@@ -218,7 +219,8 @@ TEST_CASE("MiniBatches and gather_examples reject bad arguments", "[io][batches]
 
   const std::vector<std::int64_t> bad{0, 10};
   sprig::Matrix<double> out(4, 2);
-  CHECK_THROWS_AS(sprig::gather_examples<double>(data.storage, DataLayout::feature_major, bad, out), sprig::ArgumentError);
+  CHECK_THROWS_AS(sprig::gather_examples<double>(data.storage, DataLayout::feature_major, bad, out),
+                  sprig::ArgumentError);
   const std::vector<std::int64_t> negative{-1};
   sprig::Matrix<double> one(4, 1);
   CHECK_THROWS_AS(sprig::gather_examples<double>(data.storage, DataLayout::feature_major, negative, one),

@@ -47,8 +47,7 @@ using Bytes = std::vector<std::uint8_t>;
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() /
-           ("sprig_test_io_idx_" + std::to_string(static_cast<long long>(::getpid())));
+    path = fs::temp_directory_path() / ("sprig_test_io_idx_" + std::to_string(static_cast<long long>(::getpid())));
     fs::create_directories(path);
   }
   ~TempDir() {
@@ -210,13 +209,14 @@ TEST_CASE("read_idx rejects absurd dimensions without allocating for them", "[io
     const char* expect;
   };
   const std::vector<Case> cases = {
-      {{0x80000000u, 0x80000000u}, "exceed the limit"},          // 2^62 bytes
+      {{0x80000000u, 0x80000000u}, "exceed the limit"},               // 2^62 bytes
       {{0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, "exceed the limit"},  // overflows 64 bits
-      {{60000, 28, 28}, "truncated"},                            // fine by the limit, not by the file size
-      {{1u << 20, 1u << 11}, "truncated"},                       // 2 GiB, under the 4 GiB limit
+      {{60000, 28, 28}, "truncated"},                                 // fine by the limit, not by the file size
+      {{1u << 20, 1u << 11}, "truncated"},                            // 2 GiB, under the 4 GiB limit
   };
   for (const auto& c : cases) {
-    const auto p = write_file("absurd.idx", make_idx(0x800u | static_cast<std::uint32_t>(c.dims.size()), c.dims, {1, 2, 3}));
+    const auto p =
+        write_file("absurd.idx", make_idx(0x800u | static_cast<std::uint32_t>(c.dims.size()), c.dims, {1, 2, 3}));
     g_largest = 0;
     g_track = true;
     const std::string msg = read_error(p);

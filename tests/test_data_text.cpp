@@ -20,7 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path write_text(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / ("sprig_test_io_text_" + std::to_string(static_cast<long long>(::getpid())));
+  const fs::path dir =
+      fs::temp_directory_path() / ("sprig_test_io_text_" + std::to_string(static_cast<long long>(::getpid())));
   fs::create_directories(dir);
   const fs::path p = dir / name;
   std::ofstream(p, std::ios::binary) << text;
@@ -107,7 +108,8 @@ TEST_CASE("sample_window_starts is seeded, in range and covers every start", "[i
   CHECK_THROWS_AS(sprig::sample_window_starts(4, 0, 0, 0, s1), sprig::ArgumentError);
 }
 
-TEMPLATE_TEST_CASE("gather_one_hot_windows writes one-hot columns and next-token targets", "[io][text]", float, double) {
+TEMPLATE_TEST_CASE("gather_one_hot_windows writes one-hot columns and next-token targets", "[io][text]", float,
+                   double) {
   using T = TestType;
   const auto ct = sprig::char_text("abracadabra, said the cat");
   const std::int64_t vocab = ct.vocab_size(), context = 3, batch = 6;
@@ -196,7 +198,7 @@ TEST_CASE("read_char_text reads Tiny Shakespeare", "[io][text][dataset]") {
 #endif
 
 TEST_CASE("gather_sequence_windows lays out nanoGPT's x and y window by window", "[io][text]") {
-  const auto ct = sprig::char_text("abcdefgh");  // tokens 0..7
+  const auto ct = sprig::char_text("abcdefgh");     // tokens 0..7
   const std::vector<std::int64_t> starts{0, 3, 1};  // 3 = n - seq_len - 1, the last valid start
   std::vector<std::int32_t> x(12, -7), y(12, -7);
   sprig::gather_sequence_windows(ct.tokens, starts, 4, x, y);
@@ -214,7 +216,8 @@ TEST_CASE("gather_sequence_windows takes every start sample_window_starts draws"
   // tokens[i] = (7 i + 3) mod 11, so a window is identified by its values
   const std::int64_t n = 40, seq_len = 9, batch = 500;
   std::vector<std::int32_t> tokens(n);
-  for (std::int64_t i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((7 * i + 3) % 11);
+  for (std::int64_t i = 0; i < n; ++i)
+    tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((7 * i + 3) % 11);
   std::vector<std::int64_t> starts(batch);
   sprig::sample_window_starts(n, seq_len, 9, 4, starts);
   CHECK(*std::max_element(starts.begin(), starts.end()) == n - seq_len - 1);  // reached, never passed
@@ -313,7 +316,8 @@ TEST_CASE("validation windows of a 90/10 split gather, the same at every evaluat
   CHECK(starts.back() == static_cast<std::int64_t>(val.size()) - seq_len - 1);  // the last full window
   std::vector<std::int32_t> x1(count * seq_len), y1(count * seq_len), x2(count * seq_len), y2(count * seq_len);
   sprig::gather_sequence_windows(val, starts, seq_len, x1, y1);
-  sprig::gather_sequence_windows(val, sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), seq_len, count),
+  sprig::gather_sequence_windows(val,
+                                 sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), seq_len, count),
                                  seq_len, x2, y2);
   CHECK(x1 == x2);
   CHECK(y1 == y2);

@@ -22,8 +22,10 @@ TEMPLATE_TEST_CASE("gemm equals the triple loop for every transpose combination"
     for (Trans ta : {Trans::no, Trans::yes})
       for (Trans tb : {Trans::no, Trans::yes})
         for (double beta : {0.0, 1.0, -0.5}) {
-          const auto A = ta == Trans::no ? random_matrix<T>(M, K, 1, -1, 1, K + 3) : random_matrix<T>(K, M, 1, -1, 1, M + 1);
-          const auto B = tb == Trans::no ? random_matrix<T>(K, N, 2, -1, 1, N + 2) : random_matrix<T>(N, K, 2, -1, 1, K + 5);
+          const auto A =
+              ta == Trans::no ? random_matrix<T>(M, K, 1, -1, 1, K + 3) : random_matrix<T>(K, M, 1, -1, 1, M + 1);
+          const auto B =
+              tb == Trans::no ? random_matrix<T>(K, N, 2, -1, 1, N + 2) : random_matrix<T>(N, K, 2, -1, 1, K + 5);
           auto C = random_matrix<T>(M, N, 3, -1, 1, N + 4);
           const Matrix<T> C0 = C;
           if (beta == 0.0) C.fill(std::numeric_limits<T>::quiet_NaN());  // beta 0: C not read
@@ -70,7 +72,7 @@ TEST_CASE("gemm rejects a C that overlaps A or B", "[nn][gemm][overlap]") {
     for (std::int64_t j = 0; j < 4; ++j) untouched = untouched && A(i, j) == 1.f && B(i, j) == 2.f;
   CHECK(untouched);
   Matrix<float> AB(8, 4, 1.f);  // C in the rows after A in one buffer: fine
-  CHECK_NOTHROW(gemm<float>(Trans::no, Trans::no, 1.f, AB.view().block(0, 0, 4, 4), B.view(), 0.f,
-                            AB.view().block(4, 0, 4, 4)));
+  CHECK_NOTHROW(
+      gemm<float>(Trans::no, Trans::no, 1.f, AB.view().block(0, 0, 4, 4), B.view(), 0.f, AB.view().block(4, 0, 4, 4)));
   CHECK(AB(4, 0) == 8.f);
 }

@@ -71,7 +71,8 @@ TEST_CASE("dense gradient kernels reject operands that do not fit", "[kernels][d
   CHECK_THROWS_AS(dense_gradient_rows<float>(dY.view(), X.view(), 6, out.view()), ShapeError);
   CHECK_THROWS_AS(dense_gradient_rows<float>(dY.view(), X.view(), -1, out.view()), ShapeError);
   CHECK_THROWS_AS(block_gradient_sums<float>(dY.view(), X.view(), 0, 3, 0, grid.view(), scratch), ShapeError);
-  CHECK_THROWS_AS(block_gradient_sums<float>(dY.view(), X.view(), 4, 2, 0, grid.view(), scratch), ShapeError);  // 3 block cols
+  CHECK_THROWS_AS(block_gradient_sums<float>(dY.view(), X.view(), 4, 2, 0, grid.view(), scratch),
+                  ShapeError);  // 3 block cols
   CHECK_NOTHROW(block_gradient_sums<float>(dY.view(), X.view(), 4, 3, 0, grid.view(), scratch));
   CHECK_THROWS_AS(block_gradient_sums<float>(dY.view(), X.view(), 4, 3, 2, grid.view(), scratch), ShapeError);
 }

@@ -87,12 +87,16 @@ double max_weight_difference(M& a, M& b) {
   using T = typename M::value_type;
   std::vector<std::span<const T>> va, vb;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix.values(); }) va.push_back(p.matrix.values());
-    else va.push_back(std::span<const T>(p.value));
+    if constexpr (requires { p.matrix.values(); })
+      va.push_back(p.matrix.values());
+    else
+      va.push_back(std::span<const T>(p.value));
   });
   b.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix.values(); }) vb.push_back(p.matrix.values());
-    else vb.push_back(std::span<const T>(p.value));
+    if constexpr (requires { p.matrix.values(); })
+      vb.push_back(p.matrix.values());
+    else
+      vb.push_back(std::span<const T>(p.value));
   });
   REQUIRE(va.size() == vb.size());
   double d = 0;
@@ -112,7 +116,8 @@ std::vector<std::vector<std::pair<std::int64_t, T>>> live_entries(Model<T>& m) {
   m.for_each_parameter([&](auto& p) {
     auto& e = out.emplace_back();
     if constexpr (requires { p.matrix.values(); }) {
-      p.matrix.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { e.emplace_back(i * p.matrix.cols() + c, v); });
+      p.matrix.for_each_live(
+          [&](std::int64_t i, std::int64_t c, T v, std::int64_t) { e.emplace_back(i * p.matrix.cols() + c, v); });
       std::sort(e.begin(), e.end());
     } else {
       for (std::size_t k = 0; k < p.value.size(); ++k) e.emplace_back(static_cast<std::int64_t>(k), p.value[k]);
@@ -127,9 +132,12 @@ template <class M>
 std::int64_t trained_values(M& m) {
   std::int64_t n = 0;
   m.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix.pattern(); }) n += p.matrix.pattern().nnz() * p.kBlockSize;
-    else if constexpr (requires { p.matrix.values(); }) n += p.matrix.nnz();
-    else n += static_cast<std::int64_t>(p.value.size());
+    if constexpr (requires { p.matrix.pattern(); })
+      n += p.matrix.pattern().nnz() * p.kBlockSize;
+    else if constexpr (requires { p.matrix.values(); })
+      n += p.matrix.nnz();
+    else
+      n += static_cast<std::int64_t>(p.value.size());
   });
   return n;
 }
@@ -194,11 +202,23 @@ public:
   int rank() const noexcept override { return 0; }
   int size() const noexcept override { return 2; }
   std::string name() const override { return "disagreeing peer"; }
-  void allreduce_sum(std::span<float> d) override { for (auto& x : d) x += x; }
-  void allreduce_sum(std::span<double> d) override { for (auto& x : d) x += x; }
-  void allreduce_sum(std::span<std::int64_t> d) override { for (auto& x : d) x += x; }
-  std::int64_t start_allreduce_sum(std::span<float> d) override { allreduce_sum(d); return 0; }
-  std::int64_t start_allreduce_sum(std::span<double> d) override { allreduce_sum(d); return 0; }
+  void allreduce_sum(std::span<float> d) override {
+    for (auto& x : d) x += x;
+  }
+  void allreduce_sum(std::span<double> d) override {
+    for (auto& x : d) x += x;
+  }
+  void allreduce_sum(std::span<std::int64_t> d) override {
+    for (auto& x : d) x += x;
+  }
+  std::int64_t start_allreduce_sum(std::span<float> d) override {
+    allreduce_sum(d);
+    return 0;
+  }
+  std::int64_t start_allreduce_sum(std::span<double> d) override {
+    allreduce_sum(d);
+    return 0;
+  }
   bool test(std::int64_t) override { return true; }
   void wait(std::int64_t) override {}
   void wait_all() override {}
@@ -254,7 +274,9 @@ TEST_CASE("topology_hash follows the slot layout, not the values", "[dist]") {
 
 TEST_CASE("data-parallel training equals one process on the global batch", "[dist][train]") {
   // double: the only difference is where the batch sum is split, ~1e-16 a step
-  SECTION("Static, SGD momentum") { check_equivalence<double>("static", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10); }
+  SECTION("Static, SGD momentum") {
+    check_equivalence<double>("static", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10);
+  }
   SECTION("SET, SGD momentum") { check_equivalence<double>("set", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10); }
   SECTION("RigL, SGD momentum") { check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10); }
   SECTION("SET, AdamW") { check_equivalence<double>("set", AdamW<double>({.lr = 0.01}), 1e-10); }
@@ -262,7 +284,8 @@ TEST_CASE("data-parallel training equals one process on the global batch", "[dis
   SECTION("4x4 blocks: SET and RigL, SGD momentum") {
     check_equivalence<double>("set", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, std::int64_t{1} << 20,
                               &small_block_mlp<double>);
-    check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64, &small_block_mlp<double>);
+    check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64,
+                              &small_block_mlp<double>);
   }
   SECTION("RigL, SGD momentum, every sparse gradient in a buffer of its own") {
     check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64);

@@ -14,7 +14,7 @@
 
 #include "drop_grow_test_support.hpp"
 #if defined(_OPENMP)
-#include <omp.h>
+#  include <omp.h>
 #endif
 
 using namespace sprig;
@@ -30,7 +30,8 @@ Model small_mlp(std::uint64_t seed) {
   // no padding: growth relocates
   m.add(SparseLinear<double, std::int32_t>(12, 40, {.density = 0.2, .seed = seed, .padding_ratio = 0.0}));
   m.add(ReLU<double>{});
-  m.add(SparseLinear<double, std::int32_t>(40, 30, {.density = 0.15, .seed = seed, .layer_key = 1, .padding_ratio = 0.0}));
+  m.add(SparseLinear<double, std::int32_t>(40, 30,
+                                           {.density = 0.15, .seed = seed, .layer_key = 1, .padding_ratio = 0.0}));
   m.add(ReLU<double>{});
   m.add(Linear<double>(30, 3, seed, 2));
   return m;
@@ -212,13 +213,13 @@ TEST_CASE("RigL grows exactly at planted large-gradient positions", "[dst][rigl]
   for (std::int64_t p : planted) {
     const std::int64_t s = W.find(p / 8, p % 8);
     REQUIRE(s >= 0);
-    CHECK(W.values()[s] == 0.0);                // grown weight starts at zero
-    CHECK(layer.weight.state[0][s] == 0.0);     // and so does its optimizer state
+    CHECK(W.values()[s] == 0.0);             // grown weight starts at zero
+    CHECK(layer.weight.state[0][s] == 0.0);  // and so does its optimizer state
   }
   for (auto [p, st] : survivors_state) {
     const std::int64_t s = W.find(p / 8, p % 8);
     REQUIRE(s >= 0);
-    CHECK(layer.weight.state[0][s] == st);      // survivors keep their state
+    CHECK(layer.weight.state[0][s] == st);  // survivors keep their state
   }
 }
 
@@ -276,7 +277,8 @@ TEST_CASE("apply_step with a gradient-based algorithm before forward/backward sa
     Model model = small_mlp(5);
     RigL<double, std::int32_t> algo(s, 1);
     CHECK_THROWS_WITH(algo.update(model.sparse_layers(), 0),
-                      Catch::Matchers::StartsWith("SparsityAlgorithm::update: rigl needs the input and output gradient"));
+                      Catch::Matchers::StartsWith(
+                          "SparsityAlgorithm::update: rigl needs the input and output gradient"));
   }
 }
 
@@ -291,8 +293,8 @@ public:
   Rogue(UpdateSchedule s, Fault f) : SparsityAlgorithm<double, std::int32_t>(s, 1), fault(f) {}
   std::string_view name() const override { return "rogue"; }
   Fault fault;
-  std::int64_t bad = 0;      // the offending position returned
-  std::int64_t asked = -1;   // the k it was asked for
+  std::int64_t bad = 0;     // the offending position returned
+  std::int64_t asked = -1;  // the k it was asked for
 
 protected:
   std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,

@@ -250,7 +250,8 @@ TEST_CASE("RigL on a block layer grows the blocks of largest sum of |dL/dW|", "[
         score[l](r / 4, c / 4) += std::abs(g);
       }
     before.push_back(blocks_of(*layers[l]));
-    const auto k = static_cast<std::int64_t>(std::floor(schedule.drop_fraction(5) * static_cast<double>(before[l].size())));
+    const auto k =
+        static_cast<std::int64_t>(std::floor(schedule.drop_fraction(5) * static_cast<double>(before[l].size())));
     dropped.push_back(smallest_norms(before[l], k));
   }
   dst::apply_step(rigl, opt, model, 5);

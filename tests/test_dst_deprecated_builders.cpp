@@ -45,8 +45,11 @@ constexpr GPTConfig kConfig{.layers = 2, .heads = 2, .d_model = 16, .d_ff = 32, 
 }  // namespace
 
 TEST_CASE("dst:: builder aliases build the models:: model", "[dst][builder][deprecated]") {
-  dst::MLPSpec old_spec{.widths = {20, 16, 12, 4}, .sparsity = 0.8, .distribution = dst::Distribution::erk,
-                        .activation = dst::Activation::gelu, .seed = 7};
+  dst::MLPSpec old_spec{.widths = {20, 16, 12, 4},
+                        .sparsity = 0.8,
+                        .distribution = dst::Distribution::erk,
+                        .activation = dst::Activation::gelu,
+                        .seed = 7};
   const models::MLPSpec spec = old_spec;  // the same type
   CHECK(dst::mlp_sparsities(old_spec) == models::mlp_sparsities(spec));
   CHECK(parameters_of(dst::build_mlp<float, std::int32_t>(old_spec)) ==

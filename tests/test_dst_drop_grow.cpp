@@ -14,8 +14,9 @@ using namespace sprig;
 using namespace sprig::dst;
 using namespace sprig::dst::testing;
 
-using Pairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
-                         std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
+using Pairs =
+    std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
+               std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
 
 namespace {
 
@@ -33,7 +34,9 @@ std::set<std::int64_t> kept_positions(const PaddedCSR<T, I>& W, const DropSet& d
 template <class T, class I>
 std::vector<std::int64_t> smallest_magnitude_positions(const PaddedCSR<T, I>& W, std::int64_t k) {
   std::vector<std::pair<T, std::int64_t>> all;  // (|w|, position)
-  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) { all.push_back({std::abs(v), i * W.cols() + c}); });
+  W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
+    all.push_back({std::abs(v), i * W.cols() + c});
+  });
   std::sort(all.begin(), all.end());
   std::vector<std::int64_t> want;
   for (std::int64_t q = 0; q < k; ++q) want.push_back(all[static_cast<std::size_t>(q)].second);
@@ -82,8 +85,8 @@ TEST_CASE("random_free_positions is uniform over the free positions", "[dst][set
   // each free position is chosen with probability k / free; 6 binomial standard deviations
   const double p = double(k) / double(free), mean = trials * p, sd = std::sqrt(trials * p * (1 - p));
   for (std::int64_t pos = 0; pos < 30; ++pos) {
-    const bool kept = W.find(pos / 5, pos % 5) >= 0 &&
-                      !std::binary_search(drop.positions.begin(), drop.positions.end(), pos);
+    const bool kept =
+        W.find(pos / 5, pos % 5) >= 0 && !std::binary_search(drop.positions.begin(), drop.positions.end(), pos);
     if (kept)
       CHECK(hits[pos] == 0);
     else
@@ -91,7 +94,8 @@ TEST_CASE("random_free_positions is uniform over the free positions", "[dst][set
   }
 }
 
-TEST_CASE("random_free_positions for more than half the free positions: uniform, and all of them at once", "[dst][set]") {
+TEST_CASE("random_free_positions for more than half the free positions: uniform, and all of them at once",
+          "[dst][set]") {
   // the same 6 x 5 layer, 17 of its 24 free positions each time (enumerated, not drawn)
   auto W = PaddedCSR<double, std::int32_t>::random_total(6, 5, 8, 4);
   const DropSet drop = select_drop(W, 2);
@@ -237,8 +241,9 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k equals brute force over the den
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("streamed gradient top-k: NaN never chosen, kept positions never chosen, many cuts, k above the candidates",
-                        "[dst][rigl]", Pairs) {
+TEMPLATE_LIST_TEST_CASE(
+    "streamed gradient top-k: NaN never chosen, kept positions never chosen, many cuts, k above the candidates",
+    "[dst][rigl]", Pairs) {
   using T = typename TestType::first_type;
   using I = typename TestType::second_type;
   CounterRng rng(31);
@@ -255,11 +260,16 @@ TEMPLATE_LIST_TEST_CASE("streamed gradient top-k: NaN never chosen, kept positio
       for (std::int64_t c = 0; c < K; ++c) {
         const auto kind = rng.uniform_below(30);
         T g;
-        if (zero_row || kind == 0) g = T(0);
-        else if (kind == 1) g = std::numeric_limits<T>::quiet_NaN();
-        else if (kind == 2) g = -std::numeric_limits<T>::infinity();
-        else if (kind < 6) g = T(rng.uniform_below(3));
-        else g = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(60)) - 50));
+        if (zero_row || kind == 0)
+          g = T(0);
+        else if (kind == 1)
+          g = std::numeric_limits<T>::quiet_NaN();
+        else if (kind == 2)
+          g = -std::numeric_limits<T>::infinity();
+        else if (kind < 6)
+          g = T(rng.uniform_below(3));
+        else
+          g = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(60)) - 50));
         if (kept.count(i * K + c) && rng.uniform_below(2)) g = T(1e30);
         G(i, c) = rng.uniform_below(2) ? g : -g;
       }
@@ -341,11 +351,16 @@ TEMPLATE_LIST_TEST_CASE("select_drop on magnitudes spread over many binades equa
     W.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) {
       const auto kind = rng.uniform_below(20);
       T v;
-      if (trial == 5) v = T(1) + T(rng.uniform_below(3)) * std::numeric_limits<T>::epsilon();  // one bucket
-      else if (kind == 0) v = T(0);
-      else if (kind == 1) v = std::numeric_limits<T>::infinity();
-      else if (kind < 5) v = T(rng.uniform_below(4)) / T(8);
-      else v = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(50)) - 40));
+      if (trial == 5)
+        v = T(1) + T(rng.uniform_below(3)) * std::numeric_limits<T>::epsilon();  // one bucket
+      else if (kind == 0)
+        v = T(0);
+      else if (kind == 1)
+        v = std::numeric_limits<T>::infinity();
+      else if (kind < 5)
+        v = T(rng.uniform_below(4)) / T(8);
+      else
+        v = static_cast<T>(std::ldexp(rng.uniform(0.5, 1.0), static_cast<int>(rng.uniform_below(50)) - 40));
       W.values()[s] = rng.uniform_below(2) ? v : -v;
     });
     for (std::int64_t k : {std::int64_t{1}, W.nnz() / 10, W.nnz() / 2, W.nnz() - 1, W.nnz()}) {
@@ -375,8 +390,10 @@ TEST_CASE("sort_below sorts like std::sort (radix passes over the position bits)
     // small layers (std::sort below 2^11 positions, duplicates too), then 2^11..2^15 positions
     // in layers of 2^10 to about 2^36 positions: 1 to 4 radix passes, the last one partial
     const bool large = trial >= 40;
-    const std::int64_t rows = large ? 1 + rng.uniform_below(std::uint64_t{1} << rng.uniform_below(19)) : 1 + rng.uniform_below(50);
-    const std::int64_t cols = large ? (std::int64_t{1} << 10) + rng.uniform_below(std::uint64_t{1} << 17) : 1 + rng.uniform_below(50);
+    const std::int64_t rows =
+        large ? 1 + rng.uniform_below(std::uint64_t{1} << rng.uniform_below(19)) : 1 + rng.uniform_below(50);
+    const std::int64_t cols =
+        large ? (std::int64_t{1} << 10) + rng.uniform_below(std::uint64_t{1} << 17) : 1 + rng.uniform_below(50);
     const std::int64_t n = large ? (std::int64_t{1} << 11) + rng.uniform_below(std::uint64_t{1} << 15)
                                  : rng.uniform_below(static_cast<std::uint64_t>(3 * rows * cols));
     std::vector<std::int64_t> pos(static_cast<std::size_t>(n));

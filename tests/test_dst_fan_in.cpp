@@ -61,7 +61,8 @@ Model fan_in_mlp(const std::vector<Shape>& shapes, std::uint64_t seed) {
   Model m;
   for (std::size_t l = 0; l < shapes.size(); ++l) {
     m.add(constant_fan_in_linear<double, std::int32_t>(
-        shapes[l].in, shapes[l].out, {.density = shapes[l].density, .seed = seed, .layer_key = l, .padding_ratio = 0.0}));
+        shapes[l].in, shapes[l].out,
+        {.density = shapes[l].density, .seed = seed, .layer_key = l, .padding_ratio = 0.0}));
     m.add(ReLU<double>{});
   }
   m.add(Linear<double>(shapes.back().out, 3, seed, 99));
@@ -175,14 +176,16 @@ TEST_CASE("constant_fan_in_linear draws exactly n per row, deterministically", "
   // Kaiming-uniform for fan-in 5 (init.hpp), the bound SparseLinear uses for its mean fan-in
   const double kb = kaiming_uniform_bound(5.0);
   double largest = 0.0;
-  W.for_each_live([&](std::int64_t, std::int64_t, double v, std::int64_t) { largest = std::max(largest, std::abs(v)); });
+  W.for_each_live(
+      [&](std::int64_t, std::int64_t, double v, std::int64_t) { largest = std::max(largest, std::abs(v)); });
   CHECK(largest <= kb);
   CHECK(largest > 0.5 * kb);
   const Layer b = constant_fan_in_linear<double, std::int32_t>(50, 7, {.density = 0.1, .seed = 3, .layer_key = 1});
   const Layer c = constant_fan_in_linear<double, std::int32_t>(50, 7, {.density = 0.1, .seed = 4, .layer_key = 1});
   auto positions = [](const Layer& l) {
     std::set<std::int64_t> p;
-    l.weight.matrix.for_each_live([&](std::int64_t i, std::int64_t col, double, std::int64_t) { p.insert(i * 50 + col); });
+    l.weight.matrix.for_each_live(
+        [&](std::int64_t i, std::int64_t col, double, std::int64_t) { p.insert(i * 50 + col); });
     return p;
   };
   CHECK(positions(a) == positions(b));
@@ -252,8 +255,10 @@ TEST_CASE("full rows stay full and one-live rows move their weight", "[dst][fan_
     SET<double, std::int32_t> set(schedule(0.5), 1);
     RigL<double, std::int32_t> rigl(schedule(0.5), 1);
     set.constant_fan_in = rigl.constant_fan_in = true;
-    if (rule == 0) train(set, model, opt, data, 0, 10, {12});
-    else train(rigl, model, opt, data, 0, 10, {12});
+    if (rule == 0)
+      train(set, model, opt, data, 0, 10, {12});
+    else
+      train(rigl, model, opt, data, 0, 10, {12});
     CHECK(model.sparse_layers()[0].layer->weight.matrix.nnz() == 96);
   }
   // one live weight per row, f = 1 at t = 0: every row drops its weight and grows one
@@ -288,20 +293,24 @@ TEST_CASE("RigL with constant fan-in drops and grows the per-row oracle's positi
       W.values()[s] = rng.uniform_below(4) == 0 ? 0.5 : rng.uniform(-1, 1);
     });
     layer.weight.state.assign(1, AlignedVector<double>(static_cast<std::size_t>(W.storage_size()), 0.0));
-    W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t s) { layer.weight.state[0][s] = 1.0 + double(i * in + c); });
+    W.for_each_live([&](std::int64_t i, std::int64_t c, double, std::int64_t s) {
+      layer.weight.state[0][s] = 1.0 + double(i * in + c);
+    });
     Matrix<double> X(in, batch), dY(out, batch);
     for (std::int64_t c = 0; c < in; ++c)
       for (std::int64_t b = 0; b < batch; ++b) X(c, b) = rng.uniform(-1, 1);
     for (std::int64_t i = 0; i < out; ++i)
       for (std::int64_t b = 0; b < batch; ++b) dY(i, b) = rng.uniform(-1, 1);
     // naive dense gradient
-    std::vector<std::vector<double>> G(static_cast<std::size_t>(out), std::vector<double>(static_cast<std::size_t>(in)));
+    std::vector<std::vector<double>> G(static_cast<std::size_t>(out),
+                                       std::vector<double>(static_cast<std::size_t>(in)));
     for (std::int64_t i = 0; i < out; ++i)
       for (std::int64_t c = 0; c < in; ++c)
         for (std::int64_t b = 0; b < batch; ++b) G[i][c] += dY(i, b) * X(c, b);
     // f = 0.5 at t = 50 of [0, 100] with alpha = 1
     const std::int64_t per_row = n / 2;
-    std::vector<std::map<std::int64_t, std::pair<double, double>>> expect(static_cast<std::size_t>(out));  // col -> value, state
+    std::vector<std::map<std::int64_t, std::pair<double, double>>> expect(
+        static_cast<std::size_t>(out));  // col -> value, state
     for (std::int64_t i = 0; i < out; ++i) {
       std::vector<std::tuple<double, std::int64_t, double, double>> live;  // |w|, col, w, state
       W.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t s) {
@@ -441,8 +450,10 @@ TEST_CASE("SET with constant fan-in draws uniformly among a row's free columns",
     const double mean = draws * p, sigma = std::sqrt(draws * p * (1 - p));
     for (std::int64_t c = 0; c < 20; ++c) {
       INFO("column " << c);
-      if (kept.count(c)) CHECK(hits[c] == 0);
-      else CHECK(std::abs(hits[c] - mean) < 5 * sigma);
+      if (kept.count(c))
+        CHECK(hits[c] == 0);
+      else
+        CHECK(std::abs(hits[c] - mean) < 5 * sigma);
     }
   }
 }
@@ -564,8 +575,10 @@ TEST_CASE("a constant fan-in run resumes bitwise from a checkpoint", "[dst][fan_
     INFO((which == 0 ? "RigL" : "SET"));
     auto make = [&]() -> std::unique_ptr<SparsityAlgorithm<double, std::int32_t>> {
       std::unique_ptr<SparsityAlgorithm<double, std::int32_t>> a;
-      if (which == 0) a = std::make_unique<RigL<double, std::int32_t>>(schedule(0.5), 3);
-      else a = std::make_unique<SET<double, std::int32_t>>(schedule(0.5), 3);
+      if (which == 0)
+        a = std::make_unique<RigL<double, std::int32_t>>(schedule(0.5), 3);
+      else
+        a = std::make_unique<SET<double, std::int32_t>>(schedule(0.5), 3);
       a->constant_fan_in = true;
       return a;
     };

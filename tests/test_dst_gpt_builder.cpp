@@ -29,8 +29,10 @@ std::pair<std::int64_t, std::int64_t> live_and_size(GPT<T, Index>& model, std::s
   return std::visit(
       [](const auto& layer) -> std::pair<std::int64_t, std::int64_t> {
         const std::int64_t size = layer.in_features() * layer.out_features();
-        if constexpr (requires { layer.weight.live_count(); }) return {layer.weight.live_count(), size};
-        else return {size, size};
+        if constexpr (requires { layer.weight.live_count(); })
+          return {layer.weight.live_count(), size};
+        else
+          return {size, size};
       },
       model.projection(l, j));
 }
@@ -173,11 +175,13 @@ TEST_CASE("build_gpt and gpt_densities: bad specs throw naming the call, the fie
         "models::gpt_densities: attn_sparsity 2 outside [0, 1)");
   GPTConfig odd = kConfig;
   odd.heads = 5;
-  CHECK(message_of([&] { build_gpt<float>({.config = odd}); }) == "models::build_gpt: d_model 32 is not divisible by heads 5");
+  CHECK(message_of([&] { build_gpt<float>({.config = odd}); }) ==
+        "models::build_gpt: d_model 32 is not divisible by heads 5");
   GPTConfig none = kConfig;
   none.layers = 0;
   CHECK(message_of([&] { gpt_densities({.config = none}); }) == "models::gpt_densities: layers must be >= 1, got 0");
-  CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .padding_ratio = 65}), Catch::Contains("models::build_gpt: padding_ratio 65"));
+  CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .padding_ratio = 65}),
+                    Catch::Contains("models::build_gpt: padding_ratio 65"));
   CHECK_THROWS_WITH(build_gpt<float>({.config = kConfig, .growth_reserve = -1}),
                     Catch::Contains("models::build_gpt: growth_reserve -1"));
   // a projection whose share rounds to nothing: fc is 4 x 2 at density 0.05
@@ -193,7 +197,10 @@ TEST_CASE("build_gpt and gpt_densities: bad specs throw naming the call, the fie
 TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact gradients", "[dst][gpt_builder][rigl]") {
   using T = double;
   const GPTConfig config{.layers = 2, .heads = 2, .d_model = 16, .d_ff = 32, .block_size = 8, .vocab = 11};
-  auto model = build_gpt<T>({.config = config, .attn_sparsity = 0.5, .ffn_sparsity = 0.7, .seed = 3,
+  auto model = build_gpt<T>({.config = config,
+                             .attn_sparsity = 0.5,
+                             .ffn_sparsity = 0.7,
+                             .seed = 3,
                              .growth_reserve = SparseParameter<T, std::int32_t>::kGrowthReserve});
   REQUIRE(model.sparse_layers().size() == 8);
   std::vector<std::int64_t> live;

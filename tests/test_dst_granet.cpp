@@ -59,7 +59,8 @@ TEST_CASE("GraNet: every layer's live count follows the cubic schedule exactly a
     INFO("regrow " << regrow);
     Run run(0.5);
     const dst::UpdateSchedule sched{.delta_t = 10, .t_begin = 0, .t_end = 100, .alpha = 0.3};
-    dst::GraNet<float, std::int32_t> algo(sched, 1, {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.9, 0.95}, .regrow = regrow});
+    dst::GraNet<float, std::int32_t> algo(
+        sched, 1, {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.9, 0.95}, .regrow = regrow});
     CHECK(algo.name() == (regrow ? "granet" : "gmp"));
     const std::int64_t sizes[] = {40 * 12, 30 * 40};
     std::int64_t updates = 0, grown = 0;
@@ -93,7 +94,8 @@ TEST_CASE("GraNet: every layer's live count follows the cubic schedule exactly a
 TEST_CASE("gmp keeps exactly the largest magnitudes, with their values", "[dst][granet]") {
   Run run(0.5);
   const dst::UpdateSchedule sched{.delta_t = 10, .t_begin = 10, .t_end = 50, .alpha = 0.3};
-  dst::GraNet<float, std::int32_t> gmp(sched, 1, {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.8, 0.8}, .regrow = false});
+  dst::GraNet<float, std::int32_t> gmp(sched, 1,
+                                       {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.8, 0.8}, .regrow = false});
   dst::Static<float, std::int32_t> frozen(sched, 1);  // trains without changing the topology
   for (std::int64_t t = 0; t < 20; ++t) run.step(frozen, t);
   auto layers = run.model.sparse_layers();
@@ -107,7 +109,8 @@ TEST_CASE("gmp keeps exactly the largest magnitudes, with their values", "[dst][
   const auto keep = static_cast<std::int64_t>(std::llround((1.0 - cubic(0.5, 0.8, 0.25)) * 480.0));
   REQUIRE(W.nnz() == keep);
   REQUIRE(keep < std::ssize(magnitudes));
-  REQUIRE(magnitudes[static_cast<std::size_t>(keep - 1)] > magnitudes[static_cast<std::size_t>(keep)]);  // no tie at the cut
+  REQUIRE(magnitudes[static_cast<std::size_t>(keep - 1)] >
+          magnitudes[static_cast<std::size_t>(keep)]);  // no tie at the cut
   W.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t) {
     CHECK(std::abs(v) >= magnitudes[static_cast<std::size_t>(keep - 1)]);
     const std::int64_t s = before.find(r, c);
@@ -129,7 +132,8 @@ TEST_CASE("GraNet compacts pruned storage", "[dst][granet]") {
   CHECK(compacted);
   const auto& W = run.model.sparse_layers()[1].layer->weight.matrix;
   std::int64_t tight = 0;
-  for (std::int64_t i = 0; i < W.rows(); ++i) tight += PaddedCSR<float, std::int32_t>::capacity_for(W.row_nnz(i), W.padding_ratio());
+  for (std::int64_t i = 0; i < W.rows(); ++i)
+    tight += PaddedCSR<float, std::int32_t>::capacity_for(W.row_nnz(i), W.padding_ratio());
   CHECK(static_cast<double>(W.storage_size()) <= 1.2 * static_cast<double>(tight));
   CHECK(W.storage_size() < start_storage / 4);
 }

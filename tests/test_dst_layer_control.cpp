@@ -30,8 +30,8 @@ using Model = Sequential<float, std::int32_t>;
 
 // 10-32-24-20-3: three sparse layers (the output is dense).
 Model make_model(double sparsity = 0.8) {
-  return models::build_mlp<float, std::int32_t>({.widths = {10, 32, 24, 20, 3}, .sparsity = sparsity, .seed = 4,
-                                              .growth_reserve = 0.125});
+  return models::build_mlp<float, std::int32_t>(
+      {.widths = {10, 32, 24, 20, 3}, .sparsity = sparsity, .seed = 4, .growth_reserve = 0.125});
 }
 
 // Trains steps [from, to); `last`, if given, receives the report of the last update step.
@@ -143,7 +143,8 @@ TEST_CASE("exclusions are validated", "[dst][exclude]") {
   CHECK(positions(model.sparse_layers()[0].layer->weight.matrix) == before);
 }
 
-TEST_CASE("checkpoints carry constant_fan_in, exclusions and the algorithm's configuration", "[dst][exclude][checkpoint]") {
+TEST_CASE("checkpoints carry constant_fan_in, exclusions and the algorithm's configuration",
+          "[dst][exclude][checkpoint]") {
   const dst::UpdateSchedule sched{.delta_t = 5, .t_begin = 0, .t_end = 60, .alpha = 0.3};
   const dst::GraNetOptions options{.initial_sparsity = {0.5, 0.5, 0.5}, .final_sparsity = {0.9, 0.8, 0.9}};
   Model model = make_model(0.5);
@@ -174,7 +175,8 @@ TEST_CASE("checkpoints carry constant_fan_in, exclusions and the algorithm's con
   // another configuration is rejected
   Model other = make_model(0.5);
   AdamW<float> opt3({.lr = 1e-2});
-  dst::GraNet<float, std::int32_t> different(sched, 9, {.initial_sparsity = {0.5, 0.5, 0.5}, .final_sparsity = {0.9, 0.9, 0.9}});
+  dst::GraNet<float, std::int32_t> different(sched, 9,
+                                             {.initial_sparsity = {0.5, 0.5, 0.5}, .final_sparsity = {0.9, 0.9, 0.9}});
   CHECK_THROWS_WITH(decode_training_state(bytes, "c.sprig", other, opt3, &different),
                     Catch::Contains("the DST configuration differs"));
 

@@ -22,8 +22,12 @@ TEST_CASE("build_mlp: uniform sparsity on the hidden layers, dense output", "[ds
 }
 
 TEST_CASE("build_mlp: ERK over every layer follows RigL's oracle", "[dst][builder][erk]") {
-  MLPSpec spec{.widths = {784, 300, 100, 10}, .sparsity = 0.9, .distribution = Distribution::erk,
-               .dense_output = false, .activation = Activation::gelu, .seed = 1};
+  MLPSpec spec{.widths = {784, 300, 100, 10},
+               .sparsity = 0.9,
+               .distribution = Distribution::erk,
+               .dense_output = false,
+               .activation = Activation::gelu,
+               .seed = 1};
   const auto s = mlp_sparsities(spec);
   CHECK(s[0] == Approx(0.9204).margin(5e-5));
   CHECK(s[1] == Approx(0.7698).margin(5e-5));
@@ -34,7 +38,8 @@ TEST_CASE("build_mlp: ERK over every layer follows RigL's oracle", "[dst][builde
   CHECK(std::holds_alternative<Linear<double>>(model.layer(4)));
   CHECK(std::holds_alternative<GELU<double>>(model.layer(1)));
   // the global live count: (1 - S) of all parameters, up to per-layer rounding
-  const double live = static_cast<double>(sparse[0].layer->weight.matrix.nnz() + sparse[1].layer->weight.matrix.nnz() + 1000);
+  const double live =
+      static_cast<double>(sparse[0].layer->weight.matrix.nnz() + sparse[1].layer->weight.matrix.nnz() + 1000);
   CHECK(live == Approx(0.1 * (784 * 300 + 300 * 100 + 1000)).margin(2.0));
 }
 
@@ -79,8 +84,10 @@ TEST_CASE("build_mlp's errors name build_mlp, not an internal helper", "[dst][bu
   CHECK_THAT(message_of({.widths = {5}}), StartsWith("models::build_mlp: need at least 2 widths"));
   CHECK_THAT(message_of({.widths = {5, 0, 3}}), StartsWith("models::build_mlp: widths[1] = 0"));
   CHECK_THAT(message_of({.widths = {5, 4, 0}}), StartsWith("models::build_mlp: widths[2] = 0"));
-  CHECK_THAT(message_of({.widths = {5, 4, 3}, .growth_reserve = -1.0}), StartsWith("models::build_mlp: growth_reserve -1"));
-  CHECK_THAT(message_of({.widths = {5, 4, 3}, .padding_ratio = -1.0}), StartsWith("models::build_mlp: padding_ratio -1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .growth_reserve = -1.0}),
+             StartsWith("models::build_mlp: growth_reserve -1"));
+  CHECK_THAT(message_of({.widths = {5, 4, 3}, .padding_ratio = -1.0}),
+             StartsWith("models::build_mlp: padding_ratio -1"));
   CHECK_THROWS_AS((build_mlp<float, std::int32_t>({.widths = {5, 0, 3}})), ShapeError);
   CHECK_THROWS_WITH((build_mlp<float, std::int16_t>({.widths = {40000, 4, 3}})),
                     StartsWith("models::build_mlp: widths[0] = 40000 columns cannot be indexed by a 16-bit"));

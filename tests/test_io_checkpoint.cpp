@@ -37,9 +37,9 @@ struct WhatHas : Catch::MatcherBase<std::exception> {
   std::string describe() const override { return "has a message containing \"" + text + "\""; }
 };
 
-using AllPairs = std::tuple<std::tuple<float, std::int16_t>, std::tuple<float, std::int32_t>,
-                            std::tuple<float, std::int64_t>, std::tuple<double, std::int16_t>,
-                            std::tuple<double, std::int32_t>, std::tuple<double, std::int64_t>>;
+using AllPairs =
+    std::tuple<std::tuple<float, std::int16_t>, std::tuple<float, std::int32_t>, std::tuple<float, std::int64_t>,
+               std::tuple<double, std::int16_t>, std::tuple<double, std::int32_t>, std::tuple<double, std::int64_t>>;
 
 // A fresh, empty directory under the system temp dir, removed at scope exit.
 struct TempDir {
@@ -138,7 +138,8 @@ TEST_CASE("crc32 matches the IEEE/zlib check values", "[io][checkpoint][crc]") {
   CHECK(binary::crc32(std::as_bytes(std::span<const char>(fox.data(), fox.size()))) == 0x414FA339u);
   // incremental == one shot, for every split (slicing-by-8 head/tail paths)
   const auto fb = std::as_bytes(std::span<const char>(fox.data(), fox.size()));
-  for (std::size_t k = 0; k <= fb.size(); ++k) CHECK(binary::crc32(fb.subspan(k), binary::crc32(fb.first(k))) == 0x414FA339u);
+  for (std::size_t k = 0; k <= fb.size(); ++k)
+    CHECK(binary::crc32(fb.subspan(k), binary::crc32(fb.first(k))) == 0x414FA339u);
 }
 
 TEMPLATE_LIST_TEST_CASE("PaddedCSR round trip keeps every entry, in slot order within each row", "[io][checkpoint]",
@@ -147,7 +148,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR round trip keeps every entry, in slot order w
   using Index = std::tuple_element_t<1, TestType>;
   TempDir dir;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    const std::int64_t rows = 1 + static_cast<std::int64_t>(seed * 7 % 23), cols = 1 + static_cast<std::int64_t>(seed * 13 % 41);
+    const std::int64_t rows = 1 + static_cast<std::int64_t>(seed * 7 % 23),
+                       cols = 1 + static_cast<std::int64_t>(seed * 13 % 41);
     const auto m = scrambled<T, Index>(rows, cols, seed);
     m.check_invariants();
     const fs::path p = dir.path / "m.sprig";
@@ -184,8 +186,7 @@ TEST_CASE("PaddedCSR file: type mismatches are rejected", "[io][checkpoint]") {
   const auto m = scrambled<float, std::int32_t>(5, 9, 3);
   const auto bytes = encode_padded_csr(m);
   CHECK_THROWS_MATCHES((decode_padded_csr<double, std::int32_t>(bytes, "f.sprig")), FormatError,
-                       WhatHas("f.sprig") && WhatHas("float32") &&
-                           WhatHas("float64") && WhatHas("offset 14"));
+                       WhatHas("f.sprig") && WhatHas("float32") && WhatHas("float64") && WhatHas("offset 14"));
   CHECK_THROWS_MATCHES((decode_padded_csr<float, std::int16_t>(bytes)), FormatError,
                        WhatHas("int32") && WhatHas("int16"));
   CHECK_NOTHROW((decode_padded_csr<float, std::int32_t>(bytes)));
@@ -208,8 +209,7 @@ TEST_CASE("PaddedCSR file: every single-bit flip and every truncation is a Forma
   CHECK(flips == 8 * static_cast<std::int64_t>(good.size()));
   auto longer = good;
   longer.push_back(std::byte{0});
-  CHECK_THROWS_MATCHES((decode_padded_csr<double, std::int16_t>(longer)), FormatError,
-                       WhatHas("unexpected bytes"));
+  CHECK_THROWS_MATCHES((decode_padded_csr<double, std::int16_t>(longer)), FormatError, WhatHas("unexpected bytes"));
 }
 
 TEST_CASE("PaddedCSR file: checksummed but invalid content is rejected with what and where", "[io][checkpoint]") {
@@ -238,17 +238,16 @@ TEST_CASE("PaddedCSR file: checksummed but invalid content is rejected with what
   auto rejects = [&](const std::vector<std::byte>& f, const std::string& what) {
     INFO(what);
     CHECK_THROWS_MATCHES((decode_padded_csr<T, Index>(f, "m.sprig")), FormatError,
-                         WhatHas("m.sprig") && WhatHas("offset") &&
-                             WhatHas(what));
+                         WhatHas("m.sprig") && WhatHas("offset") && WhatHas(what));
   };
   REQUIRE_NOTHROW((decode_padded_csr<T, Index>(good)));
   rejects(patched(o_ci + 4, 7, 4), "column 7 outside [0, 5)");
   rejects(patched(o_ci + 4, std::uint64_t(-1), 4), "column -1 outside");
   rejects(patched(o_ci + 4, 1, 4), "holds column 1 twice");
-  rejects(patched(o_rnnz + 8, 1, 8), "row nnz add up to more than nnz");        // row 1 claims an entry
-  rejects(patched(o_rnnz + 16, 2, 8), "row 2 has nnz 2 outside");                // nnz > capacity 1
+  rejects(patched(o_rnnz + 8, 1, 8), "row nnz add up to more than nnz");  // row 1 claims an entry
+  rejects(patched(o_rnnz + 16, 2, 8), "row 2 has nnz 2 outside");         // nnz > capacity 1
   rejects(patched(o_cap + 8, 0, 8), "row 1 has capacity 0 < 1");
-  rejects(patched(o_start + 8, 1, 8), "overlap");                                // row 1 inside row 0
+  rejects(patched(o_start + 8, 1, 8), "overlap");  // row 1 inside row 0
   rejects(patched(o_start + 16, 4, 8), "exceeds the storage of 4 slots");
   rejects(patched(o_storage, std::uint64_t(-5), 8), "storage_size is -5");
   rejects(patched(o_nnz, 4, 8), "nnz is 4 but the rows hold 3");
@@ -256,9 +255,9 @@ TEST_CASE("PaddedCSR file: checksummed but invalid content is rejected with what
   rejects(patched(o_nnz, std::uint64_t{1} << 40, 8), "exceeds rows x cols");
   rejects(patched(o_ratio, std::bit_cast<std::uint64_t>(100.0), 8), "padding ratio 100");
   rejects(patched(o_ratio, std::bit_cast<std::uint64_t>(std::nan("")), 8), "padding ratio");
-  rejects(patched(o_cols, std::uint64_t{1} << 40, 8), "cols is");                 // > int32 columns
-  rejects(patched(o_rows, std::uint64_t{1} << 50, 8), "rows is");                 // no 2^50-row allocation
-  rejects(patched(o_rows, 2, 8), "section 0 'CSR '");                            // fields shift
+  rejects(patched(o_cols, std::uint64_t{1} << 40, 8), "cols is");  // > int32 columns
+  rejects(patched(o_rows, std::uint64_t{1} << 50, 8), "rows is");  // no 2^50-row allocation
+  rejects(patched(o_rows, 2, 8), "section 0 'CSR '");              // fields shift
   rejects(patched(8, 2, 4), "format version 2 is not supported");
   rejects(patched(0, 0x4E4F5453, 4), "wrong magic number");
   rejects(patched(12, 2, 2), "this is a training-state file, expected a PaddedCSR file");
@@ -360,10 +359,16 @@ void require_same_state(Sequential<T, Index>& a, const Opt& oa, Sequential<T, In
   std::vector<SparseParameter<T, Index>*> sa, sb;
   std::vector<DenseParameter<T>*> da, db;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix; }) sa.push_back(&p); else da.push_back(&p);
+    if constexpr (requires { p.matrix; })
+      sa.push_back(&p);
+    else
+      da.push_back(&p);
   });
   b.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix; }) sb.push_back(&p); else db.push_back(&p);
+    if constexpr (requires { p.matrix; })
+      sb.push_back(&p);
+    else
+      db.push_back(&p);
   });
   REQUIRE(sa.size() == sb.size());
   REQUIRE(da.size() == db.size());
@@ -417,7 +422,7 @@ bool check_resume(const Opt& opt0, const Algo& algo0, std::int64_t steps, std::i
   const TrainingProgress loaded = load_training_state(dir.path / "state.sprig", second, opt2, &algo2);
   REQUIRE(loaded == mid);
   require_same_state(first, opt1, second, opt2);
-  CHECK(algo2.updates() == algo1.updates());                                  // statistics restored too
+  CHECK(algo2.updates() == algo1.updates());  // statistics restored too
   CHECK(std::bit_cast<std::uint64_t>(algo2.total_seconds()) == std::bit_cast<std::uint64_t>(algo1.total_seconds()));
   bool relaid = false;
   {
@@ -439,8 +444,8 @@ bool check_resume(const Opt& opt0, const Algo& algo0, std::int64_t steps, std::i
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("resume is bitwise: SGD with momentum and RigL updates inside the window", "[io][checkpoint][resume]",
-                   (std::tuple<float, std::int32_t>), (std::tuple<double, std::int64_t>),
+TEMPLATE_TEST_CASE("resume is bitwise: SGD with momentum and RigL updates inside the window",
+                   "[io][checkpoint][resume]", (std::tuple<float, std::int32_t>), (std::tuple<double, std::int64_t>),
                    (std::tuple<float, std::int16_t>)) {
   using T = std::tuple_element_t<0, TestType>;
   using Index = std::tuple_element_t<1, TestType>;
@@ -489,7 +494,8 @@ struct Snapshot {
   std::vector<std::byte> bytes;
   std::vector<std::vector<std::int64_t>> layouts;
   template <class M, class O, class A>
-  Snapshot(M& model, const O& opt, const A& algo) : bytes(encode_training_state(model, opt, TrainingProgress{}, &algo)) {
+  Snapshot(M& model, const O& opt, const A& algo)
+      : bytes(encode_training_state(model, opt, TrainingProgress{}, &algo)) {
     model.for_each_parameter([&](auto& p) {
       if constexpr (requires { p.matrix; }) {
         layouts.emplace_back(p.matrix.row_starts().begin(), p.matrix.row_starts().end());
@@ -527,8 +533,7 @@ TEST_CASE("training state: every truncation and bit flip is rejected and the tar
   for (int trial = 0; trial < 3000; ++trial) {
     auto bad = src.bytes;
     const int flips = trial < 2000 ? 1 : 1 + static_cast<int>(rng.uniform_below(16));
-    for (int f = 0; f < flips; ++f)
-      bad[rng.uniform_below(bad.size())] ^= std::byte(1u << rng.uniform_below(8));
+    for (int f = 0; f < flips; ++f) bad[rng.uniform_below(bad.size())] ^= std::byte(1u << rng.uniform_below(8));
     if (bad == src.bytes) continue;
     CHECK_THROWS_AS(decode_training_state(bad, "t.sprig", target, opt, &algo), FormatError);
   }
@@ -537,7 +542,8 @@ TEST_CASE("training state: every truncation and bit flip is rejected and the tar
   CHECK(decode_training_state(src.bytes, "t.sprig", target, opt, &algo) == src.progress);
 }
 
-TEST_CASE("training state: checksummed garbage inside sections is a FormatError, never a crash", "[io][checkpoint][corrupt]") {
+TEST_CASE("training state: checksummed garbage inside sections is a FormatError, never a crash",
+          "[io][checkpoint][corrupt]") {
   const Trained src;
   const auto sections = sprig_test::sections_of(src.bytes);
   REQUIRE(sections.size() == 1 + 6 + 3);  // MODL, 3 layers x 2 parameters, OPTM, DST, PROG
@@ -576,7 +582,8 @@ TEST_CASE("training state: checksummed garbage inside sections is a FormatError,
   CHECK(accepted > 0);
 }
 
-TEST_CASE("training state: a load into a mismatched target is rejected and changes nothing", "[io][checkpoint][mismatch]") {
+TEST_CASE("training state: a load into a mismatched target is rejected and changes nothing",
+          "[io][checkpoint][mismatch]") {
   const Trained src;
   auto expect_reject = [&](auto& model, auto& opt, auto* algo, const std::string& what) {
     INFO(what);
@@ -683,8 +690,7 @@ TEST_CASE("files: missing, not regular, and written atomically", "[io][checkpoin
   const Trained src;
   const fs::path p = dir.path / "state.sprig";
   CHECK_THROWS_MATCHES((load_padded_csr<float, std::int32_t>(p)), FormatError, WhatHas("no such file"));
-  CHECK_THROWS_MATCHES((load_padded_csr<float, std::int32_t>(dir.path)), FormatError,
-                       WhatHas("not a regular file"));
+  CHECK_THROWS_MATCHES((load_padded_csr<float, std::int32_t>(dir.path)), FormatError, WhatHas("not a regular file"));
   CHECK_THROWS_AS(save_padded_csr(dir.path / "no" / "such" / "dir.sprig", PaddedCSR<float, std::int32_t>(2, 2)), Error);
 
   save_training_state(p, src.model, src.opt, src.progress, &src.algo);
@@ -754,7 +760,8 @@ TEST_CASE("files: missing, not regular, and written atomically", "[io][checkpoin
   }
 }
 
-TEST_CASE("resume across processes: a child trains and saves, the parent loads and finishes", "[io][checkpoint][resume]") {
+TEST_CASE("resume across processes: a child trains and saves, the parent loads and finishes",
+          "[io][checkpoint][resume]") {
   using T = float;
   using Index = std::int32_t;
   TempDir dir;

@@ -32,7 +32,8 @@ using I = std::int32_t;
 const CharText& text() {
   static const CharText t = [] {
     std::string s;
-    for (int k = 0; k < 8; ++k) s += "to be, or not to be: that is the question. whether tis nobler in the mind to suffer ";
+    for (int k = 0; k < 8; ++k)
+      s += "to be, or not to be: that is the question. whether tis nobler in the mind to suffer ";
     return char_text(s);
   }();
   return t;
@@ -133,7 +134,7 @@ TEST_CASE("GPT checkpoint: a RigL run resumed at step k is the uninterrupted run
   AdamW<T> opt_whole = make_opt();
   dst::RigL<T, I> rigl_whole = make_rigl();
   const std::vector<T> losses_whole = train(whole, opt_whole, rigl_whole, 0, kSteps);
-  REQUIRE(rigl_whole.updates() == 8);  // steps 0, 3, ..., 21
+  REQUIRE(rigl_whole.updates() == 8);                  // steps 0, 3, ..., 21
   CHECK(parameter_bits(whole).values != init.values);  // it trained
   CHECK(losses_whole.back() < losses_whole.front());
 
@@ -142,7 +143,8 @@ TEST_CASE("GPT checkpoint: a RigL run resumed at step k is the uninterrupted run
   dst::RigL<T, I> rigl_first = make_rigl();
   std::vector<T> losses = train(first, opt_first, rigl_first, 0, kStop);
   REQUIRE(rigl_first.updates() == 4);  // steps 0, 3, 6, 9: the topology moved before the checkpoint
-  const std::vector<std::byte> bytes = encode_training_state(first, opt_first, {.step = kStop, .seed = 17}, &rigl_first);
+  const std::vector<std::byte> bytes =
+      encode_training_state(first, opt_first, {.step = kStop, .seed = 17}, &rigl_first);
 
   GPT<T, I> second = models::build_gpt<T, I>(spec(99));  // another seed: everything must come from the file
   CHECK(parameter_bits(second).values != parameter_bits(first).values);
@@ -198,18 +200,19 @@ TEST_CASE("GPT checkpoint: another d_ff or another sparse/dense choice is a Form
 
   SECTION("another d_ff: fc's weight (parameter 10) is 32x16 in the file, 48x16 in the model") {
     GPT<T, I> wider = models::build_gpt<T, I>(spec(3, 48));
-    unchanged_after_failed_load(wider, "shape mismatch: parameter 10 (sparse parameter) is 32x16 (out x in) in the "
-                                       "checkpoint but 48x16 in the model");
+    unchanged_after_failed_load(wider,
+                                "shape mismatch: parameter 10 (sparse parameter) is 32x16 (out x in) in the "
+                                "checkpoint but 48x16 in the model");
   }
   SECTION("a dense FFN: fc's weight (parameter 10) is sparse in the file, dense in the model") {
     GPT<T, I> dense_ffn = models::build_gpt<T, I>(spec(3, 32, 0.5, 0.0));
-    unchanged_after_failed_load(dense_ffn,
-                                "parameter 10 is a sparse parameter in the checkpoint but a dense parameter in the model");
+    unchanged_after_failed_load(
+        dense_ffn, "parameter 10 is a sparse parameter in the checkpoint but a dense parameter in the model");
   }
   SECTION("dense attention: qkv's weight (parameter 4) is sparse in the file, dense in the model") {
     GPT<T, I> dense_attn = models::build_gpt<T, I>(spec(3, 32, 0.0, 0.75));
-    unchanged_after_failed_load(dense_attn,
-                                "parameter 4 is a sparse parameter in the checkpoint but a dense parameter in the model");
+    unchanged_after_failed_load(
+        dense_attn, "parameter 4 is a sparse parameter in the checkpoint but a dense parameter in the model");
   }
   SECTION("and the other way: a dense model's file into the sparse GPT") {
     GPT<T, I> dense = models::build_gpt<T, I>(spec(3, 32, 0.0, 0.0));
@@ -221,8 +224,9 @@ TEST_CASE("GPT checkpoint: another d_ff or another sparse/dense choice is a Form
     CHECK_THROWS_AS(decode_training_state(dense_bytes, "dense.sprig", sparse, sparse_opt), FormatError);
     CHECK_THROWS_WITH(decode_training_state(dense_bytes, "dense.sprig", sparse, sparse_opt),
                       Catch::Contains("dense.sprig") &&
-                          Catch::Contains("parameter 4 is a dense parameter in the checkpoint but a sparse parameter in "
-                                          "the model"));
+                          Catch::Contains(
+                              "parameter 4 is a dense parameter in the checkpoint but a sparse parameter in "
+                              "the model"));
     CHECK(parameter_bits(sparse) == before);
   }
 }

@@ -45,7 +45,8 @@ struct TempDir {
 };
 
 void write_bytes(const fs::path& p, const std::vector<std::byte>& b) {
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 using Model = Sequential<float, std::int32_t>;

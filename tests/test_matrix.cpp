@@ -86,14 +86,17 @@ TEMPLATE_TEST_CASE("Matrix: element access follows the row stride", "[matrix]", 
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t j = 0; j < C; ++j) {
       const bool inside = i >= 1 && i < 3 && j >= 1 && j < 4;
-      if (inside) REQUIRE(m(i, j) == T(9));
-      else if (!(i == 1 && j == 1)) REQUIRE(m(i, j) == at<T>(i, j));
+      if (inside)
+        REQUIRE(m(i, j) == T(9));
+      else if (!(i == 1 && j == 1))
+        REQUIRE(m(i, j) == at<T>(i, j));
     }
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t j = C; j < S; ++j) REQUIRE(m.data()[i * S + j] == T(-1));
 }
 
-TEMPLATE_TEST_CASE("MatrixView: block() addresses sub-blocks and rejects out-of-bounds ones", "[matrix]", float, double) {
+TEMPLATE_TEST_CASE("MatrixView: block() addresses sub-blocks and rejects out-of-bounds ones", "[matrix]", float,
+                   double) {
   using T = TestType;
   sprig::Matrix<T> m(7, 9);
   for (std::int64_t i = 0; i < 7; ++i)
@@ -148,7 +151,11 @@ TEMPLATE_TEST_CASE("Matrix and views: shape errors name the dimensions", "[matri
   };
   CHECK_THAT(message([] { sprig::Matrix<T>(-2, 3); }), Contains("-2x3"));
   CHECK_THAT(message([] { sprig::Matrix<T>(2, 5, 4, T(0)); }), Contains("stride 4") && Contains("cols 5"));
-  CHECK_THAT(message([] { sprig::Matrix<T> m; m.resize(3, -1); }), Contains("3x-1"));
+  CHECK_THAT(message([] {
+               sprig::Matrix<T> m;
+               m.resize(3, -1);
+             }),
+             Contains("3x-1"));
   CHECK_THAT(message([&] { sprig::MatrixView<T>(buf, 2, 8, 7); }), Contains("stride 7") && Contains("cols 8"));
   CHECK_THAT(message([&] { sprig::ConstMatrixView<T>(buf, -1, 2); }), Contains("-1x2"));
   REQUIRE_THROWS_AS(sprig::MatrixView<T>(nullptr, 2, 2), sprig::ArgumentError);
@@ -156,8 +163,8 @@ TEMPLATE_TEST_CASE("Matrix and views: shape errors name the dimensions", "[matri
   REQUIRE_NOTHROW(sprig::ConstMatrixView<T>(buf, 2, 4, 8));
 }
 
-TEMPLATE_TEST_CASE("transpose_into matches dst(j, i) = src(i, j) on odd shapes and strided views", "[matrix][transpose]",
-                   float, double) {
+TEMPLATE_TEST_CASE("transpose_into matches dst(j, i) = src(i, j) on odd shapes and strided views",
+                   "[matrix][transpose]", float, double) {
   using T = TestType;
   std::mt19937_64 gen(3);
   // Shapes around the 32-element tile: smaller, equal, one over, several tiles plus a rest.

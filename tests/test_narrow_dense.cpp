@@ -37,8 +37,8 @@ std::vector<NarrowCase> narrow_cases() {
   for (std::int64_t m = 1; m <= kNarrowMaxRows; ++m)
     for (std::int64_t B : {1, 3, 4, 7, 8, 9, 15, 16, 17, 33, 64, 67})
       cases.push_back({m, 1 + (m * 7 + B) % 40, B, places[(m + B) % 3], seed++});
-  cases.push_back({10, 0, 16, Placement::tight, seed++});     // K = 0: Y is the bias
-  cases.push_back({3, 25, 0, Placement::strided, seed++});    // B = 0: dW is 0
+  cases.push_back({10, 0, 16, Placement::tight, seed++});      // K = 0: Y is the bias
+  cases.push_back({3, 25, 0, Placement::strided, seed++});     // B = 0: dW is 0
   cases.push_back({12, 131, 67, Placement::strided, seed++});  // large enough for OpenMP
   cases.push_back({10, 300, 130, Placement::unaligned, seed++});
   return cases;
@@ -107,8 +107,10 @@ TEMPLATE_TEST_CASE("narrow_forward equals act(W X + b) and does not depend on th
       INFO(bad.first);
       CHECK(bad.count == 0);
       CHECK(o.Y.guard_violations() == 0);
-      if (threads == 1) first = o.Y.copy();
-      else CHECK(bitwise_differences<T>(first.view(), o.Y.copy().view()) == 0);
+      if (threads == 1)
+        first = o.Y.copy();
+      else
+        CHECK(bitwise_differences<T>(first.view(), o.Y.copy().view()) == 0);
     }
     // the fused ReLU: bitwise max(0, the result above) with ReLU<T>'s semantics
     narrow_forward<T>(o.W.cview(), o.X.cview(), o.Y.view(), bias, FusedActivation::relu);
@@ -131,9 +133,8 @@ TEMPLATE_TEST_CASE("narrow_backward equals dY X^T and W^T dY, the ReLU mask bit 
     Operands<T> o(c, rng);
     Matrix<T> dW1, dX1;
     for (const int threads : {1, 2, 3}) {
-      with_threads<T>(threads, [&] {
-        narrow_backward<T>(o.W.cview(), o.X.cview(), o.dY.cview(), o.dW.view(), o.dX.view());
-      });
+      with_threads<T>(threads,
+                      [&] { narrow_backward<T>(o.W.cview(), o.X.cview(), o.dY.cview(), o.dW.view(), o.dX.view()); });
       Mismatches bad;
       for (std::int64_t i = 0; i < c.m; ++i)
         for (std::int64_t k = 0; k < c.K; ++k) {
@@ -234,7 +235,8 @@ TEST_CASE("narrow kernels reject an output that overlaps an input", "[kernels][n
                     Contains("narrow_backward: dX overlaps X"));
   CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), W.view()),
                     Contains("narrow_backward: dW overlaps W"));
-  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), dW.view(), MatrixView<float>(dW.data(), 6, 5)),
+  CHECK_THROWS_WITH(narrow_backward<float>(W.view(), X.view(), dY.view(), dW.view(),
+                                           MatrixView<float>(dW.data(), 6, 5)),
                     Contains("narrow_backward: dW overlaps dX"));
   bool untouched = true;
   for (std::int64_t i = 0; i < 6; ++i)

@@ -115,8 +115,11 @@ struct Operands {
   std::int64_t dm, n;
   Matrix<T> qkv, dout, out_buf, dqkv_buf;
   Operands(std::int64_t d_model, std::int64_t cols, std::uint64_t seed, double lo = -1.0, double hi = 1.0)
-      : dm(d_model), n(cols), qkv(random_matrix<T>(3 * d_model, cols, seed, lo, hi, cols + 5)),
-        dout(random_matrix<T>(d_model, cols, seed + 1)), out_buf(d_model, cols + 7, T(-7)),
+      : dm(d_model),
+        n(cols),
+        qkv(random_matrix<T>(3 * d_model, cols, seed, lo, hi, cols + 5)),
+        dout(random_matrix<T>(d_model, cols, seed + 1)),
+        out_buf(d_model, cols + 7, T(-7)),
         dqkv_buf(3 * d_model, cols + 7, T(-7)) {}
   ConstMatrixView<T> q() const { return qkv.view().block(0, 0, dm, n); }
   ConstMatrixView<T> k() const { return qkv.view().block(dm, 0, dm, n); }
@@ -157,9 +160,8 @@ TEMPLATE_TEST_CASE("CausalSelfAttention matches a full-matrix masked reference o
   // (8 and 16: whole, shifted and masked registers, rows shorter than one), heads of 5 and
   // 12 rows (the 4-row tiles' remainders), and T 40 and 67 (four-register tiles, and the size
   // at which the (sequence, head) pairs run on threads)
-  const Shape shapes[] = {{12, 3, 1, 1},  {12, 3, 1, 3},  {12, 3, 5, 1},  {12, 3, 5, 2},  {12, 3, 17, 3},
-                          {12, 3, 17, 1}, {12, 1, 5, 2},  {12, 3, 8, 2},  {10, 2, 16, 1}, {10, 2, 33, 2},
-                          {32, 4, 40, 2}, {24, 2, 67, 3}};
+  const Shape shapes[] = {{12, 3, 1, 1}, {12, 3, 1, 3}, {12, 3, 5, 1},  {12, 3, 5, 2},  {12, 3, 17, 3}, {12, 3, 17, 1},
+                          {12, 1, 5, 2}, {12, 3, 8, 2}, {10, 2, 16, 1}, {10, 2, 33, 2}, {32, 4, 40, 2}, {24, 2, 67, 3}};
   std::uint64_t seed = 11;
   for (const Shape& s : shapes) {
     INFO("d_model " << s.dm << " heads " << s.heads << " T " << s.Tn << " B " << s.B);
@@ -224,8 +226,9 @@ TEST_CASE("CausalSelfAttention is causal and keeps sequences apart", "[nn][atten
   }();
   for (int which = 0; which < 3; ++which)
     for (std::int64_t t : {0, 4, 8}) {
-      INFO("input " << "QKV"[which] << " position " << t);
-      Operands<double> o(dm, n, 21);  // the same values as base
+      INFO("input "
+           << "QKV"[which] << " position " << t);
+      Operands<double> o(dm, n, 21);        // the same values as base
       const std::int64_t col = 1 * Tn + t;  // token t of sequence 1
       for (std::int64_t i = 0; i < dm; ++i) o.qkv(which * dm + i, col) += 0.5 + 0.1 * double(i);
       attn.forward(o.q(), o.k(), o.v(), B, Tn, o.out());

@@ -78,7 +78,7 @@ TEMPLATE_LIST_TEST_CASE("BlockSparseLinear backward matches central differences 
 
   auto X = random_matrix<double>(in, B, 1);
   const auto dgelu = random_matrix<double>(in, B, 5, 0.1, 1.0);  // a GELU derivative stand-in
-  const auto Rm = random_matrix<double>(out, B, 2);                // L = <Y, R>, dL/dY = R
+  const auto Rm = random_matrix<double>(out, B, 2);              // L = <Y, R>, dL/dY = R
   Matrix<double> Y(out, B), dX(in, B, std::nan(""));
   layer.forward(X.view(), Y.view());
   layer.backward(X.view(), Rm.view(), dX.view());

@@ -152,8 +152,8 @@ TEST_CASE("Embedding gradients match central differences, repeated tokens includ
   CHECK(as_vector(tok.table.grad) == want_tok);
   CHECK(as_vector(pos.table.grad) == want_pos);
   for (std::int64_t i = 0; i < d; ++i) {
-    CHECK(tok.table.grad[std::size_t(4 * d + i)] == 0.0);       // token 4 absent
-    CHECK(pos.table.grad[std::size_t(Tn * d + i)] == 0.0);      // positions past T
+    CHECK(tok.table.grad[std::size_t(4 * d + i)] == 0.0);   // token 4 absent
+    CHECK(pos.table.grad[std::size_t(Tn * d + i)] == 0.0);  // positions past T
     CHECK(pos.table.grad[std::size_t((block - 1) * d + i)] == 0.0);
   }
   const std::vector<double> gt = as_vector(tok.table.grad), gp = as_vector(pos.table.grad);

@@ -57,7 +57,8 @@ TEST_CASE("GELU float agrees with double", "[nn][gelu]") {
   }
 }
 
-TEMPLATE_TEST_CASE("GELU: the vectorised rows equal the scalar formula on wide strided inputs", "[nn][gelu]", float, double) {
+TEMPLATE_TEST_CASE("GELU: the vectorised rows equal the scalar formula on wide strided inputs", "[nn][gelu]", float,
+                   double) {
   using T = TestType;
   // 7 x 133 inside a wider buffer: SIMD body, scalar tail and a row stride that is not cols
   Matrix<T> Xbuf(7, 150), dYbuf(7, 150), Ybuf(7, 150), dXbuf(7, 150);

@@ -92,7 +92,8 @@ std::vector<double> position_losses(ConstMatrixView<T> Z, const std::vector<int>
 TEST_CASE("GPT: finite-difference gradient of every parameter of a tiny sparse GPT", "[nn][gpt][gradcheck]") {
   GPT<double, std::int32_t> model(kTiny, kTinyDensities, {.seed = 3});
   REQUIRE(model.sparse_layers().size() == 6);
-  const auto [batch, seq_len] = GENERATE(std::pair<std::int64_t, std::int64_t>{2, 8}, std::pair<std::int64_t, std::int64_t>{3, 5});
+  const auto [batch, seq_len] =
+      GENERATE(std::pair<std::int64_t, std::int64_t>{2, 8}, std::pair<std::int64_t, std::int64_t>{3, 5});
   const auto n = static_cast<std::size_t>(batch * seq_len);
   const auto tokens = random_ids(n, kTiny.vocab, 11);
   const auto labels = as_labels(random_ids(n, kTiny.vocab, 12));
@@ -108,12 +109,14 @@ TEST_CASE("GPT: finite-difference gradient of every parameter of a tiny sparse G
     if constexpr (requires { p.matrix.values(); }) {
       ++sparse;
       std::vector<std::size_t> live;
-      p.matrix.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(std::size_t(s)); });
+      p.matrix.for_each_live(
+          [&](std::int64_t, std::int64_t, double, std::int64_t s) { live.push_back(std::size_t(s)); });
       std::vector<std::size_t> which;
       for (std::size_t k : sprig_test::some_indices(live.size(), 10)) which.push_back(live[k]);
       sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
     } else {
-      sprig_test::check_gradient(loss, std::span<double>(p.value), analytic, sprig_test::some_indices(p.value.size(), 10));
+      sprig_test::check_gradient(loss, std::span<double>(p.value), analytic,
+                                 sprig_test::some_indices(p.value.size(), 10));
     }
   });
   CHECK(visited == 2 + 12 * 2 + 4);
@@ -319,8 +322,10 @@ TEMPLATE_TEST_CASE("GPT: construction is deterministic and the parameters come i
   // no two matrices of one model start alike (each has its own layer key)
   std::vector<T> firsts;
   a.for_each_parameter([&](auto& p) {
-    if constexpr (requires { p.matrix.values(); }) firsts.push_back(p.matrix.values()[0]);
-    else if (p.decay) firsts.push_back(p.value[0]);
+    if constexpr (requires { p.matrix.values(); })
+      firsts.push_back(p.matrix.values()[0]);
+    else if (p.decay)
+      firsts.push_back(p.value[0]);
   });
   for (std::size_t i = 0; i < firsts.size(); ++i)
     for (std::size_t j = i + 1; j < firsts.size(); ++j) CHECK(firsts[i] != firsts[j]);
@@ -338,7 +343,8 @@ TEST_CASE("GPT: an empty density list builds a dense model; memory accounting", 
     for (std::size_t j = 0; j < 4; ++j)
       CHECK(std::holds_alternative<Linear<T>>(dense.projection(l, static_cast<GPTProjection>(j))));
   CHECK(std::holds_alternative<Linear<T>>(std::as_const(dense).projection(1, GPTProjection::fc_proj)));
-  CHECK_THROWS_WITH(std::as_const(dense).projection(2, GPTProjection::qkv), Catch::Contains("block 2 of a model with 2"));
+  CHECK_THROWS_WITH(std::as_const(dense).projection(2, GPTProjection::qkv),
+                    Catch::Contains("block 2 of a model with 2"));
   // dense weights by hand: embeddings, per block 2 LNs and 4 projections with biases, LN_f, head
   const std::int64_t d = 16, f = 32, V = 11, P = 8;
   const std::int64_t per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);
@@ -409,8 +415,7 @@ TEST_CASE("GPT: bad configurations and inputs throw with the values", "[nn][gpt]
   CHECK(message_of([&] { model.forward(tokens, 1, 16); }) == "GPT::forward: sequence length 16 > block size 8");
   CHECK(message_of([&] { model.forward(std::span(tokens).first(0), 1, 0); }) ==
         "GPT::forward: sequence length 0 must be >= 1");
-  CHECK(message_of([&] { model.forward(std::span(tokens).first(0), 0, 8); }) ==
-        "GPT::forward: batch 0 must be >= 1");
+  CHECK(message_of([&] { model.forward(std::span(tokens).first(0), 0, 8); }) == "GPT::forward: batch 0 must be >= 1");
   CHECK_THROWS_AS(model.forward(std::span(tokens).first(15), 2, 8), ShapeError);
   CHECK(message_of([&] { model.forward(std::span(tokens).first(15), 2, 8); }) ==
         "GPT::forward: 15 tokens for batch 2 x sequence length 8 = 16");

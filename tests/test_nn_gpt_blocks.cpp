@@ -118,7 +118,8 @@ TEST_CASE("block GPT: central differences at live block entries and dense parame
       for (std::size_t k : sprig_test::some_indices(inside.size(), 12)) which.push_back(inside[k]);
       sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
     } else {
-      sprig_test::check_gradient(loss, std::span<double>(p.value), analytic, sprig_test::some_indices(p.value.size(), 6));
+      sprig_test::check_gradient(loss, std::span<double>(p.value), analytic,
+                                 sprig_test::some_indices(p.value.size(), 6));
     }
   });
   CHECK(blocks == 8);

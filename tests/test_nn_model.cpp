@@ -217,7 +217,8 @@ TEST_CASE("TrainableModel: checkpoint structure mismatches name the parameter", 
   const auto bytes = encode_training_state(net, opt, {});
   UserNet<T, I> wider(16, 25, 3, 0.3, 7);
   CHECK_THROWS_WITH(decode_training_state(bytes, "u.sprig", wider, opt),
-                    Catch::Contains("u.sprig") && Catch::Contains("shape mismatch: parameter 0 (sparse parameter) is 24x16") &&
+                    Catch::Contains("u.sprig") &&
+                        Catch::Contains("shape mismatch: parameter 0 (sparse parameter) is 24x16") &&
                         Catch::Contains("25x16 in the model"));
   Sequential<T, I> seq;  // a Sequential reads its entries as layers: a user model's file does not fit
   seq.add(SparseLinear<T, I>(16, 24, {.density = 0.3, .seed = 7, .layer_key = 1}));

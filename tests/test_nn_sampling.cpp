@@ -21,7 +21,8 @@ std::vector<long double> softmax_ref(const std::vector<double>& z, double temper
   for (double v : z) top = std::max<long double>(top, v);
   std::vector<long double> p(z.size());
   long double total = 0;
-  for (std::size_t i = 0; i < z.size(); ++i) total += p[i] = std::exp((static_cast<long double>(z[i]) - top) / temperature);
+  for (std::size_t i = 0; i < z.size(); ++i)
+    total += p[i] = std::exp((static_cast<long double>(z[i]) - top) / temperature);
   for (auto& v : p) v /= total;
   return p;
 }
@@ -42,7 +43,8 @@ struct SuccessorLM {
   std::vector<std::vector<std::int32_t>> contexts;
 
   std::int64_t block_size() const { return block; }
-  sprig::ConstMatrixView<double> forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq_len) {
+  sprig::ConstMatrixView<double> forward(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                         std::int64_t seq_len) {
     REQUIRE(batch == 1);
     REQUIRE(seq_len == static_cast<std::int64_t>(tokens.size()));
     REQUIRE(seq_len <= block);
@@ -77,7 +79,9 @@ struct NoisyLM {
 struct BrokenLM {
   sprig::Matrix<double> logits{3, 1};
   std::int64_t block_size() const { return 8; }
-  sprig::ConstMatrixView<double> forward(std::span<const std::int32_t>, std::int64_t, std::int64_t) { return logits.view(); }
+  sprig::ConstMatrixView<double> forward(std::span<const std::int32_t>, std::int64_t, std::int64_t) {
+    return logits.view();
+  }
 };
 
 }  // namespace
@@ -240,7 +244,8 @@ TEST_CASE("generate: temperature 0 is greedy and seed-independent; a seed fixes 
   // the i-th new token uses u = CounterRng(seed, i, kSampleStream).uniform01()
   for (std::size_t i = 1; i < a.size(); ++i) {
     const std::size_t len = std::min<std::size_t>(5, i);
-    const auto logits = lm.forward(std::span<const std::int32_t>(a.data() + (i - len), len), 1, static_cast<std::int64_t>(len));
+    const auto logits =
+        lm.forward(std::span<const std::int32_t>(a.data() + (i - len), len), 1, static_cast<std::int64_t>(len));
     sprig::CounterRng rng(7, i - 1, sprig::kSampleStream);
     CHECK(a[i] == sprig::sample_token(logits, logits.cols() - 1, 1.0, rng.uniform01()));
   }

@@ -74,8 +74,8 @@ TEST_CASE("Sequence cross-entropy: the mean over all B*T positions, and its grad
   }
   // and by central differences on every logit
   const std::vector<double> g(dZ.data(), dZ.data() + kV * kN);
-  sprig_test::check_gradient([&] { return double(ce.forward(Z.view(), y)); }, std::span<double>(Z.data(), g.size()),
-                             g, sprig_test::some_indices(g.size(), g.size()));
+  sprig_test::check_gradient([&] { return double(ce.forward(Z.view(), y)); }, std::span<double>(Z.data(), g.size()), g,
+                             sprig_test::some_indices(g.size(), g.size()));
 }
 
 TEST_CASE("Sequence cross-entropy in float agrees with the double loop", "[nn][loss]") {
@@ -105,9 +105,9 @@ TEMPLATE_TEST_CASE("Sequence cross-entropy with logits of 1e4 stays finite and e
     for (std::int64_t n = 0; n < kN; ++n) Z(v, n) = static_cast<T>(1e4 * rng.uniform(-1.0, 1.0));
   auto y = targets(66);
   for (std::int64_t v = 0; v < kV; ++v) {
-    Z(v, 0) = T(1e4);                                    // a tie at the maximum: loss log(V)
-    Z(v, 1) = v == y[1] ? T(1e4) : T(-1e4);              // a sure prediction: loss 0
-    Z(v, 2) = v == y[2] ? T(-1e4) : T(1e4);              // a sure miss: loss 2e4 + log(V - 1)
+    Z(v, 0) = T(1e4);                        // a tie at the maximum: loss log(V)
+    Z(v, 1) = v == y[1] ? T(1e4) : T(-1e4);  // a sure prediction: loss 0
+    Z(v, 2) = v == y[2] ? T(-1e4) : T(1e4);  // a sure miss: loss 2e4 + log(V - 1)
   }
   SoftmaxCrossEntropy<T> ce;
   const T loss = ce.forward_backward(Z.view(), y, dZ.view());

@@ -53,7 +53,8 @@ void gradcheck_model(Model& model, Matrix<double>& X, const std::vector<int>& y)
     std::vector<std::size_t> which;
     if constexpr (requires { p.matrix.values(); }) {
       values = p.matrix.values();
-      p.matrix.for_each_live([&](std::int64_t, std::int64_t, double, std::int64_t s) { which.push_back(std::size_t(s)); });
+      p.matrix.for_each_live(
+          [&](std::int64_t, std::int64_t, double, std::int64_t s) { which.push_back(std::size_t(s)); });
     } else {
       values = p.value;
       which = sprig_test::some_indices(p.value.size(), 40);
@@ -145,7 +146,7 @@ TEST_CASE("Sequential exposes each sparse layer's input and output gradient", "[
   CHECK(refs[0].position == 0);
   CHECK(refs[1].position == 2);
   CHECK(refs[1].sparse_index == 1);
-  CHECK(refs[0].input.data() == X.data());           // the caller's batch
+  CHECK(refs[0].input.data() == X.data());             // the caller's batch
   CHECK(refs[1].input.data() == model.act(1).data());  // output of the ReLU
   CHECK(refs[1].output_grad.data() == model.grad(2).data());
   CHECK(refs[0].output_grad.data() == model.grad(0).data());
@@ -229,8 +230,7 @@ TEST_CASE("Sequential: element-wise layers share their gradient buffer with the 
   CHECK(clamped > 0);
 }
 
-TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to its dX bit for bit",
-          "[nn][sequential]") {
+TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to its dX bit for bit", "[nn][sequential]") {
   // sparse - ReLU - sparse - ReLU - sparse - ReLU - dense: the middle sparse layers mask their
   // dX for the ReLU below them (sddmm_dx's one pass at 1 thread and a batch of whole
   // registers; the two kernels and a masking pass otherwise), the dense head (5 rows: the
@@ -300,8 +300,8 @@ TEST_CASE("Sequential: a linear layer applies the ReLU's backward below it to it
       }
       CHECK(differ == 0);
       // every live weight, the dense head and the biases were compared
-      CHECK(compared >= l0.weight.matrix.nnz() + l2.weight.matrix.nnz() + l4.weight.matrix.nnz() + 60 * 5 + 50 + 40 +
-                            60 + 5);
+      CHECK(compared >=
+            l0.weight.matrix.nnz() + l2.weight.matrix.nnz() + l4.weight.matrix.nnz() + 60 * 5 + 50 + 40 + 60 + 5);
       // the gradient the first layer got (its dY) is the masked one, as the ReLU leaves it
       std::int64_t zeros = 0;
       for (std::int64_t i = 0; i < 50; ++i)
@@ -397,9 +397,11 @@ TEST_CASE("Sequential: a GELU between linear layers keeps its derivative and its
         std::vector<std::span<const float>> got, want;
         model.for_each_parameter([&](auto& p) { got.emplace_back(p.grad.data(), p.grad.size()); });
         for (auto& l : apart)
-          std::visit([&](auto& layer) {
-            layer.for_each_parameter([&](auto& p) { want.emplace_back(p.grad.data(), p.grad.size()); });
-          }, l);
+          std::visit(
+              [&](auto& layer) {
+                layer.for_each_parameter([&](auto& p) { want.emplace_back(p.grad.data(), p.grad.size()); });
+              },
+              l);
         REQUIRE(got.size() == want.size());
         std::int64_t differ = 0;
         for (std::size_t q = 0; q < got.size(); ++q) {
@@ -423,8 +425,10 @@ TEST_CASE("Sequential: a ReLU fused into the linear layer below holds no buffer 
   auto build = [](bool relu_after_linear) {
     Sequential<float> m;
     m.add(Linear<float>(8, 16, 1));
-    if (relu_after_linear) m.add(ReLU<float>{});
-    else m.add(GELU<float>{});
+    if (relu_after_linear)
+      m.add(ReLU<float>{});
+    else
+      m.add(GELU<float>{});
     m.add(Linear<float>(16, 3, 2));
     return m;
   };
@@ -437,8 +441,9 @@ TEST_CASE("Sequential: a ReLU fused into the linear layer below holds no buffer 
   CHECK(apart.memory_bytes() - fused.memory_bytes() == one_act);
 }
 
-TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% training accuracy; steady steps allocate nothing",
-                        "[nn][sequential][train]", Indices) {
+TEMPLATE_LIST_TEST_CASE(
+    "a sparse MLP learns a synthetic problem to 100% training accuracy; steady steps allocate nothing",
+    "[nn][sequential][train]", Indices) {
   using Index = TestType;
   // 6 Gaussian clusters in 8 dimensions (centres on the first two axes), 3 classes that are
   // not linearly separable (opposite clusters share a class), noise well below the spacing.
@@ -485,7 +490,8 @@ TEMPLATE_LIST_TEST_CASE("a sparse MLP learns a synthetic problem to 100% trainin
 }
 
 #if SPRIG_HAS_OPENMP
-TEST_CASE("training steps of a sparse MLP with a dense head give the same bits at 1 and 2 threads", "[nn][sequential][threads]") {
+TEST_CASE("training steps of a sparse MLP with a dense head give the same bits at 1 and 2 threads",
+          "[nn][sequential][threads]") {
   // The whole step (fused bias + ReLU forward, loss, weight gradients, dX, AdamW) at sizes
   // where every kernel and element-wise pass runs on OpenMP threads; the dense head takes the
   // portable GEMM (the tests do not define SPRIG_USE_CBLAS; OpenBLAS would differ: gemm.hpp).

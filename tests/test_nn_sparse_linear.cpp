@@ -105,7 +105,8 @@ TEST_CASE("SparseLinear validates its arguments", "[nn][sparse_linear]") {
   CHECK_THROWS_WITH((SparseLinear<float, std::int32_t>(10, 10, {.density = 0.5, .growth_reserve = 65.0})),
                     Catch::Contains("SparseLinear: growth_reserve 65"));
   {
-    const SparseLinear<float, std::int32_t> grown(10, 10, {.density = 0.5, .padding_ratio = 0.0, .growth_reserve = 0.5});
+    const SparseLinear<float, std::int32_t> grown(10, 10,
+                                                  {.density = 0.5, .padding_ratio = 0.0, .growth_reserve = 0.5});
     CHECK(grown.weight.matrix.padding_ratio() == 0.0);
     CHECK(grown.weight.grad.capacity() >= grown.weight.grad.size() * 3 / 2);
   }
@@ -295,8 +296,9 @@ TEMPLATE_LIST_TEST_CASE("SparseLinear: a per-slot array kept by the caller follo
   std::vector<float> mine;
   auto tagged = [&] {
     std::int64_t ok = 0;
-    layer.weight.matrix.for_each_live(
-        [&](std::int64_t, std::int64_t, float v, std::int64_t s) { ok += mine[static_cast<std::size_t>(s)] == 4.0f * v; });
+    layer.weight.matrix.for_each_live([&](std::int64_t, std::int64_t, float v, std::int64_t s) {
+      ok += mine[static_cast<std::size_t>(s)] == 4.0f * v;
+    });
     return ok;
   };
   SlotLog log;

@@ -72,9 +72,12 @@ SparseParameter<float, std::int16_t> lattice(std::int64_t rows, std::int64_t col
     for (std::int64_t c = 0; c < cols; ++c) d(r, c) = (r * cols + c) % 3 == 0 ? 0.1f * float(r - c) + 0.05f : 0.0f;
   return SparseParameter<float, std::int16_t>(PaddedCSR<float, std::int16_t>::from_dense(d.view()));
 }
-float lattice_grad(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7f * float(r) + 1.3f * float(c) + 0.4f * float(t)); }
+float lattice_grad(std::int64_t r, std::int64_t c, std::int64_t t) {
+  return std::sin(0.7f * float(r) + 1.3f * float(c) + 0.4f * float(t));
+}
 void set_lattice_grad(SparseParameter<float, std::int16_t>& p, std::int64_t t) {
-  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float, std::int64_t s) { p.grad[s] = lattice_grad(r, c, t); });
+  p.matrix.for_each_live(
+      [&](std::int64_t r, std::int64_t c, float, std::int64_t s) { p.grad[s] = lattice_grad(r, c, t); });
 }
 void step_one(AdamW<float>& opt, SparseParameter<float, std::int16_t>& p) {
   opt.begin_step();
@@ -119,8 +122,8 @@ TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter'
     if (policy == AdamWBiasCorrection::per_slot) {
       CHECK(std::memcmp(&grown, &fresh.value[0], sizeof(float)) == 0);  // bitwise
       CHECK(p.state[2][p.matrix.find(2, 5)] == 1.0f);
-      CHECK(p.state[2][p.matrix.find(0, 0)] == 31.0f);  // live since step 1
-      CHECK(std::abs(grown) == Approx(0.01).epsilon(1e-4));   // about lr
+      CHECK(p.state[2][p.matrix.find(0, 0)] == 31.0f);       // live since step 1
+      CHECK(std::abs(grown) == Approx(0.01).epsilon(1e-4));  // about lr
     } else {
       // corrected with t = 31: lr * (1 - b1) c1(31) g / (sqrt((1 - b2) c2(31)) |g|), 3.2 lr here
       const double c1 = 1 / (1 - std::pow(0.9, 31.0)), c2 = 1 / (1 - std::pow(0.999, 31.0));

@@ -43,7 +43,8 @@ sprig::Linear<T>& dense_of(Model<T>& m) {
 template <class P>
 void poison_non_live(P& p) {
   std::vector<bool> live(p.grad.size(), false);
-  p.matrix.for_each_live([&](std::int64_t, std::int64_t, auto, std::int64_t s) { live[static_cast<std::size_t>(s)] = true; });
+  p.matrix.for_each_live(
+      [&](std::int64_t, std::int64_t, auto, std::int64_t s) { live[static_cast<std::size_t>(s)] = true; });
   for (std::size_t s = 0; s < live.size(); ++s)
     if (!live[s]) p.grad[s] = std::numeric_limits<typename P::value_type>::quiet_NaN();
 }
@@ -148,8 +149,8 @@ TEMPLATE_TEST_CASE("clip_grad_norm rejects bad max_norm and non-finite gradients
   // an infinity in the dense weight (parameter 2: sparse W, sparse b, dense W, dense b)
   dense_of(m).weight.grad[4] = std::numeric_limits<T>::infinity();
   CHECK(std::isinf(sprig::grad_norm(m)));
-  CHECK_THROWS_WITH(sprig::clip_grad_norm(m, 1.0), Contains("norm is inf") && Contains("parameter 2") &&
-                                                       Contains("nothing was scaled"));
+  CHECK_THROWS_WITH(sprig::clip_grad_norm(m, 1.0),
+                    Contains("norm is inf") && Contains("parameter 2") && Contains("nothing was scaled"));
   dense_of(m).weight.grad[4] = T(1);
   CHECK(same_bits(all_grads(m), before));
 

@@ -21,14 +21,14 @@ TEST_CASE("ConstantLR and StepLR", "[optim][schedule]") {
 
 TEST_CASE("CosineWarmupLR", "[optim][schedule]") {
   CosineWarmupLR c(0.1, 10, 110, 0.001);
-  CHECK(c(0) == Approx(0.01));   // (0 + 1) / 10 of the peak
+  CHECK(c(0) == Approx(0.01));  // (0 + 1) / 10 of the peak
   CHECK(c(4) == Approx(0.05));
   CHECK(c(9) == Approx(0.1));
-  CHECK(c(10) == Approx(0.1));   // start of the cosine: the peak
+  CHECK(c(10) == Approx(0.1));                  // start of the cosine: the peak
   CHECK(c(60) == Approx(0.001 + 0.099 * 0.5));  // half way: cos(pi/2) = 0
   CHECK(c(35) == Approx(0.001 + 0.099 * 0.5 * (1 + std::cos(3.14159265358979 / 4))));
   CHECK(c(110) == Approx(0.001));
-  CHECK(c(500) == Approx(0.001));  // clamped after the end
+  CHECK(c(500) == Approx(0.001));                          // clamped after the end
   for (int t = 10; t < 110; ++t) CHECK(c(t + 1) <= c(t));  // non-increasing after warmup
   CosineWarmupLR no_warmup(1.0, 0, 4);
   CHECK(no_warmup(0) == 1.0);
@@ -40,11 +40,17 @@ TEST_CASE("CosineWarmupLR", "[optim][schedule]") {
 namespace {
 // Whether a schedule's parameters can be overwritten past its constructor's checks.
 template <class S>
-constexpr bool step_size_writable = requires(S s) { s.step_size = std::int64_t{0}; };
+constexpr bool step_size_writable = requires(S s) {
+  s.step_size = std::int64_t{0};
+};
 template <class S>
-constexpr bool warmup_writable = requires(S s) { s.warmup = std::int64_t{0}; };
+constexpr bool warmup_writable = requires(S s) {
+  s.warmup = std::int64_t{0};
+};
 template <class S>
-constexpr bool total_writable = requires(S s) { s.total = std::int64_t{0}; };
+constexpr bool total_writable = requires(S s) {
+  s.total = std::int64_t{0};
+};
 }  // namespace
 
 TEST_CASE("schedules keep the parameters their constructor checked", "[optim][schedule]") {

@@ -44,7 +44,8 @@ struct AdamMath {
     s.w -= lr * (s.a / (1 - std::pow(b1, n))) / (std::sqrt(s.b / (1 - std::pow(b2, n))) + eps);
   }
   AdamW<double> make() const {
-    return AdamW<double>({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .bias_correction = Policy});
+    return AdamW<double>(
+        {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .bias_correction = Policy});
   }
 };
 using AdamPerSlot = AdamMath<AdamWBiasCorrection::per_slot>;
@@ -52,9 +53,9 @@ using AdamGlobal = AdamMath<AdamWBiasCorrection::global>;
 
 double grad_of(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7 * r + 1.3 * c + 0.4 * t); }
 
-using Cases = std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>,
-                         std::pair<AdamPerSlot, std::int16_t>, std::pair<AdamPerSlot, std::int32_t>,
-                         std::pair<AdamGlobal, std::int16_t>>;
+using Cases =
+    std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>, std::pair<AdamPerSlot, std::int16_t>,
+               std::pair<AdamPerSlot, std::int32_t>, std::pair<AdamGlobal, std::int16_t>>;
 
 }  // namespace
 
@@ -65,7 +66,9 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   auto opt = math.make();
   SparseParameter<double, Index> p(PaddedCSR<double, Index>::random_per_row(5, 12, 4, 9));
   std::map<std::pair<std::int64_t, std::int64_t>, Scalar> oracle;
-  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) { oracle[{r, c}] = {v, 0, 0, 0}; });
+  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) {
+    oracle[{r, c}] = {v, 0, 0, 0};
+  });
 
   auto poison_non_live = [&] {  // garbage where nothing is live must never reach a weight
     for (std::int64_t s = 0; s < p.matrix.storage_size(); ++s)
@@ -78,7 +81,8 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
   auto train_step = [&] {
     opt.begin_step();
     const std::int64_t t = opt.step_count();
-    p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
+    p.matrix.for_each_live(
+        [&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
     poison_non_live();
     opt.update(p);
     for (auto& [rc, sc] : oracle) math.step(sc, grad_of(rc.first, rc.second, t), t);
@@ -144,7 +148,8 @@ TEST_CASE("a fully dense SparseParameter trains exactly like a DenseParameter", 
     for (std::int64_t j = 0; j < C; ++j) dp.value[i * C + j] = init(i, j);
   AdamW<double> a1, a2;
   for (std::int64_t t = 1; t <= 4; ++t) {
-    sp.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double, std::int64_t s) { sp.grad[s] = grad_of(r, c, t); });
+    sp.matrix.for_each_live(
+        [&](std::int64_t r, std::int64_t c, double, std::int64_t s) { sp.grad[s] = grad_of(r, c, t); });
     for (std::int64_t i = 0; i < R; ++i)
       for (std::int64_t j = 0; j < C; ++j) dp.grad[i * C + j] = grad_of(i, j, t);
     a1.begin_step();
@@ -165,7 +170,8 @@ TEST_CASE("SparseParameter::reserve_growth: relocations within the reserve reall
   CHECK_THROWS_AS(p.reserve_growth(-0.5), ArgumentError);
   CHECK_THROWS_AS(p.reserve_growth(std::nan("")), ArgumentError);
   p.reserve_growth();
-  const auto reserve = static_cast<std::int64_t>(static_cast<double>(n) * SparseParameter<float, std::int32_t>::kGrowthReserve);
+  const auto reserve =
+      static_cast<std::int64_t>(static_cast<double>(n) * SparseParameter<float, std::int32_t>::kGrowthReserve);
   REQUIRE(reserve > 0);
   CHECK(p.matrix.storage_capacity() == n + reserve);
   CHECK(std::ssize(p.grad) == n);

@@ -20,9 +20,9 @@
 
 namespace {
 
-using AllPairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
-                            std::pair<double, std::int16_t>, std::pair<double, std::int32_t>,
-                            std::pair<double, std::int64_t>>;
+using AllPairs =
+    std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
+               std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
 
 using Catch::Matchers::Contains;
 
@@ -135,7 +135,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: empty matrices of every shape, including 0 r
   REQUIRE(m.nnz() == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: negative shapes are rejected by every constructor", "[padded_csr][errors]", AllPairs) {
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: negative shapes are rejected by every constructor", "[padded_csr][errors]",
+                        AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   using M = sprig::PaddedCSR<T, Index>;
@@ -467,7 +468,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: from_coo accepts any order and validates", "
     v.push_back(static_cast<T>(p + 1));
     model[{p / C, p % C}] = static_cast<T>(p + 1);
   }
-  const M a = M::from_coo(R, C, std::span<const std::int32_t>(ri), std::span<const std::int16_t>(ci), std::span<const T>(v));
+  const M a =
+      M::from_coo(R, C, std::span<const std::int32_t>(ri), std::span<const std::int16_t>(ci), std::span<const T>(v));
   REQUIRE_NOTHROW(a.check_invariants());
   require_tight_layout(a, sprig::kDefaultPaddingRatio);
   REQUIRE(a.nnz() == 90);
@@ -506,8 +508,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: from_coo accepts any order and validates", "
 
 // ---- random initialisation ------------------------------------------------------------
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: random_per_row gives exact, distinct, in-range, seeded rows", "[padded_csr][random]",
-                        AllPairs) {
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: random_per_row gives exact, distinct, in-range, seeded rows",
+                        "[padded_csr][random]", AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   using M = sprig::PaddedCSR<T, Index>;
@@ -561,16 +563,16 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: random_per_row never allocates rows x cols",
   const M m = M::random_per_row(R, C, 3, 5);
   REQUIRE(m.nnz() == 3 * R);
   REQUIRE(m.storage_size() == 4 * R);  // ceil(3 * 1.2) = 4 slots per row
-  const std::int64_t expected = 4 * R * static_cast<std::int64_t>(sizeof(T) + sizeof(Index)) + 3 * R * 8 +
-                                static_cast<std::int64_t>(sizeof(M));
+  const std::int64_t expected =
+      4 * R * static_cast<std::int64_t>(sizeof(T) + sizeof(Index)) + 3 * R * 8 + static_cast<std::int64_t>(sizeof(M));
   REQUIRE(m.memory_bytes() == expected);
   REQUIRE(m.memory_bytes() < R * C / 100);
   for (std::int64_t i = 0; i < R; i += 997) REQUIRE(m.row_nnz(i) == 3);
   REQUIRE_NOTHROW(m.check_invariants());
 }
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: random_total / random_density give an exact, uniform total",
-                        "[padded_csr][random]", AllPairs) {
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: random_total / random_density give an exact, uniform total", "[padded_csr][random]",
+                        AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   using M = sprig::PaddedCSR<T, Index>;

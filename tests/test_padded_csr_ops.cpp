@@ -16,16 +16,16 @@
 
 namespace {
 
-using AllPairs = std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
-                            std::pair<double, std::int16_t>, std::pair<double, std::int32_t>,
-                            std::pair<double, std::int64_t>>;
+using AllPairs =
+    std::tuple<std::pair<float, std::int16_t>, std::pair<float, std::int32_t>, std::pair<float, std::int64_t>,
+               std::pair<double, std::int16_t>, std::pair<double, std::int32_t>, std::pair<double, std::int64_t>>;
 
 using Key = std::pair<std::int64_t, std::int64_t>;
 
 // REQUIRE only when the condition fails: the same report, without the cost of recording
 // millions of passing assertions in the per-step checks.
-#define FAST_REQUIRE(...)            \
-  do {                               \
+#define FAST_REQUIRE(...)                     \
+  do {                                        \
     if (!(__VA_ARGS__)) REQUIRE(__VA_ARGS__); \
   } while (0)
 
@@ -270,9 +270,8 @@ struct Harness {
       }
       std::vector<Key> keys;
       for (std::int64_t s : all) {
-        const auto it = std::find_if(model.begin(), model.end(), [&](const auto& e) {
-          return m.find(e.first.first, e.first.second) == s;
-        });
+        const auto it = std::find_if(model.begin(), model.end(),
+                                     [&](const auto& e) { return m.find(e.first.first, e.first.second) == s; });
         REQUIRE(it != model.end());
         keys.push_back(it->first);
       }
@@ -345,8 +344,9 @@ struct Harness {
       std::int64_t expect_start = 0;
       for (std::int64_t i = 0; i < R; ++i) {
         REQUIRE(m.row_start(i) == expect_start);
-        REQUIRE(m.row_capacity(i) == std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
-                                                                  static_cast<double>(m.row_nnz(i)) * (1.0 + ratio)))));
+        REQUIRE(m.row_capacity(i) ==
+                std::max<std::int64_t>(1, static_cast<std::int64_t>(
+                                              std::ceil(static_cast<double>(m.row_nnz(i)) * (1.0 + ratio)))));
         expect_start += m.row_capacity(i);
         auto r = m.row(i);
         REQUIRE(std::vector<Index>(r.cols.begin(), r.cols.end()) == before[static_cast<std::size_t>(i)].second);
@@ -386,8 +386,9 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: random operation sequences agree with a map 
     for (int start = 0; start < 2; ++start, ++seed) {
       INFO("shape " << cfg.rows << "x" << cfg.cols << ", ratio " << cfg.ratio << ", density " << cfg.density
                     << ", start " << start << ", seed " << seed);
-      auto m = start == 0 ? sprig::PaddedCSR<T, Index>(cfg.rows, cfg.cols, cfg.ratio)
-                          : sprig::PaddedCSR<T, Index>::random_density(cfg.rows, cfg.cols, cfg.density, seed, cfg.ratio);
+      auto m = start == 0
+                   ? sprig::PaddedCSR<T, Index>(cfg.rows, cfg.cols, cfg.ratio)
+                   : sprig::PaddedCSR<T, Index>::random_density(cfg.rows, cfg.cols, cfg.density, seed, cfg.ratio);
       Harness<T, Index> h(std::move(m), seed);
       h.verify();
       constexpr int kSteps = 2000;  // x 12 runs: 24000 steps per (T, Index)
@@ -464,8 +465,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: growing a row past its capacity relocates it
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: one log accumulated over many operations replays correctly", "[padded_csr][ops][slots]",
-                        AllPairs) {
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: one log accumulated over many operations replays correctly",
+                        "[padded_csr][ops][slots]", AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   // Optimizers may replay a log only once per training step: the log of several operations,
@@ -499,8 +500,10 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: one log accumulated over many operations rep
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: reserve_rows moves the rows that lack room in one step, storage grows by exactly "
-                        "their capacities", "[padded_csr][ops][slots]", AllPairs) {
+TEMPLATE_LIST_TEST_CASE(
+    "PaddedCSR: reserve_rows moves the rows that lack room in one step, storage grows by exactly "
+    "their capacities",
+    "[padded_csr][ops][slots]", AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   Harness<T, Index> h(sprig::PaddedCSR<T, Index>::random_per_row(6, 40, 5, 3), 17);
@@ -539,8 +542,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: reserve_rows moves the rows that lack room i
   h.verify();
 }
 
-TEMPLATE_LIST_TEST_CASE("PaddedCSR: relocating rows one by one grows storage by about 1/8, not 2x",
-                        "[padded_csr][ops]", AllPairs) {
+TEMPLATE_LIST_TEST_CASE("PaddedCSR: relocating rows one by one grows storage by about 1/8, not 2x", "[padded_csr][ops]",
+                        AllPairs) {
   using T = typename TestType::first_type;
   using Index = typename TestType::second_type;
   auto m = sprig::PaddedCSR<T, Index>::random_per_row(400, 64, 10, 5);
@@ -619,7 +622,8 @@ TEMPLATE_LIST_TEST_CASE("PaddedCSR: group_columns orders rows by column block, s
       for (std::size_t q = 1; q < after.size(); ++q) FAST_REQUIRE((after[q] >> shift) >= (after[q - 1] >> shift));
       // stable: the same relative order within each block as before
       auto expected = before[static_cast<std::size_t>(i)];
-      std::stable_sort(expected.begin(), expected.end(), [&](std::int64_t a, std::int64_t b) { return (a >> shift) < (b >> shift); });
+      std::stable_sort(expected.begin(), expected.end(),
+                       [&](std::int64_t a, std::int64_t b) { return (a >> shift) < (b >> shift); });
       FAST_REQUIRE(after == expected);
     }
     // again: nothing to do, nothing moves, the topology stays the same

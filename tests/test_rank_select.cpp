@@ -48,7 +48,8 @@ TEMPLATE_TEST_CASE("key_of_rank and KeyRankSelector agree with a sort", "[core][
     KeyRankSelector<Key> selector;
     for (std::int64_t r : {std::int64_t{1}, static_cast<std::int64_t>(n + 1) / 2, static_cast<std::int64_t>(n)}) {
       INFO("n = " << n << ", r = " << r);
-      CHECK(key_of_rank<Key>(n, [&](std::size_t q) { return keys[q]; }, r) == sorted[static_cast<std::size_t>(r - 1)]);
+      CHECK(key_of_rank<Key>(
+                n, [&](std::size_t q) { return keys[q]; }, r) == sorted[static_cast<std::size_t>(r - 1)]);
       CHECK(selector.template select<false>(keys.data(), n, r) == sorted[static_cast<std::size_t>(r - 1)]);
       CHECK(selector.template select<true>(keys.data(), n, r) == sorted[n - static_cast<std::size_t>(r)]);
     }

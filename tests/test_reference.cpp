@@ -125,8 +125,7 @@ TEMPLATE_LIST_TEST_CASE("reference::transpose_entries on a hand-computed case", 
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("reference kernels agree with a dense long double computation", "[reference]",
-                        st::AllTypes) {
+TEMPLATE_LIST_TEST_CASE("reference kernels agree with a dense long double computation", "[reference]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   // Each result is a sum of n products in T: within gamma_n S <= n eps S of the exact value

@@ -66,8 +66,9 @@ TEST_CASE("CounterRng: the same (seed, keys) gives the same stream; counter() re
 
 TEST_CASE("CounterRng: different seeds or keys give different streams", "[rng]") {
   const auto base = draw(sprig::CounterRng(1, 2, 3), 64);
-  const sprig::CounterRng variants[] = {sprig::CounterRng(2, 2, 3), sprig::CounterRng(1, 3, 3), sprig::CounterRng(1, 2, 4),
-                                        sprig::CounterRng(1, 3, 2), sprig::CounterRng(1, 0, 0), sprig::CounterRng(0, 2, 3)};
+  const sprig::CounterRng variants[] = {sprig::CounterRng(2, 2, 3), sprig::CounterRng(1, 3, 3),
+                                        sprig::CounterRng(1, 2, 4), sprig::CounterRng(1, 3, 2),
+                                        sprig::CounterRng(1, 0, 0), sprig::CounterRng(0, 2, 3)};
   std::set<std::vector<std::uint64_t>> streams{base};
   for (const auto& v : variants) {
     const auto s = draw(v, 64);

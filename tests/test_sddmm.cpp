@@ -12,7 +12,7 @@
 #include <vector>
 
 #ifdef _OPENMP
-#include <omp.h>
+#  include <omp.h>
 #endif
 
 #include "kernel_test_support.hpp"
@@ -280,9 +280,9 @@ TEMPLATE_LIST_TEST_CASE("sddmm over column blocks is bitwise sddmm without them,
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   std::int64_t compared = 0;
-  const std::int64_t blocked = st::for_each_blocked_case<T, Index>(
-      [&](const st::Case& c, std::int64_t budget, const detail::ColumnBlocks&, const PaddedCSR<T, Index>& W,
-          KernelWorkspace<T>& ws) {
+  const std::int64_t blocked =
+      st::for_each_blocked_case<T, Index>([&](const st::Case& c, std::int64_t budget, const detail::ColumnBlocks&,
+                                              const PaddedCSR<T, Index>& W, KernelWorkspace<T>& ws) {
         CAPTURE(c, budget);
         CounterRng rng(c.seed, 0xB10D);
         st::Operand<T> dY(c.M, c.B, c.px, st::quiet_nan<T>());

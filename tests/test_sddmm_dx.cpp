@@ -14,7 +14,7 @@
 #include <vector>
 
 #ifdef _OPENMP
-#include <omp.h>
+#  include <omp.h>
 #endif
 
 #include "kernel_test_support.hpp"
@@ -80,9 +80,12 @@ bool check_case(const st::Case& c) {
   for (std::int64_t i = 0; i < c.K; ++i)
     for (std::int64_t j = 0; j < c.B; ++j) {
       const std::int64_t e = i * c.B + j;
-      if (e % 5 == 0) Xr(i, j) = T(0);
-      else if (e % 7 == 0) Xr(i, j) = -T(0);
-      else if (e == 3) Xr(i, j) = st::quiet_nan<T>();
+      if (e % 5 == 0)
+        Xr(i, j) = T(0);
+      else if (e % 7 == 0)
+        Xr(i, j) = -T(0);
+      else if (e == 3)
+        Xr(i, j) = st::quiet_nan<T>();
     }
   std::vector<T> got_relu = g0, got_plain = g0;
   st::Operand<T> dX_relu(c.K, c.B, c.py, T(-7)), dX_plain(c.K, c.B, c.py, T(-7));
@@ -113,7 +116,9 @@ bool check_case(const st::Case& c) {
   for (std::int64_t i = 0; i < c.K; ++i)
     for (std::int64_t j = 0; j < c.B; ++j) {
       const std::int64_t e = i * c.B + j;
-      D(i, j) = e % 6 == 0 ? T(0) : e == 4 ? st::quiet_nan<T>() : static_cast<T>(1.1 - 0.01 * static_cast<double>(e % 130));
+      D(i, j) = e % 6 == 0 ? T(0)
+                : e == 4   ? st::quiet_nan<T>()
+                           : static_cast<T>(1.1 - 0.01 * static_cast<double>(e % 130));
     }
   std::vector<T> got_gelu = g0;
   st::Operand<T> dX_gelu(c.K, c.B, c.py, T(-7));
@@ -132,8 +137,8 @@ bool check_case(const st::Case& c) {
   CHECK(dX_gelu.guard_violations() == 0);
   if (c.K > 0 && c.B > 0) {
     Matrix<T> small(c.K, c.B + 1);
-    CHECK_THROWS_AS(sddmm_dx(W, cache_gelu, dY.cview(), X.cview(), std::span<T>(got_gelu), dX_gelu.view(), ws_g,
-                             wst_g, FusedActivation::gelu, small.view()),
+    CHECK_THROWS_AS(sddmm_dx(W, cache_gelu, dY.cview(), X.cview(), std::span<T>(got_gelu), dX_gelu.view(), ws_g, wst_g,
+                             FusedActivation::gelu, small.view()),
                     ShapeError);
   }
   return one_pass;
@@ -141,8 +146,8 @@ bool check_case(const st::Case& c) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise sddmm + spmm_transposed and within the references' bound",
-                        "[sddmm_dx]", st::AllTypes) {
+TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise sddmm + spmm_transposed and within the references' bound", "[sddmm_dx]",
+                        st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   OneThread one;
@@ -156,8 +161,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx is bitwise sddmm + spmm_transposed and within 
   if (detail::kSimdFor<T>) CHECK(one_pass > 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole registers", "[sddmm_dx]",
-                        st::AllTypes) {
+TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole registers", "[sddmm_dx]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   OneThread one;
@@ -168,7 +172,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole regist
   if (detail::kSimdFor<T>) {
     CHECK(detail::sddmm_dx_one_pass(W, 2 * N, ws, wst));
     CHECK(detail::sddmm_dx_one_pass(W, 8 * N, ws, wst));
-    CHECK_FALSE(detail::sddmm_dx_one_pass(W, 9 * N, ws, wst));   // more than one register tile
+    CHECK_FALSE(detail::sddmm_dx_one_pass(W, 9 * N, ws, wst));      // more than one register tile
     CHECK_FALSE(detail::sddmm_dx_one_pass(W, 2 * N + 1, ws, wst));  // a batch tail
   } else {
     CHECK_FALSE(detail::sddmm_dx_one_pass(W, 2 * N, ws, wst));
@@ -181,8 +185,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx takes the one pass for a batch of whole regist
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("sddmm_dx follows topology changes of W (stale transpose cache)", "[sddmm_dx]",
-                        st::AllTypes) {
+TEMPLATE_LIST_TEST_CASE("sddmm_dx follows topology changes of W (stale transpose cache)", "[sddmm_dx]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   OneThread one;
@@ -204,7 +207,7 @@ TEMPLATE_LIST_TEST_CASE("sddmm_dx follows topology changes of W (stale transpose
     CHECK(st::bitwise_differences<T>(std::span<const T>(got), std::span<const T>(two)) == 0);
     CHECK(st::bitwise_differences<T>(dX.view(), dX_two.view()) == 0);
     st::scramble(W, 100 + static_cast<std::uint64_t>(round));  // erase, insert, relocate
-    for (T& v : W.values()) v = static_cast<T>(v * T(0.5));   // and new values
+    for (T& v : W.values()) v = static_cast<T>(v * T(0.5));    // and new values
   }
 }
 
@@ -287,9 +290,8 @@ TEMPLATE_TEST_CASE("sddmm_dx rejects outputs that overlap an input or each other
   TransposeCache<T, std::int32_t> cache;
   KernelWorkspace<T> ws, wst;
   const auto call = [&](ConstMatrixView<T> dy, ConstMatrixView<T> x, std::span<T> g, MatrixView<T> dx,
-                        FusedActivation act = FusedActivation::none, ConstMatrixView<T> xd = {}) {
-    sddmm_dx(W, cache, dy, x, g, dx, ws, wst, act, xd);
-  };
+                        FusedActivation act = FusedActivation::none,
+                        ConstMatrixView<T> xd = {}) { sddmm_dx(W, cache, dy, x, g, dx, ws, wst, act, xd); };
   CHECK_THROWS_AS(call(dY.view(), X.view(), std::span<T>(grad), dY.view()), ArgumentError);
   CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(grad), dY.view()),
                     Contains("sprig::sddmm_dx: dX overlaps dY"));
@@ -304,7 +306,8 @@ TEMPLATE_TEST_CASE("sddmm_dx rejects outputs that overlap an input or each other
   const MatrixView<T> dX_in_big(big.data() + S - 8, 8, 8);
   CHECK_THROWS_WITH(call(dY.view(), X.view(), std::span<T>(big.data(), S), dX_in_big),
                     Contains("sprig::sddmm_dx: grad overlaps dX"));
-  CHECK_THROWS_WITH(call(dY.view(), X.view(), W.values(), dX.view()), Contains("sprig::sddmm_dx: grad overlaps W's values"));
+  CHECK_THROWS_WITH(call(dY.view(), X.view(), W.values(), dX.view()),
+                    Contains("sprig::sddmm_dx: grad overlaps W's values"));
   bool untouched = true;
   for (std::int64_t i = 0; i < 8; ++i)
     for (std::int64_t b = 0; b < 8; ++b)

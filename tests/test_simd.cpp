@@ -85,8 +85,8 @@ TEST_CASE("arch_warning speaks only for vector kernels below the CPU's AVX2 + FM
   CHECK(below.find("-march=native") != std::string::npos);
   CHECK(detail::arch_warning("fma3+avx2", true, true).empty());
   CHECK(detail::arch_warning("avx512bw", true, true).empty());
-  CHECK(detail::arch_warning("sse2", false, false).empty());   // an old CPU: nothing better to build for
-  CHECK(detail::arch_warning("scalar", false, true).empty());  // a scalar build is a choice
+  CHECK(detail::arch_warning("sse2", false, false).empty());       // an old CPU: nothing better to build for
+  CHECK(detail::arch_warning("scalar", false, true).empty());      // a scalar build is a choice
   CHECK_FALSE(detail::arch_warning("avx2", false, true).empty());  // AVX2 without FMA
 }
 

@@ -21,8 +21,8 @@ Vec make(std::initializer_list<double> xs) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("SlotLog: each event kind replays as specified", "[slot_log]", std::vector<float>, std::vector<double>,
-                   sprig::AlignedVector<float>, sprig::AlignedVector<double>) {
+TEMPLATE_TEST_CASE("SlotLog: each event kind replays as specified", "[slot_log]", std::vector<float>,
+                   std::vector<double>, sprig::AlignedVector<float>, sprig::AlignedVector<double>) {
   using Vec = TestType;
 
   SECTION("an empty log leaves the state alone") {
@@ -77,11 +77,11 @@ TEMPLATE_TEST_CASE("SlotLog: each event kind replays as specified", "[slot_log]"
     // The sequence an erase in a relocated row produces, then a compact-like remap, then
     // another remap: checks the offsets into remap_sources().
     sprig::SlotLog log;
-    log.resize(6);    // {1, 2, 3, 4, 0, 0}
-    log.move(1, 4);   // {1, 2, 3, 4, 2, 0}
-    log.clear(1);     // {1, 0, 3, 4, 2, 0}
-    log.move(3, 0);   // {4, 0, 3, 4, 2, 0}
-    log.clear(3);     // {4, 0, 3, 0, 2, 0}
+    log.resize(6);   // {1, 2, 3, 4, 0, 0}
+    log.move(1, 4);  // {1, 2, 3, 4, 2, 0}
+    log.clear(1);    // {1, 0, 3, 4, 2, 0}
+    log.move(3, 0);  // {4, 0, 3, 4, 2, 0}
+    log.clear(3);    // {4, 0, 3, 0, 2, 0}
     const std::int64_t first[] = {4, 0, -1, 2};
     log.remap(first);  // {2, 4, 0, 3}
     const std::int64_t second[] = {3, 3, 1};
@@ -125,17 +125,23 @@ TEST_CASE("SlotLog: a sink receives the events in chunks and the state ends as w
   std::vector<std::vector<std::int64_t>> ops;  // kind, a, b
   for (int q = 0; q < 1000; ++q) {
     const std::int64_t kind = next(10);
-    if (kind < 5) ops.push_back({0, next(size), next(size)});
-    else if (kind < 9) ops.push_back({1, next(size), 0});
-    else ops.push_back({2, size += 1 + next(5), 0});
+    if (kind < 5)
+      ops.push_back({0, next(size), next(size)});
+    else if (kind < 9)
+      ops.push_back({1, next(size), 0});
+    else
+      ops.push_back({2, size += 1 + next(5), 0});
   }
   std::vector<double> base(50);
   for (std::size_t i = 0; i < base.size(); ++i) base[i] = 1.0 + static_cast<double>(i);
   auto record = [&](sprig::SlotLog& log, bool flush_between) {
     for (const auto& op : ops) {
-      if (op[0] == 0) log.move(op[1], op[2]);
-      else if (op[0] == 1) log.clear(op[1]);
-      else log.resize(op[1]);
+      if (op[0] == 0)
+        log.move(op[1], op[2]);
+      else if (op[0] == 1)
+        log.clear(op[1]);
+      else
+        log.resize(op[1]);
       if (flush_between) log.flush_if_full();
     }
     log.flush();

@@ -13,7 +13,7 @@
 #include <vector>
 
 #ifdef _OPENMP
-#include <omp.h>
+#  include <omp.h>
 #endif
 
 #include "kernel_test_support.hpp"
@@ -259,11 +259,11 @@ TEMPLATE_LIST_TEST_CASE("spmm rejects mismatched shapes with ShapeError and leav
   Matrix<T> X_rows(5, 5, T(1)), Y_rows(7, 5, T(7)), Y_cols(6, 4, T(7)), Y_empty(0, 5), X_empty(0, 5);
   for (Update mode : {Update::overwrite, Update::accumulate}) {
     CAPTURE(st::name(mode));
-    CHECK_THROWS_AS(spmm(W, X_rows.view(), Y.view(), mode), ShapeError);    // X rows != K
-    CHECK_THROWS_AS(spmm(W, X.view(), Y_rows.view(), mode), ShapeError);    // Y rows != M
-    CHECK_THROWS_AS(spmm(W, X.view(), Y_cols.view(), mode), ShapeError);    // Y cols != X cols
-    CHECK_THROWS_AS(spmm(W, X.view(), Y_empty.view(), mode), ShapeError);   // Y has 0 rows
-    CHECK_THROWS_AS(spmm(W, X_empty.view(), Y.view(), mode), ShapeError);   // X has 0 rows
+    CHECK_THROWS_AS(spmm(W, X_rows.view(), Y.view(), mode), ShapeError);   // X rows != K
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_rows.view(), mode), ShapeError);   // Y rows != M
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_cols.view(), mode), ShapeError);   // Y cols != X cols
+    CHECK_THROWS_AS(spmm(W, X.view(), Y_empty.view(), mode), ShapeError);  // Y has 0 rows
+    CHECK_THROWS_AS(spmm(W, X_empty.view(), Y.view(), mode), ShapeError);  // X has 0 rows
   }
   bool untouched = true;
   for (std::int64_t i = 0; i < 6; ++i)

@@ -19,7 +19,7 @@
 #include "sprig/kernels/spmm_transposed.hpp"
 
 #ifdef _OPENMP
-#include <omp.h>
+#  include <omp.h>
 #endif
 
 using namespace sprig;
@@ -55,7 +55,7 @@ void check_transposed(const PaddedCSR<T, Index>& W, const Transposed<T, Index>& 
       const std::int64_t t = r.start + static_cast<std::int64_t>(q);
       live[static_cast<std::size_t>(t)] = 1;
       const std::int64_t src = Tr.source_slot[static_cast<std::size_t>(t)];
-      wrong += r.cols[q] != w[q].row;                     // ascending row of W, as documented
+      wrong += r.cols[q] != w[q].row;  // ascending row of W, as documented
       wrong += !st::same_bits(r.values[q], w[q].value);
       wrong += src != w[q].slot;
       // and the slot really holds this entry in W
@@ -87,7 +87,7 @@ std::vector<PaddedCSR<T, Index>> sample_matrices() {
     out.push_back(std::move(scrambled));
   }
   out.push_back(st::random_matrix<T, Index>(9, 14, 1.0, seed++, 0.0, 0.0));  // dense
-  out.emplace_back(9, 14);                                                      // empty
+  out.emplace_back(9, 14);                                                   // empty
   return out;
 }
 
@@ -249,7 +249,7 @@ TEMPLATE_LIST_TEST_CASE("dX = spmm(cache.get(W), dY) equals the dense W^T dY, be
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
     if (round == 1)
-      for (T& v : W.values()) v = v * T(0.5) - T(0.125) * (v != T(0));  // value change: refresh
+      for (T& v : W.values()) v = v * T(0.5) - T(0.125) * (v != T(0));    // value change: refresh
     if (round == 2) W.insert(0, st::absent_column(W, 0, pick), T(-0.5));  // rebuild
     for (std::int64_t B : {1, 8, 17, 64}) {
       CAPTURE(B);
@@ -282,8 +282,8 @@ namespace {
 // dX from spmm_transposed against reference::spmm on a freshly built transpose(W), with the
 // spmm error bound (each element sums the live entries of one column of W).
 template <Value T, ColumnIndex Index>
-st::Mismatches check_spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
-                                     const st::Case& c, Update mode, KernelWorkspace<T>* ws, std::uint64_t salt,
+st::Mismatches check_spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, const st::Case& c,
+                                     Update mode, KernelWorkspace<T>* ws, std::uint64_t salt,
                                      std::int64_t& guard_violations) {
   CounterRng rng(c.seed, salt);
   st::Operand<T> dY(W.rows(), c.B, c.px, st::quiet_nan<T>());
@@ -307,8 +307,9 @@ st::Mismatches check_spmm_transposed(const PaddedCSR<T, Index>& W, TransposeCach
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("spmm_transposed matches the reference W^T dY, with stale cache values and after topology changes",
-                        "[transpose][spmm_transposed]", st::AllTypes) {
+TEMPLATE_LIST_TEST_CASE(
+    "spmm_transposed matches the reference W^T dY, with stale cache values and after topology changes",
+    "[transpose][spmm_transposed]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;
   KernelWorkspace<T> shared_ws;  // reused across every case and matrix
@@ -560,8 +561,8 @@ TEST_CASE("A structure-only W transposes its structure; asking for its values is
   sprig::transpose_into(W, out, 0.0, false);
   const auto ref = sprig::transpose(valued);
   REQUIRE(out.source_slot == ref.source_slot);
-  REQUIRE(std::equal(out.matrix.col_indices().begin(), out.matrix.col_indices().end(),
-                     ref.matrix.col_indices().begin(), ref.matrix.col_indices().end()));
+  REQUIRE(std::equal(out.matrix.col_indices().begin(), out.matrix.col_indices().end(), ref.matrix.col_indices().begin(),
+                     ref.matrix.col_indices().end()));
   // a cache that held another matrix's values syncs to the structure-only one without them
   sprig::TransposeCache<float, std::int32_t> cache;
   cache.get(valued);

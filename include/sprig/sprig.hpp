@@ -59,10 +59,10 @@
 #include "models/mlp.hpp"
 
 #include "dst/algorithm.hpp"
-#include "dst/density.hpp"        // forwarding, deprecated: models/density.hpp
+#include "dst/density.hpp"  // forwarding, deprecated: models/density.hpp
 #include "dst/drop_grow.hpp"
 #include "dst/fan_in.hpp"
-#include "dst/gpt_builder.hpp"    // forwarding, deprecated: models/gpt.hpp
+#include "dst/gpt_builder.hpp"  // forwarding, deprecated: models/gpt.hpp
 #include "dst/granet.hpp"
 #include "dst/live_count.hpp"
 #include "dst/model_builder.hpp"  // forwarding, deprecated: models/mlp.hpp

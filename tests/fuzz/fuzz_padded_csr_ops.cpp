@@ -53,7 +53,8 @@ struct Harness {
   void check() {
     m.check_invariants();
     if (m.nnz() != static_cast<std::int64_t>(ref.size())) fail("nnz differs from the model", m.nnz(), long(ref.size()));
-    if (static_cast<std::int64_t>(tag.size()) != m.storage_size()) fail("state size != storage", long(tag.size()), m.storage_size());
+    if (static_cast<std::int64_t>(tag.size()) != m.storage_size())
+      fail("state size != storage", long(tag.size()), m.storage_size());
     std::vector<char> live(tag.size(), 0);
     m.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t s) {
       const auto it = ref.find({r, c});

@@ -14,7 +14,8 @@
 namespace fs = std::filesystem;
 
 static void write(const fs::path& p, const std::vector<std::byte>& b) {
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 int main(int argc, char** argv) {
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
   write(dir / "reader" / "csr_f32_i32", sprig::encode_padded_csr(csr));
   csr.insert_new(0, 6 - (csr.find(0, 6) >= 0), 1.5f);  // may relocate row 0
   write(dir / "reader" / "csr_f32_i32_relocated", sprig::encode_padded_csr(csr));
-  write(dir / "reader" / "csr_f64_i16", sprig::encode_padded_csr(sprig::PaddedCSR<double, std::int16_t>::random_density(4, 9, 0.3, 4)));
+  write(dir / "reader" / "csr_f64_i16",
+        sprig::encode_padded_csr(sprig::PaddedCSR<double, std::int16_t>::random_density(4, 9, 0.3, 4)));
   write(dir / "reader" / "csr_f32_i64_empty", sprig::encode_padded_csr(sprig::PaddedCSR<float, std::int64_t>(3, 0)));
   n += 4;
 
@@ -55,7 +57,8 @@ int main(int argc, char** argv) {
   write(dir / "reader" / "state_trained", sprig::encode_training_state(m, sgd, {.step = 5, .seed = 1}, &rigl));
   write(dir / "reader" / "state_no_dst", sprig::encode_training_state(m, sgd, {.step = 5}));
   const sprig::RunSettings settings = {{"hidden", "8"}, {"optimizer", "sgd"}, {"data", "x.idx"}, {"note", ""}};
-  write(dir / "reader" / "state_settings", sprig::encode_training_state(m, sgd, {.step = 5, .seed = 1}, &rigl, settings));
+  write(dir / "reader" / "state_settings",
+        sprig::encode_training_state(m, sgd, {.step = 5, .seed = 1}, &rigl, settings));
   n += 4;
 
   const std::vector<std::vector<std::uint8_t>> programs = {

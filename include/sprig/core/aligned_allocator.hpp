@@ -28,9 +28,9 @@ struct AlignedAllocator {
 
   T* allocate(std::size_t n) {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{Align}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{Align}));
   }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{Align}); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{Align}); }
 
   template <class U>
   bool operator==(const AlignedAllocator<U, Align>&) const noexcept {

@@ -35,7 +35,7 @@ namespace sprig {
 
 // Block shapes sprig instantiates: at least 1 x 1, at most 256 values per block.
 template <int R, int C>
-concept BlockShape = R >= 1 && C >= 1 && R * C <= 256;
+concept BlockShape = R >= 1 && C >= 1 && R* C <= 256;
 
 // How many blocks of `block` rows (or columns) cover n of them: ceil(n / block), the last
 // possibly partial; the grid extent of an n-row (n-column) matrix. Precondition block >= 1;
@@ -94,8 +94,7 @@ public:
   // The blocks that hold any live entry of W (live zeros included), so that to_padded_csr()
   // gives back a superset of W's entries with the same values. O(nnz(W) + blocks).
   static BlockPaddedCSR from_padded_csr(const PaddedCSR<T, Index>& W, double padding_ratio = kDefaultPaddingRatio) {
-    if (W.structure_only())
-      throw ArgumentError("BlockPaddedCSR::from_padded_csr: W is structure-only (no values)");
+    if (W.structure_only()) throw ArgumentError("BlockPaddedCSR::from_padded_csr: W is structure-only (no values)");
     const std::int64_t bc = blocks_covering(W.cols(), C);
     std::vector<std::int64_t> bi, bj, mark(static_cast<std::size_t>(bc), -1);
     for (std::int64_t i = 0; i < blocks_covering(W.rows(), R); ++i) {
@@ -123,8 +122,8 @@ public:
                                double padding_ratio = kDefaultPaddingRatio) {
     BlockPaddedCSR m;
     m.set_shape("BlockPaddedCSR::random", rows, cols);
-    m.pattern_ = PaddedCSR<T, Index>::random_total(blocks_covering(rows, R), blocks_covering(cols, C), nnz_blocks,
-                                                   seed, padding_ratio);
+    m.pattern_ = PaddedCSR<T, Index>::random_total(blocks_covering(rows, R), blocks_covering(cols, C), nnz_blocks, seed,
+                                                   padding_ratio);
     m.pattern_.drop_values();
     m.values_.assign(static_cast<std::size_t>(m.pattern_.storage_size() * kBlockSize), T(0));
     CounterRng rng(seed, kValueStream);
@@ -158,12 +157,12 @@ public:
     BlockPaddedCSR m;
     m.set_shape(fn, rows, cols);
     if (pattern.rows() != blocks_covering(rows, R) || pattern.cols() != blocks_covering(cols, C))
-      throw ShapeError(detail::message(fn, ": a ", pattern.rows(), "x", pattern.cols(), " block pattern for a ",
-                                       rows, "x", cols, " matrix in ", R, "x", C, " blocks (needs ",
-                                       blocks_covering(rows, R), "x", blocks_covering(cols, C), ")"));
+      throw ShapeError(detail::message(fn, ": a ", pattern.rows(), "x", pattern.cols(), " block pattern for a ", rows,
+                                       "x", cols, " matrix in ", R, "x", C, " blocks (needs ", blocks_covering(rows, R),
+                                       "x", blocks_covering(cols, C), ")"));
     if (std::ssize(values) != pattern.storage_size() * kBlockSize)
-      throw ShapeError(detail::message(fn, ": ", values.size(), " values for ", pattern.storage_size(), " slots of ",
-                                       kBlockSize));
+      throw ShapeError(
+          detail::message(fn, ": ", values.size(), " values for ", pattern.storage_size(), " slots of ", kBlockSize));
     pattern.drop_values();
     m.pattern_ = std::move(pattern);
     m.values_ = std::move(values);
@@ -386,9 +385,8 @@ private:
     if (rows < 0 || cols < 0) throw ShapeError(detail::message(fn, ": negative shape ", rows, "x", cols));
     constexpr auto max_index = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
     if (blocks_covering(cols, C) - 1 > max_index)
-      throw ArgumentError(detail::message(fn, ": ", blocks_covering(cols, C), " block columns (", cols,
-                                          " columns / ", C, ") cannot be indexed by a ", sizeof(Index) * 8,
-                                          "-bit index"));
+      throw ArgumentError(detail::message(fn, ": ", blocks_covering(cols, C), " block columns (", cols, " columns / ",
+                                          C, ") cannot be indexed by a ", sizeof(Index) * 8, "-bit index"));
     rows_ = rows;
     cols_ = cols;
   }

@@ -12,7 +12,6 @@ concept Value = std::same_as<T, float> || std::same_as<T, double>;
 
 // Column index type: a signed integer so that -1 can mark a padding slot.
 template <class I>
-concept ColumnIndex =
-    std::same_as<I, std::int16_t> || std::same_as<I, std::int32_t> || std::same_as<I, std::int64_t>;
+concept ColumnIndex = std::same_as<I, std::int16_t> || std::same_as<I, std::int32_t> || std::same_as<I, std::int64_t>;
 
 }  // namespace sprig

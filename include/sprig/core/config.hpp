@@ -14,11 +14,10 @@
 #  ifdef NDEBUG
 #    define SPRIG_ASSERT(cond, msg) ((void)0)
 #  else
-#    define SPRIG_ASSERT(cond, msg)                                                      \
-       ((cond) ? (void)0                                                                 \
-               : (std::fprintf(stderr, "sprig: assertion failed: %s (%s) at %s:%d\n", #cond, \
-                               msg, __FILE__, __LINE__),                                 \
-                  std::abort()))
+#    define SPRIG_ASSERT(cond, msg)                                                                                   \
+      ((cond) ? (void)0                                                                                               \
+              : (std::fprintf(stderr, "sprig: assertion failed: %s (%s) at %s:%d\n", #cond, msg, __FILE__, __LINE__), \
+                 std::abort()))
 #  endif
 #endif
 

@@ -30,12 +30,9 @@ struct ViewBase {
   ViewBase() = default;
   ViewBase(Ptr data, std::int64_t rows, std::int64_t cols, std::int64_t stride)
       : data_(data), rows_(rows), cols_(cols), stride_(stride) {
-    if (rows < 0 || cols < 0)
-      throw ShapeError(message("MatrixView: negative shape ", rows, "x", cols));
-    if (stride < cols)
-      throw ShapeError(message("MatrixView: row stride ", stride, " is smaller than cols ", cols));
-    if (data == nullptr && rows * cols != 0)
-      throw ArgumentError("MatrixView: null data for a non-empty view");
+    if (rows < 0 || cols < 0) throw ShapeError(message("MatrixView: negative shape ", rows, "x", cols));
+    if (stride < cols) throw ShapeError(message("MatrixView: row stride ", stride, " is smaller than cols ", cols));
+    if (data == nullptr && rows * cols != 0) throw ArgumentError("MatrixView: null data for a non-empty view");
   }
 };
 
@@ -52,10 +49,8 @@ class MatrixView : private detail::ViewBase<T*> {
 public:
   using value_type = T;
   MatrixView() = default;
-  MatrixView(T* data, std::int64_t rows, std::int64_t cols)
-      : Base(data, rows, cols, cols) {}
-  MatrixView(T* data, std::int64_t rows, std::int64_t cols, std::int64_t stride)
-      : Base(data, rows, cols, stride) {}
+  MatrixView(T* data, std::int64_t rows, std::int64_t cols) : Base(data, rows, cols, cols) {}
+  MatrixView(T* data, std::int64_t rows, std::int64_t cols, std::int64_t stride) : Base(data, rows, cols, stride) {}
 
   T* data() const noexcept { return this->data_; }
   std::int64_t rows() const noexcept { return this->rows_; }
@@ -70,8 +65,8 @@ public:
   // The sub-block [r0, r0 + nr) x [c0, c0 + nc), sharing this view's stride.
   MatrixView block(std::int64_t r0, std::int64_t c0, std::int64_t nr, std::int64_t nc) const {
     if (r0 < 0 || c0 < 0 || nr < 0 || nc < 0 || r0 + nr > rows() || c0 + nc > cols())
-      throw ShapeError(detail::message("MatrixView::block: [", r0, "+", nr, ") x [", c0, "+", nc,
-                                       ") exceeds ", rows(), "x", cols()));
+      throw ShapeError(detail::message("MatrixView::block: [", r0, "+", nr, ") x [", c0, "+", nc, ") exceeds ", rows(),
+                                       "x", cols()));
     return MatrixView(nr * nc == 0 && data() == nullptr ? nullptr : row(r0) + c0, nr, nc, stride());
   }
 
@@ -88,8 +83,7 @@ class ConstMatrixView : private detail::ViewBase<const T*> {
 public:
   using value_type = T;
   ConstMatrixView() = default;
-  ConstMatrixView(const T* data, std::int64_t rows, std::int64_t cols)
-      : Base(data, rows, cols, cols) {}
+  ConstMatrixView(const T* data, std::int64_t rows, std::int64_t cols) : Base(data, rows, cols, cols) {}
   ConstMatrixView(const T* data, std::int64_t rows, std::int64_t cols, std::int64_t stride)
       : Base(data, rows, cols, stride) {}
   ConstMatrixView(MatrixView<T> v)  // NOLINT: implicit by design
@@ -106,10 +100,9 @@ public:
   }
   ConstMatrixView block(std::int64_t r0, std::int64_t c0, std::int64_t nr, std::int64_t nc) const {
     if (r0 < 0 || c0 < 0 || nr < 0 || nc < 0 || r0 + nr > rows() || c0 + nc > cols())
-      throw ShapeError(detail::message("ConstMatrixView::block: [", r0, "+", nr, ") x [", c0, "+",
-                                       nc, ") exceeds ", rows(), "x", cols()));
-    return ConstMatrixView(nr * nc == 0 && data() == nullptr ? nullptr : row(r0) + c0, nr, nc,
-                           stride());
+      throw ShapeError(detail::message("ConstMatrixView::block: [", r0, "+", nr, ") x [", c0, "+", nc, ") exceeds ",
+                                       rows(), "x", cols()));
+    return ConstMatrixView(nr * nc == 0 && data() == nullptr ? nullptr : row(r0) + c0, nr, nc, stride());
   }
 };
 
@@ -128,10 +121,8 @@ public:
 
   // Reshapes, reusing the allocation when it is large enough; contents become `init`.
   void resize(std::int64_t rows, std::int64_t cols, std::int64_t stride, T init = T(0)) {
-    if (rows < 0 || cols < 0)
-      throw ShapeError(detail::message("Matrix: negative shape ", rows, "x", cols));
-    if (stride < cols)
-      throw ShapeError(detail::message("Matrix: row stride ", stride, " is smaller than cols ", cols));
+    if (rows < 0 || cols < 0) throw ShapeError(detail::message("Matrix: negative shape ", rows, "x", cols));
+    if (stride < cols) throw ShapeError(detail::message("Matrix: row stride ", stride, " is smaller than cols ", cols));
     rows_ = rows;
     cols_ = cols;
     stride_ = stride;
@@ -163,9 +154,7 @@ public:
 
   void fill(T value) { std::fill(storage_.begin(), storage_.end(), value); }
   // Bytes owned (allocation capacity, not just the live rows x cols).
-  std::int64_t memory_bytes() const noexcept {
-    return static_cast<std::int64_t>(storage_.capacity() * sizeof(T));
-  }
+  std::int64_t memory_bytes() const noexcept { return static_cast<std::int64_t>(storage_.capacity() * sizeof(T)); }
 
 private:
   std::int64_t rows_ = 0;
@@ -231,9 +220,8 @@ void check_no_overlap(const char* fn, const char* out_name, const Out& out, cons
 template <Value T>
 void transpose_into(std::type_identity_t<ConstMatrixView<T>> src, std::type_identity_t<MatrixView<T>> dst) {
   if (dst.rows() != src.cols() || dst.cols() != src.rows())
-    throw ShapeError(detail::message("transpose_into: src is ", src.rows(), "x", src.cols(),
-                                     " but dst is ", dst.rows(), "x", dst.cols(), " (expected ",
-                                     src.cols(), "x", src.rows(), ")"));
+    throw ShapeError(detail::message("transpose_into: src is ", src.rows(), "x", src.cols(), " but dst is ", dst.rows(),
+                                     "x", dst.cols(), " (expected ", src.cols(), "x", src.rows(), ")"));
   detail::check_no_overlap("transpose_into", "dst", dst, "src", src);
   constexpr std::int64_t tile = 32;  // keeps both the read and the write side in L1
   for (std::int64_t i0 = 0; i0 < src.rows(); i0 += tile)

@@ -139,7 +139,8 @@ public:
   std::int64_t cols() const noexcept { return cols_; }
   std::int64_t nnz() const noexcept { return nnz_; }
   double density() const noexcept {
-    return rows_ * cols_ == 0 ? 0.0 : static_cast<double>(nnz_) / (static_cast<double>(rows_) * static_cast<double>(cols_));
+    return rows_ * cols_ == 0 ? 0.0
+                              : static_cast<double>(nnz_) / (static_cast<double>(rows_) * static_cast<double>(cols_));
   }
   double padding_ratio() const noexcept { return padding_ratio_; }
   std::uint64_t topology_version() const noexcept { return topology_version_; }
@@ -174,7 +175,8 @@ public:
   // with this one. Throws ShapeError unless values holds storage_size() entries. O(storage).
   PaddedCSR with_values(AlignedVector<T> values) const {
     if (std::ssize(values) != storage_size())
-      throw ShapeError(detail::message("PaddedCSR::with_values: ", values.size(), " values for ", storage_size(), " slots"));
+      throw ShapeError(
+          detail::message("PaddedCSR::with_values: ", values.size(), " values for ", storage_size(), " slots"));
     PaddedCSR m(*this);
     m.values_ = std::move(values);
     m.structure_only_ = false;
@@ -318,7 +320,8 @@ public:
     nnz_ -= row_nnz_[row];
     row_nnz_[row] = 0;
     if (n > row_capacity_[row]) relocate_row(row, std::max(n, 2 * row_capacity_[row]), log);
-    for (std::int64_t q = 0; q < n; ++q) put(row_start_[row] + q, static_cast<Index>(entries[q].first), entries[q].second);
+    for (std::int64_t q = 0; q < n; ++q)
+      put(row_start_[row] + q, static_cast<Index>(entries[q].first), entries[q].second);
     row_nnz_[row] = n;
     nnz_ += n;
     ++topology_version_;
@@ -398,7 +401,8 @@ public:
 
   // Capacity a row of n live entries gets at the given padding ratio.
   static std::int64_t capacity_for(std::int64_t n, double padding_ratio) noexcept {
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 + padding_ratio))));
+    return std::max<std::int64_t>(1,
+                                  static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 + padding_ratio))));
   }
 
 private:
@@ -418,8 +422,7 @@ private:
   }
 
   static void check_ratio(const char* fn, double r) {
-    if (!(r >= 0.0 && r <= 64.0))
-      throw ArgumentError(detail::message(fn, ": padding ratio ", r, " outside [0, 64]"));
+    if (!(r >= 0.0 && r <= 64.0)) throw ArgumentError(detail::message(fn, ": padding ratio ", r, " outside [0, 64]"));
   }
 
   void check_position(const char* fn, std::int64_t row, std::int64_t col) const {
@@ -508,11 +511,13 @@ private:
   std::vector<std::int64_t> slot_owners(const std::vector<std::int64_t>& sorted_desc) const {
     std::vector<std::int64_t> order(static_cast<std::size_t>(rows_));
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return row_start_[a] < row_start_[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](std::int64_t a, std::int64_t b) { return row_start_[a] < row_start_[b]; });
     std::vector<std::int64_t> owner(sorted_desc.size());
     for (std::size_t q = 0; q < sorted_desc.size(); ++q) {
       const std::int64_t s = sorted_desc[q];
-      auto it = std::upper_bound(order.begin(), order.end(), s, [&](std::int64_t v, std::int64_t r) { return v < row_start_[r]; });
+      auto it = std::upper_bound(order.begin(), order.end(), s,
+                                 [&](std::int64_t v, std::int64_t r) { return v < row_start_[r]; });
       if (it == order.begin()) throw ArgumentError(detail::message("PaddedCSR::erase_slots: slot ", s, " is not live"));
       const std::int64_t r = *(it - 1);
       if (s >= row_start_[r] + row_nnz_[r])

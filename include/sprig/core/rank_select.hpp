@@ -84,8 +84,10 @@ public:
       count_[static_cast<std::size_t>(keys[q] >> kShift)] = 0;
     }
     const auto nth = inside_.begin() + (r - 1 - before);
-    if constexpr (Largest) std::nth_element(inside_.begin(), nth, inside_.end(), std::greater<>());
-    else std::nth_element(inside_.begin(), nth, inside_.end());
+    if constexpr (Largest)
+      std::nth_element(inside_.begin(), nth, inside_.end(), std::greater<>());
+    else
+      std::nth_element(inside_.begin(), nth, inside_.end());
     return *nth;
   }
 

@@ -40,9 +40,7 @@ public:
   static constexpr result_type min() noexcept { return 0; }
   static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
 
-  constexpr result_type operator()() noexcept {
-    return detail::mix64(key_ + (++counter_) * detail::kGoldenGamma);
-  }
+  constexpr result_type operator()() noexcept { return detail::mix64(key_ + (++counter_) * detail::kGoldenGamma); }
 
   // How many numbers this stream has produced; with the constructor arguments it
   // restores the generator exactly (checkpoints store it).

@@ -39,8 +39,8 @@ public:
   void resize(std::int64_t size) { events_.push_back({Kind::Resize, size, 0}); }
   // A whole-array permutation: new slot s takes old slot sources[s] (or zero if -1).
   void remap(std::span<const std::int64_t> sources) {
-    events_.push_back({Kind::Remap, static_cast<std::int64_t>(sources.size()),
-                       static_cast<std::int64_t>(remap_sources_.size())});
+    events_.push_back(
+        {Kind::Remap, static_cast<std::int64_t>(sources.size()), static_cast<std::int64_t>(remap_sources_.size())});
     remap_sources_.insert(remap_sources_.end(), sources.begin(), sources.end());
   }
 

@@ -82,8 +82,8 @@ void gather_examples(std::type_identity_t<ConstMatrixView<T>> src, DataLayout la
   const auto batch = static_cast<std::int64_t>(indices.size());
   if (dst.rows() != features || dst.cols() != batch)
     throw ShapeError(detail::message("gather_examples: source has ", features, " features, ", batch,
-                                     " indices, so dst must be ", features, "x", batch, " but is ", dst.rows(),
-                                     "x", dst.cols()));
+                                     " indices, so dst must be ", features, "x", batch, " but is ", dst.rows(), "x",
+                                     dst.cols()));
   for (std::int64_t b = 0; b < batch; ++b)
     if (indices[static_cast<std::size_t>(b)] < 0 || indices[static_cast<std::size_t>(b)] >= n)
       throw ArgumentError(detail::message("gather_examples: index ", indices[static_cast<std::size_t>(b)],
@@ -126,9 +126,9 @@ struct BatchOptions {
 // One gathered batch: views into the caller's storage, `size()` examples wide.
 template <Value T, class Label>
 struct Batch {
-  MatrixView<T> x;                          // [features x size()]
-  std::span<Label> labels;                  // size()
-  std::span<const std::int64_t> examples;   // which source examples, in batch order
+  MatrixView<T> x;                         // [features x size()]
+  std::span<Label> labels;                 // size()
+  std::span<const std::int64_t> examples;  // which source examples, in batch order
 
   std::int64_t size() const noexcept { return x.cols(); }
 };
@@ -163,12 +163,8 @@ public:
     start_epoch(0);
   }
 
-  std::int64_t examples() const noexcept {
-    return layout_ == DataLayout::example_major ? data_.rows() : data_.cols();
-  }
-  std::int64_t features() const noexcept {
-    return layout_ == DataLayout::example_major ? data_.cols() : data_.rows();
-  }
+  std::int64_t examples() const noexcept { return layout_ == DataLayout::example_major ? data_.rows() : data_.cols(); }
+  std::int64_t features() const noexcept { return layout_ == DataLayout::example_major ? data_.cols() : data_.rows(); }
   const BatchOptions& options() const noexcept { return options_; }
   std::uint64_t epoch() const noexcept { return epoch_; }
 
@@ -202,7 +198,7 @@ public:
   std::span<const std::int64_t> batch_examples(std::int64_t k) const {
     const std::int64_t size = batch_size(k);
     return std::span<const std::int64_t>(order_).subspan(static_cast<std::size_t>(k * options_.batch_size),
-                                                        static_cast<std::size_t>(size));
+                                                         static_cast<std::size_t>(size));
   }
 
   // Gathers batch k of the current epoch into the first batch_size(k) columns of x
@@ -214,8 +210,8 @@ public:
     const auto size = static_cast<std::int64_t>(which.size());
     if (x.rows() != features() || x.cols() < size || static_cast<std::int64_t>(labels.size()) < size)
       throw ShapeError(detail::message("MiniBatches::gather: batch ", k, " needs x of ", features(), "x", size,
-                                       " or wider and ", size, " labels, got x ", x.rows(), "x", x.cols(),
-                                       " and ", labels.size(), " labels"));
+                                       " or wider and ", size, " labels, got x ", x.rows(), "x", x.cols(), " and ",
+                                       labels.size(), " labels"));
     MatrixView<T> xb = x.block(0, 0, features(), size);
     gather_examples<T>(data_, layout_, which, xb);
     for (std::int64_t b = 0; b < size; ++b)
@@ -229,8 +225,8 @@ public:
 private:
   void check_batch(std::int64_t k, const char* who) const {
     if (k < 0 || k >= batches_per_epoch())
-      throw ArgumentError(detail::message("MiniBatches::", who, ": batch ", k, " is outside [0, ",
-                                          batches_per_epoch(), ")"));
+      throw ArgumentError(
+          detail::message("MiniBatches::", who, ": batch ", k, " is outside [0, ", batches_per_epoch(), ")"));
   }
 
   ConstMatrixView<T> data_;

@@ -96,8 +96,8 @@ public:
     file_.reset(std::fopen(path.c_str(), "rb"));
     if (!file_) {
       const int err = errno;
-      throw FormatError(message("read_idx: cannot open '", name_, "': ",
-                                err != 0 ? std::strerror(err) : "unknown error"));
+      throw FormatError(
+          message("read_idx: cannot open '", name_, "': ", err != 0 ? std::strerror(err) : "unknown error"));
     }
     std::error_code ec;
     const auto size = std::filesystem::file_size(path, ec);
@@ -167,8 +167,8 @@ private:
     const std::size_t got = std::fread(buffer_.data(), 1, buffer_.size(), file_.get());
     if (got == 0) {
       if (std::ferror(file_.get()))
-        throw FormatError(message("read_idx: '", name_, "': read error at file offset ", raw_read_, ": ",
-                                  std::strerror(errno)));
+        throw FormatError(
+            message("read_idx: '", name_, "': read error at file offset ", raw_read_, ": ", std::strerror(errno)));
       return false;
     }
     in_ptr_ = buffer_.data();
@@ -185,8 +185,7 @@ private:
     gzip_ = in_len_ >= 2 && in_ptr_[0] == 0x1f && in_ptr_[1] == 0x8b;
     if (!gzip_) return;
 #if defined(SPRIG_NO_ZLIB)
-    throw FormatError(message("read_idx: '", name_,
-                              "' is gzip-compressed, but sprig was built with SPRIG_NO_ZLIB"));
+    throw FormatError(message("read_idx: '", name_, "' is gzip-compressed, but sprig was built with SPRIG_NO_ZLIB"));
 #else
     std::memset(&zs_, 0, sizeof zs_);
     if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK)  // 16: expect a gzip wrapper
@@ -249,8 +248,7 @@ private:
       if (next_member_)
         throw FormatError(message("read_idx: '", name_, "': trailing bytes after the gzip stream",
                                   where(offset_ + done), " are not a gzip member (", why, ")"));
-      throw FormatError(message("read_idx: '", name_, "': corrupt gzip data", where(offset_ + done),
-                                ": ", why));
+      throw FormatError(message("read_idx: '", name_, "': corrupt gzip data", where(offset_ + done), ": ", why));
     }
     return done;
   }
@@ -294,10 +292,10 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
     const std::uint64_t at = in.offset();
     const std::size_t got = in.read(word.data(), 4);
     if (got != 4)
-      throw FormatError(message("read_idx: '", name, "': truncated header: ", what, " needs 4 bytes",
-                                in.at(at), ", only ", got, " remain"));
-    return (std::uint32_t{word[0]} << 24) | (std::uint32_t{word[1]} << 16) |
-           (std::uint32_t{word[2]} << 8) | std::uint32_t{word[3]};
+      throw FormatError(message("read_idx: '", name, "': truncated header: ", what, " needs 4 bytes", in.at(at),
+                                ", only ", got, " remain"));
+    return (std::uint32_t{word[0]} << 24) | (std::uint32_t{word[1]} << 16) | (std::uint32_t{word[2]} << 8) |
+           std::uint32_t{word[3]};
   };
 
   const std::uint32_t magic = read_word("the magic number");
@@ -312,10 +310,9 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
   const unsigned type = (magic >> 8) & 0xFF;
   const int rank = static_cast<int>(magic & 0xFF);
   if (type != 0x08)
-    throw FormatError(message("read_idx: '", name, "': unsupported IDX type code 0x", std::hex, type,
-                              std::dec, " (", idx_type_name(type), ")", in.at(2), "; only 0x08 (unsigned byte) is read"));
-  if (rank == 0)
-    throw FormatError(message("read_idx: '", name, "': rank 0", in.at(3), " (magic ", hex(magic), ")"));
+    throw FormatError(message("read_idx: '", name, "': unsupported IDX type code 0x", std::hex, type, std::dec, " (",
+                              idx_type_name(type), ")", in.at(2), "; only 0x08 (unsigned byte) is read"));
+  if (rank == 0) throw FormatError(message("read_idx: '", name, "': rank 0", in.at(3), " (magic ", hex(magic), ")"));
   if (options.expected_rank != 0 && rank != options.expected_rank)
     throw FormatError(message("read_idx: '", name, "': rank ", rank, in.at(3), " (magic ", hex(magic),
                               "), expected rank ", options.expected_rank, " (magic ",
@@ -332,9 +329,8 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
     if (dim != 0 && count > options.max_bytes / dim) {
       std::string dims;
       for (std::size_t k = 0; k < out.dims.size(); ++k) dims += (k ? " x " : "") + std::to_string(out.dims[k]);
-      throw FormatError(message("read_idx: '", name, "': dimensions ", dims, " (dimension ", d,
-                                in.at(at), ") exceed the limit of ", options.max_bytes,
-                                " bytes (IdxReadOptions::max_bytes)"));
+      throw FormatError(message("read_idx: '", name, "': dimensions ", dims, " (dimension ", d, in.at(at),
+                                ") exceed the limit of ", options.max_bytes, " bytes (IdxReadOptions::max_bytes)"));
     }
     count *= dim;
   }
@@ -345,7 +341,8 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
       const std::uint64_t have = in.raw_size() >= header ? in.raw_size() - header : 0;
       if (have != count)
         throw FormatError(message("read_idx: '", name, "': the header declares ", count, " bytes of data at offset ",
-                                  header, " but the file holds ", have, have < count ? " (truncated)" : " (trailing bytes)"));
+                                  header, " but the file holds ", have,
+                                  have < count ? " (truncated)" : " (trailing bytes)"));
     } else if (in.raw_size() <= (std::numeric_limits<std::uint64_t>::max() - header) / kMaxDeflateRatio &&
                header + count > in.raw_size() * kMaxDeflateRatio) {
       throw FormatError(message("read_idx: '", name, "': the header declares ", count,
@@ -360,19 +357,19 @@ inline IdxArray read_idx(IdxInput& in, const IdxReadOptions& options) {
   std::size_t filled = 0;
   const auto total = static_cast<std::size_t>(count);
   while (filled < total) {
-    const std::size_t step = proven ? total - filled : std::min(total - filled, std::max<std::size_t>(filled, 1u << 20));
+    const std::size_t step =
+        proven ? total - filled : std::min(total - filled, std::max<std::size_t>(filled, 1u << 20));
     out.data.resize(filled + step);
     const std::size_t got = in.read(out.data.data() + filled, step);
     filled += got;
     if (got < step)
-      throw FormatError(message("read_idx: '", name, "': truncated data", in.where(),
-                                ": the header declares ", count, " bytes of data from offset ", header,
-                                ", only ", filled, " arrived"));
+      throw FormatError(message("read_idx: '", name, "': truncated data", in.where(), ": the header declares ", count,
+                                " bytes of data from offset ", header, ", only ", filled, " arrived"));
   }
   std::uint8_t extra = 0;
   if (in.read(&extra, 1) != 0)
-    throw FormatError(message("read_idx: '", name, "': trailing bytes", in.where(header + count),
-                              " after the ", count, " bytes of data the header declares"));
+    throw FormatError(message("read_idx: '", name, "': trailing bytes", in.where(header + count), " after the ", count,
+                              " bytes of data the header declares"));
   return out;
 }
 
@@ -415,9 +412,8 @@ struct LabeledImages {
 // payloads plus N x height x width values of T. Throws FormatError for any malformed file,
 // a count mismatch between the two, or a label out of range.
 template <Value T = float>
-LabeledImages<T> load_idx_images(const std::filesystem::path& images_path,
-                                 const std::filesystem::path& labels_path, std::int32_t num_classes = 0,
-                                 const IdxReadOptions& options = {}) {
+LabeledImages<T> load_idx_images(const std::filesystem::path& images_path, const std::filesystem::path& labels_path,
+                                 std::int32_t num_classes = 0, const IdxReadOptions& options = {}) {
   IdxReadOptions image_options = options;
   image_options.expected_rank = 3;
   IdxReadOptions label_options = options;
@@ -426,8 +422,8 @@ LabeledImages<T> load_idx_images(const std::filesystem::path& images_path,
   const IdxArray labels = read_idx(labels_path, label_options);
   if (images.dims[0] != labels.dims[0])
     throw FormatError(detail::message("load_idx_images: images file '", images_path.string(), "' holds ",
-                                      images.dims[0], " examples but labels file '", labels_path.string(),
-                                      "' holds ", labels.dims[0]));
+                                      images.dims[0], " examples but labels file '", labels_path.string(), "' holds ",
+                                      labels.dims[0]));
   LabeledImages<T> out;
   const std::int64_t n = images.dims[0];
   out.height = images.dims[1];
@@ -444,9 +440,9 @@ LabeledImages<T> load_idx_images(const std::filesystem::path& images_path,
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int32_t label = labels.data[static_cast<std::size_t>(i)];
     if (num_classes > 0 && label >= num_classes)
-      throw FormatError(detail::message("load_idx_images: '", labels_path.string(), "': label ", label,
-                                        " of example ", i, " (byte ", 8 + i, " of the decompressed file) is not below ",
-                                        num_classes, " classes"));
+      throw FormatError(detail::message("load_idx_images: '", labels_path.string(), "': label ", label, " of example ",
+                                        i, " (byte ", 8 + i, " of the decompressed file) is not below ", num_classes,
+                                        " classes"));
     out.labels[static_cast<std::size_t>(i)] = label;
   }
   return out;

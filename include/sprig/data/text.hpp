@@ -51,9 +51,9 @@ inline constexpr std::uint64_t kTextStream = 0x5445'5854'5749'4E44ULL;  // "TEXT
 
 // A text encoded over its own byte alphabet.
 struct CharText {
-  std::vector<unsigned char> alphabet;   // distinct bytes, ascending: token t is alphabet[t]
+  std::vector<unsigned char> alphabet;       // distinct bytes, ascending: token t is alphabet[t]
   std::array<std::int32_t, 256> token_of{};  // byte -> token, -1 for bytes not in the text
-  std::vector<std::int32_t> tokens;      // the text, encoded
+  std::vector<std::int32_t> tokens;          // the text, encoded
 
   std::int64_t vocab_size() const noexcept { return static_cast<std::int64_t>(alphabet.size()); }
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
@@ -77,8 +77,8 @@ struct CharText {
     std::string out(ids.size(), '\0');
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= vocab_size())
-        throw ArgumentError(detail::message("CharText::decode: token ", ids[i], " at position ", i,
-                                            " is outside [0, ", vocab_size(), ")"));
+        throw ArgumentError(detail::message("CharText::decode: token ", ids[i], " at position ", i, " is outside [0, ",
+                                            vocab_size(), ")"));
       out[i] = static_cast<char>(alphabet[static_cast<std::size_t>(ids[i])]);
     }
     return out;
@@ -97,8 +97,7 @@ inline CharText char_text(std::string_view text) {
       out.alphabet.push_back(static_cast<unsigned char>(b));
     }
   out.tokens.resize(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i)
-    out.tokens[i] = out.token_of[static_cast<unsigned char>(text[i])];
+  for (std::size_t i = 0; i < text.size(); ++i) out.tokens[i] = out.token_of[static_cast<unsigned char>(text[i])];
   return out;
 }
 
@@ -117,8 +116,8 @@ inline CharText read_char_text(const std::filesystem::path& path, std::uint64_t 
   if (ec) throw FormatError(detail::message("read_char_text: '", name, "': cannot read its size: ", ec.message()));
   if (size == 0) throw FormatError(detail::message("read_char_text: '", name, "' is empty"));
   if (size > max_bytes)
-    throw FormatError(detail::message("read_char_text: '", name, "' holds ", size, " bytes, more than the limit of ",
-                                      max_bytes));
+    throw FormatError(
+        detail::message("read_char_text: '", name, "' holds ", size, " bytes, more than the limit of ", max_bytes));
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw FormatError(detail::message("read_char_text: cannot open '", name, "'"));
   std::string text(static_cast<std::size_t>(size), '\0');
@@ -146,8 +145,8 @@ inline std::pair<std::span<const std::int32_t>, std::span<const std::int32_t>> s
 inline void sample_window_starts(std::int64_t n, std::int64_t context, std::uint64_t seed, std::uint64_t step,
                                  std::span<std::int64_t> starts) {
   if (context <= 0 || n <= context)
-    throw ArgumentError(detail::message("sample_window_starts: ", n, " tokens cannot hold a window of ", context,
-                                        " plus its target"));
+    throw ArgumentError(
+        detail::message("sample_window_starts: ", n, " tokens cannot hold a window of ", context, " plus its target"));
   CounterRng rng(seed, step, kTextStream);
   for (auto& s : starts) s = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(n - context)));
 }
@@ -164,8 +163,8 @@ void gather_one_hot_windows(std::span<const std::int32_t> tokens, std::int64_t v
   const auto batch = static_cast<std::int64_t>(starts.size());
   const auto n = static_cast<std::int64_t>(tokens.size());
   if (vocab <= 0 || context <= 0)
-    throw ArgumentError(detail::message("gather_one_hot_windows: vocab ", vocab, " and context ", context,
-                                        " must be positive"));
+    throw ArgumentError(
+        detail::message("gather_one_hot_windows: vocab ", vocab, " and context ", context, " must be positive"));
   if (x.rows() != context * vocab || x.cols() != batch || static_cast<std::int64_t>(targets.size()) != batch)
     throw ShapeError(detail::message("gather_one_hot_windows: x must be ", context * vocab, "x", batch, " and targets ",
                                      batch, " long, got x ", x.rows(), "x", x.cols(), " and ", targets.size(),
@@ -173,13 +172,13 @@ void gather_one_hot_windows(std::span<const std::int32_t> tokens, std::int64_t v
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t s = starts[static_cast<std::size_t>(b)];
     if (s < 0 || s + context >= n)
-      throw ArgumentError(detail::message("gather_one_hot_windows: start ", s, " at position ", b, " leaves no room for ",
-                                          context, " tokens and a target in ", n));
+      throw ArgumentError(detail::message("gather_one_hot_windows: start ", s, " at position ", b,
+                                          " leaves no room for ", context, " tokens and a target in ", n));
     for (std::int64_t j = 0; j <= context; ++j) {
       const std::int32_t t = tokens[static_cast<std::size_t>(s + j)];
       if (t < 0 || t >= vocab)
-        throw ArgumentError(detail::message("gather_one_hot_windows: token ", t, " at ", s + j, " is outside [0, ",
-                                            vocab, ")"));
+        throw ArgumentError(
+            detail::message("gather_one_hot_windows: token ", t, " at ", s + j, " is outside [0, ", vocab, ")"));
     }
   }
   x.fill(T(0));
@@ -203,8 +202,7 @@ inline void gather_sequence_windows(std::span<const std::int32_t> tokens, std::s
                                     std::span<std::int32_t> targets) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   const auto batch = static_cast<std::int64_t>(starts.size());
-  if (seq_len < 1)
-    throw ArgumentError(detail::message("gather_sequence_windows: seq_len ", seq_len, " must be >= 1"));
+  if (seq_len < 1) throw ArgumentError(detail::message("gather_sequence_windows: seq_len ", seq_len, " must be >= 1"));
   if ((batch > 0 && seq_len > std::numeric_limits<std::int64_t>::max() / batch) ||
       static_cast<std::int64_t>(inputs.size()) != batch * seq_len ||
       static_cast<std::int64_t>(targets.size()) != batch * seq_len)
@@ -221,8 +219,8 @@ inline void gather_sequence_windows(std::span<const std::int32_t> tokens, std::s
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t s = starts[static_cast<std::size_t>(b)];
     if (s < 0 || s > n - seq_len - 1)
-      throw ArgumentError(detail::message("gather_sequence_windows: start ", s, " at position ", b,
-                                          " is outside [0, ", n - seq_len - 1, "]: a window of ", seq_len,
+      throw ArgumentError(detail::message("gather_sequence_windows: start ", s, " at position ", b, " is outside [0, ",
+                                          n - seq_len - 1, "]: a window of ", seq_len,
                                           " tokens and its targets need start + ", seq_len, " < ", n));
   }
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -244,10 +242,8 @@ inline void gather_sequence_windows(std::span<const std::int32_t> tokens, std::s
 // repeat, each about equally often. Ascending. O(count). ArgumentError for count < 1,
 // seq_len < 1, or a split too short for one window and its targets (n <= seq_len).
 inline std::vector<std::int64_t> evaluation_window_starts(std::int64_t n, std::int64_t seq_len, std::int64_t count) {
-  if (count < 1)
-    throw ArgumentError(detail::message("evaluation_window_starts: count ", count, " must be >= 1"));
-  if (seq_len < 1)
-    throw ArgumentError(detail::message("evaluation_window_starts: seq_len ", seq_len, " must be >= 1"));
+  if (count < 1) throw ArgumentError(detail::message("evaluation_window_starts: count ", count, " must be >= 1"));
+  if (seq_len < 1) throw ArgumentError(detail::message("evaluation_window_starts: seq_len ", seq_len, " must be >= 1"));
   if (n <= seq_len)
     throw ArgumentError(detail::message("evaluation_window_starts: a split of ", n, " tokens cannot hold a window of ",
                                         seq_len, " tokens and its targets (needs at least ", seq_len + 1, ")"));

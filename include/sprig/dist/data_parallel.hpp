@@ -143,7 +143,8 @@ std::uint64_t topology_hash(const M& model) {
 
 // Throws sprig::Error on every rank (naming `where`, each differing rank and its hash) unless
 // every rank's `value` is equal. One all-gather of 8 bytes a rank.
-inline void check_same_on_every_rank(Communicator& comm, std::uint64_t value, const char* what, const std::string& where) {
+inline void check_same_on_every_rank(Communicator& comm, std::uint64_t value, const char* what,
+                                     const std::string& where) {
   std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
   comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&value, 1)), std::as_writable_bytes(std::span(all)));
   std::string differ;
@@ -156,13 +157,13 @@ inline void check_same_on_every_rank(Communicator& comm, std::uint64_t value, co
 
 // What a DataParallel has done so far (this rank's view).
 struct CommunicationStats {
-  std::int64_t steps = 0;               // gradient averages
-  std::int64_t gradient_bytes = 0;      // bytes of gradient summed: live slots of sparse, all of dense
-  double gradient_wait_seconds = 0.0;   // time blocked in gradient sums (what overlap hid excluded)
-  std::int64_t gather_bytes = 0;        // bytes of X and dY received for gradient-driven updates
+  std::int64_t steps = 0;              // gradient averages
+  std::int64_t gradient_bytes = 0;     // bytes of gradient summed: live slots of sparse, all of dense
+  double gradient_wait_seconds = 0.0;  // time blocked in gradient sums (what overlap hid excluded)
+  std::int64_t gather_bytes = 0;       // bytes of X and dY received for gradient-driven updates
   double gather_seconds = 0.0;
   std::int64_t topology_checks = 0;
-  double check_seconds = 0.0;           // hashing and comparing topologies
+  double check_seconds = 0.0;  // hashing and comparing topologies
   double seconds() const noexcept { return gradient_wait_seconds + gather_seconds + check_seconds; }
 };
 
@@ -199,7 +200,10 @@ public:
   // model.backward(), then every gradient averaged over the ranks (during backward with
   // Options::overlap, as the top of this file says). Throws what backward and the communicator throw.
   void backward() {
-    if constexpr (requires { model_.backward([](std::size_t) {}); model_.for_each_parameter_of(std::size_t{0}, [](auto&) {}); }) {
+    if constexpr (requires {
+                    model_.backward([](std::size_t) {});
+                    model_.for_each_parameter_of(std::size_t{0}, [](auto&) {});
+                  }) {
       if (options_.overlap) {
         begin_average(/*blocking=*/false);
         model_.backward([this](std::size_t k) {
@@ -274,9 +278,13 @@ private:
     M& model;
     std::vector<SparseLayerRef<T, Index>> layers;
     template <class Fn>
-    void for_each_parameter(Fn&& fn) { model.for_each_parameter(fn); }
+    void for_each_parameter(Fn&& fn) {
+      model.for_each_parameter(fn);
+    }
     template <class Fn>
-    void for_each_parameter(Fn&& fn) const { std::as_const(model).for_each_parameter(fn); }
+    void for_each_parameter(Fn&& fn) const {
+      std::as_const(model).for_each_parameter(fn);
+    }
     std::vector<SparseLayerRef<T, Index>> sparse_layers() { return layers; }
   };
 
@@ -445,9 +453,9 @@ void save_training_state(Communicator& comm, const std::filesystem::path& path, 
   }
   comm.allreduce_sum(std::span<std::int64_t>(&failed, 1));
   if (failed)
-    throw Error(comm.rank() == 0 ? why
-                                 : sprig::detail::message("dist::save_training_state: rank 0 failed to write ",
-                                                          path.string()));
+    throw Error(comm.rank() == 0
+                    ? why
+                    : sprig::detail::message("dist::save_training_state: rank 0 failed to write ", path.string()));
 }
 
 // load_training_state on every rank: each reads `path`, the ranks check that they read the
@@ -471,8 +479,8 @@ TrainingProgress load_training_state(Communicator& comm, const std::filesystem::
   comm.allreduce_sum(std::span<std::int64_t>(&failures, 1));
   if (failures) {
     if (failed) throw FormatError(why);
-    throw Error(sprig::detail::message("dist::load_training_state: ", failures, " rank(s) could not read ",
-                                       path.string()));
+    throw Error(
+        sprig::detail::message("dist::load_training_state: ", failures, " rank(s) could not read ", path.string()));
   }
   check_same_on_every_rank(comm, detail::hash_bytes(bytes), "checkpoint file",
                            "dist::load_training_state(" + path.string() + ")");

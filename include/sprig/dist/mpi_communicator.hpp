@@ -37,12 +37,14 @@ inline void mpi_check(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw Error(sprig::detail::message("MpiCommunicator: ", what, " failed: ", std::string(text, static_cast<std::size_t>(len))));
+  throw Error(
+      sprig::detail::message("MpiCommunicator: ", what, " failed: ", std::string(text, static_cast<std::size_t>(len))));
 }
 // MPI counts are int: a span larger than INT_MAX elements is an ArgumentError.
 inline int mpi_count(std::size_t n, const char* what) {
   if (n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    throw ArgumentError(sprig::detail::message("MpiCommunicator: ", what, " of ", n, " elements exceeds MPI's int count"));
+    throw ArgumentError(
+        sprig::detail::message("MpiCommunicator: ", what, " of ", n, " elements exceeds MPI's int count"));
   return static_cast<int>(n);
 }
 }  // namespace detail
@@ -157,9 +159,8 @@ private:
   std::int64_t start(void* data, std::size_t n, MPI_Datatype type) {
     MPI_Request r = MPI_REQUEST_NULL;
     if (n > 0)
-      detail::mpi_check(
-          MPI_Iallreduce(MPI_IN_PLACE, data, detail::mpi_count(n, "allreduce"), type, MPI_SUM, comm_, &r),
-          "MPI_Iallreduce");
+      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::mpi_count(n, "allreduce"), type, MPI_SUM, comm_, &r),
+                        "MPI_Iallreduce");
     requests_.push_back(r);
     return next_id_++;
   }

@@ -47,14 +47,14 @@ struct LayerUpdate {
   std::int64_t live_before = 0;  // live weights (blocks, for a block-sparse layer) before the update
   std::int64_t live_after = 0;   // and after (equal unless the algorithm redistributes: SNFS)
   DropGrowStats stats;
-  bool compacted = false;        // the layer's dead slots were compacted away after the update
+  bool compacted = false;  // the layer's dead slots were compacted away after the update
 };
 
 // What one topology update did; step = -1 when the step did not update the topology.
 struct UpdateReport {
   std::int64_t step = -1;
-  double drop_fraction = 0.0;    // f(t) of the schedule
-  double seconds = 0.0;          // wall time of the update (steady clock)
+  double drop_fraction = 0.0;       // f(t) of the schedule
+  double seconds = 0.0;             // wall time of the update (steady clock)
   std::vector<LayerUpdate> layers;  // one per sparse layer, in model order
 };
 
@@ -63,7 +63,8 @@ class SparsityAlgorithm;
 
 // A TrainableModel (nn/model.hpp) whose value and index types are T and Index.
 template <class M, class T, class Index>
-concept ModelOf = TrainableModel<M> && std::same_as<typename M::value_type, T> && std::same_as<typename M::index_type, Index>;
+concept ModelOf =
+    TrainableModel<M> && std::same_as<typename M::value_type, T> && std::same_as<typename M::index_type, Index>;
 
 // The algorithm type that serves a model.
 template <TrainableModel M>
@@ -186,7 +187,8 @@ protected:
   virtual std::vector<std::int64_t> drop_counts(std::span<const LayerRef> layers, std::int64_t /*t*/, double fraction) {
     std::vector<std::int64_t> k(layers.size());
     for (std::size_t l = 0; l < layers.size(); ++l)
-      k[l] = static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(layers[l].layer->weight.matrix.nnz())));
+      k[l] =
+          static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(layers[l].layer->weight.matrix.nnz())));
     return k;
   }
   // Whether a layer is compacted after its update; by default when its dead slots (left
@@ -196,7 +198,8 @@ protected:
   }
   // How many connections each layer grows; by default as many as it dropped (the live count
   // of every layer is preserved).
-  virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>, const std::vector<std::int64_t>& drop_counts) {
+  virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>,
+                                                const std::vector<std::int64_t>& drop_counts) {
     return drop_counts;
   }
   // Where this layer grows: exactly k linear positions (row * cols + col), strictly ascending
@@ -225,8 +228,7 @@ protected:
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
     return top_gradient_linear_positions(
         layer.layer->weight.matrix, dropped, k, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); },
-        gradient_block_);
+        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); }, gradient_block_);
   }
   // top_dense_gradient within each row: the per_row largest |dL/dW| of every row among its
   // columns not kept (RigL's grow rule under constant fan-in), streamed the same way.
@@ -234,17 +236,18 @@ protected:
                                                        std::int64_t per_row) {
     return top_gradient_linear_positions_per_row(
         layer.layer->weight.matrix, dropped, per_row, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); },
-        gradient_block_);
+        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); }, gradient_block_);
   }
 
 private:
   // Rows of the layer's grid per block of the streamed dense gradient: about 2^18 elements
   // of dY X^T (R x in of them per grid row of a block layer).
   static std::int64_t gradient_block_rows(const LayerRef& layer) {
-    const std::int64_t per_row = layer.blocks ? layer.blocks->block_height() * layer.in_features() : layer.in_features();
-    return std::max<std::int64_t>(1, std::min<std::int64_t>(layer.layer->weight.matrix.rows(),
-                                                            (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_row)));
+    const std::int64_t per_row =
+        layer.blocks ? layer.blocks->block_height() * layer.in_features() : layer.in_features();
+    return std::max<std::int64_t>(1,
+                                  std::min<std::int64_t>(layer.layer->weight.matrix.rows(),
+                                                         (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_row)));
   }
 
   // out = rows [r0, r0 + out.rows()) of dL/dW on the layer's grid: dY X^T, or for a block
@@ -254,8 +257,8 @@ private:
       dense_gradient_rows<T>(layer.output_grad, layer.input, r0, out);
       return;
     }
-    block_gradient_sums<T>(layer.output_grad, layer.input, layer.blocks->block_height(), layer.blocks->block_width(), r0,
-                           out, block_gradient_);
+    block_gradient_sums<T>(layer.output_grad, layer.input, layer.blocks->block_height(), layer.blocks->block_width(),
+                           r0, out, block_gradient_);
   }
 
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
@@ -268,8 +271,9 @@ private:
             caller, ": sparse layer ", l.sparse_index, " (", l.out_features(), "x", l.in_features(), " in ",
             l.blocks->block_height(), "x", l.blocks->block_width(), " blocks) is block-sparse, and ",
             constant_fan_in ? std::string("constant_fan_in is not supported on block-sparse layers")
-                            : sprig::detail::message(name(), " does not update block-sparse layers (static, set and "
-                                                              "rigl do)")));
+                            : sprig::detail::message(name(),
+                                                     " does not update block-sparse layers (static, set and "
+                                                     "rigl do)")));
     }
   }
 
@@ -309,7 +313,8 @@ private:
           throw ArgumentError(sprig::detail::message(
               caller, ": ", name(), " with constant_fan_in needs every row of sparse layer ", l.sparse_index, " (",
               W.rows(), "x", W.cols(), ") to hold the same live count, but row 0 holds ", W.row_nnz(0), " and row ", i,
-              " holds ", W.row_nnz(i), " (draw the layer with dst::constant_fan_in_linear or redraw the model with "
+              " holds ", W.row_nnz(i),
+              " (draw the layer with dst::constant_fan_in_linear or redraw the model with "
               "dst::redraw_constant_fan_in, dst/fan_in.hpp)"));
     }
   }
@@ -378,7 +383,8 @@ private:
                                           const char* caller) const {
     if (excluded_.empty()) return layers;
     for (std::int64_t e : excluded_)
-      if (std::none_of(layers.begin(), layers.end(), [e](const LayerRef& l) { return static_cast<std::int64_t>(l.sparse_index) == e; }))
+      if (std::none_of(layers.begin(), layers.end(),
+                       [e](const LayerRef& l) { return static_cast<std::int64_t>(l.sparse_index) == e; }))
         throw ArgumentError(sprig::detail::message(caller, ": ", name(), " excludes sparse layer ", e,
                                                    " but the model has ", layers.size(), " sparse layers"));
     storage.clear();

@@ -55,7 +55,8 @@ void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn
   if (drop.size() == 0) return;
   std::vector<std::int64_t> by_start(static_cast<std::size_t>(W.rows()));
   for (std::int64_t i = 0; i < W.rows(); ++i) by_start[static_cast<std::size_t>(i)] = i;
-  std::sort(by_start.begin(), by_start.end(), [&](std::int64_t a, std::int64_t b) { return W.row_start(a) > W.row_start(b); });
+  std::sort(by_start.begin(), by_start.end(),
+            [&](std::int64_t a, std::int64_t b) { return W.row_start(a) > W.row_start(b); });
   std::size_t r = 0;
   auto visit = [&](std::int64_t s) {
     while (W.row_start(by_start[r]) > s) ++r;
@@ -81,12 +82,15 @@ void for_each_dropped_slot(const PaddedCSR<T, Index>& W, const DropSet& drop, Fn
 
 // Moved to core/rank_select.hpp (namespace sprig); these dst:: names remain for one release.
 template <Value T>
-[[deprecated("use sprig::magnitude_key")]] auto magnitude_key(T v) noexcept { return sprig::magnitude_key(v); }
+[[deprecated("use sprig::magnitude_key")]] auto magnitude_key(T v) noexcept {
+  return sprig::magnitude_key(v);
+}
 template <class Key, class KeyOf>
 [[deprecated("use sprig::key_of_rank")]] Key key_of_rank(std::size_t n, KeyOf&& key_of, std::int64_t r) {
   return sprig::key_of_rank<Key>(n, std::forward<KeyOf>(key_of), r);
 }
-template <class Key> using KeyRankSelector [[deprecated("use sprig::KeyRankSelector")]] = sprig::KeyRankSelector<Key>;
+template <class Key>
+using KeyRankSelector [[deprecated("use sprig::KeyRankSelector")]] = sprig::KeyRankSelector<Key>;
 
 // The drop step: the k live weights of smallest |w| (ties: smaller position first).
 // Three passes over the live weights with one key array as scratch (sizeof(T) bytes per live
@@ -109,11 +113,12 @@ DropSet select_drop(const PaddedCSR<T, Index>& W, std::int64_t k, const char* ca
     keys.reserve(static_cast<std::size_t>(W.nnz()));
     W.for_each_live([&](std::int64_t i, std::int64_t c, T v, std::int64_t) {
       if (std::isnan(v))
-        throw ArgumentError(sprig::detail::message(caller, ": the weight at (", i, ", ", c,
-                                                   ") is NaN; magnitudes cannot be ranked"));
+        throw ArgumentError(
+            sprig::detail::message(caller, ": the weight at (", i, ", ", c, ") is NaN; magnitudes cannot be ranked"));
       keys.push_back(sprig::magnitude_key(v));
     });
-    threshold = sprig::key_of_rank<Key>(keys.size(), [&](std::size_t q) { return keys[q]; }, k);
+    threshold = sprig::key_of_rank<Key>(
+        keys.size(), [&](std::size_t q) { return keys[q]; }, k);
   }
   // The weights below m, without branches on the comparison (it goes either way at random);
   // the ties at m are rare.
@@ -200,7 +205,8 @@ DropSet select_drop_per_row(const PaddedCSR<T, Index>& W, std::int64_t per_row,
         ties.emplace_back(col_of[s], s);
     }
     const auto need = static_cast<std::size_t>(per_row - below);  // >= 1: the threshold's own key
-    if (ties.size() > need) std::nth_element(ties.begin(), ties.begin() + static_cast<std::ptrdiff_t>(need), ties.end());
+    if (ties.size() > need)
+      std::nth_element(ties.begin(), ties.begin() + static_cast<std::ptrdiff_t>(need), ties.end());
     for (std::size_t q = 0; q < need; ++q) {  // ties dropped: the smallest columns
       *out++ = base + ties[q].first;
       flag[ties[q].second] = 1;
@@ -213,9 +219,9 @@ DropSet select_drop_per_row(const PaddedCSR<T, Index>& W, std::int64_t per_row,
 
 // What apply_drop_grow_at did to one layer.
 struct DropGrowStats {
-  std::int64_t dropped = 0;   // weights really removed
-  std::int64_t grown = 0;     // weights really added (value 0, zero state)
-  std::int64_t regrown = 0;   // dropped and chosen again: kept with value and state
+  std::int64_t dropped = 0;  // weights really removed
+  std::int64_t grown = 0;    // weights really added (value 0, zero state)
+  std::int64_t regrown = 0;  // dropped and chosen again: kept with value and state
 };
 
 // Removes the dropped weights and adds weights of value 0 at `grow_pos`, logging every slot
@@ -354,15 +360,15 @@ private:
 // (O(rows * cols) time and 8 bytes each, a partial Fisher-Yates), since rejection needs ever
 // more rounds as k nears the free count. Throws ArgumentError unless 0 <= k <= free.
 template <Value T, ColumnIndex Index>
-std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
-                                                       CounterRng& rng) {
+std::vector<std::int64_t> random_free_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop,
+                                                       std::int64_t k, CounterRng& rng) {
   const std::int64_t cols = W.cols();
   const std::int64_t total = W.rows() * cols;
   const std::int64_t kept = W.nnz() - drop.size();
   const std::int64_t free = total - kept;
   if (k < 0 || k > free)
-    throw ArgumentError(
-        sprig::detail::message("dst::random_free_linear_positions: k = ", k, " outside [0, ", free, " free positions]"));
+    throw ArgumentError(sprig::detail::message("dst::random_free_linear_positions: k = ", k, " outside [0, ", free,
+                                               " free positions]"));
   KeptColumns<T, Index> kept_cols(W, drop);
   std::vector<std::int64_t> chosen;
   if (2 * kept <= total && 2 * k <= free) {
@@ -408,8 +414,8 @@ std::vector<std::int64_t> random_free_linear_positions_per_row(const PaddedCSR<T
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) kept_n += flag[s] == 0;
     const std::int64_t free = cols - kept_n;
     if (per_row > free)
-      throw ArgumentError(sprig::detail::message(fn, ": row ", i, " has ", free, " free columns, fewer than per_row = ",
-                                                 per_row));
+      throw ArgumentError(
+          sprig::detail::message(fn, ": row ", i, " has ", free, " free columns, fewer than per_row = ", per_row));
     const std::int64_t base = i * cols;
     if (2 * kept_n <= cols && 2 * per_row <= free) {
       for (std::int64_t c : draw_distinct_below(rng, cols, per_row, [&](std::int64_t c) { return kept.kept(i, c); }))
@@ -463,9 +469,10 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   std::size_t n = 0;
   Key lowest = 0;  // keys in [lowest, kExcluded) enter; above the k-th once the buffer was cut
   auto cut = [&] {
-    const Key kth = sprig::key_of_rank<Key>(n, [&](std::size_t q) { return cand[q].key; },
-                                     static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
-    std::int64_t ties = k;  // of the k-th's key, how many are taken (the first ones)
+    const Key kth = sprig::key_of_rank<Key>(
+        n, [&](std::size_t q) { return cand[q].key; },
+        static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
+    std::int64_t ties = k;                      // of the k-th's key, how many are taken (the first ones)
     for (std::size_t q = 0; q < n; ++q) ties -= cand[q].key > kth;
     std::size_t out = 0;
     for (std::size_t q = 0; q < n; ++q) {

@@ -60,8 +60,8 @@ SparseLinear<T, Index> constant_fan_in_linear(std::int64_t in, std::int64_t out,
     throw ArgumentError(sprig::detail::message(fn, ": growth_reserve ", options.growth_reserve, " outside [0, 64]"));
   const std::int64_t n = std::llround(density * static_cast<double>(in));
   if (n < 1)
-    throw ArgumentError(sprig::detail::message(fn, ": density ", density, " of ", in,
-                                               " inputs rounds to no weight per row"));
+    throw ArgumentError(
+        sprig::detail::message(fn, ": density ", density, " of ", in, " inputs rounds to no weight per row"));
   CounterRng rng(options.seed, options.layer_key, kFanInInitKey);
   SparseLinear<T, Index> layer(detail::constant_fan_in_weight<T, Index>(out, in, n, rng(), options.padding_ratio));
   if (options.growth_reserve > 0.0) layer.weight.reserve_growth(options.growth_reserve);
@@ -79,9 +79,9 @@ SparseLinear<T, Index> constant_fan_in_linear(std::int64_t in, std::int64_t out,
 // 0 <= growth_reserve <= 64, if a layer is block-sparse or if two share a sparse_index
 // (check_sparse_layers). O(nnz + cols) per layer.
 template <TrainableModel M>
-void redraw_constant_fan_in(M& model, std::uint64_t seed,
-                            double growth_reserve = SparseParameter<typename M::value_type,
-                                                                    typename M::index_type>::kGrowthReserve) {
+void redraw_constant_fan_in(
+    M& model, std::uint64_t seed,
+    double growth_reserve = SparseParameter<typename M::value_type, typename M::index_type>::kGrowthReserve) {
   using T = typename M::value_type;
   using Index = typename M::index_type;
   if (!(growth_reserve >= 0.0 && growth_reserve <= 64.0))
@@ -97,8 +97,8 @@ void redraw_constant_fan_in(M& model, std::uint64_t seed,
     auto& param = ref.layer->weight;
     const auto& W = param.matrix;
     if (W.rows() == 0) continue;
-    const std::int64_t n = std::max<std::int64_t>(
-        1, std::llround(static_cast<double>(W.nnz()) / static_cast<double>(W.rows())));
+    const std::int64_t n =
+        std::max<std::int64_t>(1, std::llround(static_cast<double>(W.nnz()) / static_cast<double>(W.rows())));
     CounterRng rng(seed, ref.sparse_index, kFanInInitKey);
     const bool decay = param.decay;
     param = SparseParameter<T, Index>(

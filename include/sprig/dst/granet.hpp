@@ -35,8 +35,8 @@ namespace sprig::dst {
 
 struct GraNetOptions {
   std::vector<double> initial_sparsity{};  // per sparse layer, in model order, in [0, 1)
-  std::vector<double> final_sparsity{};  // per sparse layer, in [initial, 1)
-  bool regrow = true;                    // false: Zhu & Gupta's gradual pruning, no regrowth
+  std::vector<double> final_sparsity{};    // per sparse layer, in [initial, 1)
+  bool regrow = true;                      // false: Zhu & Gupta's gradual pruning, no regrowth
 };
 
 template <Value T, ColumnIndex Index>
@@ -55,8 +55,8 @@ public:
     for (std::size_t l = 0; l < options_.final_sparsity.size(); ++l) {
       const double a = options_.initial_sparsity[l], b = options_.final_sparsity[l];
       if (!(a >= 0.0 && a <= b && b < 1.0))
-        throw ArgumentError(sprig::detail::message("GraNet: layer ", l, " needs 0 <= initial sparsity <= final < 1, got ",
-                                                   a, " and ", b));
+        throw ArgumentError(sprig::detail::message("GraNet: layer ", l,
+                                                   " needs 0 <= initial sparsity <= final < 1, got ", a, " and ", b));
     }
   }
 
@@ -75,9 +75,10 @@ public:
   double target_sparsity(std::size_t l, std::int64_t t) const {
     const UpdateSchedule& s = this->schedule();
     const std::int64_t last = s.t_begin + (s.t_end - s.t_begin) / s.delta_t * s.delta_t;
-    const double p = last > s.t_begin
-                         ? std::clamp(static_cast<double>(t - s.t_begin) / static_cast<double>(last - s.t_begin), 0.0, 1.0)
-                         : 1.0;
+    const double p =
+        last > s.t_begin
+            ? std::clamp(static_cast<double>(t - s.t_begin) / static_cast<double>(last - s.t_begin), 0.0, 1.0)
+            : 1.0;
     const double a = options_.initial_sparsity.at(l), b = options_.final_sparsity.at(l);
     return b + (a - b) * (1.0 - p) * (1.0 - p) * (1.0 - p);
   }
@@ -96,14 +97,16 @@ protected:
       const std::int64_t live = W.nnz();
       const std::int64_t target = live_count(W.rows() * W.cols(), target_sparsity(index, t));
       const std::int64_t regen =
-          options_.regrow ? static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(std::min(live, target))))
-                          : 0;
+          options_.regrow
+              ? static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(std::min(live, target))))
+              : 0;
       drop[l] = std::max<std::int64_t>(0, live - target) + regen;
       grow_[l] = regen;
     }
     return drop;
   }
-  std::vector<std::int64_t> grow_counts(std::span<const typename Base::LayerRef>, const std::vector<std::int64_t>&) override {
+  std::vector<std::int64_t> grow_counts(std::span<const typename Base::LayerRef>,
+                                        const std::vector<std::int64_t>&) override {
     return grow_;
   }
   std::vector<std::int64_t> grow_linear_positions(const typename Base::LayerRef& layer, const DropSet& dropped,
@@ -113,7 +116,8 @@ protected:
   }
   bool should_compact(const PaddedCSR<T, Index>& W) const override {
     std::int64_t tight = 0;
-    for (std::int64_t i = 0; i < W.rows(); ++i) tight += PaddedCSR<T, Index>::capacity_for(W.row_nnz(i), W.padding_ratio());
+    for (std::int64_t i = 0; i < W.rows(); ++i)
+      tight += PaddedCSR<T, Index>::capacity_for(W.row_nnz(i), W.padding_ratio());
     return static_cast<double>(W.storage_size()) > (1.0 + this->compact_threshold) * static_cast<double>(tight);
   }
 

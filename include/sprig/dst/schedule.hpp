@@ -40,7 +40,7 @@ struct UpdateSchedule {
     if (delta_t < 1) throw ArgumentError(sprig::detail::message("UpdateSchedule: delta_t ", delta_t, " must be >= 1"));
     if (t_begin < 0 || t_end < t_begin)
       throw ArgumentError(sprig::detail::message("UpdateSchedule: need 0 <= t_begin <= t_end, got t_begin ", t_begin,
-                                          " and t_end ", t_end));
+                                                 " and t_end ", t_end));
     if (!(alpha >= 0.0 && alpha <= 1.0))
       throw ArgumentError(sprig::detail::message("UpdateSchedule: alpha ", alpha, " outside [0, 1]"));
   }

@@ -60,7 +60,8 @@ public:
   // every weight is zero. Preconditions: the three vectors of equal size, weight >= 0, room
   // >= 0 (not checked). O(layers^2) in the worst case; pure.
   static std::vector<std::int64_t> redistribute(const std::vector<std::int64_t>& drop_counts,
-                                                const std::vector<double>& weight, const std::vector<std::int64_t>& room) {
+                                                const std::vector<double>& weight,
+                                                const std::vector<std::int64_t>& room) {
     const std::size_t n = drop_counts.size();
     std::int64_t total = std::accumulate(drop_counts.begin(), drop_counts.end(), std::int64_t{0});
     std::vector<std::int64_t> out(n, 0);

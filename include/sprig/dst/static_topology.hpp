@@ -17,8 +17,8 @@ public:
   bool supports_blocks() const override { return true; }
 
 protected:
-  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&,
-                                                  const DropSet&, std::int64_t, CounterRng&) override {
+  std::vector<std::int64_t> grow_linear_positions(const typename SparsityAlgorithm<T, Index>::LayerRef&, const DropSet&,
+                                                  std::int64_t, CounterRng&) override {
     return {};
   }
   // Never updates, so every row keeps its count trivially.

@@ -31,10 +31,8 @@ namespace sprig::detail::ckpt {
 inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw FormatError(message(path.string(), ": cannot open: no such file"));
-  if (!std::filesystem::is_regular_file(status))
-    throw FormatError(message(path.string(), ": not a regular file"));
+  if (ec || !std::filesystem::exists(status)) throw FormatError(message(path.string(), ": cannot open: no such file"));
+  if (!std::filesystem::is_regular_file(status)) throw FormatError(message(path.string(), ": not a regular file"));
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw FormatError(message(path.string(), ": cannot open: ", std::strerror(errno)));
   std::vector<std::byte> bytes;
@@ -52,17 +50,18 @@ inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
 
 // Writes `bytes` to `path` atomically (see the header comment). Throws sprig::Error with
 // errno's text; on failure the temporary is removed and `path` is untouched.
-inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes,
-                                  const char* fn) {
+inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes, const char* fn) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string tmp = (dir / (path.filename().string() + ".tmp.XXXXXX")).string();
   const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw Error(message(fn, ": cannot create a temporary file beside ", path.string(), ": ", std::strerror(errno)));
+  if (fd < 0)
+    throw Error(message(fn, ": cannot create a temporary file beside ", path.string(), ": ", std::strerror(errno)));
   auto fail = [&](const char* what) {
     const int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    throw Error(message(fn, ": ", what, " ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
+    throw Error(
+        message(fn, ": ", what, " ", tmp, " failed: ", std::strerror(err), "; ", path.string(), " is unchanged"));
   };
   const std::byte* p = bytes.data();
   std::size_t left = bytes.size();

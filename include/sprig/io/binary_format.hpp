@@ -55,8 +55,8 @@ inline constexpr std::size_t kFileHeaderBytes = 24;
 inline constexpr std::size_t kSectionHeaderBytes = 24;
 
 enum class FileKind : std::uint16_t {
-  padded_csr = 1,      // one PaddedCSR
-  training_state = 2,  // model, optimizer, DST algorithm, progress
+  padded_csr = 1,        // one PaddedCSR
+  training_state = 2,    // model, optimizer, DST algorithm, progress
   block_padded_csr = 3,  // one BlockPaddedCSR
 };
 
@@ -84,8 +84,8 @@ inline std::uint32_t crc32(std::span<const std::byte> bytes, std::uint32_t crc =
   const std::byte* p = bytes.data();
   std::size_t n = bytes.size();
   while (n >= 8) {
-    const std::uint32_t lo = c ^ (std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
-                                  std::uint32_t(p[3]) << 24);
+    const std::uint32_t lo =
+        c ^ (std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24);
     const std::uint32_t hi =
         std::uint32_t(p[4]) | std::uint32_t(p[5]) << 8 | std::uint32_t(p[6]) << 16 | std::uint32_t(p[7]) << 24;
     c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][hi & 0xFF] ^
@@ -118,8 +118,9 @@ inline std::string tag_name(std::uint32_t t) {
 
 // Arithmetic types as stored: integers of 1-8 bytes and float/double (as their bit patterns).
 template <class V>
-concept Storable = (std::is_integral_v<V> || std::is_same_v<V, float> || std::is_same_v<V, double>) &&
-                   !std::is_same_v<V, bool> && sizeof(V) <= 8;
+concept Storable = (std::is_integral_v<V> || std::is_same_v<V, float> ||
+                    std::is_same_v<V, double>)&&!std::is_same_v<V, bool> &&
+                   sizeof(V) <= 8;
 
 namespace detail {
 template <class V>
@@ -240,8 +241,8 @@ public:
 
   template <class... Parts>
   [[noreturn]] void fail_at(std::int64_t offset, Parts&&... parts) const {
-    throw FormatError(sprig::detail::message(source_, ": ", where_, ", offset ", offset, ": ",
-                                             std::forward<Parts>(parts)...));
+    throw FormatError(
+        sprig::detail::message(source_, ": ", where_, ", offset ", offset, ": ", std::forward<Parts>(parts)...));
   }
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {

@@ -80,7 +80,8 @@ namespace sprig {
 // alongside other readers); throws ArgumentError for settings that break RunSettings' rules
 // (naming the entry) and otherwise only std::bad_alloc. The same state gives the same bytes.
 template <class Optimizer, TrainableModel M>
-std::vector<std::byte> encode_training_state(const M& model, const Optimizer& optimizer, const TrainingProgress& progress,
+std::vector<std::byte> encode_training_state(const M& model, const Optimizer& optimizer,
+                                             const TrainingProgress& progress,
                                              const dst::AlgorithmFor<M>* algorithm = nullptr,
                                              const RunSettings& settings = {}) {
   namespace ck = detail::ckpt;
@@ -161,7 +162,8 @@ inline RunSettings decode_run_settings(std::span<const std::byte> bytes, std::st
   const binary::Container c = binary::parse_container(bytes, std::move(source));
   binary::Reader header({}, c.source, "file header", 0);
   if (c.kind != binary::FileKind::training_state)
-    header.fail_at(12, "this is ", ck::kind_name(c.kind), ", expected ", ck::kind_name(binary::FileKind::training_state));
+    header.fail_at(12, "this is ", ck::kind_name(c.kind), ", expected ",
+                   ck::kind_name(binary::FileKind::training_state));
   for (std::size_t k = 0; k < c.sections.size(); ++k)
     if (c.sections[k].tag == ck::kSettings) {
       if (k + 1 != c.sections.size())

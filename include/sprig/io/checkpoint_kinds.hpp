@@ -72,9 +72,13 @@ struct LayerKind<GELU<T>> {
 // A parameter is block-sparse if it has entry_count(), sparse if its weight has storage, else
 // dense (nn/parameter.hpp).
 template <class P>
-concept BlockSparseParameterLike = requires(const P& p) { p.entry_count(); };
+concept BlockSparseParameterLike = requires(const P& p) {
+  p.entry_count();
+};
 template <class P>
-concept SparseParameterLike = !BlockSparseParameterLike<P> && requires(const P& p) { p.matrix.storage_size(); };
+concept SparseParameterLike = !BlockSparseParameterLike<P> && requires(const P& p) {
+  p.matrix.storage_size();
+};
 
 struct SparseKind {
   static constexpr std::uint8_t code = 5;
@@ -112,7 +116,8 @@ inline const char* structure_kind_name(std::uint8_t code) noexcept {
 // (they load into any value of it; equal to option_names.size() when there are none).
 template <class O>
 struct OptimizerKind {
-  static_assert(sizeof(O) == 0, "checkpoint: unknown optimizer type; give it an OptimizerKind in io/checkpoint_kinds.hpp");
+  static_assert(sizeof(O) == 0,
+                "checkpoint: unknown optimizer type; give it an OptimizerKind in io/checkpoint_kinds.hpp");
 };
 template <Value T>
 struct OptimizerKind<SGD<T>> {

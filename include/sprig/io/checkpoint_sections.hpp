@@ -451,7 +451,8 @@ template <class A>
 AlgorithmImage get_algorithm(binary::Reader r, const A* target) {
   AlgorithmImage image;
   const bool present = r.get_bool("DST present flag");
-  if (!present && target) r.fail("the checkpoint has no DST algorithm state but a ", target->name(), " algorithm was given");
+  if (!present && target)
+    r.fail("the checkpoint has no DST algorithm state but a ", target->name(), " algorithm was given");
   if (!present) {
     r.expect_end();
     return image;

@@ -73,13 +73,17 @@ inline std::string value_name(std::uint8_t c) {
   return c == 1 ? "float32" : c == 2 ? "float64" : c == 0 ? "none" : message("unknown value type code ", int(c));
 }
 inline std::string index_name(std::uint8_t c) {
-  return c == 1 ? "int16" : c == 2 ? "int32" : c == 3 ? "int64" : c == 0 ? "none" : message("unknown index type code ", int(c));
+  return c == 1   ? "int16"
+         : c == 2 ? "int32"
+         : c == 3 ? "int64"
+         : c == 0 ? "none"
+                  : message("unknown index type code ", int(c));
 }
 inline std::string kind_name(binary::FileKind k) {
   return k == binary::FileKind::padded_csr         ? "a PaddedCSR file"
          : k == binary::FileKind::block_padded_csr ? "a BlockPaddedCSR file"
          : k == binary::FileKind::training_state   ? "a training-state file"
-                                                 : message("an unknown kind of file (", int(k), ")");
+                                                   : message("an unknown kind of file (", int(k), ")");
 }
 
 // ---- sparse matrices -----------------------------------------------------------------------
@@ -159,7 +163,8 @@ SparseImage<T, Index> get_sparse(binary::Reader& r, std::int64_t values_per_entr
   {
     std::vector<std::int64_t> order(static_cast<std::size_t>(s.rows));
     std::iota(order.begin(), order.end(), std::int64_t{0});
-    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return s.row_start[a] < s.row_start[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](std::int64_t a, std::int64_t b) { return s.row_start[a] < s.row_start[b]; });
     for (std::size_t q = 1; q < order.size(); ++q) {
       const std::int64_t a = order[q - 1], b = order[q];
       if (s.row_start[a] + s.row_capacity[a] > s.row_start[b])
@@ -315,7 +320,8 @@ AlignedVector<T> scatter_live(const PaddedCSR<T, Index>& m, const AlignedVector<
   AlignedVector<T> out(static_cast<std::size_t>(m.storage_size()), T(0));
   std::int64_t q = 0;
   for (std::int64_t i = 0; i < m.rows(); ++i)
-    for (std::int64_t s = m.row_start(i), e = s + m.row_nnz(i); s < e; ++s) out[static_cast<std::size_t>(s)] = packed[q++];
+    for (std::int64_t s = m.row_start(i), e = s + m.row_nnz(i); s < e; ++s)
+      out[static_cast<std::size_t>(s)] = packed[q++];
   return out;
 }
 

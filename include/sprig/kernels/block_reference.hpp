@@ -80,8 +80,8 @@ void block_sddmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<C
   const std::int64_t M = W.rows(), K = W.cols();
   if (dY.rows() != M || X.rows() != K || dY.cols() != X.cols() || std::ssize(grad) != W.storage_size() * R * C)
     throw ShapeError(detail::message("reference::block_sddmm: W is ", M, "x", K, " (", R, "x", C, " blocks) with ",
-                                     W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(), ", X is ",
-                                     X.rows(), "x", X.cols(), ", grad has ", grad.size(), " entries (need ",
+                                     W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(), ", X is ", X.rows(),
+                                     "x", X.cols(), ", grad has ", grad.size(), " entries (need ",
                                      W.storage_size() * R * C, ")"));
   if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
   const auto& P = W.pattern();

@@ -66,7 +66,7 @@ struct BlockTile {
 // Lane-wise chains per accumulator: blocks of fewer than 8 entries have too few accumulators
 // to hide the multiply-add latency, so each gets two (even and odd batch registers).
 template <int R, int C>
-inline constexpr int kBlockSddmmChains = R * C < 8 ? 2 : 1;
+inline constexpr int kBlockSddmmChains = R* C < 8 ? 2 : 1;
 
 // The tile shape for an R x C block: among tiles whose accumulators, the held registers of
 // the shorter side and one streamed register fit the register file (one spare), the fewest
@@ -110,8 +110,7 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
   constexpr std::int64_t N = B::size;
   constexpr int A = RT * CT;
   B acc[CH][A];
-  SPRIG_UNROLL for (int h = 0; h < CH; ++h)
-    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  SPRIG_UNROLL for (int h = 0; h < CH; ++h) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
   auto step = [&](B* a, std::int64_t off) {
     if constexpr (RT <= CT) {
       B dv[RT];
@@ -137,8 +136,7 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
     }
   }
   for (; j < steps; ++j) step(acc[0], j * N);
-  if constexpr (CH == 2)
-    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+  if constexpr (CH == 2) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
   SPRIG_UNROLL for (int k0 = 0; k0 < A; k0 += static_cast<int>(N)) {
     B rows[N];
     SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k0 + k < A ? acc[0][k0 + k] : B(T(0));
@@ -169,8 +167,8 @@ SPRIG_ALWAYS_INLINE void block_sddmm_row_tiles(const T* d, std::int64_t ds, cons
 
 // All R * C dots of one block over one panel into res (row-major R x C).
 template <class Arch, class T, int R, int C>
-SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
-                                           std::int64_t steps, T* res) noexcept {
+SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs, std::int64_t steps,
+                                           T* res) noexcept {
   constexpr int rt = block_sddmm_tiling<Arch, T, R, C>().rt;
   int tr = 0;
   for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<Arch, T, R, C, rt>(d, ds, x, xs, steps, res, tr);
@@ -193,23 +191,21 @@ constexpr int block_sddmm_group_size() noexcept {
 // each dY register of a batch step feeds G blocks' multiply-adds. xg: the G blocks' X rows;
 // res: their G * R * C dots, block after block.
 template <class Arch, class T, int R, int C, int G>
-SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t ds, const T* const* xg,
-                                           std::int64_t xs, std::int64_t steps, T* __restrict res) noexcept {
+SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t ds, const T* const* xg, std::int64_t xs,
+                                           std::int64_t steps, T* __restrict res) noexcept {
   using B = Batch<T, Arch>;
   constexpr std::int64_t N = B::size;
   constexpr int RC = R * C, A = G * RC, CH = A < 8 ? 2 : 1;
   static_assert(A <= N);
   B acc[CH][A];
-  SPRIG_UNROLL for (int h = 0; h < CH; ++h)
-    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
+  SPRIG_UNROLL for (int h = 0; h < CH; ++h) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
   auto step = [&](B* a, std::int64_t off) SPRIG_ALWAYS_INLINE_LAMBDA {
     B dv[R];
     SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(B::load_unaligned(d + r * ds + off));
-    SPRIG_UNROLL for (int g = 0; g < G; ++g)
-      SPRIG_UNROLL for (int c = 0; c < C; ++c) {
-        const B xv = pinned<R>(B::load_unaligned(xg[g] + c * xs + off));
-        SPRIG_UNROLL for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
-      }
+    SPRIG_UNROLL for (int g = 0; g < G; ++g) SPRIG_UNROLL for (int c = 0; c < C; ++c) {
+      const B xv = pinned<R>(B::load_unaligned(xg[g] + c * xs + off));
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
+    }
   };
   std::int64_t j = 0;
   if constexpr (CH == 2) {
@@ -219,8 +215,7 @@ SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t d
     }
   }
   for (; j < steps; ++j) step(acc[0], j * N);
-  if constexpr (CH == 2)
-    SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
+  if constexpr (CH == 2) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
   B rows[N];
   SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k < A ? acc[0][k] : B(T(0));
   const B sums = batched_hsum(rows);
@@ -329,8 +324,8 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
             if constexpr (G > 1) {
               for (std::int64_t q = 0; q < nb; q += G) {
                 const T* xg[G];  // a short last group repeats its last block (computed, not stored)
-                SPRIG_UNROLL for (int g = 0; g < G; ++g)
-                  xg[g] = xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
+                SPRIG_UNROLL for (int g = 0; g < G; ++g) xg[g] =
+                    xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
                 block_sddmm_group<Arch, T, R, C, G>(d, ds, xg, xs, steps, res);
                 for (std::int64_t g = 0; g < std::min<std::int64_t>(G, nb - q); ++g)
                   block_sddmm_store<T, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, add,
@@ -387,8 +382,7 @@ void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView
                 }
               }
           }
-          if (overwrite)
-            std::fill(grad.data() + (s0 + nb) * RC, grad.data() + (s0 + P.row_capacity(bi)) * RC, T(0));
+          if (overwrite) std::fill(grad.data() + (s0 + nb) * RC, grad.data() + (s0 + P.row_capacity(bi)) * RC, T(0));
         }
       });
 }

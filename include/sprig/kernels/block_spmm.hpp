@@ -157,10 +157,10 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T, A> (&acc)[Rows][G], const Index* __r
 // matrix; the first `valid` columns of each tile row are stored at y (rows ys apart) through
 // finish()'s order (bias: the chunk's first row's or nullptr).
 template <class A, class T, class Index, int Rows, int G, class Blocks>
-SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n,
-                                    const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
-                                    std::int64_t in_rows, T* __restrict y, std::int64_t ys, std::int64_t rows_valid,
-                                    std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
+SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n, const Blocks& blocks,
+                                    int r0, const T* __restrict xp, std::int64_t xs, std::int64_t in_rows,
+                                    T* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
+                                    bool accumulate, const T* bias, bool relu) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int BC = Blocks::kCols;
@@ -168,26 +168,23 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
   constexpr std::int64_t D = SPRIG_BLOCK_SPMM_PREFETCH;
   constexpr std::int64_t row_bytes = G * N * static_cast<std::int64_t>(sizeof(T));
   B acc[Ch][Rows][G];
-  SPRIG_UNROLL for (int k = 0; k < Ch; ++k)
-    SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
+  SPRIG_UNROLL for (int k = 0; k < Ch; ++k) SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
       SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] = B(T(0));
   std::int64_t q = 0;
   for (; q + Ch <= n; q += Ch) {
-    if (q + D + Ch <= n)
-      SPRIG_UNROLL for (int k = 0; k < Ch; ++k) {
+    if (q + D + Ch <= n) SPRIG_UNROLL for (int k = 0; k < Ch; ++k) {
         const T* x = xp + static_cast<std::int64_t>(cols[s + q + D + k]) * BC * xs;
         SPRIG_UNROLL for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
         blocks.prefetch(s + q + D + k);
       }
     SPRIG_UNROLL for (int k = 0; k < Ch; ++k)
-      block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+        block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   }
   SPRIG_UNROLL for (int k = 0; k < Ch - 1; ++k)  // the last < Ch blocks
-    if (q + k < n) block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
+      if (q + k < n) block_one<A, T, Index, Rows, G>(acc[k], cols, s + q + k, blocks, r0, xp, xs, in_rows);
   SPRIG_UNROLL for (int step = 1; step < Ch; step *= 2)  // pairwise: ((a0 + a1) + (a2 + a3)) + ...
-    SPRIG_UNROLL for (int k = 0; k + step < Ch; k += 2 * step)
-      SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
-        SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
+      SPRIG_UNROLL for (int k = 0; k + step < Ch; k += 2 * step) SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
+          SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
   for (int r = 0; r < Rows && r < rows_valid; ++r) {
     T* yr = y + r * ys;
     const T* br = bias ? bias + r : nullptr;
@@ -211,9 +208,9 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
 // Block rows [i0, i1) of pattern P over one panel (b0: its first batch column), in tiles of
 // block_tile_rows(kRows) rows; the rows past the output's end are not stored.
 template <class A, class T, class Index, int G, class Blocks>
-void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
-                      const T* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0,
-                      std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
+void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1, const T* xp,
+                      std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0, std::int64_t valid,
+                      bool accumulate, const T* bias, bool relu) noexcept {
   constexpr int BR = Blocks::kRows;
   constexpr int Rows = block_tile_rows(BR);
   constexpr int Tail = BR % Rows;
@@ -229,11 +226,11 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
       if constexpr (Tail != 0)
         if (BR - r0 < Rows) {
           block_tile<A, T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
-                                        accumulate, br, relu);
+                                           accumulate, br, relu);
           continue;
         }
       block_tile<A, T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
-                                    br, relu);
+                                       br, relu);
     }
   }
 }
@@ -316,7 +313,7 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
 
 template <class A, Value T, ColumnIndex Index, class Blocks>
 void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
-                         Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+                   Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
     block_spmm_simd<A>(P, blocks, X, Y, mode, ws, bias, relu);
@@ -343,8 +340,8 @@ void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<Co
                 std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
   detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::block_spmm_on<detail::KernelArch>(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
-                                            mode, workspace, static_cast<const T*>(nullptr), false);
+  detail::block_spmm_on<detail::KernelArch>(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y, mode,
+                                            workspace, static_cast<const T*>(nullptr), false);
 }
 
 // The same with a temporary workspace (allocates per call).
@@ -362,12 +359,11 @@ void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<Co
 // a bias that overlaps Y. Complexity and threads as block_spmm.
 template <Value T, ColumnIndex Index, int R, int C>
 void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
-                std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace,
-                const RowEpilogue<T>& epilogue) {
+                std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
   detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
   if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(detail::message("sprig::block_spmm: bias has ", epilogue.bias.size(), " entries, W has ",
-                                     W.rows(), " rows"));
+    throw ShapeError(
+        detail::message("sprig::block_spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
   detail::check_forward_activation("sprig::block_spmm", epilogue.activation);
   detail::check_no_overlap("sprig::block_spmm", "Y", Y, "the bias", epilogue.bias);
   if (Y.rows() == 0 || Y.cols() == 0) return;
@@ -404,9 +400,9 @@ void block_spmm_transposed(const BlockPaddedCSR<T, Index, R, C>& W, TransposeCac
   detail::check_block_operands("sprig::block_spmm_transposed", W, "dY", dY, W.rows(), "dX", dX, W.cols());
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W.pattern());
-  detail::block_spmm_on<detail::KernelArch>(
-      t.matrix, detail::TransposedBlocks<T, R, C>{W.values().data(), t.source_slot.data()}, dY, dX, mode, workspace,
-      static_cast<const T*>(nullptr), false);
+  detail::block_spmm_on<detail::KernelArch>(t.matrix,
+                                            detail::TransposedBlocks<T, R, C>{W.values().data(), t.source_slot.data()},
+                                            dY, dX, mode, workspace, static_cast<const T*>(nullptr), false);
 }
 
 // The same with a temporary workspace (allocates per call).

@@ -143,7 +143,8 @@ void gemm_rows_dot_rows(Trans ta, std::int64_t M, std::int64_t N, std::int64_t K
         V acc[kRows] = {V(T(0)), V(T(0)), V(T(0)), V(T(0))};
         for (; k + w <= K; k += w) {
           const V bv = V::load_unaligned(b + k);
-          SPRIG_UNROLL for (std::int64_t r = 0; r < kRows; ++r) acc[r] = xsimd::fma(V::load_unaligned(a[r] + k), bv, acc[r]);
+          SPRIG_UNROLL for (std::int64_t r = 0; r < kRows; ++r) acc[r] =
+              xsimd::fma(V::load_unaligned(a[r] + k), bv, acc[r]);
         }
         SPRIG_UNROLL for (std::int64_t r = 0; r < kRows; ++r) dot[r] = reduce_add(acc[r]);
       }
@@ -205,11 +206,11 @@ void gemm(Trans ta, Trans tb, T alpha, std::type_identity_t<ConstMatrixView<T>> 
     const auto lda = static_cast<int>(std::max<std::int64_t>(1, A.stride()));
     const auto ldb = static_cast<int>(std::max<std::int64_t>(1, B.stride()));
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, ca, cb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
-                  A.data(), lda, B.data(), ldb, beta, C.data(), static_cast<int>(C.stride()));
+      cblas_sgemm(CblasRowMajor, ca, cb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.data(),
+                  lda, B.data(), ldb, beta, C.data(), static_cast<int>(C.stride()));
     else
-      cblas_dgemm(CblasRowMajor, ca, cb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
-                  A.data(), lda, B.data(), ldb, beta, C.data(), static_cast<int>(C.stride()));
+      cblas_dgemm(CblasRowMajor, ca, cb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.data(),
+                  lda, B.data(), ldb, beta, C.data(), static_cast<int>(C.stride()));
     return;
   }
 #endif

@@ -50,8 +50,8 @@ namespace sprig::detail {
 // The kernels on architecture A once their operands are checked (spmm.hpp, spmm_transposed.hpp,
 // sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp).
 template <class A, Value T, ColumnIndex Index>
-void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws,
-             Update mode, const RowEpilogue<T>& epilogue);
+void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws, Update mode,
+             const RowEpilogue<T>& epilogue);
 template <class A, Value T, ColumnIndex Index>
 void spmm_transposed_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, ConstMatrixView<T> dY,
                         MatrixView<T> dX, KernelWorkspace<T>& workspace, Update mode);
@@ -170,8 +170,7 @@ inline bool cpu_runs_avx2() {
 inline bool cpu_runs_avx512() {
   __builtin_cpu_init();
   return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
 // Widest first: the automatic choice is the first the CPU runs.
@@ -229,12 +228,16 @@ const DenseKernelTable<T>& dense_kernels() {
 #  define SPRIG_DETAIL_SPARSE_POINTER(name) &name##_on<KernelArch, T, Index>
 #  define SPRIG_DETAIL_DENSE_POINTER(name) &name##_on<KernelArch, T>
 #endif
-#define SPRIG_DETAIL_SPARSE_ENTRY(name) \
-  template <Value T, ColumnIndex Index> \
-  auto name##_kernel() { return SPRIG_DETAIL_SPARSE_POINTER(name); }
-#define SPRIG_DETAIL_DENSE_ENTRY(name) \
-  template <Value T>                   \
-  auto name##_kernel() { return SPRIG_DETAIL_DENSE_POINTER(name); }
+#define SPRIG_DETAIL_SPARSE_ENTRY(name)       \
+  template <Value T, ColumnIndex Index>       \
+  auto name##_kernel() {                      \
+    return SPRIG_DETAIL_SPARSE_POINTER(name); \
+  }
+#define SPRIG_DETAIL_DENSE_ENTRY(name)       \
+  template <Value T>                         \
+  auto name##_kernel() {                     \
+    return SPRIG_DETAIL_DENSE_POINTER(name); \
+  }
 SPRIG_DETAIL_SPARSE_KERNELS(SPRIG_DETAIL_SPARSE_ENTRY)
 SPRIG_DETAIL_DENSE_KERNELS(SPRIG_DETAIL_DENSE_ENTRY)
 #undef SPRIG_DETAIL_SPARSE_ENTRY

@@ -45,13 +45,12 @@ static_assert(dispatch_target_arch(kThisDispatchTarget) == std::string_view(Kern
               "this translation unit's flags do not give SPRIG_DISPATCH_TARGET's architecture");
 
 const TargetKernels& SPRIG_DETAIL_DISPATCH_CAT(target_kernels_, SPRIG_DISPATCH_TARGET)() noexcept {
-  static constexpr TargetKernels kernels{
-      SPRIG_DETAIL_DISPATCH_STR(SPRIG_DISPATCH_TARGET),
-      KernelArch::name(),
-      static_cast<std::int64_t>(simd_width<float, KernelArch>()),
-      static_cast<std::int64_t>(simd_width<double, KernelArch>()),
-      tables_on<KernelArch>(std::type_identity<SparseKernelTables>{}),
-      tables_on<KernelArch>(std::type_identity<DenseKernelTables>{})};
+  static constexpr TargetKernels kernels{SPRIG_DETAIL_DISPATCH_STR(SPRIG_DISPATCH_TARGET),
+                                         KernelArch::name(),
+                                         static_cast<std::int64_t>(simd_width<float, KernelArch>()),
+                                         static_cast<std::int64_t>(simd_width<double, KernelArch>()),
+                                         tables_on<KernelArch>(std::type_identity<SparseKernelTables>{}),
+                                         tables_on<KernelArch>(std::type_identity<DenseKernelTables>{})};
   return kernels;
 }
 

@@ -69,8 +69,7 @@ void narrow_forward_columns(ConstMatrixView<T> W, ConstMatrixView<T> X, MatrixVi
     constexpr int C = M >= 8 ? 1 : (8 + M - 1) / M;
     auto block = [&]<int Cn>(std::integral_constant<int, Cn>) SPRIG_ALWAYS_INLINE_LAMBDA {
       B acc[M][Cn];
-      SPRIG_UNROLL for (int i = 0; i < M; ++i)
-        SPRIG_UNROLL for (int c = 0; c < Cn; ++c) acc[i][c] = B(T(0));
+      SPRIG_UNROLL for (int i = 0; i < M; ++i) SPRIG_UNROLL for (int c = 0; c < Cn; ++c) acc[i][c] = B(T(0));
       for (std::int64_t k = 0; k < K; ++k) {
         const T* x = X.row(k) + j;
         B xv[Cn];
@@ -171,7 +170,8 @@ template <class Fn>
 void with_narrow_rows(std::int64_t m, Fn&& fn) {
   [&]<int... I>(std::integer_sequence<int, I...>) {
     (void)((m == I + 1 ? (fn(std::integral_constant<int, I + 1>{}), true) : false) || ...);
-  }(std::make_integer_sequence<int, static_cast<int>(kNarrowMaxRows)>{});
+  }
+  (std::make_integer_sequence<int, static_cast<int>(kNarrowMaxRows)>{});
 }
 
 template <class T>
@@ -221,8 +221,7 @@ void narrow_backward_on(ConstMatrixView<T> W, ConstMatrixView<T> X, ConstMatrixV
     };
     run_even_split(W.rows() * K * X.cols(), K, run);
   });
-  if (with_dx && x_activation == FusedActivation::gelu)
-    input_activation_rows<T>(x_activation, X, x_derivative, dX);
+  if (with_dx && x_activation == FusedActivation::gelu) input_activation_rows<T>(x_activation, X, x_derivative, dX);
 }
 
 }  // namespace detail
@@ -268,9 +267,9 @@ void narrow_backward(std::type_identity_t<ConstMatrixView<T>> W, std::type_ident
   const bool with_dx = dX.rows() != 0;
   if (W.cols() != X.rows() || dY.rows() != W.rows() || dY.cols() != X.cols() || dW.rows() != W.rows() ||
       dW.cols() != W.cols() || (with_dx && (dX.rows() != X.rows() || dX.cols() != X.cols())))
-    throw ShapeError(detail::message("narrow_backward: W is ", W.rows(), "x", W.cols(), ", X ", X.rows(), "x",
-                                     X.cols(), ", dY ", dY.rows(), "x", dY.cols(), ", dW ", dW.rows(), "x", dW.cols(),
-                                     ", dX ", dX.rows(), "x", dX.cols()));
+    throw ShapeError(detail::message("narrow_backward: W is ", W.rows(), "x", W.cols(), ", X ", X.rows(), "x", X.cols(),
+                                     ", dY ", dY.rows(), "x", dY.cols(), ", dW ", dW.rows(), "x", dW.cols(), ", dX ",
+                                     dX.rows(), "x", dX.cols()));
   if (with_dx) detail::check_input_activation<T>("narrow_backward", x_activation, X, x_derivative);
   {
     constexpr const char* fn = "narrow_backward";

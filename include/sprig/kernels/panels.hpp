@@ -147,7 +147,7 @@ struct ColumnBlocks {
       o[0] = in_block_order(c, n, shift) ? 0 : -1;
       for (std::int64_t b = 1; b < count; ++b) {
         const auto edge = static_cast<Index>(b << shift);  // < K, so it fits the Index
-        std::int32_t below = 0;  // 32-bit counts and Index compares vectorise; 64-bit did not
+        std::int32_t below = 0;                            // 32-bit counts and Index compares vectorise; 64-bit did not
         for (std::int64_t q = 0; q < n; ++q) below += c[q] < edge;
         o[b] = below;
       }
@@ -190,8 +190,8 @@ inline ColumnBlocks column_blocks_for_width(std::int64_t N, std::int64_t value_b
 template <class T, class A = KernelArch>
 ColumnBlocks spmm_column_blocks(std::int64_t K, std::int64_t B,
                                 std::int64_t budget_bytes = kColumnBlockBytes) noexcept {
-  return column_blocks_for_width(static_cast<std::int64_t>(simd_width<T, A>()), static_cast<std::int64_t>(sizeof(T)),
-                                 K, B, budget_bytes);
+  return column_blocks_for_width(static_cast<std::int64_t>(simd_width<T, A>()), static_cast<std::int64_t>(sizeof(T)), K,
+                                 B, budget_bytes);
 }
 
 }  // namespace sprig::detail

@@ -19,7 +19,8 @@ namespace sprig::reference {
 
 // Y[M,B] (=|+=) W[M,K] * X[K,B].
 template <Value T, ColumnIndex Index>
-void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y, Update mode = Update::overwrite) {
+void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
+          std::type_identity_t<MatrixView<T>> Y, Update mode = Update::overwrite) {
   if (X.rows() != W.cols() || Y.rows() != W.rows() || Y.cols() != X.cols())
     throw ShapeError(detail::message("reference::spmm: W is ", W.rows(), "x", W.cols(), ", X is ", X.rows(), "x",
                                      X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
@@ -35,7 +36,8 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
 // grad[s] (=|+=) dot(dY[i,:], X[c,:]) for every live slot s = (i, c) of W; padding and dead
 // slots get 0 (overwrite) or are left unchanged (accumulate). grad.size() == W.storage_size().
 template <Value T, ColumnIndex Index>
-void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY, std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
+void sddmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> dY,
+           std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
            Update mode = Update::overwrite) {
   if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() || std::ssize(grad) != W.storage_size())
     throw ShapeError(detail::message("reference::sddmm: W is ", W.rows(), "x", W.cols(), " with ", W.storage_size(),

@@ -48,8 +48,8 @@ public:
   std::int64_t begin(int t, int n) const noexcept {
     if (t <= 0) return 0;
     if (t >= n) return rows();
-    const std::int64_t target = static_cast<std::int64_t>(
-        static_cast<double>(total_work()) * static_cast<double>(t) / static_cast<double>(n));
+    const std::int64_t target =
+        static_cast<std::int64_t>(static_cast<double>(total_work()) * static_cast<double>(t) / static_cast<double>(n));
     return std::lower_bound(prefix_.begin(), prefix_.end(), target) - prefix_.begin();
   }
 

@@ -80,7 +80,7 @@ SPRIG_ALWAYS_INLINE void sddmm_tile(const Index* __restrict cols, std::int64_t n
     constexpr bool interleaved = R >= 4;
     if (!interleaved && q + 2 * N <= n)
       SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k)
-        prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
+          prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + N + k]) * xs);
     SPRIG_UNROLL for (std::int64_t k = 0; k < N; ++k) {
       if (interleaved && q + k + N < n)
         prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + k + N]) * xs);

@@ -70,8 +70,8 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
   constexpr std::int64_t D = SPRIG_SDDMM_DX_PREFETCH;
   constexpr int C = spmm_chains(R);
   const Index* cols = Wt.col_indices().data();
-  alignas(64) B dots[N];      // the last N weights' lane-wise dots, reduced N at a time
-  std::int32_t slot_of[N];    // their slots in W
+  alignas(64) B dots[N];    // the last N weights' lane-wise dots, reduced N at a time
+  std::int32_t slot_of[N];  // their slots in W
   alignas(64) T reduced[N];
   for (std::int64_t c = r0; c < r1; ++c) {
     const std::int64_t s = Wt.row_start(c), n = Wt.row_nnz(c);
@@ -89,8 +89,7 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
         prefetch(Xd.row(c) + off);
     B xv[R], acc[C][R];
     SPRIG_UNROLL for (int r = 0; r < R; ++r) xv[r] = B::load_unaligned(xr + r * N);
-    SPRIG_UNROLL for (int h = 0; h < C; ++h)
-      SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] = B(T(0));
+    SPRIG_UNROLL for (int h = 0; h < C; ++h) SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] = B(T(0));
     const Index* ci = cols + s;
     const SourceSlot* src = source + s;
     std::int64_t k = 0;  // weights buffered in dots
@@ -123,8 +122,8 @@ void sddmm_dx_rows(const PaddedCSR<T, Index>& Wt, const SourceSlot* source, std:
       for (std::int64_t e = 0; e < k; ++e) grad[slot_of[e]] = reduced[e];
     }
     SPRIG_UNROLL for (int step = 1; step < C; step *= 2)  // pairwise, as spmm_tile
-      SPRIG_UNROLL for (int h = 0; h + step < C; h += 2 * step)
-        SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] += acc[h + step][r];
+        SPRIG_UNROLL for (int h = 0; h + step < C; h += 2 * step) SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[h][r] +=
+        acc[h + step][r];
     SPRIG_UNROLL for (int r = 0; r < R; ++r) {
       if constexpr (Act == FusedActivation::relu) acc[0][r] = xsimd::select(xv[r] > B(T(0)), acc[0][r], B(T(0)));
       if constexpr (Act == FusedActivation::gelu) acc[0][r] = acc[0][r] * B::load_unaligned(Xd.row(c) + r * N);
@@ -146,10 +145,9 @@ bool sddmm_dx_one_pass(const PaddedCSR<T, Index>& W, std::int64_t B, const Kerne
     // spmm_transposed runs one column block of one panel and sddmm one panel: the same bits
     const bool one_block = spmm_column_blocks<T, A>(W.rows(), B, transpose_workspace.column_block_bytes).count == 1;
     const ColumnBlocks x_blocks = spmm_column_blocks<T, A>(W.cols(), B, workspace.column_block_bytes);
-    const bool sddmm_one_panel =
-        PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T), SPRIG_SDDMM_PANEL_BUDGET_BYTES,
-                  sddmm_max_regs<T, A>())
-            .count() == 1;
+    const bool sddmm_one_panel = PanelPlan(B, std::min(W.cols(), x_blocks.width), N, sizeof(T),
+                                           SPRIG_SDDMM_PANEL_BUDGET_BYTES, sddmm_max_regs<T, A>())
+                                     .count() == 1;
     // Each thread beyond the first adds a boundary column whose gradient cache lines two threads
     // write; it beats the two kernels at 2 threads and was not tried beyond, where the two
     // kernels run.
@@ -194,7 +192,7 @@ void sddmm_dx_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache, 
               transpose_workspace.partition, W.nnz() * X.cols(), [](int, int) {},
               [&](std::int64_t r0, std::int64_t r1) {
                 sddmm_dx_rows<A, T, Index, R, Act>(t.matrix, source, source_size, values, dY, X, x_derivative,
-                                                      grad.data(), dX, r0, r1);
+                                                   grad.data(), dX, r0, r1);
               });
         };
         switch (x_activation) {
@@ -259,7 +257,7 @@ void sddmm_dx(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& cache,
     detail::check_no_overlap(fn, "dX", dX, "W's values", W.values());
   }
   detail::sddmm_dx_kernel<T, Index>()(W, cache, dY, X, grad, dX, workspace, transpose_workspace, x_activation,
-                                       x_derivative);
+                                      x_derivative);
 }
 
 }  // namespace sprig

@@ -177,19 +177,19 @@ constexpr const char* kernel_arch() noexcept { return detail::KernelArch::name()
 // -march gets SSE2, at a fraction of the speed) and how to build. Scalar builds (a choice)
 // and other CPUs: empty. Reads the CPU's features (GCC and Clang on x86 only).
 inline std::string kernel_arch_warning() {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#  if SPRIG_KERNEL_SIMD && defined(__AVX2__) && defined(__FMA__)
+#  if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#    if SPRIG_KERNEL_SIMD && defined(__AVX2__) && defined(__FMA__)
   constexpr bool compiled_avx2_fma = true;
-#  else
+#    else
   constexpr bool compiled_avx2_fma = false;
-#  endif
+#    endif
   if constexpr (compiled_avx2_fma) return {};
   __builtin_cpu_init();
   const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return detail::arch_warning(kernel_arch(), compiled_avx2_fma, cpu);
-#else
+#  else
   return {};
-#endif
+#  endif
 }
 
 }  // namespace sprig

@@ -108,21 +108,19 @@ constexpr int spmm_chains(int R) noexcept { return R >= 8 ? 1 : (R >= 4 ? 2 : (R
 // row's bias or nullptr). The tile is stored once after all weights: a loop that writes Y
 // through per weight is bound by the store port.
 template <class A, class T, class Index, int R, class Vals>
-SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
-                                   const T* __restrict xp, std::int64_t xs, T* __restrict y, std::int64_t valid,
-                                   bool accumulate, const T* bias, bool relu) noexcept {
+SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n, const T* __restrict xp,
+                                   std::int64_t xs, T* __restrict y, std::int64_t valid, bool accumulate, const T* bias,
+                                   bool relu) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int C = spmm_chains(R);
   constexpr std::int64_t D = SPRIG_SPMM_PREFETCH;
   constexpr std::int64_t row_bytes = R * N * static_cast<std::int64_t>(sizeof(T));
   B acc[C][R];
-  SPRIG_UNROLL for (int k = 0; k < C; ++k)
-    SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = B(T(0));
+  SPRIG_UNROLL for (int k = 0; k < C; ++k) SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = B(T(0));
   std::int64_t q = 0;
   for (; q + C <= n; q += C) {
-    if (q + D + C <= n)
-      SPRIG_UNROLL for (int k = 0; k < C; ++k) {
+    if (q + D + C <= n) SPRIG_UNROLL for (int k = 0; k < C; ++k) {
         prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + D + k]) * xs);
         vals.prefetch(q + D + k);
       }
@@ -138,8 +136,8 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
     SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] = xsimd::fma(w, B::load_unaligned(x + r * N), acc[k][r]);
   }
   SPRIG_UNROLL for (int step = 1; step < C; step *= 2)  // pairwise: ((c0 + c1) + (c2 + c3)) + ...
-    SPRIG_UNROLL for (int k = 0; k + step < C; k += 2 * step)
-      SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] += acc[k + step][r];
+      SPRIG_UNROLL for (int k = 0; k + step < C; k += 2 * step) SPRIG_UNROLL for (int r = 0; r < R; ++r) acc[k][r] +=
+      acc[k + step][r];
   int r = 0;
   for (; r < R && (r + 1) * N <= valid; ++r) {
     B v = acc[0][r];
@@ -151,7 +149,8 @@ SPRIG_ALWAYS_INLINE void spmm_tile(const Index* __restrict cols, Vals vals, std:
   if (r < R && r * N < valid) {
     alignas(64) T tmp[N];
     acc[0][r].store_aligned(tmp);
-    for (std::int64_t j = 0; j < valid - r * N; ++j) y[r * N + j] = finish(tmp[j], y + r * N + j, accumulate, bias, relu);
+    for (std::int64_t j = 0; j < valid - r * N; ++j)
+      y[r * N + j] = finish(tmp[j], y + r * N + j, accumulate, bias, relu);
   }
 }
 
@@ -185,7 +184,7 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
         }
       }
       spmm_tile<A, T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
-                             last && bias ? bias + i : nullptr, last && relu);
+                                last && bias ? bias + i : nullptr, last && relu);
     }
 }
 
@@ -219,7 +218,7 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
             spmm_panel_rows<A, T, Index, R>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
-                                         blocks.count);
+                                            blocks.count);
           });
         }
       });
@@ -261,8 +260,8 @@ void spmm_scalar(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView
 // The kernel on architecture A once the operands are checked (and Y is not empty): what a
 // dispatching build's table points to (dispatch.hpp).
 template <class A, Value T, ColumnIndex Index>
-void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws,
-             Update mode, const RowEpilogue<T>& epilogue) {
+void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws, Update mode,
+             const RowEpilogue<T>& epilogue) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
     spmm_simd<A>(W, DirectValues<T>{W.values().data()}, X, Y, mode, ws, epilogue);
@@ -310,8 +309,8 @@ void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>>
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
   detail::check_spmm_operands("sprig::spmm", W, X, Y);
   if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(),
-                                     " rows"));
+    throw ShapeError(
+        detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
   detail::check_forward_activation("sprig::spmm", epilogue.activation);
   detail::check_no_overlap("sprig::spmm", "Y", Y, "the bias", epilogue.bias);
   if (Y.rows() == 0 || Y.cols() == 0) return;

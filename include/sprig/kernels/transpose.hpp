@@ -23,14 +23,22 @@ namespace sprig {
 namespace detail {
 struct PaddedCSRAccess {
   template <class M>
-  static auto& values(M& m) { return m.values_; }
+  static auto& values(M& m) {
+    return m.values_;
+  }
   template <class M>
-  static auto& col_indices(M& m) { return m.col_indices_; }
+  static auto& col_indices(M& m) {
+    return m.col_indices_;
+  }
   template <class M>
-  static auto& row_nnz(M& m) { return m.row_nnz_; }
+  static auto& row_nnz(M& m) {
+    return m.row_nnz_;
+  }
   // A structure-only matrix given values again (values(m) assigned one per slot by the caller).
   template <class M>
-  static void mark_valued(M& m) noexcept { m.structure_only_ = false; }
+  static void mark_valued(M& m) noexcept {
+    m.structure_only_ = false;
+  }
   template <class M>
   static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
                      const std::vector<std::int64_t>& counts, bool with_values = true) {
@@ -170,12 +178,14 @@ public:
   const Transposed<T, Index>& transposed() const noexcept { return cached_; }
   // Bytes owned: the cached W^T and its permutation.
   std::int64_t memory_bytes() const noexcept {
-    return cached_.matrix.memory_bytes() + static_cast<std::int64_t>(cached_.source_slot.capacity() * sizeof(SourceSlot));
+    return cached_.matrix.memory_bytes() +
+           static_cast<std::int64_t>(cached_.source_slot.capacity() * sizeof(SourceSlot));
   }
 
 private:
   bool stale(const PaddedCSR<T, Index>& W) const noexcept {
-    return !valid_ || key_ != W.topology_key() || cached_.matrix.rows() != W.cols() || cached_.matrix.cols() != W.rows();
+    return !valid_ || key_ != W.topology_key() || cached_.matrix.rows() != W.cols() ||
+           cached_.matrix.cols() != W.rows();
   }
   // with_values = false: structure and permutation only (see sync_topology).
   void rebuild(const PaddedCSR<T, Index>& W, bool with_values) {

@@ -33,7 +33,7 @@ public:
   // Throws std::bad_alloc when memory runs out.
   T* buffer(std::size_t n) {
     if (n > capacity_) {
-      buffer_.reset(static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})));
+      buffer_.reset(static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})));
       capacity_ = n;
     }
     return buffer_.get();
@@ -62,7 +62,7 @@ public:
 
 private:
   struct AlignedDelete {
-    void operator()(T* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(T* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<T, AlignedDelete> buffer_;
   std::size_t capacity_ = 0;

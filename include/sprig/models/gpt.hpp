@@ -66,7 +66,9 @@ inline std::vector<GPTBlockDensity> gpt_densities(const char* fn, const GPTSpec&
   auto density = [](double s) { return s > 0.0 ? 1.0 - s : 1.0; };
   std::vector<GPTBlockDensity> out(L);
   for (std::size_t l = 0; l < L; ++l)
-    out[l] = {.qkv = density(sa[2 * l]), .proj = density(sa[2 * l + 1]), .fc = density(sf[2 * l]),
+    out[l] = {.qkv = density(sa[2 * l]),
+              .proj = density(sa[2 * l + 1]),
+              .fc = density(sf[2 * l]),
               .fc_proj = density(sf[2 * l + 1])};
   return out;
 }
@@ -102,11 +104,13 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
       const std::int64_t grid_rows = blocks_covering(rows[j], R), grid_cols = blocks_covering(cols[j], C);
       if (grid_cols - 1 > max_index)
         throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " has ", grid_cols,
-                                                   blocks ? " block columns" : " columns", ", more than a ", sizeof(Index) * 8,
-                                                   "-bit column index addresses (at most ", max_index, " + 1)"));
+                                                   blocks ? " block columns" : " columns", ", more than a ",
+                                                   sizeof(Index) * 8, "-bit column index addresses (at most ",
+                                                   max_index, " + 1)"));
       if (std::llround(dens[j] * static_cast<double>(grid_rows) * static_cast<double>(grid_cols)) == 0)
         throw ArgumentError(sprig::detail::message(fn, ": block ", l, "'s ", name, " (", rows[j], "x", cols[j],
-                                                   ") at density ", dens[j], " keeps no ", blocks ? "block" : "weight"));
+                                                   ") at density ", dens[j], " keeps no ",
+                                                   blocks ? "block" : "weight"));
     }
   }
   return Model(spec.config, densities,

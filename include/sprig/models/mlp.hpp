@@ -53,12 +53,13 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec, s
   const std::size_t sparse = spec.dense_output ? layers - 1 : layers;
   std::vector<LayerShape> shapes;
   for (std::size_t l = 0; l < sparse; ++l)
-    shapes.push_back({(spec.widths[l + 1] + block_rows - 1) / block_rows, (spec.widths[l] + block_cols - 1) / block_cols});
+    shapes.push_back(
+        {(spec.widths[l + 1] + block_rows - 1) / block_rows, (spec.widths[l] + block_cols - 1) / block_cols});
   std::vector<double> out(layers, 0.0);
   if (!spec.layer_sparsities.empty()) {
     if (spec.layer_sparsities.size() != sparse)
-      throw ArgumentError(sprig::detail::message(fn, ": ", spec.layer_sparsities.size(), " layer_sparsities for ", sparse,
-                                                 " layers that may be sparse"));
+      throw ArgumentError(sprig::detail::message(fn, ": ", spec.layer_sparsities.size(), " layer_sparsities for ",
+                                                 sparse, " layers that may be sparse"));
     for (std::size_t l = 0; l < sparse; ++l) {
       const double s = spec.layer_sparsities[l];
       if (!(s >= 0.0 && s < 1.0))
@@ -78,7 +79,9 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec, s
 // The sparsity of every layer (0 for a dense one) that `spec` leads to, one per layer.
 // O(layers); throws ShapeError for fewer than 2 widths or a width below 1, ArgumentError
 // unless 0 <= sparsity < 1, or for layer_sparsities of the wrong length or out of [0, 1).
-inline std::vector<double> mlp_sparsities(const MLPSpec& spec) { return detail::mlp_sparsities("models::mlp_sparsities", spec); }
+inline std::vector<double> mlp_sparsities(const MLPSpec& spec) {
+  return detail::mlp_sparsities("models::mlp_sparsities", spec);
+}
 
 namespace detail {
 // The MLP of `spec` at the given per-layer sparsities: make_sparse(in, out, density, key)
@@ -136,8 +139,11 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
       fn, spec, detail::mlp_sparsities(fn, spec),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
         return SparseLinear<T, Index>(in, out,
-                                      {.density = density, .seed = spec.seed, .layer_key = key,
-                                       .padding_ratio = spec.padding_ratio, .growth_reserve = spec.growth_reserve});
+                                      {.density = density,
+                                       .seed = spec.seed,
+                                       .layer_key = key,
+                                       .padding_ratio = spec.padding_ratio,
+                                       .growth_reserve = spec.growth_reserve});
       },
       1);
 }
@@ -151,10 +157,12 @@ Sequential<T, Index, BlockSparseLinear<T, Index, R, C>> build_block_mlp(const ML
   return detail::build_mlp_with<Sequential<T, Index, BlockSparseLinear<T, Index, R, C>>>(
       fn, spec, detail::mlp_sparsities(fn, spec, R, C),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
-        return BlockSparseLinear<T, Index, R, C>(
-            in, out,
-            {.density = density, .seed = spec.seed, .layer_key = key, .padding_ratio = spec.padding_ratio,
-             .growth_reserve = spec.growth_reserve});
+        return BlockSparseLinear<T, Index, R, C>(in, out,
+                                                 {.density = density,
+                                                  .seed = spec.seed,
+                                                  .layer_key = key,
+                                                  .padding_ratio = spec.padding_ratio,
+                                                  .growth_reserve = spec.growth_reserve});
       },
       C);
 }

@@ -133,9 +133,8 @@ void attention_triangle_axpy(const T* a, std::int64_t as, AttentionTriangle<T> P
     using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
     if (t >= w) {
-      alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
-                                                     11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-                                                     22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+      alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
       static_assert(w <= 32);
       const V lanes = V::load_unaligned(lane_index);
       // rows d0 .. d0 + R of Y over the queries [q0, q0 + w): P(k, q0..) is whole for
@@ -189,9 +188,8 @@ void attention_triangle_dot(AttentionTriangle<T> P, const T* x, std::int64_t xs,
   if constexpr (kSimdFor<T, Arch>) {
     using V = Batch<T, Arch>;
     constexpr auto w = static_cast<std::int64_t>(V::size);
-    alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
-                                                   11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-                                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
     static_assert(w <= 32);
     const V lanes = V::load_unaligned(lane_index);
     k_simd = std::max<std::int64_t>(0, t - w + 1);
@@ -268,8 +266,8 @@ public:
       throw ArgumentError(detail::message("CausalSelfAttention: d_model and heads must be >= 1, got d_model ", d_model,
                                           " and heads ", heads));
     if (d_model % heads != 0)
-      throw ArgumentError(detail::message("CausalSelfAttention: d_model ", d_model, " is not divisible by heads ",
-                                          heads));
+      throw ArgumentError(
+          detail::message("CausalSelfAttention: d_model ", d_model, " is not divisible by heads ", heads));
     d_head_ = d_model / heads;
     scale_ = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_head_)));
   }
@@ -286,8 +284,8 @@ public:
                std::type_identity_t<MatrixView<T>> Out) {
     constexpr const char* fn = "CausalSelfAttention::forward";
     if (B < 1 || T_len < 1)
-      throw ArgumentError(detail::message(fn, ": batch B and sequence length T must be >= 1, got B ", B, " and T ",
-                                          T_len));
+      throw ArgumentError(
+          detail::message(fn, ": batch B and sequence length T must be >= 1, got B ", B, " and T ", T_len));
     check_shape(fn, "Q", Q, B, T_len);
     check_shape(fn, "K", K, B, T_len);
     check_shape(fn, "V", V, B, T_len);
@@ -326,7 +324,8 @@ public:
     const char* output_names[] = {"dQ", "dK", "dV"};
     for (int o = 0; o < 3; ++o) {
       for (int i = 0; i < 4; ++i) detail::check_no_overlap(fn, output_names[o], outputs[o], input_names[i], inputs[i]);
-      for (int p = o + 1; p < 3; ++p) detail::check_no_overlap(fn, output_names[o], outputs[o], output_names[p], outputs[p]);
+      for (int p = o + 1; p < 3; ++p)
+        detail::check_no_overlap(fn, output_names[o], outputs[o], output_names[p], outputs[p]);
     }
     run_pairs([&](std::int64_t pair, T* scratch) { backward_pair(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
   }

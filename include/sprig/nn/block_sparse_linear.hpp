@@ -49,7 +49,7 @@ struct BlockSparseLinearOptions {
   std::uint64_t seed = 0;       // with layer_key, the only input of the topology and the values
   std::uint64_t layer_key = 0;  // tells apart the layers of one model drawn from one seed
   double padding_ratio = kDefaultPaddingRatio;  // spare slots per block row (PaddedCSR)
-  double growth_reserve = 0.0;  // storage reserved for relocated block rows (reserve_growth)
+  double growth_reserve = 0.0;                  // storage reserved for relocated block rows (reserve_growth)
 };
 
 template <Value T, ColumnIndex Index, int R, int C>
@@ -84,8 +84,8 @@ public:
     CounterRng rng(options.seed, options.layer_key, kInitKey);
     Weight w = Weight::random_density(out, in, density, rng(), options.padding_ratio);
     if (w.nnz_blocks() == 0)
-      throw ArgumentError(detail::message("BlockSparseLinear: density ", density, " of a ", out, "x", in,
-                                          " layer in ", R, "x", C, " blocks rounds to no block at all"));
+      throw ArgumentError(detail::message("BlockSparseLinear: density ", density, " of a ", out, "x", in, " layer in ",
+                                          R, "x", C, " blocks rounds to no block at all"));
     std::int64_t live = 0;  // in-matrix entries of live blocks
     w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
       live += (std::min<std::int64_t>(out, (i + 1) * R) - i * R) * (std::min<std::int64_t>(in, (j + 1) * C) - j * C);
@@ -123,8 +123,8 @@ public:
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
                 std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
-      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(),
-                                       ", expected ", in_features(), "x", X.cols()));
+      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
+                                       in_features(), "x", X.cols()));
     detail::check_input_activation("BlockSparseLinear::backward", x_activation, X, x_derivative);
     check_backward(X, dY);
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);

@@ -59,8 +59,8 @@ public:
   // ShapeError unless vocabulary and d_model are > 0.
   TokenEmbedding(std::int64_t vocabulary, std::int64_t d_model, std::uint64_t seed, std::uint64_t layer_key = 0) {
     if (vocabulary <= 0 || d_model <= 0)
-      throw ShapeError(detail::message("TokenEmbedding: vocabulary and d_model must be > 0, got ", vocabulary,
-                                       " and ", d_model));
+      throw ShapeError(
+          detail::message("TokenEmbedding: vocabulary and d_model must be > 0, got ", vocabulary, " and ", d_model));
     table = DenseParameter<T>(vocabulary, d_model);
     table.decay = false;
     CounterRng rng(seed, layer_key, kInitKey);
@@ -126,10 +126,8 @@ private:
     const std::int64_t V = vocabulary();
     for (std::size_t n = 0; n < tokens.size(); ++n) {
       const std::int32_t t = tokens[n];
-      if (t < 0)
-        throw ArgumentError(detail::message(fn, ": token id ", t, " < 0 at position ", n));
-      if (t >= V)
-        throw ArgumentError(detail::message(fn, ": token id ", t, " >= vocabulary ", V, " at position ", n));
+      if (t < 0) throw ArgumentError(detail::message(fn, ": token id ", t, " < 0 at position ", n));
+      if (t >= V) throw ArgumentError(detail::message(fn, ": token id ", t, " >= vocabulary ", V, " at position ", n));
     }
   }
 
@@ -145,8 +143,7 @@ public:
 
   // normal(0, 0.02) entries from CounterRng(seed, layer_key, kInitKey). O(block x d). Throws
   // ShapeError unless block_size and d_model are > 0.
-  PositionalEmbedding(std::int64_t block_size, std::int64_t d_model, std::uint64_t seed,
-                      std::uint64_t layer_key = 0) {
+  PositionalEmbedding(std::int64_t block_size, std::int64_t d_model, std::uint64_t seed, std::uint64_t layer_key = 0) {
     if (block_size <= 0 || d_model <= 0)
       throw ShapeError(detail::message("PositionalEmbedding: block_size and d_model must be > 0, got ", block_size,
                                        " and ", d_model));
@@ -209,8 +206,7 @@ public:
 
 private:
   void check(const char* fn, std::int64_t seq_len, std::int64_t rows, std::int64_t cols, const char* name) const {
-    if (seq_len < 1)
-      throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " must be >= 1"));
+    if (seq_len < 1) throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " must be >= 1"));
     if (seq_len > block_size())
       throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " > block size ", block_size()));
     if (rows != d_model() || cols % seq_len != 0)

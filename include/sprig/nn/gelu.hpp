@@ -47,7 +47,8 @@ public:
       std::int64_t j = 0;
 #if SPRIG_KERNEL_SIMD
       using B = xsimd::batch<T, Arch>;
-      for (; j + std::int64_t(B::size) <= X.cols(); j += B::size) value_of(B::load_unaligned(x + j)).store_unaligned(y + j);
+      for (; j + std::int64_t(B::size) <= X.cols(); j += B::size)
+        value_of(B::load_unaligned(x + j)).store_unaligned(y + j);
 #endif
       for (; j < X.cols(); ++j) y[j] = value_of(x[j]);
     });

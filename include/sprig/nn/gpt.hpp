@@ -121,8 +121,8 @@ enum class GPTProjection : std::size_t { qkv = 0, proj = 1, fc = 2, fc_proj = 3 
 namespace detail {
 // Validates a GPTConfig, naming fn. O(1).
 inline void check_gpt_config(const char* fn, const GPTConfig& c) {
-  const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},   {"heads", c.heads},
-                                                          {"d_model", c.d_model}, {"d_ff", c.d_ff},
+  const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},         {"heads", c.heads},
+                                                          {"d_model", c.d_model},       {"d_ff", c.d_ff},
                                                           {"block_size", c.block_size}, {"vocab", c.vocab}};
   for (const auto& [name, v] : entries)
     if (v < 1) throw ArgumentError(message(fn, ": ", name, " must be >= 1, got ", v));
@@ -238,8 +238,8 @@ public:
       b.ln1.forward(x, b.ln1_out.view());
       run_forward(b.qkv, b.ln1_out.view(), b.qkv_out.view());
       const ConstMatrixView<T> qkv = b.qkv_out.view();
-      b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
-                     qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, b.att_out.view());
+      b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()), qkv.block(2 * d, 0, d, qkv.cols()),
+                     batch, seq_len, b.att_out.view());
       run_forward(b.proj, b.att_out.view(), b.x_mid.view());
       add_into<T>(x, b.x_mid.view());
       b.ln2.forward(b.x_mid.view(), b.ln2_out.view());
@@ -359,7 +359,12 @@ public:
 private:
   struct Block {
     Block(std::int64_t d, std::int64_t heads, Projection qkv_, Projection proj_, Projection fc_, Projection fc_proj_)
-        : ln1(d), ln2(d), attn(d, heads), qkv(std::move(qkv_)), proj(std::move(proj_)), fc(std::move(fc_)),
+        : ln1(d),
+          ln2(d),
+          attn(d, heads),
+          qkv(std::move(qkv_)),
+          proj(std::move(proj_)),
+          fc(std::move(fc_)),
           fc_proj(std::move(fc_proj_)) {}
     LayerNorm<T> ln1, ln2;
     CausalSelfAttention<T> attn;
@@ -381,15 +386,17 @@ private:
                                     std::uint64_t key) {
     if (density >= 1.0) return Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key);
     return Projection(std::in_place_type<SparseLayer>, in, out,
-                      typename SparseLayer::Options{.density = density, .seed = o.seed, .layer_key = key,
+                      typename SparseLayer::Options{.density = density,
+                                                    .seed = o.seed,
+                                                    .layer_key = key,
                                                     .padding_ratio = o.padding_ratio,
                                                     .growth_reserve = o.growth_reserve});
   }
 
   std::size_t checked(std::size_t block) const {
     if (block >= blocks_.size())
-      throw ArgumentError(detail::message("GPT::projection: block ", block, " of a model with ", blocks_.size(),
-                                          " blocks"));
+      throw ArgumentError(
+          detail::message("GPT::projection: block ", block, " of a model with ", blocks_.size(), " blocks"));
     return block;
   }
 
@@ -451,10 +458,14 @@ private:
       reshape(b.qkv_out, 3 * d, n);
       reshape(b.fc_out, f, n);
       reshape(b.gelu_out, f, n);
-      if (is_sparse(b.qkv)) reshape(b.d_qkv, 3 * d, n);
-      else dense_qkv = true;
-      if (is_sparse(b.fc)) reshape(b.d_fc, f, n);
-      else dense_fc = true;
+      if (is_sparse(b.qkv))
+        reshape(b.d_qkv, 3 * d, n);
+      else
+        dense_qkv = true;
+      if (is_sparse(b.fc))
+        reshape(b.d_fc, f, n);
+      else
+        dense_fc = true;
     }
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
@@ -512,11 +523,11 @@ private:
   Linear<T> head_;
   GELU<T> gelu_;
 
-  Matrix<T> x0_;          // embeddings: the residual stream entering block 0
-  Matrix<T> lnf_out_;     // LN_f's output, the head's input
+  Matrix<T> x0_;       // embeddings: the residual stream entering block 0
+  Matrix<T> lnf_out_;  // LN_f's output, the head's input
   Matrix<T> logits_, dlogits_;
-  Matrix<T> scratch_a_, scratch_b_;  // [d x N] gradients used within one layer's backward
-  Matrix<T> g_in_;        // gradient at x0 (the embeddings' dY)
+  Matrix<T> scratch_a_, scratch_b_;     // [d x N] gradients used within one layer's backward
+  Matrix<T> g_in_;                      // gradient at x0 (the embeddings' dY)
   Matrix<T> shared_dqkv_, shared_dfc_;  // dY of dense qkv / fc projections
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;

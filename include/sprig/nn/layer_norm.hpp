@@ -84,8 +84,8 @@ public:
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y) {
     const std::int64_t d = features();
     if (X.rows() != d || Y.rows() != d || Y.cols() != X.cols())
-      throw ShapeError(detail::message("LayerNorm::forward: layer has ", d, " features, X is ", X.rows(), "x",
-                                       X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+      throw ShapeError(detail::message("LayerNorm::forward: layer has ", d, " features, X is ", X.rows(), "x", X.cols(),
+                                       ", Y is ", Y.rows(), "x", Y.cols()));
     detail::check_no_overlap("LayerNorm::forward", "Y", Y, "X", X);
     reserve(X.cols());
     cols_ = X.cols();

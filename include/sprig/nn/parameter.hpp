@@ -47,9 +47,9 @@ struct SparseParameter {
   using index_type = Index;
 
   PaddedCSR<T, Index> matrix;
-  AlignedVector<T> grad;                    // size matrix.storage_size()
-  std::vector<AlignedVector<T>> state;      // each empty or size matrix.storage_size()
-  bool decay = true;                        // whether optimizers apply weight decay
+  AlignedVector<T> grad;                // size matrix.storage_size()
+  std::vector<AlignedVector<T>> state;  // each empty or size matrix.storage_size()
+  bool decay = true;                    // whether optimizers apply weight decay
 
   SparseParameter() = default;
   // Takes the weight; grad zero at every slot, no state yet (an optimizer creates it).
@@ -124,8 +124,7 @@ struct SparseParameter {
           sources.resize(static_cast<std::size_t>(matrix.storage_size()));
           for (std::size_t k = 0; k < sources.size(); ++k) sources[k] = static_cast<std::int64_t>(k);
         }
-        for (std::size_t j = 0; j < order.size(); ++j)
-          sources[static_cast<std::size_t>(start) + j] = start + order[j];
+        for (std::size_t j = 0; j < order.size(); ++j) sources[static_cast<std::size_t>(start) + j] = start + order[j];
       }
     });
     if (log && moved) log->remap(sources);
@@ -195,7 +194,8 @@ struct BlockSparseParameter {
                                        "made without BlockSparseParameter::apply?)"));
     for (std::size_t k = 0; k < state.size(); ++k)
       if (!state[k].empty() && std::ssize(state[k]) != n)
-        throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ", n));
+        throw ShapeError(
+            detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ", n));
   }
 
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
@@ -244,8 +244,8 @@ struct DenseParameter {
                                        grad.size(), " gradient entries"));
     for (std::size_t k = 0; k < state.size(); ++k)
       if (!state[k].empty() && std::ssize(state[k]) != size())
-        throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ",
-                                         size()));
+        throw ShapeError(
+            detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ", size()));
   }
 
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }

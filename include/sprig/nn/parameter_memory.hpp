@@ -18,8 +18,8 @@ struct ParameterMemory {
   std::int64_t dense_weights = 0;
   std::int64_t gradients = 0;
   std::int64_t optimizer_state = 0;
-  std::int64_t parameters = 0;       // live weights (sparse: live_count(); dense: rows x cols)
-  std::int64_t dense_parameters = 0; // rows x cols summed over all parameters
+  std::int64_t parameters = 0;        // live weights (sparse: live_count(); dense: rows x cols)
+  std::int64_t dense_parameters = 0;  // rows x cols summed over all parameters
 };
 
 // O(parameters); reads only.

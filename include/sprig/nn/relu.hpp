@@ -22,8 +22,8 @@ namespace detail {
 template <class T>
 void check_same_shape(const char* fn, const char* a, ConstMatrixView<T> x, const char* b, ConstMatrixView<T> y) {
   if (x.rows() != y.rows() || x.cols() != y.cols())
-    throw ShapeError(detail::message(fn, ": ", a, " is ", x.rows(), "x", x.cols(), " but ", b, " is ", y.rows(), "x",
-                                     y.cols()));
+    throw ShapeError(
+        detail::message(fn, ": ", a, " is ", x.rows(), "x", x.cols(), " but ", b, " is ", y.rows(), "x", y.cols()));
 }
 }  // namespace detail
 

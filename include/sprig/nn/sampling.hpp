@@ -80,13 +80,14 @@ std::int32_t sample_token(ConstMatrixView<T> logits, std::int64_t column, double
     }
   }
   if (best < 0)
-    throw ArgumentError(detail::message("sample_token: every logit of column ", column,
-                                        " is -inf: no token has a probability"));
+    throw ArgumentError(
+        detail::message("sample_token: every logit of column ", column, " is -inf: no token has a probability"));
   if (temperature == 0.0) return static_cast<std::int32_t>(best);
 
   // exp((z - max) / temperature): the largest is exactly 1, so total >= 1
   double total = 0.0;
-  for (std::int64_t i = 0; i < vocab; ++i) total += std::exp((static_cast<double>(logits(i, column)) - top) / temperature);
+  for (std::int64_t i = 0; i < vocab; ++i)
+    total += std::exp((static_cast<double>(logits(i, column)) - top) / temperature);
   const double target = u * total;
   double cumulative = 0.0;
   std::int64_t last_positive = best;
@@ -124,7 +125,8 @@ std::vector<std::int32_t> generate(LM& model, std::span<const std::int32_t> prom
   out.assign(prompt.begin(), prompt.end());
   for (std::int64_t i = 0; i < new_tokens; ++i) {
     const std::int64_t len = std::min<std::int64_t>(block, std::ssize(out));
-    const std::span<const std::int32_t> context = std::span<const std::int32_t>(out).last(static_cast<std::size_t>(len));
+    const std::span<const std::int32_t> context =
+        std::span<const std::int32_t>(out).last(static_cast<std::size_t>(len));
     const auto logits = model.forward(context, 1, len);
     using T = typename std::remove_cvref_t<decltype(logits)>::value_type;
     const ConstMatrixView<T> view = logits;

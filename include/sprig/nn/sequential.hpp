@@ -138,8 +138,10 @@ public:
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const bool shared = k + 1 < layers_.size() && in_place_backward(k + 1);
       grad_of_[k] = shared ? grad_of_[k + 1] : k;
-      if (!shared) reshape(grads_[k], act(k).rows(), B);
-      else if (grads_[k].rows() != 0) grads_[k] = Matrix<T>();  // shared since a later add()
+      if (!shared)
+        reshape(grads_[k], act(k).rows(), B);
+      else if (grads_[k].rows() != 0)
+        grads_[k] = Matrix<T>();  // shared since a later add()
     }
     forwarded_ = true;
     return act(layers_.size() - 1);
@@ -149,7 +151,8 @@ public:
   // writes into it before backward(). Shaped by forward(), so call it after forward(): throws
   // ArgumentError without a forward since the model was built or a layer was added.
   MatrixView<T> output_grad() {
-    if (!forwarded_) throw ArgumentError(
+    if (!forwarded_)
+      throw ArgumentError(
           "Sequential::output_grad: call forward first (no forward since the model was built or a layer was added)");
     return grads_[grad_of_.back()].view();
   }
@@ -168,7 +171,8 @@ public:
   // layer_done must not change the model; what it throws propagates.
   template <class LayerDone>
   void backward(LayerDone&& layer_done) {
-    if (!forwarded_) throw ArgumentError(
+    if (!forwarded_)
+      throw ArgumentError(
           "Sequential::backward: call forward first (no forward since the model was built or a layer was added)");
     for (std::size_t k = layers_.size(); k-- > 0;) {
       backward_layer(k);
@@ -250,9 +254,13 @@ public:
   ConstMatrixView<T> input() const noexcept { return input_; }
 
   // Bytes of all weights as stored (sparse layers: every PaddedCSR array incl. padding).
-  std::int64_t weight_bytes() const { return sum_over([](const auto& l) { return l.weight_bytes(); }); }
+  std::int64_t weight_bytes() const {
+    return sum_over([](const auto& l) { return l.weight_bytes(); });
+  }
   // Bytes the same model would need with every layer dense.
-  std::int64_t dense_weight_bytes() const { return sum_over([](const auto& l) { return l.dense_weight_bytes(); }); }
+  std::int64_t dense_weight_bytes() const {
+    return sum_over([](const auto& l) { return l.dense_weight_bytes(); });
+  }
   // Everything the model owns: weights, gradients, optimizer state, caches, buffers.
   std::int64_t memory_bytes() const {
     std::int64_t b = sum_over([](const auto& l) { return l.memory_bytes(); });
@@ -332,7 +340,11 @@ private:
   }
 
   static bool is_linear(const Layer& l) noexcept {
-    return std::visit([](const auto& layer) { return requires { layer.out_features(); }; }, l);
+    return std::visit(
+        [](const auto& layer) {
+          return requires { layer.out_features(); };
+        },
+        l);
   }
 
   std::int64_t out_width(std::size_t k, std::int64_t in) const {
@@ -381,10 +393,10 @@ private:
   }
 
   std::vector<Layer> layers_;
-  std::vector<Matrix<T>> acts_;         // empty where the output lives in layer k - 1's buffer
-  std::vector<std::size_t> act_of_;     // act(k) is acts_[act_of_[k]]
-  std::vector<Matrix<T>> grads_;        // empty where the gradient lives in a shared buffer
-  std::vector<std::size_t> grad_of_;   // grad(k) is grads_[grad_of_[k]]
+  std::vector<Matrix<T>> acts_;       // empty where the output lives in layer k - 1's buffer
+  std::vector<std::size_t> act_of_;   // act(k) is acts_[act_of_[k]]
+  std::vector<Matrix<T>> grads_;      // empty where the gradient lives in a shared buffer
+  std::vector<std::size_t> grad_of_;  // grad(k) is grads_[grad_of_[k]]
   ConstMatrixView<T> input_;
   bool forwarded_ = false;
 };

@@ -67,8 +67,8 @@ public:
   // ShapeError unless labels has Z.cols() entries; a label outside [0, Z.rows()) never counts.
   static std::int64_t count_correct(std::type_identity_t<ConstMatrixView<T>> Z, std::span<const int> labels) {
     if (std::ssize(labels) != Z.cols())
-      throw ShapeError(detail::message("SoftmaxCrossEntropy::count_correct: ", labels.size(), " labels for ", Z.cols(),
-                                       " columns"));
+      throw ShapeError(
+          detail::message("SoftmaxCrossEntropy::count_correct: ", labels.size(), " labels for ", Z.cols(), " columns"));
     std::int64_t correct = 0;
     for (std::int64_t b = 0; b < Z.cols(); ++b) {
       std::int64_t best = 0;
@@ -87,7 +87,8 @@ private:
       throw ShapeError(detail::message(fn, ": empty logits ", Z.rows(), "x", Z.cols()));
     for (std::size_t b = 0; b < labels.size(); ++b)
       if (labels[b] < 0 || labels[b] >= Z.rows())
-        throw ArgumentError(detail::message(fn, ": label ", labels[b], " of column ", b, " outside [0, ", Z.rows(), ")"));
+        throw ArgumentError(
+            detail::message(fn, ": label ", labels[b], " of column ", b, " outside [0, ", Z.rows(), ")"));
   }
 
   // max_[b] = max_i Z[i, b];  sum_[b] = sum_i exp(Z[i, b] - max_[b])  (>= 1).

@@ -24,11 +24,11 @@ namespace sprig {
 // output_grad are the layer's own, [in x B] and [out x B] in elements.
 template <Value T, ColumnIndex Index>
 struct SparseLayerRef {
-  std::size_t position;       // where the layer sits in its model (the model documents it)
-  std::size_t sparse_index;   // 0, 1, ... among the model's sparse layers
+  std::size_t position;      // where the layer sits in its model (the model documents it)
+  std::size_t sparse_index;  // 0, 1, ... among the model's sparse layers
   SparseLinear<T, Index>* layer;
-  ConstMatrixView<T> input;        // X of the last forward   [in x B]
-  ConstMatrixView<T> output_grad;  // dY of the last backward [out x B]
+  ConstMatrixView<T> input;                   // X of the last forward   [in x B]
+  ConstMatrixView<T> output_grad;             // dY of the last backward [out x B]
   BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
 
   // The weight's shape in elements (the stand-in's grid times the block shape, clipped).

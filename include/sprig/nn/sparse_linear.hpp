@@ -92,13 +92,12 @@ public:
       throw ShapeError(detail::message("SparseLinear: in and out must be > 0, got ", in, " and ", out));
     const double density = options.density;
     if (!(density > 0.0 && density <= 1.0))
-      throw ArgumentError(detail::message("SparseLinear: density ", density,
-                                          " outside (0, 1] (set SparseLinearOptions::density)"));
+      throw ArgumentError(
+          detail::message("SparseLinear: density ", density, " outside (0, 1] (set SparseLinearOptions::density)"));
     if (!(options.padding_ratio >= 0.0 && options.padding_ratio <= 64.0))
       throw ArgumentError(detail::message("SparseLinear: padding_ratio ", options.padding_ratio, " outside [0, 64]"));
     if (!(options.growth_reserve >= 0.0 && options.growth_reserve <= 64.0))
-      throw ArgumentError(
-          detail::message("SparseLinear: growth_reserve ", options.growth_reserve, " outside [0, 64]"));
+      throw ArgumentError(detail::message("SparseLinear: growth_reserve ", options.growth_reserve, " outside [0, 64]"));
     CounterRng rng(options.seed, options.layer_key, kInitKey);
     auto w = PaddedCSR<T, Index>::random_density(out, in, density, rng(), options.padding_ratio);
     if (w.nnz() == 0)
@@ -112,9 +111,9 @@ public:
 
   // The positional form that SparseLinearOptions replaced, kept [[deprecated]] for one minor
   // version (the deprecation policy, CONTRIBUTING.md): the same layer as the options form.
-  [[deprecated("use SparseLinear(in, out, {.density = d, .seed = s, .layer_key = k}); removed in 0.3")]]
-  SparseLinear(std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
-               double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0)
+  [[deprecated("use SparseLinear(in, out, {.density = d, .seed = s, .layer_key = k}); removed in 0.3")]] SparseLinear(
+      std::int64_t in, std::int64_t out, double density, std::uint64_t seed, std::uint64_t layer_key = 0,
+      double padding_ratio = kDefaultPaddingRatio, double growth_reserve = 0.0)
       : SparseLinear(in, out,
                      SparseLinearOptions{.density = density,
                                          .seed = seed,

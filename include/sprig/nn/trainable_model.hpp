@@ -43,7 +43,9 @@ concept TrainableModel = requires(M& m, const M& cm) {
   typename M::index_type;
   m.for_each_parameter(detail::ParameterProbe{});
   cm.for_each_parameter(detail::ParameterProbe{});
-  { m.sparse_layers() } -> std::convertible_to<std::vector<SparseLayerRef<typename M::value_type, typename M::index_type>>>;
+  {
+    m.sparse_layers()
+    } -> std::convertible_to<std::vector<SparseLayerRef<typename M::value_type, typename M::index_type>>>;
 };
 
 }  // namespace sprig

@@ -79,7 +79,8 @@ public:
     if (!(options.eps > 0.0)) throw ArgumentError(detail::message("AdamW: eps ", options.eps, " must be > 0"));
     if (!(options.weight_decay >= 0.0))
       throw ArgumentError(detail::message("AdamW: weight_decay ", options.weight_decay, " must be >= 0"));
-    if (options.bias_correction != AdamWBiasCorrection::per_slot && options.bias_correction != AdamWBiasCorrection::global)
+    if (options.bias_correction != AdamWBiasCorrection::per_slot &&
+        options.bias_correction != AdamWBiasCorrection::global)
       throw ArgumentError(detail::message("AdamW: bias_correction ", static_cast<int>(options.bias_correction),
                                           " is neither per_slot (0) nor global (1)"));
   }
@@ -98,7 +99,10 @@ public:
   // first step where a live slot has zero moments: step_count() - 1 for every slot with
   // nonzero moments, what `global` would have used.
   template <class P>
-    requires requires(P& p) { p.state; p.grad; }
+    requires requires(P& p) {
+      p.state;
+      p.grad;
+    }
   void update(P& p) {
     if (this->step_count() < 1)
       throw ArgumentError("AdamW::update: step_count() is 0; call begin_step() (or step()) first");

@@ -57,7 +57,9 @@ class DivergenceError : public Error {
 public:
   DivergenceError(std::string quantity, double value, std::int64_t step)
       : Error(detail::message("the run diverged: ", quantity, " is ", value, " at step ", step)),
-        quantity_(std::move(quantity)), value_(value), step_(step) {}
+        quantity_(std::move(quantity)),
+        value_(value),
+        step_(step) {}
 
   const std::string& quantity() const noexcept { return quantity_; }
   double value() const noexcept { return value_; }
@@ -217,12 +219,12 @@ double clip_grad_norm(M& model, double max_norm) {
     throw ArgumentError(detail::message("clip_grad_norm: max_norm ", max_norm, " must be finite and > 0"));
   const detail::GradNorm n = detail::grad_norm_of("clip_grad_norm", model);
   if (!std::isfinite(n.norm))
-    throw ArgumentError(detail::message(
-        "clip_grad_norm: the gradient norm is ", n.norm,
-        n.first_non_finite >= 0
-            ? " (parameter " + std::to_string(n.first_non_finite) + " in for_each_parameter order has a non-finite gradient)"
-            : std::string(" (the sum of squares overflows)"),
-        "; nothing was scaled"));
+    throw ArgumentError(detail::message("clip_grad_norm: the gradient norm is ", n.norm,
+                                        n.first_non_finite >= 0
+                                            ? " (parameter " + std::to_string(n.first_non_finite) +
+                                                  " in for_each_parameter order has a non-finite gradient)"
+                                            : std::string(" (the sum of squares overflows)"),
+                                        "; nothing was scaled"));
   const double coef = max_norm / (n.norm + 1e-6);
   if (!(coef < 1.0)) return n.norm;
   model.for_each_parameter([&](auto& p) {

@@ -68,8 +68,7 @@ public:
   CosineWarmupLR(double lr, std::int64_t warmup, std::int64_t total, double min_lr = 0.0)
       : lr_(lr), warmup_(warmup), total_(total), min_lr_(min_lr) {
     if (warmup < 0 || total <= warmup)
-      throw ArgumentError(
-          detail::message("CosineWarmupLR: need 0 <= warmup (", warmup, ") < total (", total, ")"));
+      throw ArgumentError(detail::message("CosineWarmupLR: need 0 <= warmup (", warmup, ") < total (", total, ")"));
     detail::check_lr("CosineWarmupLR", "lr", lr);
     detail::check_lr("CosineWarmupLR", "min_lr", min_lr);
   }
@@ -80,8 +79,7 @@ public:
   double operator()(std::int64_t t) const noexcept {
     t = std::max<std::int64_t>(t, 0);
     if (t < warmup_) return lr_ * static_cast<double>(t + 1) / static_cast<double>(warmup_);
-    const double p =
-        std::clamp(static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_), 0.0, 1.0);
+    const double p = std::clamp(static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_), 0.0, 1.0);
     return min_lr_ + (lr_ - min_lr_) * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p));
   }
 

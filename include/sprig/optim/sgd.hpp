@@ -50,8 +50,7 @@ public:
       throw ArgumentError(detail::message("SGD: momentum ", options.momentum, " outside [0, 1)"));
     if (!(options.weight_decay >= 0.0))
       throw ArgumentError(detail::message("SGD: weight_decay ", options.weight_decay, " must be >= 0"));
-    if (options.nesterov && options.momentum == 0.0)
-      throw ArgumentError("SGD: Nesterov momentum needs momentum > 0");
+    if (options.nesterov && options.momentum == 0.0) throw ArgumentError("SGD: Nesterov momentum needs momentum > 0");
   }
 
   const SGDOptions& options() const noexcept { return options_; }
@@ -60,7 +59,10 @@ public:
   // does not read the step count). Throws ShapeError if grad or state is not aligned with the
   // parameter's slots (before anything is written).
   template <class P>
-    requires requires(P& p) { p.state; p.grad; }
+    requires requires(P& p) {
+      p.state;
+      p.grad;
+    }
   void update(P& p) {
     const bool use_momentum = options_.momentum != 0.0;
     detail::ensure_state("SGD::update", p, use_momentum ? 1 : 0);

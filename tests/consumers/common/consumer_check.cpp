@@ -14,7 +14,8 @@
 
 // The package version (find_package) and the header's SPRIG_VERSION are one number.
 #if defined(SPRIG_EXPECTED_VERSION_MAJOR)
-static_assert(SPRIG_VERSION_MAJOR == SPRIG_EXPECTED_VERSION_MAJOR && SPRIG_VERSION_MINOR == SPRIG_EXPECTED_VERSION_MINOR &&
+static_assert(SPRIG_VERSION_MAJOR == SPRIG_EXPECTED_VERSION_MAJOR &&
+                  SPRIG_VERSION_MINOR == SPRIG_EXPECTED_VERSION_MINOR &&
                   SPRIG_VERSION_PATCH == SPRIG_EXPECTED_VERSION_PATCH,
               "sprig/version.hpp disagrees with the CMake package version");
 #endif

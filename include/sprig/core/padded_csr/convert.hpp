@@ -14,15 +14,15 @@
 namespace sprig {
 
 template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::from_dense(std::type_identity_t<ConstMatrixView<T>> dense, T threshold, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::from_dense(std::type_identity_t<ConstMatrixView<T>> dense, T threshold,
+                                                    double padding_ratio) {
   if (!(threshold >= T(0)))
     throw ArgumentError(detail::message("PaddedCSR::from_dense: threshold ", threshold, " must be >= 0"));
   PaddedCSR m;
   m.init_shape("PaddedCSR::from_dense", dense.rows(), dense.cols(), padding_ratio);
   auto keep = [threshold](T x) { return !(std::abs(x) <= threshold); };
   std::vector<std::int64_t> counts(static_cast<std::size_t>(m.rows_), 0);
-  for (std::int64_t i = 0; i < m.rows_; ++i)
-    counts[i] = std::count_if(dense.row(i), dense.row(i) + m.cols_, keep);
+  for (std::int64_t i = 0; i < m.rows_; ++i) counts[i] = std::count_if(dense.row(i), dense.row(i) + m.cols_, keep);
   m.layout_from_counts(counts);
   for (std::int64_t i = 0; i < m.rows_; ++i) {
     std::int64_t s = m.row_start_[i];
@@ -35,7 +35,9 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::from_dense(std::type_identity_t<ConstMa
 
 template <Value T, ColumnIndex Index>
 template <std::integral I>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::from_csr(std::int64_t rows, std::int64_t cols, std::span<const std::int64_t> row_ptr, std::span<const I> col_indices, std::span<const T> values, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::from_csr(std::int64_t rows, std::int64_t cols,
+                                                  std::span<const std::int64_t> row_ptr, std::span<const I> col_indices,
+                                                  std::span<const T> values, double padding_ratio) {
   const char* fn = "PaddedCSR::from_csr";
   PaddedCSR m;
   m.init_shape(fn, rows, cols, padding_ratio);
@@ -44,7 +46,8 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::from_csr(std::int64_t rows, std::int64_
   if (row_ptr[0] != 0) throw ArgumentError(detail::message(fn, ": row_ptr[0] is ", row_ptr[0], ", expected 0"));
   for (std::int64_t i = 0; i < rows; ++i)
     if (row_ptr[i + 1] < row_ptr[i])
-      throw ArgumentError(detail::message(fn, ": row_ptr decreases at row ", i, " (", row_ptr[i], " > ", row_ptr[i + 1], ")"));
+      throw ArgumentError(
+          detail::message(fn, ": row_ptr decreases at row ", i, " (", row_ptr[i], " > ", row_ptr[i + 1], ")"));
   const std::int64_t nnz = row_ptr[rows];
   if (std::ssize(col_indices) != nnz || std::ssize(values) != nnz)
     throw ShapeError(detail::message(fn, ": row_ptr[rows] = ", nnz, " but col_indices has ", col_indices.size(),
@@ -55,7 +58,8 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::from_csr(std::int64_t rows, std::int64_
   std::vector<std::pair<std::int64_t, T>> row;
   for (std::int64_t i = 0; i < rows; ++i) {
     row.clear();
-    for (std::int64_t p = row_ptr[i]; p < row_ptr[i + 1]; ++p) row.emplace_back(static_cast<std::int64_t>(col_indices[p]), values[p]);
+    for (std::int64_t p = row_ptr[i]; p < row_ptr[i + 1]; ++p)
+      row.emplace_back(static_cast<std::int64_t>(col_indices[p]), values[p]);
     m.fill_row_checked(fn, i, row);
   }
   m.nnz_ = nnz;
@@ -64,7 +68,9 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::from_csr(std::int64_t rows, std::int64_
 
 template <Value T, ColumnIndex Index>
 template <std::integral I, std::integral J>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::from_coo(std::int64_t rows, std::int64_t cols, std::span<const I> row_indices, std::span<const J> col_indices, std::span<const T> values, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::from_coo(std::int64_t rows, std::int64_t cols, std::span<const I> row_indices,
+                                                  std::span<const J> col_indices, std::span<const T> values,
+                                                  double padding_ratio) {
   const char* fn = "PaddedCSR::from_coo";
   PaddedCSR m;
   m.init_shape(fn, rows, cols, padding_ratio);
@@ -113,7 +119,8 @@ CSRArrays<T, Index> PaddedCSR<T, Index>::to_csr() const {
     const std::int64_t s = row_start_[i];
     order.resize(static_cast<std::size_t>(row_nnz_[i]));
     std::iota(order.begin(), order.end(), s);
-    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return col_indices_[a] < col_indices_[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](std::int64_t a, std::int64_t b) { return col_indices_[a] < col_indices_[b]; });
     for (std::int64_t q : order) {
       out.col_indices.push_back(col_indices_[q]);
       out.values.push_back(values_[q]);

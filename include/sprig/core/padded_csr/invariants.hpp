@@ -16,7 +16,8 @@ void PaddedCSR<T, Index>::check_invariants() const {
   auto fail = [](auto&&... parts) { throw Error(detail::message("PaddedCSR invariant violated: ", parts...)); };
   if (rows_ < 0 || cols_ < 0) fail("negative shape ", rows_, "x", cols_);
   if (std::ssize(row_start_) != rows_ || std::ssize(row_nnz_) != rows_ || std::ssize(row_capacity_) != rows_)
-    fail("row arrays have ", row_start_.size(), "/", row_nnz_.size(), "/", row_capacity_.size(), " entries, rows = ", rows_);
+    fail("row arrays have ", row_start_.size(), "/", row_nnz_.size(), "/", row_capacity_.size(),
+         " entries, rows = ", rows_);
   if (!structure_only_ && col_indices_.size() != values_.size())
     fail("values has ", values_.size(), " slots but col_indices has ", col_indices_.size());
   if (structure_only_ && !values_.empty()) fail("a structure-only matrix holds ", values_.size(), " values");
@@ -26,9 +27,11 @@ void PaddedCSR<T, Index>::check_invariants() const {
   std::int64_t live = 0, owned = 0;
   for (std::int64_t i = 0; i < rows_; ++i) {
     if (row_capacity_[i] < 1) fail("row ", i, " has capacity ", row_capacity_[i], " < 1");
-    if (row_nnz_[i] < 0 || row_nnz_[i] > row_capacity_[i]) fail("row ", i, " has nnz ", row_nnz_[i], " outside [0, capacity ", row_capacity_[i], "]");
+    if (row_nnz_[i] < 0 || row_nnz_[i] > row_capacity_[i])
+      fail("row ", i, " has nnz ", row_nnz_[i], " outside [0, capacity ", row_capacity_[i], "]");
     if (row_start_[i] < 0 || row_start_[i] + row_capacity_[i] > cap)
-      fail("row ", i, " region [", row_start_[i], ", ", row_start_[i] + row_capacity_[i], ") exceeds storage of ", cap, " slots");
+      fail("row ", i, " region [", row_start_[i], ", ", row_start_[i] + row_capacity_[i], ") exceeds storage of ", cap,
+           " slots");
     live += row_nnz_[i];
     owned += row_capacity_[i];
   }
@@ -50,7 +53,8 @@ void PaddedCSR<T, Index>::check_invariants() const {
         if (seen[c] == i) fail("row ", i, " holds column ", c, " twice");
         seen[c] = i;
       } else if (c != kPadding || value_at(s) != T(0)) {
-        fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", value_at(s), " (expected -1 and 0)");
+        fail("padding slot ", s, " of row ", i, " holds column ", c, " and value ", value_at(s),
+             " (expected -1 and 0)");
       }
     }
   }

@@ -13,7 +13,8 @@
 namespace sprig {
 
 template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::random_per_row(std::int64_t rows, std::int64_t cols, std::int64_t nnz_per_row, std::uint64_t seed, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::random_per_row(std::int64_t rows, std::int64_t cols, std::int64_t nnz_per_row,
+                                                        std::uint64_t seed, double padding_ratio) {
   const char* fn = "PaddedCSR::random_per_row";
   PaddedCSR m;
   m.init_shape(fn, rows, cols, padding_ratio);
@@ -34,7 +35,8 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::random_per_row(std::int64_t rows, std::
 }
 
 template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::random_total(std::int64_t rows, std::int64_t cols, std::int64_t nnz_total, std::uint64_t seed, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::random_total(std::int64_t rows, std::int64_t cols, std::int64_t nnz_total,
+                                                      std::uint64_t seed, double padding_ratio) {
   const char* fn = "PaddedCSR::random_total";
   PaddedCSR m;
   m.init_shape(fn, rows, cols, padding_ratio);
@@ -52,7 +54,10 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::random_total(std::int64_t rows, std::in
     kept.reserve(static_cast<std::size_t>(nnz_total));
     std::int64_t q = 0;
     for (std::int64_t p = 0; p < positions; ++p) {
-      if (q < draw && linear[q] == p) { ++q; continue; }
+      if (q < draw && linear[q] == p) {
+        ++q;
+        continue;
+      }
       kept.push_back(p);
     }
     linear.swap(kept);
@@ -71,7 +76,8 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::random_total(std::int64_t rows, std::in
 }
 
 template <Value T, ColumnIndex Index>
-PaddedCSR<T, Index> PaddedCSR<T, Index>::random_density(std::int64_t rows, std::int64_t cols, double density, std::uint64_t seed, double padding_ratio) {
+PaddedCSR<T, Index> PaddedCSR<T, Index>::random_density(std::int64_t rows, std::int64_t cols, double density,
+                                                        std::uint64_t seed, double padding_ratio) {
   if (!(density >= 0.0 && density <= 1.0))
     throw ArgumentError(detail::message("PaddedCSR::random_density: density ", density, " outside [0, 1]"));
   if (rows < 0 || cols < 0)
@@ -81,7 +87,8 @@ PaddedCSR<T, Index> PaddedCSR<T, Index>::random_density(std::int64_t rows, std::
 }
 
 template <Value T, ColumnIndex Index>
-void PaddedCSR<T, Index>::sample_distinct(CounterRng& rng, std::int64_t n, std::int64_t k, std::vector<std::uint8_t>& taken, std::vector<std::int64_t>& picked) {
+void PaddedCSR<T, Index>::sample_distinct(CounterRng& rng, std::int64_t n, std::int64_t k,
+                                          std::vector<std::uint8_t>& taken, std::vector<std::int64_t>& picked) {
   picked.clear();
   for (std::int64_t j = n - k; j < n; ++j) {
     const auto t = static_cast<std::int64_t>(rng.uniform_below(static_cast<std::uint64_t>(j) + 1));

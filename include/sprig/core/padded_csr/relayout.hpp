@@ -13,7 +13,8 @@
 namespace sprig {
 
 template <Value T, ColumnIndex Index>
-void PaddedCSR<T, Index>::reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity, SlotLog* log) {
+void PaddedCSR<T, Index>::reserve_rows(std::span<const std::pair<std::int64_t, std::int64_t>> row_capacity,
+                                       SlotLog* log) {
   std::int64_t extra = 0;
   std::vector<bool> seen(static_cast<std::size_t>(rows_), false);
   for (const auto& [row, capacity] : row_capacity) {
@@ -81,10 +82,12 @@ bool PaddedCSR<T, Index>::group_columns(int shift, Follow&& follow) {
     const Index* cols = col_indices_.data() + s;
     if (detail::in_block_order(cols, n, shift)) continue;
     std::fill(next.begin(), next.end(), 0);
-    for (std::int64_t q = 0; q < n; ++q) ++next[static_cast<std::size_t>((static_cast<std::int64_t>(cols[q]) >> shift) + 1)];
+    for (std::int64_t q = 0; q < n; ++q)
+      ++next[static_cast<std::size_t>((static_cast<std::int64_t>(cols[q]) >> shift) + 1)];
     for (std::int64_t b = 0; b < blocks; ++b) next[b + 1] += next[b];
     order.resize(static_cast<std::size_t>(n));
-    for (std::int64_t q = 0; q < n; ++q) order[next[static_cast<std::size_t>(static_cast<std::int64_t>(cols[q]) >> shift)]++] = q;
+    for (std::int64_t q = 0; q < n; ++q)
+      order[next[static_cast<std::size_t>(static_cast<std::int64_t>(cols[q]) >> shift)]++] = q;
     detail::permute_range(col_indices_, s, order, c);
     if (!values_.empty()) detail::permute_range(values_, s, order, v);  // a structure-only W^T has none
     follow(s, std::span<const std::int64_t>(order));
