@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "file_test_support.hpp"
 #include "observed_new.hpp"
 
 #include <unistd.h>
@@ -44,19 +45,8 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
 // A fresh directory per test process, removed at exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("sprig_test_io_idx_" + std::to_string(static_cast<long long>(::getpid())));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 const fs::path& tmp() {
-  static TempDir dir;
+  static sprig::test::TempDir dir("sprig_test_data_idx_");
   return dir.path;
 }
 

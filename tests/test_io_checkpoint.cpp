@@ -22,6 +22,7 @@
 #include <sprig/data/batches.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 
+#include "file_test_support.hpp"
 #include "fuzz/reseal.hpp"
 
 using namespace sprig;
@@ -29,37 +30,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Matches an exception whose what() contains the given text.
-struct WhatHas : Catch::MatcherBase<std::exception> {
-  std::string text;
-  explicit WhatHas(std::string t) : text(std::move(t)) {}
-  bool match(const std::exception& e) const override { return std::string(e.what()).find(text) != std::string::npos; }
-  std::string describe() const override { return "has a message containing \"" + text + "\""; }
-};
+using test::TempDir;
+using test::WhatHas;
 
 using AllPairs =
     std::tuple<std::tuple<float, std::int16_t>, std::tuple<float, std::int32_t>, std::tuple<float, std::int64_t>,
                std::tuple<double, std::int16_t>, std::tuple<double, std::int32_t>, std::tuple<double, std::int64_t>>;
-
-// A fresh, empty directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sprig_ckpt_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 std::vector<std::byte> file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

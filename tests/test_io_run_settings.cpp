@@ -17,6 +17,7 @@
 #include <sprig/dst/rigl.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 
+#include "file_test_support.hpp"
 #include "fuzz/reseal.hpp"
 
 using namespace sprig;
@@ -24,25 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct WhatHas : Catch::MatcherBase<std::exception> {
-  std::string text;
-  explicit WhatHas(std::string t) : text(std::move(t)) {}
-  bool match(const std::exception& e) const override { return std::string(e.what()).find(text) != std::string::npos; }
-  std::string describe() const override { return "has a message containing \"" + text + "\""; }
-};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sprig_runs_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
+using test::WhatHas;
 
 void write_bytes(const fs::path& p, const std::vector<std::byte>& b) {
   std::ofstream(p, std::ios::binary)
