@@ -34,28 +34,21 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")
   # Kill-and-resume equals the uninterrupted run: the same validation losses and sample.
-  add_test(NAME example:char_gpt_resume
-           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_resume
-                   "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
-                   "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+"
-                   "-DFROM=sample (temperature" "-DUNTIL=weights "
-                   -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
-  set_tests_properties(example:char_gpt_resume PROPERTIES LABELS example)
+  sprig_example_script_test(char_gpt_resume char_gpt resume_equals_straight
+    DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
+            "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+" "-DFROM=sample (temperature"
+            "-DUNTIL=weights ")
   # Data parallel under mpirun: 2 ranks train what one process trains (to rounding), and a
   # 2-rank run killed and resumed equals the straight 2-rank run, sample included.
   if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
     set(_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS})
-    add_test(NAME example:char_gpt_mpi_matches_one_process
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> "-DLAUNCH=${_launch}"
-                     "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
-                     "-DMATCH=val loss [0-9]\\.[0-9][0-9][0-9][0-9]"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/ranks_match_one_process.cmake)
-    add_test(NAME example:char_gpt_mpi_resume
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_mpi_resume
-                     "-DLAUNCH=${_launch}" "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
-                     "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+;DIST ranks=2 "
-                     "-DFROM=sample (temperature" "-DUNTIL=weights "
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
+    sprig_example_script_test(char_gpt_mpi_matches_one_process char_gpt ranks_match_one_process
+      DEFINES "-DLAUNCH=${_launch}" "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" "-DRANKS=DIST ranks=2 "
+              -DTOLERANCE=30 "-DMATCH=val loss [0-9]\\.[0-9][0-9][0-9][0-9]")
+    sprig_example_script_test(char_gpt_mpi_resume char_gpt resume_equals_straight
+      DEFINES "-DLAUNCH=${_launch}" "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
+              "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+;DIST ranks=2 "
+              "-DFROM=sample (temperature" "-DUNTIL=weights ")
     set_tests_properties(example:char_gpt_mpi_matches_one_process example:char_gpt_mpi_resume PROPERTIES
       LABELS "example;mpi" ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endif()
@@ -64,18 +57,12 @@ endif()
 if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   # --checkpoint-every 0 writes the checkpoint at the end, and a killed save's temporaries are
   # removed at the next save (only those).
-  add_test(NAME example:char_gpt_checkpoint_files
-           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_checkpoint_files
-                   "-DARGS=${CHAR_GPT_TINY};--steps;6;--eval-every;0"
-                   -P ${CMAKE_CURRENT_LIST_DIR}/scripts/checkpoint_files.cmake)
-  set_tests_properties(example:char_gpt_checkpoint_files PROPERTIES LABELS example)
+  sprig_example_script_test(char_gpt_checkpoint_files char_gpt checkpoint_files
+    DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;6;--eval-every;0")
   # A resume refuses a change to any option that defines the model or the run, naming it and
   # both values, and accepts the options --help lists as free to change.
-  add_test(NAME example:char_gpt_resume_mismatch
-           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:char_gpt> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/char_gpt_resume_mismatch
-                   "-DARGS=${CHAR_GPT_TINY};--steps;12;--eval-every;0"
-                   "-DCHANGES=--layers|3|2;--heads|4|2;--d-model|64|32;--d-ff|128|64;--block|16|32;--batch|8|4;--attn-sparsity|0.7|0.5;--ffn-sparsity|0.9|0.8;--distribution|erk|uniform;--weight-blocks|4x4|none;--index-bits|16|32;--algorithm|set|rigl;--delta-t|20|10;--alpha|0.5|0.3;--bias-correction|global|per-slot;--lr|0.002|0.001;--min-lr|0.0002|0.0001;--warmup|50|100;--weight-decay|0.2|0.1;--clip|0.5|1;--steps|16|12;--seed|2|1;--data|OTHER_TEXT|a text of 1115394 characters, vocabulary 65|a text of 2280 characters, vocabulary 8"
-                   "-DFREE=--threads|2;--eval-every|5;--eval-windows|4;--checkpoint-every|3;--sample|10;--temperature|0.5;--prompt|T"
-                   -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_mismatch.cmake)
-  set_tests_properties(example:char_gpt_resume_mismatch PROPERTIES LABELS example)
+  sprig_example_script_test(char_gpt_resume_mismatch char_gpt resume_mismatch
+    DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;12;--eval-every;0"
+            "-DCHANGES=--layers|3|2;--heads|4|2;--d-model|64|32;--d-ff|128|64;--block|16|32;--batch|8|4;--attn-sparsity|0.7|0.5;--ffn-sparsity|0.9|0.8;--distribution|erk|uniform;--weight-blocks|4x4|none;--index-bits|16|32;--algorithm|set|rigl;--delta-t|20|10;--alpha|0.5|0.3;--bias-correction|global|per-slot;--lr|0.002|0.001;--min-lr|0.0002|0.0001;--warmup|50|100;--weight-decay|0.2|0.1;--clip|0.5|1;--steps|16|12;--seed|2|1;--data|OTHER_TEXT|a text of 1115394 characters, vocabulary 65|a text of 2280 characters, vocabulary 8"
+            "-DFREE=--threads|2;--eval-every|5;--eval-windows|4;--checkpoint-every|3;--sample|10;--temperature|0.5;--prompt|T")
 endif()

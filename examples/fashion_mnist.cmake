@@ -46,56 +46,41 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm snfs --max-steps 1)
     set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs")
-    add_test(NAME example:fashion_mnist_block_resume
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/block_resume_test
-                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
-                     -DEVERY=7 -DSTOP=53
-                     "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
-    set_tests_properties(example:fashion_mnist_block_resume PROPERTIES LABELS example)
+    sprig_example_script_test(fashion_mnist_block_resume fashion_mnist resume_equals_straight
+      DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
+              -DEVERY=7 -DSTOP=53
+              "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
     # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates
     # and a checkpoint in between (the test loss is printed with 4 decimals; the state itself
     # is compared bitwise by test_io_checkpoint).
-    add_test(NAME example:fashion_mnist_resume
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/resume_test
-                     "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
-                     -DEVERY=7 -DSTOP=53
-                     "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
-    set_tests_properties(example:fashion_mnist_resume PROPERTIES LABELS example)
+    sprig_example_script_test(fashion_mnist_resume fashion_mnist resume_equals_straight
+      DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+              -DEVERY=7 -DSTOP=53
+              "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
     # The checkpoint at the end of each epoch is written with --checkpoint-every 0, and a killed
     # save's temporaries are removed at the next save (only those).
-    add_test(NAME example:fashion_mnist_checkpoint_files
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/checkpoint_files_test
-                     "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--widths;64,64"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/checkpoint_files.cmake)
-    set_tests_properties(example:fashion_mnist_checkpoint_files PROPERTIES LABELS example)
+    sprig_example_script_test(fashion_mnist_checkpoint_files fashion_mnist checkpoint_files
+      DEFINES "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--widths;64,64")
     # A resume refuses a change to any option that defines the model or the run, naming it and
     # both values, and accepts the options --help lists as free to change.
-    add_test(NAME example:fashion_mnist_resume_mismatch
-             COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/resume_mismatch_test
-                     "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--algorithm;rigl;--widths;64,64"
-                     "-DCHANGES=--widths|64,32|64,64;--sparsity|0.8|0.9;--initial-sparsity|0.6|0.5;--distribution|erk|uniform;--block|4x4|none;--index-bits|16|32;--algorithm|set|rigl;--delta-t|20|100;--alpha|0.5|0.3;--constant-fan-in|FLAG|false|true;--optimizer|sgd|adamw;--lr|0.002|0.004;--weight-decay|0.001|0.0001;--momentum|0.8|0.9;--bias-correction|global|per-slot;--warmup-epochs|0.5|0.2;--batch|64|128;--max-steps|20|10;--epochs|2|1;--seed|2|1"
-                     "-DFREE=--threads|2;--checkpoint-every|3;--csv|${CMAKE_CURRENT_BINARY_DIR}/resume_mismatch_test.csv"
-                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_mismatch.cmake)
-    set_tests_properties(example:fashion_mnist_resume_mismatch PROPERTIES LABELS example)
+    sprig_example_script_test(fashion_mnist_resume_mismatch fashion_mnist resume_mismatch
+      DEFINES "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--algorithm;rigl;--widths;64,64"
+              "-DCHANGES=--widths|64,32|64,64;--sparsity|0.8|0.9;--initial-sparsity|0.6|0.5;--distribution|erk|uniform;--block|4x4|none;--index-bits|16|32;--algorithm|set|rigl;--delta-t|20|100;--alpha|0.5|0.3;--constant-fan-in|FLAG|false|true;--optimizer|sgd|adamw;--lr|0.002|0.004;--weight-decay|0.001|0.0001;--momentum|0.8|0.9;--bias-correction|global|per-slot;--warmup-epochs|0.5|0.2;--batch|64|128;--max-steps|20|10;--epochs|2|1;--seed|2|1"
+              "-DFREE=--threads|2;--checkpoint-every|3;--csv|${CMAKE_CURRENT_BINARY_DIR}/resume_mismatch_test.csv")
     # Data parallel under mpirun: 2 ranks train the model one process trains (to rounding),
     # and a 2-rank run killed and resumed from its checkpoint equals the straight 2-rank run.
     if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)
       set(_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe ${MPIEXEC_PREFLAGS})
-      add_test(NAME example:fashion_mnist_mpi_matches_one_process
-               COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> "-DLAUNCH=${_launch}"
-                       "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
-                       "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
-                       "-DMATCH=test loss [0-9]\\.[0-9][0-9][0-9][0-9];acc 0\\.[0-9][0-9][0-9][0-9] \\|"
-                       -P ${CMAKE_CURRENT_LIST_DIR}/scripts/ranks_match_one_process.cmake)
-      add_test(NAME example:fashion_mnist_mpi_resume
-               COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:fashion_mnist> -DWORK=${CMAKE_CURRENT_BINARY_DIR}/mpi_resume_test
-                       "-DLAUNCH=${_launch}"
-                       "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
-                       -DEVERY=7 -DSTOP=53
-                       "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+;DIST ranks=2 "
-                       -P ${CMAKE_CURRENT_LIST_DIR}/scripts/resume_equals_straight.cmake)
+      sprig_example_script_test(fashion_mnist_mpi_matches_one_process fashion_mnist ranks_match_one_process
+        DEFINES "-DLAUNCH=${_launch}"
+                "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+                "-DRANKS=DIST ranks=2 " -DTOLERANCE=30
+                "-DMATCH=test loss [0-9]\\.[0-9][0-9][0-9][0-9];acc 0\\.[0-9][0-9][0-9][0-9] \\|")
+      sprig_example_script_test(fashion_mnist_mpi_resume fashion_mnist resume_equals_straight
+        DEFINES "-DLAUNCH=${_launch}"
+                "-DARGS=--epochs;2;--max-steps;40;--threads;1;--algorithm;rigl;--delta-t;10;--sparsity;0.9;--widths;64,64"
+                -DEVERY=7 -DSTOP=53
+                "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+;DIST ranks=2 ")
       set_tests_properties(example:fashion_mnist_mpi_matches_one_process example:fashion_mnist_mpi_resume PROPERTIES
         LABELS "example;mpi" ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
     endif()
