@@ -319,9 +319,9 @@ int run(const Config& cfg) {
   examples::require_fits_in_memory("fashion_mnist",
                                    step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
   const sprig::RunSettings settings = run_settings<Index>(cfg, data.train.size());
-  if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
-    examples::check_resume_settings("fashion_mnist", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig",
-                                    settings);
+  const std::filesystem::path state_file = examples::checkpoint_state_file(cfg.checkpoint_dir);
+  if (cfg.resume && std::filesystem::exists(state_file))
+    examples::check_resume_settings("fashion_mnist", state_file, settings);
   auto model =
       build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
   if constexpr (!blocks)
@@ -428,8 +428,6 @@ int run(const Config& cfg) {
   // DST schedule position, data order) saved atomically to DIR/state.sprig every
   // --checkpoint-every steps and at the end of each epoch; --resume continues from it, and
   // the result equals the uninterrupted run bitwise (same thread count).
-  const std::filesystem::path state_file =
-      cfg.checkpoint_dir.empty() ? std::filesystem::path() : std::filesystem::path(cfg.checkpoint_dir) / "state.sprig";
   sprig::TrainingProgress start{.seed = cfg.seed};
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {

@@ -43,6 +43,12 @@ void add_setting(sprig::RunSettings& s, const std::string& key, const V& value) 
   }
 }
 
+// The file a run given --checkpoint DIR saves its training state to: DIR/state.sprig (empty
+// when there is no DIR).
+inline std::filesystem::path checkpoint_state_file(const std::string& dir) {
+  return dir.empty() ? std::filesystem::path() : std::filesystem::path(dir) / "state.sprig";
+}
+
 // Refuses a resume whose settings differ from those stored in `checkpoint`: throws
 // sprig::ArgumentError naming every option that differs with both values, e.g.
 //   "char_gpt: --resume: the checkpoint ck/state.sprig was made with --heads 4, this run has
