@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <sprig/models/mlp.hpp>
 #include <sprig/dst/rigl.hpp>
@@ -340,6 +342,37 @@ TEST_CASE("a rank whose topology differs is detected on every rank", "[dist]") {
     CHECK_THROWS_WITH(DataParallel(two, m), Catch::Contains("DataParallel: the topology hash differs across ranks") &&
                                                 Catch::Contains("rank 1 has"));
   }
+}
+
+// A user's model whose sparse_layers() lists one sparse_index twice.
+struct RepeatsAnIndex {
+  using value_type = double;
+  using index_type = std::int32_t;
+  Model<double>& inner;
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) {
+    inner.for_each_parameter(fn);
+  }
+  template <class Fn>
+  void for_each_parameter(Fn&& fn) const {
+    std::as_const(inner).for_each_parameter(fn);
+  }
+  std::vector<SparseLayerRef<double, std::int32_t>> sparse_layers() {
+    auto layers = inner.sparse_layers();
+    layers[1].sparse_index = layers[0].sparse_index;
+    return layers;
+  }
+  void backward() { inner.backward(); }
+};
+
+TEST_CASE("a model that lists a sparse_index twice is refused before any collective", "[dist]") {
+  Communicator& comm = sprig::testing::communicator();
+  Model<double> m = small_mlp<double>(5);
+  RepeatsAnIndex bad{m};
+  CHECK_THROWS_AS(DataParallel(comm, bad), ArgumentError);
+  CHECK_THROWS_WITH(DataParallel(comm, bad),
+                    Catch::Contains("DataParallel") && Catch::Contains("sparse_index 0 twice"));
+  CHECK_NOTHROW(DataParallel(comm, m));
 }
 
 TEST_CASE("a distributed checkpoint resumes exactly where the run left off", "[dist][io]") {

@@ -183,12 +183,14 @@ public:
     bool overlap = false;
   };
 
-  // Checks that every rank holds the same topology (check_topology). The communicator and the
-  // model must outlive this object. stats() count from after this check: it also waits for
+  // Checks that the model's sparse_layers() repeat no sparse_index (check_sparse_layers:
+  // ArgumentError, on every rank alike) and that every rank holds the same topology
+  // (check_topology). The communicator and the model must outlive this object. stats() count from after this check: it also waits for
   // the slowest rank to arrive, a start-up cost rather than a step's.
   DataParallel(Communicator& comm, M& model, Options options = {}) : comm_(comm), model_(model), options_(options) {
     if (options_.bucket_bytes < 1)
       throw ArgumentError(sprig::detail::message("DataParallel: bucket_bytes ", options_.bucket_bytes, " < 1"));
+    check_sparse_layers<T, Index>(model_.sparse_layers(), "DataParallel");  // before any collective
     check_topology("DataParallel");
     stats_ = {};
   }
