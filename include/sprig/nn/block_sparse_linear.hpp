@@ -15,7 +15,15 @@
 // Cost: O(live blocks x R x C x B) per pass, plus O(live blocks) to rebuild the transposed
 // pattern after a topology change; a steady-state step allocates nothing.
 // Threads: bitwise identical results for any OpenMP thread count (the kernels' guarantee).
-// One layer serves one thread at a time (it owns its caches and workspaces).
+// One layer serves one thread at a time (it owns its caches and workspaces); layers sharing a
+// scratch serve one thread together.
+//
+// Memory, and what lives from forward to backward: as SparseLinear. The layer keeps W, its
+// gradient and state, the cached transposed block pattern and two workspaces' per-topology
+// parts; backward needs the caller's X of the last forward. The packing buffers (X and dY
+// panels, up to [(in + out) x B] in the weight gradient) live only within one kernel call,
+// so share_scratch() may make them one buffer shared by a model's layers (sequential calls:
+// safe, the same bits).
 #pragma once
 
 #include <type_traits>
@@ -176,7 +184,8 @@ public:
   void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.matrix.adopt_pattern(grid); }
 
   // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
-  // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces).
+  // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces; a shared
+  // scratch is counted by its owner, once).
   std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
   std::int64_t dense_weight_bytes() const noexcept {
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
@@ -184,6 +193,20 @@ public:
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
            workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
+  }
+
+  // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
+  // buffers of the layer's own, which are freed; nullptr returns to private buffers. A model
+  // hands one buffer to all its layers (nn/model_scratch.hpp). The same bits either way.
+  // Precondition: no two layers sharing `scratch` run a forward or backward at the same time.
+  // O(1), noexcept.
+  void share_scratch(const SharedScratch<T>& scratch) noexcept {
+    workspace_.share_scratch(scratch);
+    transpose_workspace_.share_scratch(scratch);
+  }
+  // Bytes of the layer's own packing buffers: 0 while it shares a scratch.
+  std::int64_t scratch_bytes() const noexcept {
+    return workspace_.scratch_bytes() + transpose_workspace_.scratch_bytes();
   }
 
 private:

@@ -16,7 +16,17 @@
 // topology change); a steady-state step allocates nothing (the workspaces are kept).
 // Threads: every result is bitwise identical for any OpenMP thread count (the kernels' and
 // bias.hpp's guarantee). A layer is not safe to use from two threads at once (it owns its
-// caches and workspaces); distinct layers are.
+// caches and workspaces); distinct layers are, unless they share a scratch (below).
+//
+// Memory, and what lives from forward to backward: the layer keeps W, its gradient and
+// optimizer state, the cached W^T (rebuilt only after a topology change) and two kernel
+// workspaces (W's and W^T's: row partitions and column-block bounds keyed by topology,
+// O(rows)). backward needs the X of the last forward, which the caller keeps (the layer holds
+// no activation). The packing buffers ([in x B] for W's passes, [out x B] for W^T's) matter
+// only within one kernel call: by default the layer owns them, and share_scratch() makes
+// them one buffer shared with other layers (a model's, nn/model_scratch.hpp), sized by the
+// largest request. Sharing is safe because layers sharing a scratch run their kernel calls
+// one after another (a call may itself use OpenMP threads), and gives the same bits.
 //
 // Slot order, and per-slot arrays kept by the caller: a layer wide enough that the kernels
 // block its columns (a panel's X rows beyond SPRIG_COLUMN_BLOCK_BYTES, core/tuning.hpp;
@@ -222,10 +232,25 @@ public:
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
   }
   // Everything the layer owns: weights, gradients, optimizer state, transpose cache and
-  // kernel workspaces.
+  // kernel workspaces (their packing buffers only while not shared: a shared scratch is
+  // counted by its owner, once).
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
            workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
+  }
+
+  // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
+  // buffers of the layer's own, which are freed; nullptr returns to private buffers. A model
+  // hands one buffer to all its layers (nn/model_scratch.hpp). The same bits either way.
+  // Precondition: no two layers sharing `scratch` run a forward or backward at the same time.
+  // O(1), noexcept.
+  void share_scratch(const SharedScratch<T>& scratch) noexcept {
+    workspace_.share_scratch(scratch);
+    transpose_workspace_.share_scratch(scratch);
+  }
+  // Bytes of the layer's own packing buffers: 0 while it shares a scratch.
+  std::int64_t scratch_bytes() const noexcept {
+    return workspace_.scratch_bytes() + transpose_workspace_.scratch_bytes();
   }
 
 private:
@@ -257,8 +282,9 @@ private:
   }
 
   TransposeCache<T, Index> transpose_;
-  // Kernel scratch (row partition keyed by topology, X packing buffer) kept across steps so
-  // a steady-state step allocates nothing: one for W (forward, weight gradient), one for W^T.
+  // Kernel scratch (row partition keyed by topology, X packing buffer: the layer's own or a
+  // shared one) kept across steps so a steady-state step allocates nothing: one for W
+  // (forward, weight gradient), one for W^T.
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
   // The weight's topology when forward last grouped its rows, and the block shift it grouped
