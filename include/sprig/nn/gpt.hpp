@@ -57,6 +57,13 @@
 // (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
 // to its dX (FusedActivation::gelu): no separate GELU backward pass.
 //
+// Scratch: the model owns one ModelScratch (nn/model_scratch.hpp), handed to every sparse
+// projection when it is built: one packing buffer for the kernels of all of them, sized by
+// the largest request (fc_proj's or fc's), instead of two per projection. What lives from
+// forward to backward is the activations above (and each layer's own caches); the packing
+// buffer serves one kernel call at a time, as the layers run one after another, so sharing
+// it is safe and gives the same bits as private buffers.
+//
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values and at most (5 d_model + d_ff) x N
 // gradient values (2 d_model x N with qkv and fc dense). Threads: every layer gives the same
@@ -90,6 +97,7 @@
 #include "layer_norm.hpp"
 #include "linear.hpp"
 #include "model.hpp"
+#include "model_scratch.hpp"
 #include "parameter.hpp"
 #include "residual.hpp"
 #include "sequential.hpp"
@@ -177,6 +185,7 @@ public:
                            make_projection(d, f, densities[l].fc, options, key + 2),
                            make_projection(f, d, densities[l].fc_proj, options, key + 3));
     }
+    share_scratch_with_layers();
   }
 
   const GPTConfig& config() const noexcept { return config_; }
@@ -333,9 +342,19 @@ public:
           s->weight.reserve_growth(fraction);
   }
 
+  // Hands the model's scratch to every sparse projection, as the constructor does: after a
+  // projection was assigned over another (projection(l, j) = ...). O(layers).
+  void share_scratch_with_layers() noexcept {
+    for (Block& b : blocks_)
+      for (Projection* p : {&b.qkv, &b.proj, &b.fc, &b.fc_proj})
+        std::visit([&](auto& layer) { scratch_.share_with(layer); }, *p);
+  }
+
   // Bytes of all weights as stored (sparse projections: every PaddedCSR array incl. padding);
   // the same model with every projection dense; everything the model owns (weights,
-  // gradients, optimizer state, layer caches, activation and gradient buffers).
+  // gradients, optimizer state, layer caches, activation and gradient buffers, the shared
+  // scratch once); the kernels' packing buffers (the shared scratch plus any a projection
+  // still owns).
   std::int64_t weight_bytes() const {
     return sum_layers([](const auto& l) { return l.weight_bytes(); });
   }
@@ -353,6 +372,17 @@ public:
     for (const Matrix<T>* m :
          {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &shared_dqkv_, &shared_dfc_})
       bytes += m->memory_bytes();
+    return bytes + scratch_.memory_bytes();
+  }
+  std::int64_t scratch_bytes() const {
+    std::int64_t bytes = scratch_.memory_bytes();
+    for (const Block& b : blocks_)
+      for (const Projection* p : {&b.qkv, &b.proj, &b.fc, &b.fc_proj})
+        std::visit(
+            [&](const auto& layer) {
+              if constexpr (requires { layer.scratch_bytes(); }) bytes += layer.scratch_bytes();
+            },
+            *p);
     return bytes;
   }
 
@@ -532,6 +562,7 @@ private:
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;
   bool forwarded_ = false;
+  ModelScratch<T> scratch_;  // the sparse projections' packing buffer (see the top)
 };
 
 }  // namespace sprig

@@ -42,6 +42,12 @@
 //     opt.step(model);
 // The input X is held by view from forward() to backward(): the caller keeps it alive.
 //
+// Scratch: the model owns one ModelScratch (nn/model_scratch.hpp) and add() hands it to every
+// layer that packs its kernels' operands (share_scratch): one packing buffer, sized by the
+// largest layer's request, instead of two per sparse layer. Layers run one at a time, so
+// sharing is safe and gives the same bits as private buffers. A layer assigned over one in
+// the model (layer(k) = ...) keeps its own buffers until share_scratch_with_layers().
+//
 // Cost: forward and backward run each layer's passes once; a steady-state step (the same
 // batch size, no add(), no topology change) allocates nothing. Threads: every layer gives the
 // same bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: kernels/dense_gemm.hpp), so
@@ -64,6 +70,7 @@
 #include "gelu.hpp"
 #include "linear.hpp"
 #include "model.hpp"
+#include "model_scratch.hpp"
 #include "relu.hpp"
 #include "sparse_linear.hpp"
 
@@ -77,11 +84,13 @@ public:
   using Layer = std::variant<SparseLinear<T, Index>, Linear<T>, ReLU<T>, GELU<T>, ExtraLayers...>;
 
   // Appends a layer (SparseLinear, Linear, ReLU or GELU) and returns a reference to it (valid
-  // until the next add()). Widths are checked by the next forward, which add() makes due
-  // again: until then output_grad() and backward() throw. Amortised O(1).
+  // until the next add()); a layer that packs gets the model's scratch (see the top). Widths
+  // are checked by the next forward, which add() makes due again: until then output_grad()
+  // and backward() throw. Amortised O(1).
   template <class L>
   L& add(L layer) {
     layers_.emplace_back(std::move(layer));
+    std::visit([&](auto& l) { scratch_.share_with(l); }, layers_.back());
     acts_.emplace_back();
     act_of_.push_back(acts_.size() - 1);
     grads_.emplace_back();
@@ -261,12 +270,29 @@ public:
   std::int64_t dense_weight_bytes() const {
     return sum_over([](const auto& l) { return l.dense_weight_bytes(); });
   }
-  // Everything the model owns: weights, gradients, optimizer state, caches, buffers.
+  // Everything the model owns: weights, gradients, optimizer state, caches, buffers, and the
+  // shared scratch once.
   std::int64_t memory_bytes() const {
     std::int64_t b = sum_over([](const auto& l) { return l.memory_bytes(); });
     for (const auto& m : acts_) b += m.memory_bytes();
     for (const auto& m : grads_) b += m.memory_bytes();
+    return b + scratch_.memory_bytes();
+  }
+  // Bytes of the kernels' packing buffers: the shared scratch plus any a layer still owns.
+  std::int64_t scratch_bytes() const {
+    std::int64_t b = scratch_.memory_bytes();
+    for (const auto& l : layers_)
+      std::visit(
+          [&](const auto& layer) {
+            if constexpr (requires { layer.scratch_bytes(); }) b += layer.scratch_bytes();
+          },
+          l);
     return b;
+  }
+  // Hands the model's scratch to every layer that packs, as add() does: after a layer was
+  // assigned over another (layer(k) = ...). O(layers).
+  void share_scratch_with_layers() noexcept {
+    for (auto& l : layers_) std::visit([&](auto& layer) { scratch_.share_with(layer); }, l);
   }
 
   // Row stride for a [rows x cols] activation: a multiple of 64 bytes that is an odd
@@ -399,6 +425,7 @@ private:
   std::vector<std::size_t> grad_of_;  // grad(k) is grads_[grad_of_[k]]
   ConstMatrixView<T> input_;
   bool forwarded_ = false;
+  ModelScratch<T> scratch_;  // the layers' packing buffer (see the top)
 };
 
 }  // namespace sprig

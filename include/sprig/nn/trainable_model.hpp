@@ -20,6 +20,15 @@
 // algorithm changes the layers' topology through these references; a model that caches
 // anything derived from a sparse weight's topology must key it on
 // PaddedCSR::topology_key() (as SparseLinear's transpose cache does).
+//
+// Scratch (not required by the concept; what Sequential and GPT do, and what a user's model
+// should do too): keep one ModelScratch<T> (nn/model_scratch.hpp) and hand it to every layer
+// it owns with scratch.share_with(layer) once the layer sits where it stays; a layer that
+// packs kernel operands (SparseLinear, BlockSparseLinear) then uses that one buffer instead
+// of its own. This is safe because a model runs its layers' kernel calls one at a time (each
+// call may use OpenMP threads), and the results are bitwise those of private buffers. A
+// memory_bytes() of the model then adds scratch.memory_bytes() once (the layers' own
+// memory_bytes() leave a shared buffer out), and a scratch_bytes() reports it.
 #pragma once
 
 #include <concepts>

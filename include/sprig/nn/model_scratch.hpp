@@ -1,0 +1,49 @@
+// sprig/nn/model_scratch.hpp — ModelScratch<T>: the kernels' packing space, one buffer per
+// model, handed to every layer that packs (SparseLinear, BlockSparseLinear: share_scratch).
+//
+// Why: each sparse layer packs its kernels' operands ([in x B] for W's passes, [out x B] for
+// W^T's) into a buffer whose contents matter only within one kernel call. Owned per layer,
+// those buffers add up over the model; shared, they cost what the largest single request
+// needs. A model runs its layers' kernel calls one after another (one call at a time, each
+// free to use OpenMP threads), so one buffer serves them all, with the same bits.
+//
+// Use: a model (Sequential, GPT, or a user's TrainableModel) keeps one ModelScratch member,
+// calls share_with(layer) on each layer it owns once the layer sits where it stays (a layer
+// without share_scratch is left alone), and adds memory_bytes() once to its own
+// memory_bytes(). Moving the model keeps the sharing (the buffer lives on the heap, shared
+// by the layers that use it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "../core/concepts.hpp"
+#include "../kernels/workspace.hpp"
+
+namespace sprig {
+
+template <Value T>
+class ModelScratch {
+public:
+  // An empty buffer; it grows on the first kernel call that packs. Throws std::bad_alloc.
+  ModelScratch() : buffer_(std::make_shared<ScratchBuffer<T>>()) {}
+
+  // Hands the buffer to `layer` if it takes one (layer.share_scratch(SharedScratch<T>)), else
+  // does nothing. O(1).
+  template <class Layer>
+  void share_with(Layer& layer) const noexcept {
+    if constexpr (requires { layer.share_scratch(buffer_); }) layer.share_scratch(buffer_);
+  }
+
+  // The shared buffer, for a layer type that takes it by another name.
+  const SharedScratch<T>& buffer() const noexcept { return buffer_; }
+
+  // Bytes of the buffer: the largest packing request of any layer sharing it, so far (0 for a
+  // moved-from ModelScratch).
+  std::int64_t memory_bytes() const noexcept { return buffer_ ? buffer_->memory_bytes() : 0; }
+
+private:
+  SharedScratch<T> buffer_;
+};
+
+}  // namespace sprig
