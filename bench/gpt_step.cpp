@@ -25,7 +25,9 @@
 // (sprig::parameter_memory, after the steps, so AdamW's m and v exist) against the dense
 // variant's (when it ran; else against 3 x the dense weight bytes, AdamW's m and v included),
 // and the loss of the first warm-up step and of the last timed one (the model trains on
-// from one thread count to the next).
+// from one thread count to the next); then the rest of the model's memory_bytes(): its
+// activations, their gradients and layer caches, the kernels' shared packing scratch
+// (GPT::scratch_bytes), and the process's peak RSS so far (getrusage).
 //
 // Profile (--profile, default: the ffn and all variants): the same step replicated from the
 // model's public parts, each phase timed on its own: the model's embeddings, projections
@@ -64,6 +66,7 @@
 #  include <cblas.h>
 #endif
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
@@ -88,6 +91,13 @@ using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Peak resident set size of this process so far, in bytes (ru_maxrss is in KiB on Linux).
+std::int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::int64_t>(u.ru_maxrss) * 1024;
 }
 
 double median(std::vector<double> v) {
@@ -498,6 +508,9 @@ struct Result {
   std::vector<double> step_ms;
   double first_loss = 0, last_loss = 0;
   sprig::ParameterMemory pm;
+  std::int64_t activation_bytes = 0;  // activations, their gradients and layer caches
+  std::int64_t scratch_bytes = 0;     // the kernels' packing buffers (GPT::scratch_bytes)
+  std::int64_t peak_rss_bytes = 0;    // of the process so far (getrusage: all variants before too)
   bool has_profile = false;
   ProfileResult profile;
   double med() const { return median(step_ms); }
@@ -549,6 +562,9 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
     }
     r.last_loss = loss;
     r.pm = sprig::parameter_memory(model);
+    r.scratch_bytes = model.scratch_bytes();
+    r.activation_bytes = model.memory_bytes() - r.pm.weights - r.pm.optimizer_state - r.pm.gradients - r.scratch_bytes;
+    r.peak_rss_bytes = peak_rss_bytes();
     if (profile) {
       Profiler<Index> p(model);
       r.profile = p.run(data, o.batch, o.block, opt, o.clip, o.steps, step);
@@ -576,8 +592,9 @@ const Result* dense_of(const std::vector<Result>& all, const Result& r) {
 void write_report(std::ostream& os, const std::vector<Result>& all, const Options& o) {
   const double tokens = static_cast<double>(o.batch * o.block);
   os << "| variant | threads | ms/step (median) | min-max ms | tokens/s | vs dense | weights MB | optimizer state MB"
-        " | weights + state vs dense | live / dense parameters | loss first -> last |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        " | weights + state vs dense | live / dense parameters | loss first -> last | activations + caches MB"
+        " | kernel scratch MB | peak RSS MB (process so far) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : all) {
     const Result* d = dense_of(all, r);
     const auto [dense_bytes, measured] = dense_memory(all, r);
@@ -588,8 +605,13 @@ void write_report(std::ostream& os, const std::vector<Result>& all, const Option
        << fmt("%.2f", static_cast<double>(r.pm.optimizer_state) / (1 << 20)) << " | "
        << fmt("%.1f%%", 100.0 * static_cast<double>(r.pm.weights + r.pm.optimizer_state) / dense_bytes)
        << (measured ? "" : " (of 3 x dense weights)") << " | " << r.pm.parameters << " / " << r.pm.dense_parameters
-       << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.last_loss) << " |\n";
+       << " | " << fmt("%.3f", r.first_loss) << " -> " << fmt("%.3f", r.last_loss) << " | "
+       << fmt("%.1f", static_cast<double>(r.activation_bytes) / (1 << 20)) << " | "
+       << fmt("%.1f", static_cast<double>(r.scratch_bytes) / (1 << 20)) << " | "
+       << fmt("%.1f", static_cast<double>(r.peak_rss_bytes) / (1 << 20)) << " |\n";
   }
+  os << "\nPeak RSS is the process's (getrusage ru_maxrss) after that row's steps, so it includes every variant "
+        "run before it; run one --variants at a time for a variant's own.\n";
   for (const auto& r : all) {
     if (!r.has_profile) continue;
     const ProfileResult& p = r.profile;

@@ -399,14 +399,16 @@ int run(Config cfg) {
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
   const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();
+  const std::int64_t scratch = model.scratch_bytes();  // the kernels' packing buffers, shared by the layers
   std::printf(
       "weights %lld bytes (%.1f%% of dense %lld); optimizer state %lld; gradients %lld; activations, their "
-      "gradients and scratch %lld; peak RSS %lld\n",
+      "gradients and layer caches %lld; kernel scratch %lld; peak RSS %lld\n",
       static_cast<long long>(pm.weights),
       100.0 * static_cast<double>(pm.weights) / static_cast<double>(pm.dense_weights),
       static_cast<long long>(pm.dense_weights), static_cast<long long>(pm.optimizer_state),
       static_cast<long long>(pm.gradients),
-      static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients), static_cast<long long>(rss));
+      static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients - scratch),
+      static_cast<long long>(scratch), static_cast<long long>(rss));
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
