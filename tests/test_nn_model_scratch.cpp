@@ -20,6 +20,7 @@
 #include "sprig/nn/sequential.hpp"
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
+#include "with_threads.hpp"
 
 using namespace sprig;
 
@@ -148,45 +149,49 @@ TEST_CASE("ModelScratch hands one buffer to the layers that pack and counts it",
   CHECK(scratch.memory_bytes() == 0);  // NOLINT(bugprone-use-after-move): moved-from reports 0
 }
 
+// At 2 threads too: the kernels' threads pack disjoint parts of the one buffer within a call.
 TEST_CASE("Sequential with shared scratch: bitwise the outputs, gradients and DST run of private workspaces",
           "[nn][model_scratch][sequential]") {
   constexpr std::int64_t features = 24, classes = 5, batch = 70;
-  for (bool rigl : {true, false}) {
-    INFO((rigl ? "RigL" : "SET"));
-    Net shared = make_net(features, classes), alone = make_net(features, classes);
-    make_private(alone);
-    const dst::UpdateSchedule schedule{.delta_t = 2, .t_begin = 0, .t_end = 20, .alpha = 0.3};
-    AdamW<T> opt_shared({.lr = 1e-2}), opt_alone({.lr = 1e-2});
-    dst::RigL<T, Index> rigl_shared(schedule, 3), rigl_alone(schedule, 3);
-    dst::SET<T, Index> set_shared(schedule, 3), set_alone(schedule, 3);
-    SoftmaxCrossEntropy<T> ce;
-    Matrix<T> x;
-    std::vector<int> y;
-    for (std::int64_t t = 0; t < 6; ++t) {
-      INFO("step " << t);
-      batch_of(t, features, batch, classes, x, y);
-      const auto z_shared = bits_of(shared.forward(x.view()));
-      const auto z_alone = bits_of(alone.forward(x.view()));
-      REQUIRE(z_shared == z_alone);
-      // forward before output_grad (which it shapes): separate statements
-      const T loss_shared = ce.forward_backward(shared.act(shared.size() - 1), y, shared.output_grad());
-      const T loss_alone = ce.forward_backward(alone.act(alone.size() - 1), y, alone.output_grad());
-      REQUIRE(std::bit_cast<std::uint32_t>(loss_shared) == std::bit_cast<std::uint32_t>(loss_alone));
-      shared.backward();
-      alone.backward();
-      REQUIRE(snapshot(shared) == snapshot(alone));  // gradients (and weights) bitwise
-      if (rigl) {
-        dst::apply_step(rigl_shared, opt_shared, shared, t);
-        dst::apply_step(rigl_alone, opt_alone, alone, t);
-      } else {
-        dst::apply_step(set_shared, opt_shared, shared, t);
-        dst::apply_step(set_alone, opt_alone, alone, t);
-      }
-      REQUIRE(snapshot(shared) == snapshot(alone));  // weights and topology after the step
+  for (int threads : {1, 2})
+    for (bool rigl : {true, false}) {
+      INFO((rigl ? "RigL" : "SET") << ", " << threads << " thread(s)");
+      sprig_test::with_threads(threads, [&] {
+        Net shared = make_net(features, classes), alone = make_net(features, classes);
+        make_private(alone);
+        const dst::UpdateSchedule schedule{.delta_t = 2, .t_begin = 0, .t_end = 20, .alpha = 0.3};
+        AdamW<T> opt_shared({.lr = 1e-2}), opt_alone({.lr = 1e-2});
+        dst::RigL<T, Index> rigl_shared(schedule, 3), rigl_alone(schedule, 3);
+        dst::SET<T, Index> set_shared(schedule, 3), set_alone(schedule, 3);
+        SoftmaxCrossEntropy<T> ce;
+        Matrix<T> x;
+        std::vector<int> y;
+        for (std::int64_t t = 0; t < 6; ++t) {
+          INFO("step " << t);
+          batch_of(t, features, batch, classes, x, y);
+          const auto z_shared = bits_of(shared.forward(x.view()));
+          const auto z_alone = bits_of(alone.forward(x.view()));
+          REQUIRE(z_shared == z_alone);
+          // forward before output_grad (which it shapes): separate statements
+          const T loss_shared = ce.forward_backward(shared.act(shared.size() - 1), y, shared.output_grad());
+          const T loss_alone = ce.forward_backward(alone.act(alone.size() - 1), y, alone.output_grad());
+          REQUIRE(std::bit_cast<std::uint32_t>(loss_shared) == std::bit_cast<std::uint32_t>(loss_alone));
+          shared.backward();
+          alone.backward();
+          REQUIRE(snapshot(shared) == snapshot(alone));  // gradients (and weights) bitwise
+          if (rigl) {
+            dst::apply_step(rigl_shared, opt_shared, shared, t);
+            dst::apply_step(rigl_alone, opt_alone, alone, t);
+          } else {
+            dst::apply_step(set_shared, opt_shared, shared, t);
+            dst::apply_step(set_alone, opt_alone, alone, t);
+          }
+          REQUIRE(snapshot(shared) == snapshot(alone));  // weights and topology after the step
+        }
+        CHECK(shared.scratch_bytes() > 0);
+        CHECK(shared.scratch_bytes() < alone.scratch_bytes());
+      });
     }
-    CHECK(shared.scratch_bytes() > 0);
-    CHECK(shared.scratch_bytes() < alone.scratch_bytes());
-  }
 }
 
 TEST_CASE("Sequential's scratch is the largest layer's need, not the sum, and counted once",
