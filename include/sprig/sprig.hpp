@@ -7,6 +7,7 @@
 #include "version.hpp"
 
 #include "core/aligned_allocator.hpp"
+#include "core/bfloat16.hpp"
 #include "core/block_padded_csr.hpp"
 #include "core/block_order.hpp"
 #include "core/concepts.hpp"
@@ -20,6 +21,7 @@
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 
+#include "kernels/bfloat16_convert.hpp"
 #include "kernels/block_sddmm.hpp"
 #include "kernels/block_spmm.hpp"
 #include "kernels/dense_gemm.hpp"
@@ -41,6 +43,7 @@
 #include "nn/layer_norm.hpp"
 #include "nn/linear.hpp"
 #include "nn/model.hpp"
+#include "nn/model_scratch.hpp"
 #include "nn/parameter.hpp"
 #include "nn/relu.hpp"
 #include "nn/residual.hpp"
