@@ -4,6 +4,7 @@
 // tests/dispatch.cmake), each against the scalar oracles (kernels/reference.hpp).
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "../kernel_test_support.hpp"
 #include "sprig/kernels/dispatch.hpp"
 #include "sprig/kernels/narrow_dense.hpp"
+#include "sprig/kernels/optimizer_update.hpp"
 #include "sprig/kernels/reference.hpp"
 #include "sprig/kernels/sddmm.hpp"
 #include "sprig/kernels/sddmm_dx.hpp"
@@ -191,6 +193,41 @@ TEMPLATE_TEST_CASE("dispatched narrow dense kernels match a direct sum", "[dispa
         }
       CHECK(bad == 0);
     }
+}
+
+TEMPLATE_TEST_CASE("dispatched optimizer updates follow their formulas", "[dispatch]", float, double) {
+  using T = TestType;
+  const std::int64_t n = 37;  // two whole registers and a tail on every target
+  const auto w0 = random_dense<T>(1, n, 21), g = random_dense<T>(1, n, 22), m0 = random_dense<T>(1, n, 23);
+  Matrix<T> v0(1, n);
+  for (std::int64_t i = 0; i < n; ++i) v0(0, i) = m0(0, i) * m0(0, i);  // v >= 0
+  const double tol = 16 * static_cast<double>(std::numeric_limits<T>::epsilon());
+  INFO("on " << kernel_arch());
+  {
+    const detail::AdamWStep<T> k{T(0.01), T(0.9), T(0.999), T(1e-8), T(0.999)};
+    Matrix<T> w = w0, m = m0, v = v0;
+    detail::adamw_update_kernel<T>()(k, T(2), T(3), w.row(0), g.row(0), m.row(0), v.row(0), n);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double gi = g(0, i), mi = 0.9 * m0(0, i) + (1 - 0.9) * gi, vi = 0.999 * v0(0, i) + (1 - 0.999) * gi * gi;
+      const double wi = w0(0, i) * static_cast<double>(k.shrink) - 0.01 * (mi * 2) / (std::sqrt(vi * 3) + 1e-8);
+      bad += std::fabs(w(0, i) - wi) > tol * (std::fabs(wi) + 1e-2);
+      bad += std::fabs(m(0, i) - mi) > tol * (std::fabs(0.9 * m0(0, i)) + std::fabs(0.1 * gi));
+    }
+    CHECK(bad == 0);
+  }
+  {
+    const detail::SGDStep<T> k{T(0.05), T(0.9), T(0.001), detail::SGDKind::nesterov};
+    Matrix<T> w = w0, b = m0;
+    detail::sgd_update_kernel<T>()(k, w.row(0), g.row(0), b.row(0), n);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double gd = g(0, i) + 0.001 * w0(0, i), bn = 0.9 * m0(0, i) + gd, wi = w0(0, i) - 0.05 * (gd + 0.9 * bn);
+      bad += std::fabs(w(0, i) - wi) > tol * 4;
+      bad += std::fabs(b(0, i) - bn) > tol * 4;
+    }
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {

@@ -26,6 +26,7 @@
 
 #include "dispatch.hpp"
 #include "narrow_dense.hpp"
+#include "optimizer_update.hpp"
 #include "sddmm.hpp"
 #include "sddmm_dx.hpp"
 #include "spmm.hpp"

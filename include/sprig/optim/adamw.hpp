@@ -30,7 +30,8 @@
 // (1 - beta^n)^-1 per n, grown with the step count until both corrections round to 1 in T
 // (n about 1.7e4 for float at beta2 0.999; at most kMaxCorrectionSteps entries).
 // Threads: each element is updated by one thread with the same arithmetic, so the result is
-// bitwise identical for any thread count. The arithmetic is in T, the bias corrections in
+// bitwise identical for any thread count. The loops are kernels/optimizer_update.hpp's, in
+// SIMD registers (on the dispatch target in a dispatching build). The arithmetic is in T, the bias corrections in
 // double (rounded to T once per n).
 #pragma once
 
@@ -43,6 +44,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../kernels/optimizer_update.hpp"
 #include "../nn/parameter.hpp"
 #include "live_ranges.hpp"
 #include "optimizer_base.hpp"
@@ -147,17 +149,14 @@ private:
     const T eps = static_cast<T>(options_.eps);
     const T c1 = correction(options_.beta1, t), c2 = correction(options_.beta2, t);
     const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
-    T* __restrict wp = Base::template values<T>(p).data();
-    const T* __restrict gp = p.grad.data();
-    T* __restrict mp = p.state[0].data();
-    T* __restrict vp = p.state[1].data();
+    T* wp = Base::template values<T>(p).data();
+    const T* gp = p.grad.data();
+    T* mp = p.state[0].data();
+    T* vp = p.state[1].data();
+    const detail::AdamWStep<T> k{lr, b1, b2, eps, shrink};
+    const auto kernel = detail::adamw_update_kernel<T>();
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t s = b; s < e; ++s) {
-        const T g = gp[s];
-        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
-        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
-        wp[s] = wp[s] * shrink - lr * (mp[s] * c1) / (std::sqrt(vp[s] * c2) + eps);
-      }
+      kernel(k, c1, c2, wp + b, gp + b, mp + b, vp + b, e - b);
     });
   }
 
@@ -194,24 +193,15 @@ private:
     const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
     const T eps = static_cast<T>(options_.eps);
     const T shrink = p.decay ? static_cast<T>(1.0 - options_.lr * options_.weight_decay) : T(1);
-    T* __restrict wp = Base::template values<T>(p).data();
-    const T* __restrict gp = p.grad.data();
-    T* __restrict mp = p.state[0].data();
-    T* __restrict vp = p.state[1].data();
-    T* __restrict np = p.state[2].data();
-    const T* __restrict c1 = correction1_.data();
-    const T* __restrict c2 = correction2_.data();
+    T* wp = Base::template values<T>(p).data();
+    const T* gp = p.grad.data();
+    T* mp = p.state[0].data();
+    T* vp = p.state[1].data();
+    T* np = p.state[2].data();
+    const detail::AdamWStep<T> k{lr, b1, b2, eps, shrink};
+    const auto kernel = detail::adamw_counted_update_kernel<T>();
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t s = b; s < e; ++s) {
-        const T g = gp[s];
-        const bool fresh = (mp[s] == T(0)) & (vp[s] == T(0));
-        const T n = fresh ? T(1) : std::min(np[s] + T(1), top);
-        np[s] = n;
-        const auto k = static_cast<std::size_t>(n);
-        mp[s] = b1 * mp[s] + (T(1) - b1) * g;
-        vp[s] = b2 * vp[s] + (T(1) - b2) * g * g;
-        wp[s] = wp[s] * shrink - lr * (mp[s] * c1[k]) / (std::sqrt(vp[s] * c2[k]) + eps);
-      }
+      kernel(k, correction1_.data(), correction2_.data(), top, wp + b, gp + b, mp + b, vp + b, np + b, e - b);
     });
   }
 

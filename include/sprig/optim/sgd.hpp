@@ -14,7 +14,8 @@
 // Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
 // parameters (live_ranges.hpp); the momentum buffer (one value per slot) is created, zero, on
 // first use, only with momentum > 0. Threads: each element is updated by one thread with the
-// same arithmetic, so the result is bitwise identical for any thread count.
+// same arithmetic, so the result is bitwise identical for any thread count. The loop is
+// kernels/optimizer_update.hpp's, in SIMD registers (dispatched in a dispatching build).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../kernels/optimizer_update.hpp"
 #include "../nn/parameter.hpp"
 #include "live_ranges.hpp"
 #include "optimizer_base.hpp"
@@ -69,26 +71,16 @@ public:
     const std::span<T> w = Base::template values<T>(p);
     const T lr = static_cast<T>(options_.lr), mu = static_cast<T>(options_.momentum);
     const T wd = p.decay ? static_cast<T>(options_.weight_decay) : T(0);
-    const bool nesterov = options_.nesterov;
-    T* __restrict wp = w.data();
-    const T* __restrict gp = p.grad.data();
-    T* __restrict bp = use_momentum ? p.state[0].data() : nullptr;
+    const detail::SGDStep<T> k{lr, mu, wd,
+                               !use_momentum       ? detail::SGDKind::plain
+                               : options_.nesterov ? detail::SGDKind::nesterov
+                                                   : detail::SGDKind::momentum};
+    T* wp = w.data();
+    const T* gp = p.grad.data();
+    T* bp = use_momentum ? p.state[0].data() : nullptr;
+    const auto kernel = detail::sgd_update_kernel<T>();
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      if (!use_momentum) {
-        for (std::int64_t s = b; s < e; ++s) wp[s] -= lr * (gp[s] + wd * wp[s]);
-      } else if (!nesterov) {
-        for (std::int64_t s = b; s < e; ++s) {
-          const T g = gp[s] + wd * wp[s];
-          bp[s] = mu * bp[s] + g;
-          wp[s] -= lr * bp[s];
-        }
-      } else {
-        for (std::int64_t s = b; s < e; ++s) {
-          const T g = gp[s] + wd * wp[s];
-          bp[s] = mu * bp[s] + g;
-          wp[s] -= lr * (g + mu * bp[s]);
-        }
-      }
+      kernel(k, wp + b, gp + b, bp ? bp + b : nullptr, e - b);
     });
   }
 
