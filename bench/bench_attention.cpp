@@ -1,0 +1,82 @@
+// bench_attention: the causal attention core, new (nn/attention.hpp) against the previous
+// implementation (nn/attention_reference.hpp), forward and backward at one shape.
+//
+//   OMP_NUM_THREADS=1 bench_attention --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
+//
+// Arguments: B, heads, T, d_head (default: mini40m, B 8, 10 heads, T 128, d_head 64). The
+// counter GFLOP/s counts 2 flops per multiply-add over the causal half including the diagonal:
+// forward 2 products x 2 x B heads d_head T(T+1)/2, backward 4 products (dV, dP, dQ, dK); the
+// exps and the softmax's element-wise work are not counted.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+
+#include "sprig/core/matrix.hpp"
+#include "sprig/core/rng.hpp"
+#include "sprig/nn/attention.hpp"
+#include "sprig/nn/attention_reference.hpp"
+
+namespace {
+
+struct Operands {
+  std::int64_t B, heads, T, dh, dm, n;
+  sprig::Matrix<float> q, k, v, dout, out, dq, dk, dv;
+  Operands(std::int64_t B_, std::int64_t heads_, std::int64_t T_, std::int64_t dh_)
+      : B(B_),
+        heads(heads_),
+        T(T_),
+        dh(dh_),
+        dm(heads_ * dh_),
+        n(B_ * T_),
+        q(dm, n),
+        k(dm, n),
+        v(dm, n),
+        dout(dm, n),
+        out(dm, n),
+        dq(dm, n),
+        dk(dm, n),
+        dv(dm, n) {
+    std::uint64_t state = 12345;
+    auto next = [&] {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return float(double(state >> 11) / double(1ULL << 53) * 2.0 - 1.0);
+    };
+    for (auto* m : {&q, &k, &v, &dout})
+      for (std::int64_t r = 0; r < dm; ++r)
+        for (std::int64_t c = 0; c < n; ++c) (*m)(r, c) = next();
+  }
+  double forward_flops() const { return 2.0 * 2.0 * double(B * heads * dh) * double(T * (T + 1) / 2); }
+};
+
+template <class Layer, bool Backward>
+void BM_attention(benchmark::State& state) {
+  Operands o(state.range(0), state.range(1), state.range(2), state.range(3));
+  Layer layer(o.dm, o.heads);
+  layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+  for (auto _ : state) {
+    if constexpr (Backward)
+      layer.backward(o.q.view(), o.k.view(), o.v.view(), o.dout.view(), o.dq.view(), o.dk.view(), o.dv.view());
+    else
+      layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+    benchmark::ClobberMemory();
+  }
+  const double flops = (Backward ? 2.0 : 1.0) * o.forward_flops();
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"B", "heads", "T", "dh"});
+  b->Args({8, 10, 128, 64});
+  b->Unit(benchmark::kMillisecond);
+}
+
+using New = sprig::CausalSelfAttention<float>;
+using Old = sprig::CausalSelfAttentionReference<float>;
+BENCHMARK_TEMPLATE(BM_attention, Old, false)->Name("forward/old")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, false)->Name("forward/new")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, Old, true)->Name("backward/old")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, true)->Name("backward/new")->Apply(shapes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
