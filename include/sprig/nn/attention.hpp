@@ -14,25 +14,29 @@
 //   dP[q, k]   = dOut_h[:, q] . V_h[:, k]
 //   dS[q, k]   = P[q, k] (dP[q, k] - sum_{k'<=q} P[q, k'] dP[q, k'])
 //   dQ_h[:, q] = s * sum_{k<=q} dS[q, k] K_h[:, k],  dK_h[:, k] = s * sum_{q>=k} dS[q, k] Q_h[:, q]
-// The masked half (k > q) is never computed: the scores are a packed triangle (a register on
-// the diagonal computes up to width - 1 masked products per row and discards them).
+// The masked half (k > q) is never computed beyond the diagonal's SIMD registers.
 //
-// Layout of the scores: key-major. For each (b, h) the triangle holds row k = the keys' row,
-// entries q in [k, T), so every pass walks contiguous memory along q: a score row (and a dP
-// row) is d_head multiply-adds per entry kept in SIMD registers over d, the softmax runs
-// column-wise (element-wise over q, one running max and sum per query), Out_h and dQ_h are
-// register tiles of 4 head rows summed over the keys k <= q, and dV_h and dK_h are dot products
-// of a triangle row with 4 head rows (SIMD lanes, then a horizontal sum). The head's inputs
-// are first copied into per-thread scratch rows of about T (d_head x T per operand, small
-// beside the d_head x T^2 products): the tiles read d_head rows at once, and at the model's
-// row stride (B*T, often a power of two) those rows share a few L1 sets. Every entry's terms
-// are added in one fixed order that depends on the shape only.
+// Layout of the scores: key-major and in whole SIMD registers (kernels/attention.hpp,
+// AttentionBlockTriangle). Row k of a (b, h)'s triangle holds the queries from k rounded down
+// to the SIMD width w up to T rounded up to w, so every pass walks contiguous whole registers
+// along q: the scores and dP are register tiles of 4 keys by 2-4 registers of queries summed
+// over d (d_head multiply-adds per entry), the softmax runs element-wise over q (one running
+// max and sum per query, the lanes below the key set to 0), Out_h and dQ_h are tiles of 4 head
+// rows by 2-4 registers of queries summed over the keys, and dV_h and dK_h are tiles of w
+// (head row, key) pairs summed along q in SIMD lanes and reduced all at once. The head's
+// inputs are first copied into per-thread scratch rows of T rounded up to a 64-byte line,
+// zero past T (d_head x T per operand, small beside the d_head x T^2 products): the tiles read
+// whole registers past T, and at the model's row stride (B*T, often a power of two) the d_head
+// rows would share a few L1 sets. One (b, h)'s copies and triangle are about 150 KB in float
+// at T 128, d_head 64: they stay in L2 while its products run. Every entry's terms are added
+// in one fixed order that depends on the shape and the SIMD architecture only.
 //
-// The probabilities P are cached by forward (B x heads x T(T+1)/2 values, sized on the first
-// call per shape) rather than recomputed in backward: recomputing costs the score pass again
-// (a third of backward's multiply-adds plus all the exps), caching costs 4 bytes per
-// (sequence, head, query, key<=query) in float: 2.6 MB at B 8, 10 heads, T 128. The scratch
-// per thread is 4 head copies, one triangle (dS) and two T-vectors, kept between calls.
+// The probabilities P are cached by forward (B x heads x about T(T+w)/2 values, sized on the
+// first call per shape) rather than recomputed in backward as FlashAttention's online softmax
+// does: recomputing costs the score pass again (a quarter more multiply-adds in backward, plus
+// all the exps), caching costs 4 bytes per (sequence, head, query, key <= query) in float: 2.9
+// MB at B 8, 10 heads, T 128. The scratch per thread is 4 head copies, one triangle (dS) and
+// two vectors, kept between calls.
 //
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
@@ -42,9 +46,8 @@
 // scratch grow only for a larger shape or more OpenMP threads).
 // Threads: OpenMP over the B*heads (sequence, head) pairs once the work reaches
 // kParallelMinWork multiply-adds; each pair writes only its own block of Out (dQ, dK, dV) and
-// its own triangle, so the results are bitwise identical for any thread count. The exps of a
-// SIMD register and of a row's scalar tail may differ in the last ulp (xsimd::exp, std::exp);
-// which one an entry gets depends on the shape only. One object serves one call at a time.
+// its own triangle, so the results are bitwise identical for any thread count. One object
+// serves one call at a time.
 // Throws: ArgumentError for d_model or heads < 1, d_model % heads != 0, B or T < 1, backward
 // before any forward; ShapeError for an operand that is not d_model x (B*T) (naming it and
 // the values). The block size limit on T is the model's to check.
@@ -61,6 +64,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/attention.hpp"
 #include "../kernels/simd.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -68,192 +72,6 @@
 #endif
 
 namespace sprig {
-
-namespace detail {
-
-// The three products of attention on one (sequence, head), over a packed key-major triangle
-// P (row k holds the queries q in [k, t): P.row(k)[q] is element (k, q)) and [d_head x t] head
-// operands given as a first row and a row stride. Each runs SIMD register tiles with no scalar
-// tails: a row's last partial register is shifted back to end at t (it recomputes entries
-// with the same operations, or masks lanes already summed), and a register on the diagonal
-// masks the lanes q < k. Rows shorter than a register, and the scalar build, take plain
-// loops. Which path an entry takes depends on the shape only, never on the thread count.
-// Row k of a triangle of t keys starts at entry k t - k (k - 1) / 2; row(k) is offset back by
-// k so that it is indexed by q.
-template <class T>
-struct AttentionTriangle {
-  T* base;
-  std::int64_t t;
-  T* row(std::int64_t k) const noexcept { return base + k * (t - 1) - k * (k - 1) / 2; }
-};
-
-// out[q] = sum_{d < dh} a[d * as] x[d * xs + q] for q in [qb, t): one triangle row of scores
-// (a = K_h's column k, x = Q_h) or of dP (a = V_h's column k, x = dOut_h). d ascending.
-template <class T, class Arch = KernelArch>
-SPRIG_ALWAYS_INLINE void attention_row_axpy(const T* a, std::int64_t as, const T* x, std::int64_t xs, std::int64_t dh,
-                                            std::int64_t qb, std::int64_t t, T* out) noexcept {
-#if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr auto w = static_cast<std::int64_t>(V::size);
-    if (t - qb >= w) {
-      auto tile = [&]<int R>(std::int64_t q) {
-        V acc[R];
-        for (int v = 0; v < R; ++v) acc[v] = V(T(0));
-        for (std::int64_t d = 0; d < dh; ++d) {
-          const V av(a[d * as]);
-          const T* xr = x + d * xs + q;
-          for (int v = 0; v < R; ++v) acc[v] = xsimd::fma(av, V::load_unaligned(xr + v * w), acc[v]);
-        }
-        for (int v = 0; v < R; ++v) acc[v].store_unaligned(out + q + v * w);
-      };
-      std::int64_t q = qb;
-      for (; q + 4 * w <= t; q += 4 * w) tile.template operator()<4>(q);
-      for (; q + w <= t; q += w) tile.template operator()<1>(q);
-      if (q < t) tile.template operator()<1>(t - w);
-      return;
-    }
-  }
-#endif
-  for (std::int64_t q = qb; q < t; ++q) {
-    T s = T(0);
-    for (std::int64_t d = 0; d < dh; ++d) s += a[d * as] * x[d * xs + q];
-    out[q] = s;
-  }
-}
-
-// y[d * ys + q] = sum_{k <= q} a[d * as + k] P(k, q) for d < dh, q < t: Out_h = V_h P
-// (a = V_h) and dQ_h = K_h dS (a = K_h). k ascending.
-template <class T, class Arch = KernelArch>
-void attention_triangle_axpy(const T* a, std::int64_t as, AttentionTriangle<T> P, std::int64_t dh, T* y,
-                             std::int64_t ys) noexcept {
-  const std::int64_t t = P.t;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr auto w = static_cast<std::int64_t>(V::size);
-    if (t >= w) {
-      alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-      static_assert(w <= 32);
-      const V lanes = V::load_unaligned(lane_index);
-      // rows d0 .. d0 + R of Y over the queries [q0, q0 + w): P(k, q0..) is whole for
-      // k <= q0; for k in (q0, q0 + w) its lanes q < k are masked (they hold the previous
-      // row's end: read, never used)
-      auto tile = [&]<int R>(std::int64_t d0, std::int64_t q0) {
-        V acc[R];
-        for (int r = 0; r < R; ++r) acc[r] = V(T(0));
-        for (std::int64_t k = 0; k <= q0; ++k) {
-          const V p = V::load_unaligned(P.row(k) + q0);
-          for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(V(a[(d0 + r) * as + k]), p, acc[r]);
-        }
-        for (std::int64_t k = q0 + 1; k < q0 + w; ++k) {
-          const V p = xsimd::select(lanes >= V(T(k - q0)), V::load_unaligned(P.row(k) + q0), V(T(0)));
-          for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(V(a[(d0 + r) * as + k]), p, acc[r]);
-        }
-        for (int r = 0; r < R; ++r) acc[r].store_unaligned(y + (d0 + r) * ys + q0);
-      };
-      for (std::int64_t q0 = 0;; q0 += w) {
-        const std::int64_t q = std::min(q0, t - w);
-        std::int64_t d = 0;
-        for (; d + 4 <= dh; d += 4) tile.template operator()<4>(d, q);
-        for (; d < dh; ++d) tile.template operator()<1>(d, q);
-        if (q0 + w >= t) break;
-      }
-      return;
-    }
-  }
-#endif
-  for (std::int64_t d = 0; d < dh; ++d) {
-    T* yr = y + d * ys;
-    const T* ar = a + d * as;
-    std::fill(yr, yr + t, T(0));
-    for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = P.row(k);
-      const T ak = ar[k];
-      for (std::int64_t q = k; q < t; ++q) yr[q] += ak * p[q];
-    }
-  }
-}
-
-// y[d * ys + k] = sum_{q in [k, t)} P(k, q) x[d * xs + q] for d < dh, k < t: dV_h = dOut_h P^T
-// (x = dOut_h) and dK_h = Q_h dS^T (x = Q_h). SIMD lanes sum q = k + l mod width, then one
-// horizontal sum.
-template <class T, class Arch = KernelArch>
-void attention_triangle_dot(AttentionTriangle<T> P, const T* x, std::int64_t xs, std::int64_t dh, T* y,
-                            std::int64_t ys) noexcept {
-  const std::int64_t t = P.t;
-  std::int64_t k_simd = 0;  // rows [0, k_simd) run on SIMD tiles
-#if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr auto w = static_cast<std::int64_t>(V::size);
-    alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-    static_assert(w <= 32);
-    const V lanes = V::load_unaligned(lane_index);
-    k_simd = std::max<std::int64_t>(0, t - w + 1);
-    // rows d0 .. d0 + R of Y at key k: whole registers from q = k, then the last one shifted
-    // back to end at t with the lanes already summed masked
-    auto tile = [&]<int R>(std::int64_t d0, std::int64_t k) {
-      const T* p = P.row(k);
-      V acc[R];
-      for (int r = 0; r < R; ++r) acc[r] = V(T(0));
-      std::int64_t q = k;
-      for (; q + w <= t; q += w) {
-        const V pv = V::load_unaligned(p + q);
-        for (int r = 0; r < R; ++r) acc[r] = xsimd::fma(pv, V::load_unaligned(x + (d0 + r) * xs + q), acc[r]);
-      }
-      if (q < t) {
-        const auto fresh = lanes >= V(T(q - (t - w)));
-        const V pv = V::load_unaligned(p + t - w);
-        for (int r = 0; r < R; ++r)
-          acc[r] += xsimd::select(fresh, pv * V::load_unaligned(x + (d0 + r) * xs + t - w), V(T(0)));
-      }
-      for (int r = 0; r < R; ++r) y[(d0 + r) * ys + k] = reduce_add(acc[r]);
-    };
-    for (std::int64_t k = 0; k < k_simd; ++k) {
-      std::int64_t d = 0;
-      for (; d + 4 <= dh; d += 4) tile.template operator()<4>(d, k);
-      for (; d < dh; ++d) tile.template operator()<1>(d, k);
-    }
-  }
-#endif
-  for (std::int64_t d = 0; d < dh; ++d) {
-    const T* xr = x + d * xs;
-    for (std::int64_t k = k_simd; k < t; ++k) {
-      const T* p = P.row(k);
-      T s = T(0);
-      for (std::int64_t q = k; q < t; ++q) s += p[q] * xr[q];
-      y[d * ys + k] = s;
-    }
-  }
-}
-
-// p[i] = exp(scale * (p[i] - m[i])) and s[i] += p[i], i < n.
-template <class T, class Arch = KernelArch>
-SPRIG_ALWAYS_INLINE void attention_exp_sum(T* __restrict p, const T* __restrict m, T* __restrict s, T scale,
-                                           std::int64_t n) noexcept {
-  std::int64_t i = 0;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr auto w = static_cast<std::int64_t>(V::size);
-    const V sc(scale);
-    for (; i + w <= n; i += w) {
-      const V e = xsimd::exp(sc * (V::load_unaligned(p + i) - V::load_unaligned(m + i)));
-      e.store_unaligned(p + i);
-      (V::load_unaligned(s + i) + e).store_unaligned(s + i);
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    p[i] = std::exp(scale * (p[i] - m[i]));
-    s[i] += p[i];
-  }
-}
-
-}  // namespace detail
 
 template <Value T>
 class CausalSelfAttention {
@@ -343,8 +161,12 @@ private:
                                        d_model_, "x", B * T_len, " (B ", B, ", T ", T_len, ")"));
   }
 
-  // Entries of one packed triangle of T keys.
-  static std::int64_t triangle(std::int64_t t) noexcept { return t * (t + 1) / 2; }
+  // The triangle of scores of one (sequence, head) at `base`, for T_len keys.
+  detail::AttentionBlockTriangle<T> triangle_at(T* base, std::int64_t T_len) const noexcept {
+    return {base, T_len, static_cast<std::int64_t>(detail::simd_width<T>())};
+  }
+  // Entries of one triangle of T keys (with the padding of the block layout).
+  std::int64_t triangle(std::int64_t T_len) const noexcept { return triangle_at(nullptr, T_len).size(); }
 
   static int max_threads() noexcept {
 #if SPRIG_HAS_OPENMP
@@ -361,11 +183,12 @@ private:
     pairs_ = B * heads_;
     const auto probs = static_cast<std::size_t>(pairs_ * triangle(T_len));
     if (probs_.size() < probs) probs_.resize(probs);
-    // Per thread: the head copies (below), one triangle (dS) and two T-vectors, in whole
-    // 64-byte lines (no false sharing). A copy's rows are T rounded up to a line, plus a line
-    // when that is a multiple of 512 bytes: d_head rows at a stride of a large power of two
-    // share a few L1 sets (as at the model's 4 KB stride of B*T = 1024 floats, read in place;
-    // docs/design.md, "Measurements behind the code").
+    // Per thread: the head copies (below), one triangle (dS) and two vectors of the padded
+    // length, in whole 64-byte lines (no false sharing). A copy's rows are T rounded up to a
+    // line (a whole number of SIMD registers), plus a line when that is a multiple of 512
+    // bytes: d_head rows at a stride of a large power of two share a few L1 sets (as at the
+    // model's 4 KB stride of B*T = 1024 floats, read in place; docs/design.md, "Measurements
+    // behind the code").
     constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
     head_stride_ = (T_len + line - 1) / line * line;
     if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;
@@ -377,9 +200,13 @@ private:
     sums_at_ = vector_at_ + vec;
   }
 
-  // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_.
+  // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_, and 0 for j in
+  // [t_, head_stride_) (the kernels read the padding).
   void copy_head(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, T* dst) const noexcept {
-    for (std::int64_t d = 0; d < d_head_; ++d) std::copy_n(X.row(r0 + d) + c0, t_, dst + d * head_stride_);
+    for (std::int64_t d = 0; d < d_head_; ++d) {
+      T* row = std::copy_n(X.row(r0 + d) + c0, t_, dst + d * head_stride_);
+      std::fill(row, dst + (d + 1) * head_stride_, T(0));
+    }
   }
 
   // Calls fn(pair, scratch of the running thread) for every (sequence, head) pair, the
@@ -403,72 +230,47 @@ private:
   }
 
   // The scratch of a thread: copies of the head's Q_h, K_h, V_h (and dOut_h), one after
-  // another at head_stride_, then a triangle, then two T-vectors.
+  // another at head_stride_, then a triangle, then two vectors.
   void forward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
                     MatrixView<T> Out, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
-    const detail::AttentionTriangle<T> P{probs_.data() + pair * triangle(t), t};
+    const auto P = triangle_at(probs_.data() + pair * triangle(t), t);
     T* q_h = scratch;
     T* k_h = q_h + dh * hs;
     T* v_h = k_h + dh * hs;
-    T* m = scratch + vector_at_;  // running max of each query's scores
-    T* s = scratch + sums_at_;    // running sum of each query's exps
     copy_head(Q, r0, c0, q_h);
     copy_head(K, r0, c0, k_h);
     copy_head(V, r0, c0, v_h);
-    // raw scores, key row by key row: P(k, q) = K_h[:, k] . Q_h[:, q] for q >= k
-    for (std::int64_t k = 0; k < t; ++k) detail::attention_row_axpy(k_h + k, hs, q_h, hs, dh, k, t, P.row(k));
-    // softmax over the keys k <= q of every query q: max, exp and sum, normalise
-    std::copy(P.base, P.base + t, m);
-    for (std::int64_t k = 1; k < t; ++k) {
-      const T* p = P.row(k);
-      for (std::int64_t q = k; q < t; ++q) m[q] = std::max(m[q], p[q]);
-    }
-    std::fill(s, s + t, T(0));
-    for (std::int64_t k = 0; k < t; ++k) detail::attention_exp_sum(P.row(k) + k, m + k, s + k, scale_, t - k);
-    for (std::int64_t q = 0; q < t; ++q) s[q] = T(1) / s[q];
-    for (std::int64_t k = 0; k < t; ++k) {
-      T* p = P.row(k);
-      for (std::int64_t q = k; q < t; ++q) p[q] *= s[q];
-    }
+    // raw scores P(k, q) = K_h[:, k] . Q_h[:, q], then the causal softmax of every query
+    detail::attention_scores(k_h, q_h, hs, dh, P);
+    detail::attention_softmax(P, scale_, scratch + vector_at_, scratch + sums_at_);
     // Out_h[d, q] = sum_{k <= q} V_h[d, k] P(k, q)
-    detail::attention_triangle_axpy(v_h, hs, P, dh, Out.row(r0) + c0, Out.stride());
+    detail::attention_weighted_sum(v_h, hs, P, dh, Out.row(r0) + c0, Out.stride());
   }
 
   void backward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
                      ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
-    const detail::AttentionTriangle<T> P{probs_.data() + pair * triangle(t), t};
-    const detail::AttentionTriangle<T> G{scratch + triangle_at_, t};  // dP, then s * dS, key-major like P
+    const auto P = triangle_at(probs_.data() + pair * triangle(t), t);
+    const auto G = triangle_at(scratch + triangle_at_, t);  // dP, then s * dS
     T* q_h = scratch;
     T* k_h = q_h + dh * hs;
     T* v_h = k_h + dh * hs;
     T* g_h = v_h + dh * hs;
-    T* rs = scratch + vector_at_;  // sum_k P(k, q) dP(k, q) of every query q
     copy_head(Q, r0, c0, q_h);
     copy_head(K, r0, c0, k_h);
     copy_head(V, r0, c0, v_h);
     copy_head(dOut, r0, c0, g_h);
     // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
-    detail::attention_triangle_dot(P, g_h, hs, dh, dV.row(r0) + c0, dV.stride());
-    // dP(k, q) = V_h[:, k] . dOut_h[:, q]
-    for (std::int64_t k = 0; k < t; ++k) detail::attention_row_axpy(v_h + k, hs, g_h, hs, dh, k, t, G.row(k));
-    std::fill(rs, rs + t, T(0));
-    for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = P.row(k);
-      const T* g = G.row(k);
-      for (std::int64_t q = k; q < t; ++q) rs[q] += p[q] * g[q];
-    }
-    for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = P.row(k);
-      T* g = G.row(k);
-      for (std::int64_t q = k; q < t; ++q) g[q] = scale_ * p[q] * (g[q] - rs[q]);
-    }
+    detail::attention_transposed_sum(P, g_h, hs, dh, dV.row(r0) + c0, dV.stride());
+    // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS
+    detail::attention_scores(v_h, g_h, hs, dh, G);
+    detail::attention_softmax_backward(P, G, scale_, scratch + vector_at_);
     // dQ_h[d, q] = sum_{k <= q} K_h[d, k] (s dS)(k, q);  dK_h[d, k] = sum_{q >= k} (s dS)(k, q) Q_h[d, q]
-    detail::attention_triangle_axpy(k_h, hs, G, dh, dQ.row(r0) + c0, dQ.stride());
-    detail::attention_triangle_dot(G, q_h, hs, dh, dK.row(r0) + c0, dK.stride());
+    detail::attention_weighted_sum(k_h, hs, G, dh, dQ.row(r0) + c0, dQ.stride());
+    detail::attention_transposed_sum(G, q_h, hs, dh, dK.row(r0) + c0, dK.stride());
   }
 
   std::int64_t d_model_ = 0, heads_ = 0, d_head_ = 0;

@@ -1,0 +1,327 @@
+// sprig/kernels/attention.hpp — the products of causal attention on one (sequence, head), as
+// register-tiled micro-kernels over a key-major triangle of scores whose rows start on SIMD
+// register boundaries (AttentionBlockTriangle). nn/attention.hpp's CausalSelfAttention runs them.
+//
+// Operands: a head's [d_head x t] operands are copies (nn/attention.hpp) with row stride hs >=
+// padded_length(t) whose columns [t, padded_length(t)) hold zeros; the kernels read those
+// padding columns, so every register is whole and no kernel has a scalar tail. Keys are the
+// triangle's rows k < t, queries its columns q.
+//
+// Entries of row k below its key (q < k, in the diagonal register) and past t (q >= t) exist
+// in memory: the softmax writes 0 below the key; past t the entries stay finite (scores
+// against zero columns), they meet only zero columns or are never stored.
+//
+// Every output entry sums its terms in one order fixed by the shape and the architecture, so
+// results do not depend on the thread count. Complexity: d_head multiply-adds per stored
+// triangle entry per product. Nothing allocates or throws.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "simd.hpp"
+
+namespace sprig::detail {
+
+// A key-major causal triangle for t keys whose rows are grouped by `w` (the SIMD width): row
+// k holds the queries [qs(k), tp), qs(k) = floor(k / w) w and tp = t rounded up to w, so
+// every row is whole registers and the rows of one group share their start. row(k) is offset
+// back by qs(k) so that it is indexed by q.
+template <class T>
+struct AttentionBlockTriangle {
+  T* base;
+  std::int64_t t, w;
+
+  std::int64_t padded() const noexcept { return (t + w - 1) / w * w; }
+  std::int64_t start(std::int64_t k) const noexcept { return k / w * w; }
+  // Entries before row k (k <= t; size() is offset(t)).
+  std::int64_t offset(std::int64_t k) const noexcept {
+    const std::int64_t g = k / w, tp = padded();
+    return w * g * tp - w * w * g * (g - 1) / 2 + (k - g * w) * (tp - g * w);
+  }
+  std::int64_t size() const noexcept { return offset(t); }
+  T* row(std::int64_t k) const noexcept { return base + offset(k) - start(k); }
+};
+
+// Keys per register tile, and rows of the transposed product's tile, on architecture A.
+template <class T, class A>
+inline constexpr std::int64_t kAttentionKeys = std::min<std::int64_t>(4, std::int64_t(simd_width<T, A>()));
+// Registers along the queries per tile: 4 x 4 accumulators where 32 registers exist, 4 x 2
+// where 16 do.
+template <class T, class A>
+inline constexpr int kAttentionQueryRegisters =
+#if SPRIG_KERNEL_SIMD
+    kVectorRegistersOf<A> >= 32 ? 4 : 2;
+#else
+    1;
+#endif
+
+// S(k, q) = sum_{d < dh} a[d hs + k] x[d hs + q] for every key k < t and q in [start(k), tp):
+// the scores (a = K_h, x = Q_h) or dP (a = V_h, x = dOut_h). Tiles of kAttentionKeys keys of
+// one row group by registers of queries; a last partial key tile repeats key t - 1 (same
+// operations, same values). d ascending.
+template <class T, class Arch = KernelArch>
+void attention_scores(const T* a, const T* x, std::int64_t hs, std::int64_t dh, AttentionBlockTriangle<T> S) noexcept {
+  const std::int64_t t = S.t, tp = S.padded();
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    constexpr std::int64_t w = V::size, nk = kAttentionKeys<T, Arch>;
+    constexpr int nq = kAttentionQueryRegisters<T, Arch>;
+    auto tile = [&]<int R>(const std::int64_t* keys, std::int64_t q) {
+      V acc[nk][R];
+      SPRIG_UNROLL for (int j = 0; j < nk; ++j) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[j][v] = V(T(0));
+      for (std::int64_t d = 0; d < dh; ++d) {
+        const T* xr = x + d * hs + q;
+        V xv[R];
+        SPRIG_UNROLL for (int v = 0; v < R; ++v) xv[v] = V::load_unaligned(xr + v * w);
+        SPRIG_UNROLL for (int j = 0; j < nk; ++j) {
+          const V av(a[d * hs + keys[j]]);
+          SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[j][v] = xsimd::fma(av, xv[v], acc[j][v]);
+        }
+      }
+      SPRIG_UNROLL for (int j = 0; j < nk; ++j) {
+        T* out = S.row(keys[j]) + q;
+        SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[j][v].store_unaligned(out + v * w);
+      }
+    };
+    for (std::int64_t k0 = 0; k0 < t; k0 += nk) {
+      std::int64_t keys[nk];
+      for (std::int64_t j = 0; j < nk; ++j) keys[j] = std::min(k0 + j, t - 1);
+      std::int64_t q = S.start(k0);
+      for (; q + nq * w <= tp; q += nq * w) tile.template operator()<nq>(keys, q);
+      for (; q < tp; q += w) tile.template operator()<1>(keys, q);
+    }
+    return;
+  }
+#endif
+  for (std::int64_t k = 0; k < t; ++k) {
+    T* out = S.row(k);
+    for (std::int64_t q = S.start(k); q < tp; ++q) {
+      T s = T(0);
+      for (std::int64_t d = 0; d < dh; ++d) s += a[d * hs + k] * x[d * hs + q];
+      out[q] = s;
+    }
+  }
+}
+
+// y[d ys + q] = sum_{k < t, start(k) <= q} a[d hs + k] P(k, q) for d < dh, q < t: Out_h = V_h P
+// (a = V_h) and dQ_h = K_h dS (a = K_h); P's entries below the key must be 0. Tiles of 4 head
+// rows by registers of queries; a last partial row tile repeats row dh - 1 and stores it once.
+// k ascending.
+template <class T, class Arch = KernelArch>
+void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<T> P, std::int64_t dh, T* y,
+                            std::int64_t ys) noexcept {
+  const std::int64_t t = P.t;
+  [[maybe_unused]] const std::int64_t tp = P.padded();
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    constexpr std::int64_t w = V::size, nd = 4;
+    constexpr int nq = kAttentionQueryRegisters<T, Arch>;
+    auto tile = [&]<int R>(std::int64_t d0, std::int64_t q0) {
+      const T* ar[nd];
+      for (std::int64_t r = 0; r < nd; ++r) ar[r] = a + std::min(d0 + r, dh - 1) * hs;
+      V acc[nd][R];
+      SPRIG_UNROLL for (int r = 0; r < nd; ++r) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[r][v] = V(T(0));
+      // keys whose rows start at or before register J of the tile feed registers J..R-1
+      auto keys = [&]<int J>(std::int64_t k_begin, std::int64_t k_end) {
+        for (std::int64_t k = k_begin; k < k_end; ++k) {
+          const T* p = P.row(k) + q0;
+          V pv[R];
+          SPRIG_UNROLL for (int v = J; v < R; ++v) pv[v] = V::load_unaligned(p + v * w);
+          SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
+            const V av(ar[r][k]);
+            SPRIG_UNROLL for (int v = J; v < R; ++v) acc[r][v] = xsimd::fma(av, pv[v], acc[r][v]);
+          }
+        }
+      };
+      keys.template operator()<0>(0, std::min(q0 + w, t));
+      if constexpr (R > 1) keys.template operator()<1>(q0 + w, std::min(q0 + 2 * w, t));
+      if constexpr (R > 2) keys.template operator()<2>(q0 + 2 * w, std::min(q0 + 3 * w, t));
+      if constexpr (R > 3) keys.template operator()<3>(q0 + 3 * w, std::min(q0 + 4 * w, t));
+      static_assert(R <= 4);
+      for (std::int64_t r = 0; r < nd && d0 + r < dh; ++r) {
+        T* out = y + (d0 + r) * ys;
+        SPRIG_UNROLL for (int v = 0; v < R; ++v) {
+          const std::int64_t q = q0 + v * w;
+          if (q + w <= t) {
+            acc[r][v].store_unaligned(out + q);
+          } else if (q < t) {
+            alignas(64) T part[w];
+            acc[r][v].store_aligned(part);
+            std::copy_n(part, t - q, out + q);
+          }
+        }
+      }
+    };
+    for (std::int64_t d0 = 0; d0 < dh; d0 += nd) {
+      std::int64_t q = 0;
+      for (; q + nq * w <= tp; q += nq * w) tile.template operator()<nq>(d0, q);
+      for (; q < tp; q += w) tile.template operator()<1>(d0, q);
+    }
+    return;
+  }
+#endif
+  for (std::int64_t d = 0; d < dh; ++d) {
+    T* yr = y + d * ys;
+    std::fill(yr, yr + t, T(0));
+    for (std::int64_t k = 0; k < t; ++k) {
+      const T* p = P.row(k);
+      const T ak = a[d * hs + k];
+      for (std::int64_t q = P.start(k); q < t; ++q) yr[q] += ak * p[q];
+    }
+  }
+}
+
+// y[d ys + k] = sum_{q in [start(k), tp)} P(k, q) x[d hs + q] for d < dh, k < t: dV_h = dOut_h
+// P^T (x = dOut_h) and dK_h = Q_h dS^T (x = Q_h); x's padding columns must be 0 and P's entries
+// below the key 0. A tile is w accumulators (kAttentionKeys keys of one row group by w /
+// kAttentionKeys head rows, partial tiles repeating the last key or row), summed along q in
+// SIMD lanes, then reduced all at once (batched_hsum). q ascending in each lane.
+template <class T, class Arch = KernelArch>
+void attention_transposed_sum(AttentionBlockTriangle<T> P, const T* x, std::int64_t hs, std::int64_t dh, T* y,
+                              std::int64_t ys) noexcept {
+  const std::int64_t t = P.t;
+  [[maybe_unused]] const std::int64_t tp = P.padded();
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    constexpr std::int64_t w = V::size, nk = kAttentionKeys<T, Arch>, nd = w / nk;
+    static_assert(nd * nk == w);
+    // key blocks of kBlock rows (at most 16 KB at T 128 in float, in L1) by all head rows,
+    // nd at a time: each tile's x rows and the block's triangle rows are reused from L1
+    // (head rows inside the key loop streamed x from L2 and ran ~40% slower)
+    constexpr std::int64_t kBlock = 8 * nk;
+    for (std::int64_t kb = 0; kb < t; kb += kBlock)
+      for (std::int64_t d0 = 0; d0 < dh; d0 += nd)
+        for (std::int64_t k0 = kb; k0 < std::min(kb + kBlock, t); k0 += nk) {
+          const T* xr[nd];
+          for (std::int64_t r = 0; r < nd; ++r) xr[r] = x + std::min(d0 + r, dh - 1) * hs;
+          const T* p[nk];
+          for (std::int64_t j = 0; j < nk; ++j) p[j] = P.row(std::min(k0 + j, t - 1));
+          const std::int64_t q_begin = P.start(k0);
+          V acc[w];  // acc[r nk + j]: head row d0 + r, key k0 + j
+          SPRIG_UNROLL for (int i = 0; i < w; ++i) acc[i] = V(T(0));
+          for (std::int64_t q = q_begin; q < tp; q += w) {
+            V pv[nk];
+            SPRIG_UNROLL for (int j = 0; j < nk; ++j) pv[j] = V::load_unaligned(p[j] + q);
+            SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
+              const V xv = V::load_unaligned(xr[r] + q);
+              SPRIG_UNROLL for (int j = 0; j < nk; ++j) acc[r * nk + j] = xsimd::fma(pv[j], xv, acc[r * nk + j]);
+            }
+          }
+          alignas(64) T sums[w];
+          batched_hsum(acc).store_aligned(sums);
+          const std::int64_t keys = std::min(nk, t - k0);
+          for (std::int64_t r = 0; r < nd && d0 + r < dh; ++r) {
+            T* out = y + (d0 + r) * ys + k0;
+            if (keys == nk) {
+              SPRIG_UNROLL for (int j = 0; j < nk; ++j) out[j] = sums[r * nk + j];
+            } else {
+              for (std::int64_t j = 0; j < keys; ++j) out[j] = sums[r * nk + j];
+            }
+          }
+        }
+    return;
+  }
+#endif
+  for (std::int64_t d = 0; d < dh; ++d)
+    for (std::int64_t k = 0; k < t; ++k) {
+      const T* p = P.row(k);
+      T s = T(0);
+      for (std::int64_t q = P.start(k); q < tp; ++q) s += p[q] * x[d * hs + q];
+      y[d * ys + k] = s;
+    }
+}
+
+// Softmax over the keys k <= q of every query q, in place: P(k, q) = exp(scale (S(k, q) -
+// m_q)) / sum_{k' <= q} exp(scale (S(k', q) - m_q)) with m_q = max_{k <= q} S(k, q), and 0
+// below the key. m and sum are scratch of padded() entries. k ascending in every reduction.
+template <class T, class Arch = KernelArch>
+void attention_softmax(AttentionBlockTriangle<T> P, T scale, T* m, T* sum) noexcept {
+  const std::int64_t t = P.t;
+  [[maybe_unused]] const std::int64_t tp = P.padded();
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    constexpr std::int64_t w = V::size;
+    alignas(64) static constexpr T lane_index[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    static_assert(w <= 32);
+    const V lanes = V::load_aligned(lane_index), lowest(std::numeric_limits<T>::lowest()), zero(T(0)), sc(scale);
+    std::fill(m, m + tp, std::numeric_limits<T>::lowest());
+    std::fill(sum, sum + tp, T(0));
+    for (std::int64_t k = 0; k < t; ++k) {  // the diagonal register keeps the lanes q >= k
+      const T* p = P.row(k);
+      const std::int64_t q0 = P.start(k);
+      const V first = xsimd::select(lanes >= V(T(k - q0)), V::load_unaligned(p + q0), lowest);
+      xsimd::max(V::load_unaligned(m + q0), first).store_unaligned(m + q0);
+      for (std::int64_t q = q0 + w; q < tp; q += w)
+        xsimd::max(V::load_unaligned(m + q), V::load_unaligned(p + q)).store_unaligned(m + q);
+    }
+    for (std::int64_t k = 0; k < t; ++k) {
+      T* p = P.row(k);
+      const std::int64_t q0 = P.start(k);
+      for (std::int64_t q = q0; q < tp; q += w) {
+        V e = xsimd::exp(sc * (V::load_unaligned(p + q) - V::load_unaligned(m + q)));
+        if (q == q0) e = xsimd::select(lanes >= V(T(k - q0)), e, zero);
+        e.store_unaligned(p + q);
+        (V::load_unaligned(sum + q) + e).store_unaligned(sum + q);
+      }
+    }
+    for (std::int64_t q = 0; q < tp; q += w) (V(T(1)) / V::load_unaligned(sum + q)).store_unaligned(sum + q);
+    for (std::int64_t k = 0; k < t; ++k) {
+      T* p = P.row(k);
+      for (std::int64_t q = P.start(k); q < tp; q += w)
+        (V::load_unaligned(p + q) * V::load_unaligned(sum + q)).store_unaligned(p + q);
+    }
+    return;
+  }
+#endif
+  std::copy(P.row(0), P.row(0) + t, m);
+  for (std::int64_t k = 1; k < t; ++k)
+    for (std::int64_t q = k; q < t; ++q) m[q] = std::max(m[q], P.row(k)[q]);
+  std::fill(sum, sum + t, T(0));
+  for (std::int64_t k = 0; k < t; ++k)
+    for (std::int64_t q = k; q < t; ++q) sum[q] += P.row(k)[q] = std::exp(scale * (P.row(k)[q] - m[q]));
+  for (std::int64_t q = 0; q < t; ++q) sum[q] = T(1) / sum[q];
+  for (std::int64_t k = 0; k < t; ++k)
+    for (std::int64_t q = k; q < t; ++q) P.row(k)[q] *= sum[q];
+}
+
+// G(k, q) = scale P(k, q) (G(k, q) - r_q) in place, r_q = sum_k P(k, q) G(k, q) (k ascending):
+// dP into scale dS. r is scratch of padded() entries; P and G share the shape.
+template <class T, class Arch = KernelArch>
+void attention_softmax_backward(AttentionBlockTriangle<T> P, AttentionBlockTriangle<T> G, T scale, T* r) noexcept {
+  const std::int64_t t = P.t;
+  [[maybe_unused]] const std::int64_t tp = P.padded();
+  std::int64_t w = 1;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    w = V::size;
+    std::fill(r, r + tp, T(0));
+    for (std::int64_t k = 0; k < t; ++k)
+      for (std::int64_t q = P.start(k); q < tp; q += w)
+        xsimd::fma(V::load_unaligned(P.row(k) + q), V::load_unaligned(G.row(k) + q), V::load_unaligned(r + q))
+            .store_unaligned(r + q);
+    const V sc(scale);
+    for (std::int64_t k = 0; k < t; ++k)
+      for (std::int64_t q = P.start(k); q < tp; q += w) {
+        const V pv = V::load_unaligned(P.row(k) + q);
+        (sc * pv * (V::load_unaligned(G.row(k) + q) - V::load_unaligned(r + q))).store_unaligned(G.row(k) + q);
+      }
+    return;
+  }
+#endif
+  std::fill(r, r + tp, T(0));
+  for (std::int64_t k = 0; k < t; ++k)
+    for (std::int64_t q = P.start(k); q < tp; q += w) r[q] += P.row(k)[q] * G.row(k)[q];
+  for (std::int64_t k = 0; k < t; ++k)
+    for (std::int64_t q = P.start(k); q < tp; q += w) G.row(k)[q] = scale * P.row(k)[q] * (G.row(k)[q] - r[q]);
+}
+
+}  // namespace sprig::detail
