@@ -1,4 +1,5 @@
 #include "sprig/nn/attention.hpp"
+#include "sprig/nn/attention_reference.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -177,6 +178,83 @@ TEMPLATE_TEST_CASE("CausalSelfAttention matches a full-matrix masked reference o
     CHECK(o.guards_untouched());
   }
 }
+
+// The register tiles of kernels/attention.hpp: heads of 3, 17 and 33 rows (4-row tiles'
+// remainders, partial w-element tiles of the transposed products) and of 64, T from 1 to past
+// the block size 128 (partial key tiles, padded query registers), against the double loops
+// and against the previous implementation (nn/attention_reference.hpp).
+TEMPLATE_TEST_CASE("CausalSelfAttention's tiles match the references at head sizes off the SIMD width",
+                   "[nn][attention][tiles]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
+  struct Shape {
+    std::int64_t heads, dh, Tn, B;
+  };
+  const Shape shapes[] = {{1, 3, 1, 1},    {2, 3, 7, 2},    {2, 17, 1, 2},   {2, 17, 31, 2}, {1, 33, 45, 1},
+                          {3, 17, 128, 1}, {1, 33, 128, 2}, {2, 64, 128, 1}, {1, 3, 129, 1}, {1, 5, 15, 3}};
+  std::uint64_t seed = 101;
+  for (const Shape& s : shapes) {
+    const std::int64_t dm = s.heads * s.dh;
+    INFO("heads " << s.heads << " d_head " << s.dh << " T " << s.Tn << " B " << s.B);
+    Operands<T> o(dm, s.B * s.Tn, seed += 3), old(dm, s.B * s.Tn, seed);
+    CausalSelfAttention<T> attn(dm, s.heads);
+    run(attn, o, s.B, s.Tn);
+    CausalSelfAttentionReference<T> previous(dm, s.heads);
+    previous.forward(old.q(), old.k(), old.v(), s.B, s.Tn, old.out());
+    previous.backward(old.q(), old.k(), old.v(), old.dout.view(), old.dq(), old.dk(), old.dv());
+    const Reference r = reference<T>(o.q(), o.k(), o.v(), s.heads, s.B, s.Tn, o.dout.view());
+    CHECK(max_error<T>(o.out(), r.out.view()) <= tol);
+    CHECK(max_error<T>(o.dq(), r.dq.view()) <= tol);
+    CHECK(max_error<T>(o.dk(), r.dk.view()) <= tol);
+    CHECK(max_error<T>(o.dv(), r.dv.view()) <= tol);
+    CHECK(max_error<T>(old.out(), r.out.view()) <= tol);
+    CHECK(max_error<T>(old.dq(), r.dq.view()) <= tol);
+    CHECK(o.guards_untouched());
+  }
+}
+
+TEST_CASE("CausalSelfAttention gradients match central differences at d_head 17 and odd T",
+          "[nn][attention][gradcheck][tiles]") {
+  for (const std::int64_t Tn : {1, 9, 19}) {
+    INFO("T " << Tn);
+    const std::int64_t heads = 2, dh = 17, dm = heads * dh, B = 1, n = B * Tn;
+    auto Q = random_matrix<double>(dm, n, 13), K = random_matrix<double>(dm, n, 14),
+         V = random_matrix<double>(dm, n, 15);
+    const auto R = random_matrix<double>(dm, n, 16);
+    Matrix<double> Out(dm, n), dQ(dm, n), dK(dm, n), dV(dm, n);
+    CausalSelfAttention<double> attn(dm, heads);
+    attn.forward(Q.view(), K.view(), V.view(), B, Tn, Out.view());
+    attn.backward(Q.view(), K.view(), V.view(), R.view(), dQ.view(), dK.view(), dV.view());
+    auto loss = [&] {
+      attn.forward(Q.view(), K.view(), V.view(), B, Tn, Out.view());
+      return sprig_test::dot<double>(Out.view(), R.view());
+    };
+    const auto some = sprig_test::some_indices(std::size_t(dm * n), std::size_t(std::min<std::int64_t>(dm * n, 120)));
+    for (auto [X, G] : {std::pair{&Q, &dQ}, std::pair{&K, &dK}, std::pair{&V, &dV}}) {
+      const std::vector<double> g(G->data(), G->data() + dm * n);
+      sprig_test::check_gradient(loss, std::span<double>(X->data(), std::size_t(dm * n)), g, some);
+    }
+  }
+}
+
+#if SPRIG_HAS_OPENMP
+TEMPLATE_TEST_CASE("CausalSelfAttention's tiles give the same bits with 1 and 2 threads at T 128, d_head 17",
+                   "[nn][attention][threads][tiles]", float, double) {
+  using T = TestType;
+  const std::int64_t heads = 3, dh = 17, dm = heads * dh, Tn = 128, B = 2, n = B * Tn;
+  auto once = [&](int threads) {
+    auto o = std::make_unique<Operands<T>>(dm, n, 77);
+    CausalSelfAttention<T> attn(dm, heads);
+    sprig_test::with_threads(threads, [&] { run(attn, *o, B, Tn); });
+    return o;
+  };
+  const auto one = once(1), two = once(2);
+  CHECK(same_bits<T>(one->out(), two->out()));
+  CHECK(same_bits<T>(one->dq(), two->dq()));
+  CHECK(same_bits<T>(one->dk(), two->dk()));
+  CHECK(same_bits<T>(one->dv(), two->dv()));
+}
+#endif
 
 TEST_CASE("CausalSelfAttention's reference is the softmax it should be", "[nn][attention]") {
   // One head, d_head 1, T 2: S = [[q0 k0, -inf], [q1 k0, q1 k1]], hand-computed.
