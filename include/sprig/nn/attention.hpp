@@ -41,7 +41,8 @@
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
 // disjoint row blocks of one matrix, as a fused QKV projection gives, are fine).
-// Complexity: forward d_model*B*T(T+1)/2 multiply-adds twice plus heads*B*T(T+1)/2 exps;
+// Complexity: forward d_model*B*E multiply-adds twice plus heads*B*E exps, E = T(T+w)/2 about
+// (the triangle's entries, w the SIMD width: the causal half plus the diagonal's registers);
 // backward four such products. Steady state allocates nothing (the cache and the per-thread
 // scratch grow only for a larger shape or more OpenMP threads).
 // Threads: OpenMP over the B*heads (sequence, head) pairs once the work reaches
