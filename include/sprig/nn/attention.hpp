@@ -191,6 +191,8 @@ private:
     // model's 4 KB stride of B*T = 1024 floats, read in place; docs/design.md, "Measurements
     // behind the code").
     constexpr std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+    static_assert(line % static_cast<std::int64_t>(detail::simd_width<T>()) == 0,
+                  "a line holds whole registers, so rows of T rounded up to a line hold the padded queries");
     head_stride_ = (T_len + line - 1) / line * line;
     if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;
     const std::int64_t tri = (triangle(T_len) + line - 1) / line * line;
