@@ -485,9 +485,10 @@ private:
         r.flops[bwd[j]] += 4 * live * n;  // weight gradient and dX
       }
     const double t = static_cast<double>(seq_len), d = static_cast<double>(m_.config().d_model);
-    const double causal = static_cast<double>(batch) * t * (t + 1) / 2 * d;  // pairs x head dims, all heads
-    r.flops[attn_fwd] = 2 * 2 * causal;                                      // Q K^T and P V
-    r.flops[attn_bwd] = 2 * 4 * causal;                                      // dP, dV, dQ, dK
+    // pairs x head dims, all heads of every block (the phase times all blocks)
+    const double causal = static_cast<double>(blocks_.size()) * static_cast<double>(batch) * t * (t + 1) / 2 * d;
+    r.flops[attn_fwd] = 2 * 2 * causal;  // Q K^T and P V
+    r.flops[attn_bwd] = 2 * 4 * causal;  // dP, dV, dQ, dK
     const double head = static_cast<double>(m_.config().vocab) * d * n;
     r.flops[head_fwd] = 2 * head;
     r.flops[head_bwd] = 4 * head;
