@@ -127,35 +127,39 @@ SPRIG_ALWAYS_INLINE void store_bfloat16(bfloat16* p, const xsimd::batch<float, A
 
 }  // namespace detail
 
+namespace detail {
+// out[i] = In -> Out conversion of in[i]: whole registers where A has registers of float, the
+// scalar conversion for the rest. Throws ShapeError naming fn unless the lengths agree.
+template <class A, class In, class Out>
+void convert_array(const char* fn, std::span<const In> in, std::span<Out> out) {
+  if (in.size() != out.size())
+    throw ShapeError(message(fn, ": ", in.size(), " values in, room for ", out.size(), " out"));
+  std::size_t i = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<float, A>) {
+    constexpr std::size_t N = xsimd::batch<float, A>::size;
+    for (; i + N <= in.size(); i += N) {
+      if constexpr (std::is_same_v<In, float>)
+        store_bfloat16<A>(out.data() + i, xsimd::batch<float, A>::load_unaligned(in.data() + i));
+      else
+        load_bfloat16<A>(in.data() + i).store_unaligned(out.data() + i);
+    }
+  }
+#endif
+  for (; i < in.size(); ++i) out[i] = static_cast<Out>(in[i]);
+}
+}  // namespace detail
+
 // out[i] = bfloat16(in[i]) for every i. Throws ShapeError unless the lengths agree.
 template <class A = detail::KernelArch>
 void to_bfloat16(std::span<const float> in, std::span<bfloat16> out) {
-  if (in.size() != out.size())
-    throw ShapeError(detail::message("to_bfloat16: ", in.size(), " floats into ", out.size(), " bfloat16 values"));
-  std::size_t i = 0;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<float, A>) {
-    constexpr std::size_t N = xsimd::batch<float, A>::size;
-    for (; i + N <= in.size(); i += N)
-      detail::store_bfloat16<A>(out.data() + i, xsimd::batch<float, A>::load_unaligned(in.data() + i));
-  }
-#endif
-  for (; i < in.size(); ++i) out[i] = bfloat16(in[i]);
+  detail::convert_array<A>("to_bfloat16", in, out);
 }
 
 // out[i] = float(in[i]) for every i (exact). Throws ShapeError unless the lengths agree.
 template <class A = detail::KernelArch>
 void to_float(std::span<const bfloat16> in, std::span<float> out) {
-  if (in.size() != out.size())
-    throw ShapeError(detail::message("to_float: ", in.size(), " bfloat16 values into ", out.size(), " floats"));
-  std::size_t i = 0;
-#if SPRIG_KERNEL_SIMD
-  if constexpr (detail::kSimdFor<float, A>) {
-    constexpr std::size_t N = xsimd::batch<float, A>::size;
-    for (; i + N <= in.size(); i += N) detail::load_bfloat16<A>(in.data() + i).store_unaligned(out.data() + i);
-  }
-#endif
-  for (; i < in.size(); ++i) out[i] = static_cast<float>(in[i]);
+  detail::convert_array<A>("to_float", in, out);
 }
 
 }  // namespace sprig

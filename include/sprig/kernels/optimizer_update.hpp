@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "../core/concepts.hpp"
 #include "dispatch.hpp"
@@ -69,33 +70,59 @@ SPRIG_ALWAYS_INLINE void in_registers(std::int64_t n, T* const (&arrays)[Arrays]
 }
 #endif
 
+// AdamW's constants in V (T, or a register of T), and one element's (or register's) update:
+// the one expression both AdamW kernels and their scalar paths run.
+template <class V>
+struct AdamWConstants {
+  V beta1, beta2, one_minus_beta1, one_minus_beta2, lr, eps, shrink;
+  template <class T>
+  explicit AdamWConstants(const AdamWStep<T>& k)
+      : beta1(k.beta1),
+        beta2(k.beta2),
+        one_minus_beta1(T(1) - k.beta1),
+        one_minus_beta2(T(1) - k.beta2),
+        lr(k.lr),
+        eps(k.eps),
+        shrink(k.shrink) {}
+};
+template <class V>
+SPRIG_ALWAYS_INLINE void adamw_element(const AdamWConstants<V>& k, V g, V c1, V c2, V& m, V& v, V& w) {
+  using std::sqrt;  // xsimd::sqrt for a register, by argument-dependent lookup
+  m = k.beta1 * m + k.one_minus_beta1 * g;
+  v = k.beta2 * v + k.one_minus_beta2 * g * g;
+  w = w * k.shrink - k.lr * (m * c1) / (sqrt(v * c2) + k.eps);
+}
+
+#if SPRIG_KERNEL_SIMD
+// One register of AdamW: w, g, m, v at p[0..3]; corrections(m, v) gives (c1, c2) from the
+// moments before the update.
+template <class B, class T, std::size_t Arrays, class Corrections>
+SPRIG_ALWAYS_INLINE void adamw_register(const AdamWConstants<B>& k, T* const (&p)[Arrays], Corrections&& corrections) {
+  B w = B::load_unaligned(p[0]), m = B::load_unaligned(p[2]), v = B::load_unaligned(p[3]);
+  const auto [c1, c2] = corrections(m, v);
+  adamw_element(k, B::load_unaligned(p[1]), c1, c2, m, v, w);
+  m.store_unaligned(p[2]);
+  v.store_unaligned(p[3]);
+  w.store_unaligned(p[0]);
+}
+#endif
+
 template <class A, class T>
 void adamw_update_on(const AdamWStep<T>& k, T c1, T c2, T* w, const T* g, T* m, T* v, std::int64_t n) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
     using B = xsimd::batch<T, A>;
-    const B b1(k.beta1), b2(k.beta2), one_b1(T(1) - k.beta1), one_b2(T(1) - k.beta2), lr(k.lr), eps(k.eps),
-        shrink(k.shrink), cb1(c1), cb2(c2);
+    const AdamWConstants<B> kb(k);
+    const B cb1(c1), cb2(c2);
     T* const arrays[4] = {w, const_cast<T*>(g), m, v};  // g is only read
     in_registers<A>(n, arrays, [&](T* const(&p)[4]) SPRIG_ALWAYS_INLINE_LAMBDA {
-      const B gb = B::load_unaligned(p[1]);
-      const B mb = b1 * B::load_unaligned(p[2]) + one_b1 * gb;
-      const B vb = b2 * B::load_unaligned(p[3]) + one_b2 * gb * gb;
-      const B wb = B::load_unaligned(p[0]) * shrink - lr * (mb * cb1) / (xsimd::sqrt(vb * cb2) + eps);
-      mb.store_unaligned(p[2]);
-      vb.store_unaligned(p[3]);
-      wb.store_unaligned(p[0]);
+      adamw_register<B>(kb, p, [&](const B&, const B&) SPRIG_ALWAYS_INLINE_LAMBDA { return std::pair{cb1, cb2}; });
     });
     return;
   }
 #endif
-  {
-    for (std::int64_t s = 0; s < n; ++s) {
-      m[s] = k.beta1 * m[s] + (T(1) - k.beta1) * g[s];
-      v[s] = k.beta2 * v[s] + (T(1) - k.beta2) * g[s] * g[s];
-      w[s] = w[s] * k.shrink - k.lr * (m[s] * c1) / (std::sqrt(v[s] * c2) + k.eps);
-    }
-  }
+  const AdamWConstants<T> ks(k);
+  for (std::int64_t s = 0; s < n; ++s) adamw_element(ks, g[s], c1, c2, m[s], v[s], w[s]);
 }
 
 template <class A, class T>
@@ -104,35 +131,26 @@ void adamw_counted_update_on(const AdamWStep<T>& k, const T* c1, const T* c2, T 
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
     using B = xsimd::batch<T, A>;
-    const B b1(k.beta1), b2(k.beta2), one_b1(T(1) - k.beta1), one_b2(T(1) - k.beta2), lr(k.lr), eps(k.eps),
-        shrink(k.shrink), topb(top), one(T(1)), zero(T(0));
+    const AdamWConstants<B> kb(k);
+    const B topb(top), one(T(1)), zero(T(0));
     T* const arrays[5] = {w, const_cast<T*>(g), m, v, counts};  // g is only read
     in_registers<A>(n, arrays, [&](T* const(&p)[5]) SPRIG_ALWAYS_INLINE_LAMBDA {
-      const B gb = B::load_unaligned(p[1]), m0 = B::load_unaligned(p[2]), v0 = B::load_unaligned(p[3]);
-      const B nb = xsimd::select((m0 == zero) & (v0 == zero), one, xsimd::min(B::load_unaligned(p[4]) + one, topb));
-      const auto index = xsimd::to_int(nb);  // exact: a whole number below 2^23
-      const B k1 = B::gather(c1, index), k2 = B::gather(c2, index);
-      const B mb = b1 * m0 + one_b1 * gb;
-      const B vb = b2 * v0 + one_b2 * gb * gb;
-      const B wb = B::load_unaligned(p[0]) * shrink - lr * (mb * k1) / (xsimd::sqrt(vb * k2) + eps);
-      nb.store_unaligned(p[4]);
-      mb.store_unaligned(p[2]);
-      vb.store_unaligned(p[3]);
-      wb.store_unaligned(p[0]);
+      adamw_register<B>(kb, p, [&](const B& m0, const B& v0) SPRIG_ALWAYS_INLINE_LAMBDA {
+        const B nb = xsimd::select((m0 == zero) & (v0 == zero), one, xsimd::min(B::load_unaligned(p[4]) + one, topb));
+        nb.store_unaligned(p[4]);
+        const auto index = xsimd::to_int(nb);  // exact: a whole number below 2^23
+        return std::pair{B::gather(c1, index), B::gather(c2, index)};
+      });
     });
     return;
   }
 #endif
-  {
-    for (std::int64_t s = 0; s < n; ++s) {
-      const bool fresh = (m[s] == T(0)) & (v[s] == T(0));
-      const T count = fresh ? T(1) : std::min(counts[s] + T(1), top);
-      counts[s] = count;
-      const auto j = static_cast<std::size_t>(count);
-      m[s] = k.beta1 * m[s] + (T(1) - k.beta1) * g[s];
-      v[s] = k.beta2 * v[s] + (T(1) - k.beta2) * g[s] * g[s];
-      w[s] = w[s] * k.shrink - k.lr * (m[s] * c1[j]) / (std::sqrt(v[s] * c2[j]) + k.eps);
-    }
+  const AdamWConstants<T> ks(k);
+  for (std::int64_t s = 0; s < n; ++s) {
+    const bool fresh = (m[s] == T(0)) & (v[s] == T(0));
+    counts[s] = fresh ? T(1) : std::min(counts[s] + T(1), top);
+    const auto j = static_cast<std::size_t>(counts[s]);
+    adamw_element(ks, g[s], c1[j], c2[j], m[s], v[s], w[s]);
   }
 }
 
