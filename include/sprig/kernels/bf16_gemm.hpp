@@ -230,6 +230,12 @@ struct alignas(64) AmxTileConfig {
 };
 static_assert(sizeof(AmxTileConfig) == 64);
 
+// GCC 12's tile intrinsics are asm statements whose operands name only the first 8 bytes of
+// the configuration and none of the memory a tile load reads: a compiler barrier that sees
+// the address makes every store before it (the whole configuration, C copied into scratch)
+// happen before the tile instructions.
+SPRIG_ALWAYS_INLINE void amx_compiler_barrier(const void* p) noexcept { __asm__ volatile("" : : "r"(p) : "memory"); }
+
 // One block of MT x NT C tiles (MT, NT in {1, 2}) over all KT k-tiles. a[r]: row tile r of
 // packed A (16 x 32 bf16 per k-tile, 512 elements apart); b[c]: column panel c of packed B
 // (k-tile kt at + 512 kt); c[t], ldc[t] (bytes): C tile t (2 r + c), loaded when load_c.
@@ -237,6 +243,7 @@ template <int MT, int NT>
 __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block(const bfloat16* const* a, const bfloat16* const* b,
                                                                    std::int64_t KT, float* const* c,
                                                                    const std::int64_t* ldc, bool load_c) noexcept {
+  amx_compiler_barrier(c[0]);
   if (load_c) {
     _tile_loadd(0, c[0], ldc[0]);
     if constexpr (NT > 1) _tile_loadd(1, c[1], ldc[1]);
@@ -265,7 +272,10 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block(const bfloat1
   if constexpr (MT > 1 && NT > 1) _tile_stored(3, c[3], ldc[3]);
 }
 
-__attribute__((target("amx-tile"))) inline void amx_begin(const AmxTileConfig& cfg) noexcept { _tile_loadconfig(&cfg); }
+__attribute__((target("amx-tile"))) inline void amx_begin(const AmxTileConfig& cfg) noexcept {
+  amx_compiler_barrier(&cfg);
+  _tile_loadconfig(&cfg);
+}
 __attribute__((target("amx-tile"))) inline void amx_end() noexcept { _tile_release(); }
 
 // Thread t of n's rows of C: row-block pairs of tiles [ib0, ib1), over column chunks whose B
