@@ -130,7 +130,8 @@ bool runs_here(Bf16GemmPath path) {
 }
 
 constexpr std::int64_t kSizes[] = {1, 15, 17, 33, 100};
-constexpr std::int64_t kDepths[] = {1, 2, 15, 17, 32, 33, 64, 100};
+// 1100: more than one of the AMX path's K blocks (at most 1024 k each by default).
+constexpr std::int64_t kDepths[] = {1, 2, 15, 17, 32, 33, 64, 100, 1100};
 
 void check_path_against_reference(Bf16GemmPath path) {
   std::uint32_t seed = 1;
@@ -184,7 +185,8 @@ TEST_CASE("bf16_gemm AMX path matches the reference on odd shapes, both modes") 
 TEST_CASE("bf16_gemm fast paths agree with the portable path on the same inputs") {
   for (const Bf16GemmPath path : {Bf16GemmPath::avx512_bf16, Bf16GemmPath::amx}) {
     if (!runs_here(path)) continue;
-    for (const auto& [M, N, K] : {std::array<std::int64_t, 3>{100, 130, 97}, {33, 17, 300}, {64, 64, 64}}) {
+    for (const auto& [M, N, K] :
+         {std::array<std::int64_t, 3>{100, 130, 97}, {33, 17, 300}, {64, 64, 64}, {47, 70, 1100}}) {
       for (const Update update : {Update::overwrite, Update::accumulate}) {
         Problem pr(M, N, K, 77);
         auto fast = pr.run(path, update);
@@ -212,12 +214,14 @@ TEST_CASE("bf16_gemm gives the same bits on 1 and 2 threads, on every path it ru
     if (!runs_here(path)) continue;
     for (const Update update : {Update::overwrite, Update::accumulate}) {
       // M N K well above kParallelMinWork, so 2 threads do split the work.
-      Problem pr(100, 130, 97, 5);
-      Strided<float> one = pr.C0, two = pr.C0;
-      sprig_test::with_threads(1, [&] { one = pr.run(path, update); });
-      sprig_test::with_threads(2, [&] { two = pr.run(path, update); });
-      INFO(sprig::path_name(path));
-      CHECK(same_bits(one, two));
+      for (const auto& [M, N, K] : {std::array<std::int64_t, 3>{100, 130, 97}, {70, 90, 1100}}) {
+        Problem pr(M, N, K, 5);
+        Strided<float> one = pr.C0, two = pr.C0;
+        sprig_test::with_threads(1, [&] { one = pr.run(path, update); });
+        sprig_test::with_threads(2, [&] { two = pr.run(path, update); });
+        INFO(sprig::path_name(path) << " M " << M << " N " << N << " K " << K);
+        CHECK(same_bits(one, two));
+      }
     }
   }
 }

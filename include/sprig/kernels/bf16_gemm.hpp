@@ -81,6 +81,15 @@
 #  define SPRIG_BF16_GEMM_AMX 0
 #endif
 
+// The AMX path's cache blocking (amx_compute): K blocks of at most this many 32-k tiles, and
+// column chunks of about this many bytes of packed B. Tuning knobs, not a contract.
+#ifndef SPRIG_BF16_GEMM_AMX_K_TILES
+#  define SPRIG_BF16_GEMM_AMX_K_TILES 32
+#endif
+#ifndef SPRIG_BF16_GEMM_AMX_CHUNK_BYTES
+#  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
+#endif
+
 namespace sprig {
 
 // The instruction paths of bf16_gemm (top of this file).
@@ -217,6 +226,52 @@ inline void pack_b_pairs(ConstMatrixView<bfloat16> B, std::int64_t P, std::int64
   }
 }
 
+#if SPRIG_BF16_GEMM_X86
+// Whether the CPU and OS run AVX512F + AVX512BW (the vector packer's instructions).
+inline bool avx512bw_usable() noexcept {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (b & (1u << 16)) && (b & (1u << 30)) && (bf16_gemm_xcr0() & 0xE6) == 0xE6;
+  }();
+  return ok;
+}
+
+// pack_b_pairs with AVX512BW: two masked 16-column row loads, interleaved by one vpermt2w
+// into a 64-byte pair row. The same bytes as pack_b_pairs.
+__attribute__((target("avx512f,avx512bw"))) inline void pack_b_pairs_avx512(ConstMatrixView<bfloat16> B, std::int64_t P,
+                                                                            std::int64_t jt0, std::int64_t jt1,
+                                                                            bfloat16* out) noexcept {
+  const std::int64_t K = B.rows(), N = B.cols();
+  alignas(64) std::uint16_t order[32];
+  for (int c = 0; c < 16; ++c) {
+    order[2 * c] = static_cast<std::uint16_t>(c);
+    order[2 * c + 1] = static_cast<std::uint16_t>(32 + c);
+  }
+  const __m512i idx = _mm512_load_si512(order);
+  for (std::int64_t jt = jt0; jt < jt1; ++jt) {
+    const std::int64_t c0 = 16 * jt, nc = std::min<std::int64_t>(16, N - c0);
+    const auto mask = static_cast<__mmask32>((1u << nc) - 1u);
+    bfloat16* panel = out + jt * P * 32;
+    for (std::int64_t p = 0; p < P; ++p) {
+      const std::int64_t k = 2 * p;
+      const __m512i r0 = k < K ? _mm512_maskz_loadu_epi16(mask, B.row(k) + c0) : _mm512_setzero_si512();
+      const __m512i r1 = k + 1 < K ? _mm512_maskz_loadu_epi16(mask, B.row(k + 1) + c0) : _mm512_setzero_si512();
+      _mm512_storeu_si512(panel + p * 32, _mm512_permutex2var_epi16(r0, idx, r1));
+    }
+  }
+}
+
+// The fast paths' B packing: AVX512BW where the CPU runs it, else the scalar loop.
+inline void pack_b_pairs_fast(ConstMatrixView<bfloat16> B, std::int64_t P, std::int64_t jt0, std::int64_t jt1,
+                              bfloat16* out) noexcept {
+  if (avx512bw_usable())
+    pack_b_pairs_avx512(B, P, jt0, jt1, out);
+  else
+    pack_b_pairs(B, P, jt0, jt1, out);
+}
+#endif
+
 #if SPRIG_BF16_GEMM_AMX
 
 // AMX's tile configuration (palette 1): every tile 16 rows of 64 bytes. Tiles 0..3 hold a
@@ -278,59 +333,69 @@ __attribute__((target("amx-tile"))) inline void amx_begin(const AmxTileConfig& c
 }
 __attribute__((target("amx-tile"))) inline void amx_end() noexcept { _tile_release(); }
 
-// Thread t of n's rows of C: row-block pairs of tiles [ib0, ib1), over column chunks whose B
-// panels fit in L2 (each A row block is reused across a chunk's columns from L2).
+// Thread t of n's rows of C: row-block pairs of tiles [ib0, ib1). K runs in even blocks of at
+// most SPRIG_BF16_GEMM_AMX_K_TILES k-tiles of 32 (a block's two A row tiles stay in L1/L2
+// across a column chunk), columns in chunks whose B panels for that K block fill about
+// SPRIG_BF16_GEMM_AMX_CHUNK_BYTES of L2 (reused by every row block). Between K blocks C passes
+// through memory as float, which is exact: the bits are those of one pass over all of K.
 inline void amx_compute(const bfloat16* Ap, const bfloat16* Bp, std::int64_t M, std::int64_t N, std::int64_t KT,
                         MatrixView<float> C, bool accumulate, std::int64_t ib0, std::int64_t ib1) noexcept {
   const std::int64_t MT = (M + 15) / 16, NT = (N + 15) / 16, P = KT * 16;
-  // Column chunk: B panels of about 512 KiB.
-  const std::int64_t chunk_tiles = std::max<std::int64_t>(2, (512 * 1024 / (KT * 1024)) & ~std::int64_t{1});
+  const std::int64_t max_tiles = std::max<std::int64_t>(1, SPRIG_BF16_GEMM_AMX_K_TILES);
+  const std::int64_t blocks = (KT + max_tiles - 1) / max_tiles, block_tiles = (KT + blocks - 1) / blocks;
+  const std::int64_t chunk_tiles =
+      std::max<std::int64_t>(2,
+                             (std::int64_t{SPRIG_BF16_GEMM_AMX_CHUNK_BYTES} / (block_tiles * 1024)) & ~std::int64_t{1});
   const AmxTileConfig cfg;
   amx_begin(cfg);
   alignas(64) float scratch[4][256];
-  for (std::int64_t jc = 0; jc < NT; jc += chunk_tiles) {
-    const std::int64_t jc1 = std::min(NT, jc + chunk_tiles);
-    for (std::int64_t ib = ib0; ib < ib1; ++ib) {
-      const std::int64_t it = 2 * ib, mt = std::min<std::int64_t>(2, MT - it);
-      const bfloat16* a[2] = {Ap + it * KT * 512, Ap + (it + mt - 1) * KT * 512};
-      for (std::int64_t jt = jc; jt < jc1; jt += 2) {
-        const std::int64_t nt = std::min<std::int64_t>(2, jc1 - jt);
-        const bfloat16* b[2] = {Bp + jt * P * 32, Bp + (jt + nt - 1) * P * 32};
-        float* c[4];
-        std::int64_t ldc[4];
-        bool edge[4] = {};
-        for (std::int64_t r = 0; r < mt; ++r)
-          for (std::int64_t q = 0; q < nt; ++q) {
-            const std::int64_t t = 2 * r + q, i0 = 16 * (it + r), j0 = 16 * (jt + q);
-            const std::int64_t rows = std::min<std::int64_t>(16, M - i0), cols = std::min<std::int64_t>(16, N - j0);
-            edge[t] = rows < 16 || cols < 16;
-            if (!edge[t]) {
-              c[t] = C.row(i0) + j0;
-              ldc[t] = C.stride() * static_cast<std::int64_t>(sizeof(float));
-              continue;
+  for (std::int64_t kb = 0; kb < KT; kb += block_tiles) {
+    const std::int64_t kbt = std::min(block_tiles, KT - kb);
+    const bool load = accumulate || kb > 0;
+    for (std::int64_t jc = 0; jc < NT; jc += chunk_tiles) {
+      const std::int64_t jc1 = std::min(NT, jc + chunk_tiles);
+      for (std::int64_t ib = ib0; ib < ib1; ++ib) {
+        const std::int64_t it = 2 * ib, mt = std::min<std::int64_t>(2, MT - it);
+        const bfloat16* a[2] = {Ap + (it * KT + kb) * 512, Ap + ((it + mt - 1) * KT + kb) * 512};
+        for (std::int64_t jt = jc; jt < jc1; jt += 2) {
+          const std::int64_t nt = std::min<std::int64_t>(2, jc1 - jt);
+          const bfloat16* b[2] = {Bp + jt * P * 32 + kb * 512, Bp + (jt + nt - 1) * P * 32 + kb * 512};
+          float* c[4];
+          std::int64_t ldc[4];
+          bool edge[4] = {};
+          for (std::int64_t r = 0; r < mt; ++r)
+            for (std::int64_t q = 0; q < nt; ++q) {
+              const std::int64_t t = 2 * r + q, i0 = 16 * (it + r), j0 = 16 * (jt + q);
+              const std::int64_t rows = std::min<std::int64_t>(16, M - i0), cols = std::min<std::int64_t>(16, N - j0);
+              edge[t] = rows < 16 || cols < 16;
+              if (!edge[t]) {
+                c[t] = C.row(i0) + j0;
+                ldc[t] = C.stride() * static_cast<std::int64_t>(sizeof(float));
+                continue;
+              }
+              c[t] = scratch[t];
+              ldc[t] = 64;
+              std::fill_n(scratch[t], 256, 0.0f);
+              if (load)
+                for (std::int64_t i = 0; i < rows; ++i) std::copy_n(C.row(i0 + i) + j0, cols, scratch[t] + 16 * i);
             }
-            c[t] = scratch[t];
-            ldc[t] = 64;
-            std::fill_n(scratch[t], 256, 0.0f);
-            if (accumulate)
-              for (std::int64_t i = 0; i < rows; ++i) std::copy_n(C.row(i0 + i) + j0, cols, scratch[t] + 16 * i);
-          }
-        if (mt == 2 && nt == 2)
-          amx_block<2, 2>(a, b, KT, c, ldc, accumulate);
-        else if (mt == 2)
-          amx_block<2, 1>(a, b, KT, c, ldc, accumulate);
-        else if (nt == 2)
-          amx_block<1, 2>(a, b, KT, c, ldc, accumulate);
-        else
-          amx_block<1, 1>(a, b, KT, c, ldc, accumulate);
-        for (std::int64_t r = 0; r < mt; ++r)
-          for (std::int64_t q = 0; q < nt; ++q) {
-            const std::int64_t t = 2 * r + q;
-            if (!edge[t]) continue;
-            const std::int64_t i0 = 16 * (it + r), j0 = 16 * (jt + q);
-            const std::int64_t rows = std::min<std::int64_t>(16, M - i0), cols = std::min<std::int64_t>(16, N - j0);
-            for (std::int64_t i = 0; i < rows; ++i) std::copy_n(scratch[t] + 16 * i, cols, C.row(i0 + i) + j0);
-          }
+          if (mt == 2 && nt == 2)
+            amx_block<2, 2>(a, b, kbt, c, ldc, load);
+          else if (mt == 2)
+            amx_block<2, 1>(a, b, kbt, c, ldc, load);
+          else if (nt == 2)
+            amx_block<1, 2>(a, b, kbt, c, ldc, load);
+          else
+            amx_block<1, 1>(a, b, kbt, c, ldc, load);
+          for (std::int64_t r = 0; r < mt; ++r)
+            for (std::int64_t q = 0; q < nt; ++q) {
+              const std::int64_t t = 2 * r + q;
+              if (!edge[t]) continue;
+              const std::int64_t i0 = 16 * (it + r), j0 = 16 * (jt + q);
+              const std::int64_t rows = std::min<std::int64_t>(16, M - i0), cols = std::min<std::int64_t>(16, N - j0);
+              for (std::int64_t i = 0; i < rows; ++i) std::copy_n(scratch[t] + 16 * i, cols, C.row(i0 + i) + j0);
+            }
+        }
       }
     }
   }
@@ -363,7 +428,7 @@ inline void bf16_gemm_amx(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16>
   const std::int64_t MB = (MT + 1) / 2;
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
     pack_a_tiles(A, KT, share_begin(MT, t, n), share_begin(MT, t + 1, n), Ap.data());
-    pack_b_pairs(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
+    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
     bf16_gemm_barrier();
     amx_compute(Ap.data(), Bp.data(), M, N, KT, C, accumulate, share_begin(MB, t, n), share_begin(MB, t + 1, n));
   });
@@ -466,7 +531,7 @@ inline void bf16_gemm_avx512(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat
   const std::int64_t NT = (N + 15) / 16, P = (K + 1) / 2;
   AlignedVector<bfloat16> Bp(static_cast<std::size_t>(NT * P * 32));
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
-    pack_b_pairs(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
+    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
     bf16_gemm_barrier();
     avx512_bf16_compute(A, Bp.data(), P, C, accumulate, share_begin(M, t, n), share_begin(M, t + 1, n));
   });
