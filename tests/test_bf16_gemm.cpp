@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +24,10 @@
 #include <vector>
 
 #include "with_threads.hpp"
+
+#if SPRIG_HAS_OPENMP
+#  include <omp.h>
+#endif
 
 using sprig::Bf16GemmPath;
 using sprig::bfloat16;
@@ -209,18 +214,26 @@ TEST_CASE("bf16_gemm fast paths agree with the portable path on the same inputs"
   }
 }
 
-TEST_CASE("bf16_gemm gives the same bits on 1 and 2 threads, on every path it runs") {
+TEST_CASE("bf16_gemm gives the same bits on 1, 2 and all cores' threads, on every path it runs") {
+  // 2, and the machine's core count where that is more (at most 16).
+  std::vector<int> counts = {2};
+#if SPRIG_HAS_OPENMP
+  if (const int procs = std::min(16, omp_get_num_procs()); procs > 2) counts.push_back(procs);
+#endif
   for (const Bf16GemmPath path : kPaths) {
     if (!runs_here(path)) continue;
     for (const Update update : {Update::overwrite, Update::accumulate}) {
-      // M N K well above kParallelMinWork, so 2 threads do split the work.
+      // M N K well above kParallelMinWork, so the threads do split the work.
       for (const auto& [M, N, K] : {std::array<std::int64_t, 3>{100, 130, 97}, {70, 90, 1100}}) {
         Problem pr(M, N, K, 5);
-        Strided<float> one = pr.C0, two = pr.C0;
+        Strided<float> one = pr.C0;
         sprig_test::with_threads(1, [&] { one = pr.run(path, update); });
-        sprig_test::with_threads(2, [&] { two = pr.run(path, update); });
-        INFO(sprig::path_name(path) << " M " << M << " N " << N << " K " << K);
-        CHECK(same_bits(one, two));
+        for (const int threads : counts) {
+          Strided<float> many = pr.C0;
+          sprig_test::with_threads(threads, [&] { many = pr.run(path, update); });
+          INFO(sprig::path_name(path) << " M " << M << " N " << N << " K " << K << ", 1 vs " << threads << " threads");
+          CHECK(same_bits(one, many));
+        }
       }
     }
   }
