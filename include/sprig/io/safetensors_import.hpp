@@ -1,0 +1,171 @@
+// sprig/io/safetensors_import.hpp — internals of io/safetensors.hpp's import: each parameter's
+// tensor (dense or sparse-bitmask) checked against it and staged, then committed with
+// non-throwing copies and moves. The contracts are stated in io/safetensors.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../core/aligned_allocator.hpp"
+#include "../core/error.hpp"
+#include "../core/padded_csr.hpp"
+#include "safetensors_format.hpp"
+
+namespace sprig::detail::st {
+
+// What an import writes into one parameter once everything is valid: new values (a dense
+// parameter's, or a sparse weight's at every slot), or a new pattern with its zeroed gradient.
+template <class T, class Index>
+struct Staged {
+  AlignedVector<T> values;
+  std::optional<PaddedCSR<T, Index>> pattern;
+  AlignedVector<T> grad;
+};
+
+inline std::string shape_text(const std::vector<std::int64_t>& s) { return nlohmann::json(s).dump(); }
+
+// Tensor `name` with the given dtype (any of `dtypes`) and shape, marked used; FormatError else.
+inline const SafetensorsTensor& expect(const SafetensorsFile& f, const std::string& name,
+                                       std::initializer_list<const char*> dtypes,
+                                       const std::vector<std::int64_t>& shape, std::set<std::string>& used) {
+  const auto it = f.tensors.find(name);
+  if (it == f.tensors.end()) fail(f.source, "tensor '", name, "' is missing (the model has that parameter)");
+  const SafetensorsTensor& t = it->second;
+  if (std::none_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; }))
+    fail(f.source, "tensor '", name, "' has dtype ", t.dtype, ", the model expects ", *dtypes.begin());
+  if (t.shape != shape)
+    fail(f.source, "tensor '", name, "' has shape ", shape_text(t.shape), ", the model's parameter is ",
+         shape_text(shape));
+  used.insert(name);
+  return t;
+}
+
+// Element k of an integer tensor of dtype I64 or I32.
+inline std::int64_t integer_at(const SafetensorsTensor& t, std::int64_t k) noexcept {
+  return t.dtype == "I64" ? get_le<std::int64_t>(t.data.data(), k) : get_le<std::int32_t>(t.data.data(), k);
+}
+
+// The sparse-bitmask form of `name` (a rows x cols parameter) as element rows, every part
+// checked: the four tensors present, .shape = [rows, cols], .bitmask [rows, ceil(cols/8)]
+// with zero padding bits, .compressed one value per set bit, .row_offsets each row's first.
+template <class T>
+ElementRows<T> read_compressed(const SafetensorsFile& f, const std::string& name, std::int64_t rows, std::int64_t cols,
+                               std::set<std::string>& used) {
+  const SafetensorsTensor& shape = expect(f, name + ".shape", {"I64", "I32"}, {2}, used);
+  if (integer_at(shape, 0) != rows || integer_at(shape, 1) != cols)
+    fail(f.source, "tensor '", name, ".shape' holds [", integer_at(shape, 0), ", ", integer_at(shape, 1),
+         "], the model's parameter is [", rows, ", ", cols, "]");
+  const std::int64_t row_bytes = (cols + 7) / 8;
+  const SafetensorsTensor& mask = expect(f, name + ".bitmask", {"U8"}, {rows, row_bytes}, used);
+  const SafetensorsTensor& offsets = expect(f, name + ".row_offsets", {"I64", "I32"}, {rows}, used);
+  ElementRows<T> out{rows, cols};
+  for (std::int64_t i = 0; i < rows; ++i) {
+    if (integer_at(offsets, i) != std::ssize(out.col))
+      fail(f.source, "tensor '", name, ".row_offsets' gives row ", i, " offset ", integer_at(offsets, i),
+           " but the bitmask's rows above hold ", out.col.size(), " values");
+    for (std::int64_t b = 0; b < row_bytes; ++b) {
+      const auto byte = static_cast<unsigned>(mask.data[static_cast<std::size_t>(i * row_bytes + b)]);
+      for (int bit = 0; bit < 8; ++bit)
+        if (byte >> bit & 1u) {
+          if (b * 8 + bit >= cols)
+            fail(f.source, "tensor '", name, ".bitmask' sets bit ", b * 8 + bit, " of row ", i, ", past the ", cols,
+                 " columns");
+          out.col.push_back(b * 8 + bit);
+        }
+    }
+    out.row_ptr.push_back(std::ssize(out.col));
+  }
+  const SafetensorsTensor& values = expect(f, name + ".compressed", {dtype_name<T>()}, {std::ssize(out.col)}, used);
+  for (std::int64_t k = 0; k < std::ssize(out.col); ++k) out.value.push_back(get_le<T>(values.data.data(), k));
+  return out;
+}
+
+// The parameter's values staged from `at(k)`, the dense row-major element k: a dense
+// parameter's every value; a sparse weight's at its live slots (its pattern kept).
+template <class T, class Index, class P, class At>
+Staged<T, Index> stage_values(const P& p, At&& at) {
+  Staged<T, Index> s;
+  if constexpr (requires { p.matrix.block_density(); }) {
+    using W = std::remove_cvref_t<decltype(p.matrix)>;
+    constexpr std::int64_t R = W::kBlockRows, C = W::kBlockCols;
+    const std::int64_t rows = p.matrix.rows(), cols = p.matrix.cols();
+    s.values.assign(p.matrix.values().size(), T(0));
+    p.matrix.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t slot, const T*) {
+      for (std::int64_t r = 0; r < R && i * R + r < rows; ++r)
+        for (std::int64_t c = 0; c < C && j * C + c < cols; ++c)
+          s.values[slot * R * C + r * C + c] = at((i * R + r) * cols + j * C + c);
+    });
+  } else if constexpr (requires { p.matrix; }) {
+    s.values.assign(p.matrix.values().size(), T(0));
+    const std::int64_t cols = p.matrix.cols();
+    p.matrix.for_each_live(
+        [&](std::int64_t r, std::int64_t c, T, std::int64_t slot) { s.values[slot] = at(r * cols + c); });
+  } else {
+    s.values.resize(p.value.size());
+    for (std::size_t k = 0; k < s.values.size(); ++k) s.values[k] = at(static_cast<std::int64_t>(k));
+  }
+  return s;
+}
+
+// Checks the file's tensor(s) for parameter `n` and stages them (see io/safetensors.hpp).
+template <class T, class Index, class P>
+Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P& p, std::set<std::string>& used) {
+  std::int64_t rows = 0, cols = 0;
+  if constexpr (requires { p.matrix; })
+    rows = p.matrix.rows(), cols = p.matrix.cols();
+  else
+    rows = p.rows, cols = p.cols;
+  constexpr bool sparse = requires { p.matrix; };
+  const bool vector = !sparse && n.vector && cols == 1;
+  const std::vector<std::int64_t> shape =
+      vector ? std::vector<std::int64_t>{rows} : std::vector<std::int64_t>{rows, cols};
+  const bool dense_form = f.tensors.contains(n.name), compressed_form = f.tensors.contains(n.name + ".compressed");
+  if (dense_form && compressed_form)
+    fail(f.source, "tensor '", n.name, "' is given both dense and compressed ('", n.name, ".compressed')");
+  if (!compressed_form) {
+    const SafetensorsTensor& t = expect(f, n.name, {dtype_name<T>()}, shape, used);
+    return stage_values<T, Index>(p, [&](std::int64_t k) { return get_le<T>(t.data.data(), k); });
+  }
+  if (vector) fail(f.source, "tensor '", n.name, "' is 1-D: its compressed form is not supported");
+  ElementRows<T> m = read_compressed<T>(f, n.name, rows, cols, used);
+  if constexpr (sparse && !requires { p.matrix.block_density(); }) {
+    Staged<T, Index> s;
+    s.pattern.emplace(PaddedCSR<T, Index>::from_csr(rows, cols, std::span<const std::int64_t>(m.row_ptr),
+                                                    std::span<const std::int64_t>(m.col), std::span<const T>(m.value),
+                                                    p.matrix.padding_ratio()));
+    s.grad.assign(static_cast<std::size_t>(s.pattern->storage_size()), T(0));
+    return s;
+  } else {
+    std::vector<T> dense(static_cast<std::size_t>(rows * cols), T(0));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t q = m.row_ptr[i]; q < m.row_ptr[i + 1]; ++q) dense[i * cols + m.col[q]] = m.value[q];
+    return stage_values<T, Index>(p, [&](std::int64_t k) { return dense[static_cast<std::size_t>(k)]; });
+  }
+}
+
+// Writes a staged parameter (no throw); returns whether a sparse weight took a new pattern.
+template <class T, class Index, class P>
+bool commit(Staged<T, Index>& s, P& p) noexcept {
+  if constexpr (requires { p.matrix.density(); }) {  // a SparseParameter
+    if (s.pattern) {
+      p.matrix = std::move(*s.pattern);
+      p.grad.swap(s.grad);
+      for (auto& state : p.state) AlignedVector<T>().swap(state);
+      return true;
+    }
+  }
+  if constexpr (requires { p.matrix; })
+    std::copy(s.values.begin(), s.values.end(), p.matrix.values().begin());
+  else
+    std::copy(s.values.begin(), s.values.end(), p.value.begin());
+  return false;
+}
+
+}  // namespace sprig::detail::st

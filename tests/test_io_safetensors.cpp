@@ -1,0 +1,455 @@
+#if !defined(SPRIG_NO_NLOHMANN_JSON)
+#  include "sprig/io/safetensors.hpp"
+#endif
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#if !defined(SPRIG_NO_NLOHMANN_JSON)
+#  include "file_test_support.hpp"
+#  include "sprig/models/gpt.hpp"
+#  include "sprig/nn/block_sparse_linear.hpp"
+#  include "sprig/optim/adamw.hpp"
+
+namespace {
+
+using sprig::test::WhatHas;
+using Block44 = sprig::BlockSparseLinear<float, std::int32_t, 4, 4>;
+using Model = sprig::Sequential<float, std::int32_t, Block44>;
+
+// SparseLinear 6 -> 10, ReLU, Linear 10 -> 9, ReLU, BlockSparseLinear 9 -> 5.
+Model small_model(std::uint64_t seed) {
+  Model m;
+  m.add(sprig::SparseLinear<float, std::int32_t>(6, 10, {.density = 0.4, .seed = seed, .layer_key = 0}));
+  m.add(sprig::ReLU<float>{});
+  m.add(sprig::Linear<float>(10, 9, seed, 1));
+  m.add(sprig::ReLU<float>{});
+  m.add(Block44(9, 5, {.density = 0.5, .seed = seed, .layer_key = 2}));
+  return m;
+}
+
+// Every parameter's values and (for sparse ones) pattern, as bits, in visiting order.
+template <class M>
+std::vector<std::uint32_t> bits(const M& m) {
+  std::vector<std::uint32_t> out;
+  auto put = [&](float v) { out.push_back(std::bit_cast<std::uint32_t>(v)); };
+  m.for_each_parameter([&](const auto& p) {
+    if constexpr (requires { p.matrix.rows(); }) {
+      const auto d = p.matrix.to_dense();
+      for (std::int64_t i = 0; i < d.rows(); ++i)
+        for (std::int64_t j = 0; j < d.cols(); ++j) put(d(i, j));
+      if constexpr (requires { p.matrix.find(0, 0); })
+        p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float, std::int64_t) {
+          out.push_back(static_cast<std::uint32_t>(r * 100000 + c));
+        });
+    } else {
+      for (float v : p.value) put(v);
+    }
+  });
+  return out;
+}
+
+// Adds a distinct pattern to every value (sparse weights at live slots only).
+template <class M>
+void perturb(M& m, float by) {
+  m.for_each_parameter([&](auto& p) {
+    float k = by;
+    if constexpr (requires { p.matrix; }) {
+      if constexpr (requires { p.matrix.find(0, 0); })
+        p.matrix.for_each_live(
+            [&](std::int64_t, std::int64_t, float, std::int64_t s) { p.matrix.values()[s] += (k += 0.01f); });
+      else
+        for (float& v : p.matrix.values()) v += v != 0.0f ? (k += 0.01f) : 0.0f;
+    } else {
+      for (float& v : p.value) v += (k += 0.01f);
+    }
+  });
+}
+
+sprig::GPT<float, std::int32_t> small_gpt(std::uint64_t seed) {
+  return sprig::models::build_gpt<float, std::int32_t>(
+      {.config = {.layers = 2, .heads = 2, .d_model = 8, .d_ff = 16, .block_size = 6, .vocab = 11},
+       .attn_sparsity = 0.5,
+       .ffn_sparsity = 0.75,
+       .seed = seed});
+}
+
+// A file built from raw header text and data bytes.
+std::vector<std::byte> raw_file(const std::string& header, std::size_t data_bytes = 0, std::uint64_t length = 0) {
+  std::vector<std::byte> out;
+  sprig::detail::st::put_le<std::uint64_t>(out, length ? length : header.size());
+  for (char c : header) out.push_back(static_cast<std::byte>(c));
+  out.resize(out.size() + data_bytes, std::byte{0});
+  return out;
+}
+
+void parse(const std::vector<std::byte>& b) { (void)sprig::parse_safetensors(b, "t.safetensors"); }
+
+}  // namespace
+
+TEST_CASE("safetensors: Sequential names, shapes and metadata", "[io][safetensors]") {
+  const Model m = small_model(1);
+  CHECK(sprig::safetensors_names(m) == std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.2.weight",
+                                                                "layers.2.bias", "layers.4.weight", "layers.4.bias"});
+  const auto bytes = sprig::encode_safetensors(m);
+  const auto f = sprig::parse_safetensors(bytes, "m");
+  CHECK((bytes.size() - f.tensors.begin()->second.data.size()) % 1 == 0);
+  CHECK(sprig::detail::st::get_le<std::uint64_t>(bytes.data(), 0) % 8 == 0);
+  CHECK(f.tensors.at("layers.0.weight").shape == std::vector<std::int64_t>{10, 6});
+  CHECK(f.tensors.at("layers.0.bias").shape == std::vector<std::int64_t>{10});
+  CHECK(f.tensors.at("layers.4.weight").shape == std::vector<std::int64_t>{5, 9});
+  CHECK(f.tensors.at("layers.2.weight").dtype == "F32");
+  CHECK(f.metadata.at("format") == "pt");
+  CHECK(f.metadata.at("sprig_version") == "0.1.0");
+  CHECK(f.metadata.at("sprig.sparsity.layers.0.weight") == "0.6");
+  CHECK(f.metadata.at("sprig.block_shape.layers.0.weight") == "1x1");
+  CHECK(f.metadata.at("sprig.block_shape.layers.4.weight") == "4x4");
+  CHECK(f.metadata.count("sparsity_config") == 0);
+  // The dense weight of the sparse layer holds its live values and zeros elsewhere.
+  const auto& w = std::get<sprig::SparseLinear<float, std::int32_t>>(m.layer(0)).weight.matrix;
+  const auto dense = w.to_dense();
+  const auto& t = f.tensors.at("layers.0.weight");
+  for (std::int64_t i = 0; i < 10; ++i)
+    for (std::int64_t j = 0; j < 6; ++j)
+      CHECK(sprig::detail::st::get_le<float>(t.data.data(), i * 6 + j) == dense(i, j));
+}
+
+TEST_CASE("safetensors: GPT names follow gpt_torch.py", "[io][safetensors]") {
+  const auto g = small_gpt(3);
+  const auto names = sprig::safetensors_names(g);
+  REQUIRE(names.size() == 2 + 2 * 12 + 4);
+  CHECK(names[0] == "tok_emb.weight");
+  CHECK(names[1] == "pos_emb.weight");
+  CHECK(names[2] == "blocks.0.ln1.weight");
+  CHECK(names[4] == "blocks.0.qkv.weight");
+  CHECK(names[13] == "blocks.0.fc_proj.bias");
+  CHECK(names[14] == "blocks.1.ln1.weight");
+  CHECK(names.back() == "head.bias");
+  const auto bytes = sprig::encode_safetensors(g);
+  const auto f = sprig::parse_safetensors(bytes, "g");
+  CHECK(f.tensors.at("tok_emb.weight").shape == std::vector<std::int64_t>{11, 8});
+  CHECK(f.tensors.at("pos_emb.weight").shape == std::vector<std::int64_t>{6, 8});
+  CHECK(f.tensors.at("blocks.1.qkv.weight").shape == std::vector<std::int64_t>{24, 8});
+  CHECK(f.tensors.at("blocks.1.qkv.bias").shape == std::vector<std::int64_t>{24});
+  CHECK(f.tensors.at("blocks.0.ln2.weight").shape == std::vector<std::int64_t>{8});
+  CHECK(f.tensors.at("blocks.0.fc.weight").shape == std::vector<std::int64_t>{16, 8});
+  CHECK(f.tensors.at("blocks.0.fc_proj.weight").shape == std::vector<std::int64_t>{8, 16});
+  CHECK(f.tensors.at("head.weight").shape == std::vector<std::int64_t>{11, 8});
+  CHECK(f.tensors.at("head.bias").shape == std::vector<std::int64_t>{11});
+  CHECK(f.metadata.count("sprig.sparsity.blocks.0.fc.weight") == 1);
+}
+
+TEST_CASE("safetensors: export then import is bitwise, dense and compressed", "[io][safetensors]") {
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
+    INFO("form " << static_cast<int>(form));
+    Model a = small_model(1);
+    perturb(a, 0.5f);
+    const auto bytes = sprig::encode_safetensors(a, {.sparse_form = form});
+    Model b = small_model(1);  // the same patterns, other values
+    REQUIRE(bits(b) != bits(a));
+    sprig::decode_safetensors(bytes, "a", b);
+    CHECK(bits(b) == bits(a));
+    CHECK(sprig::encode_safetensors(b, {.sparse_form = form}) == bytes);
+
+    auto g = small_gpt(5);
+    perturb(g, 0.25f);
+    const auto gbytes = sprig::encode_safetensors(g, {.sparse_form = form});
+    auto h = small_gpt(5);
+    sprig::decode_safetensors(gbytes, "g", h);
+    CHECK(bits(h) == bits(g));
+  }
+}
+
+TEST_CASE("safetensors: compressed import takes the file's pattern", "[io][safetensors]") {
+  Model a = small_model(1);
+  Model b = small_model(2);  // other patterns
+  REQUIRE(bits(a) != bits(b));
+  sprig::AdamW<float> opt;
+  b.for_each_parameter([](auto& p) { p.zero_grad(); });
+  opt.step(b);  // creates optimizer state
+  const auto bytes = sprig::encode_safetensors(a, {.sparse_form = sprig::SparseForm::compressed});
+  const auto f = sprig::parse_safetensors(bytes, "a");
+  CHECK(f.tensors.count("layers.0.weight") == 0);
+  CHECK(f.tensors.at("layers.0.weight.bitmask").shape == std::vector<std::int64_t>{10, 1});
+  CHECK(f.tensors.at("layers.0.weight.row_offsets").dtype == "I64");
+  CHECK(f.metadata.at("sparsity_config").find("\"format\":\"sparse-bitmask\"") != std::string::npos);
+  sprig::decode_safetensors(bytes, "a", b);
+  const auto& wa = std::get<sprig::SparseLinear<float, std::int32_t>>(a.layer(0)).weight;
+  const auto& wb = std::get<sprig::SparseLinear<float, std::int32_t>>(b.layer(0)).weight;
+  CHECK(wb.matrix.nnz() == wa.matrix.nnz());
+  const auto da = wa.matrix.to_dense(), db = wb.matrix.to_dense();
+  for (std::int64_t i = 0; i < da.rows(); ++i)
+    for (std::int64_t j = 0; j < da.cols(); ++j) CHECK(db(i, j) == da(i, j));
+  CHECK(wb.grad.size() == static_cast<std::size_t>(wb.matrix.storage_size()));
+  for (const auto& s : wb.state) CHECK(s.empty());
+  wb.matrix.check_invariants();
+  // The model still trains.
+  sprig::Matrix<float> X(6, 3, 0.5f);
+  b.forward(X.view());
+}
+
+TEST_CASE("safetensors: dense import into a sparse layer keeps its pattern", "[io][safetensors]") {
+  Model a = small_model(1);
+  Model b = small_model(2);
+  const auto before = std::get<sprig::SparseLinear<float, std::int32_t>>(b.layer(0)).weight.matrix;
+  sprig::decode_safetensors(sprig::encode_safetensors(a), "a", b);
+  const auto& w = std::get<sprig::SparseLinear<float, std::int32_t>>(b.layer(0)).weight.matrix;
+  const auto da = std::get<sprig::SparseLinear<float, std::int32_t>>(a.layer(0)).weight.matrix.to_dense();
+  CHECK(w.nnz() == before.nnz());
+  w.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t s) {
+    CHECK(before.col_indices()[s] == c);
+    CHECK(v == da(r, c));
+  });
+}
+
+TEST_CASE("safetensors: a model of other shapes is rejected and unchanged", "[io][safetensors]") {
+  const Model a = small_model(1);
+  Model other;
+  other.add(sprig::SparseLinear<float, std::int32_t>(6, 10, {.density = 0.4, .seed = 7}));
+  other.add(sprig::ReLU<float>{});
+  other.add(sprig::Linear<float>(10, 8, 7, 1));  // 8 outputs, not 9
+  other.add(sprig::ReLU<float>{});
+  other.add(Block44(8, 5, {.density = 0.5, .seed = 7, .layer_key = 2}));
+  const auto before = bits(other);
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed})
+    CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(a, {.sparse_form = form}), "a", other),
+                         sprig::FormatError, WhatHas("tensor 'layers.2.weight' has shape [9,10]"));
+  CHECK(bits(other) == before);
+
+  Model shorter;
+  shorter.add(sprig::SparseLinear<float, std::int32_t>(6, 10, {.density = 0.4, .seed = 7}));
+  const auto before_short = bits(shorter);
+  CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(a), "a", shorter), sprig::FormatError,
+                       WhatHas("tensor 'layers.2.bias' matches no parameter"));
+  CHECK(bits(shorter) == before_short);
+
+  Model b = small_model(2);
+  const auto before_b = bits(b);
+  CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(shorter), "s", b), sprig::FormatError,
+                       WhatHas("tensor 'layers.2.weight' is missing"));
+  CHECK(bits(b) == before_b);
+
+  sprig::Sequential<double, std::int32_t> wide;
+  wide.add(sprig::SparseLinear<double, std::int32_t>(6, 10, {.density = 0.4, .seed = 7}));
+  CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(shorter), "s", wide), sprig::FormatError,
+                       WhatHas("tensor 'layers.0.weight' has dtype F32, the model expects F64"));
+}
+
+TEST_CASE("safetensors: rename maps names both ways", "[io][safetensors]") {
+  Model a = small_model(1);
+  const std::map<std::string, std::string> rename{{"layers.0.weight", "fc1.weight"}};
+  const auto bytes = sprig::encode_safetensors(a, {.rename = rename, .metadata = {{"note", "x"}}});
+  const auto f = sprig::parse_safetensors(bytes, "a");
+  CHECK(f.tensors.count("fc1.weight") == 1);
+  CHECK(f.metadata.at("note") == "x");
+  Model b = small_model(1);
+  perturb(b, 1.0f);
+  CHECK_THROWS_AS(sprig::decode_safetensors(bytes, "a", b), sprig::FormatError);
+  sprig::decode_safetensors(bytes, "a", b, {.rename = rename});
+  CHECK(bits(b) == bits(a));
+}
+
+TEST_CASE("safetensors: files on disk", "[io][safetensors]") {
+  sprig::test::TempDir dir;
+  Model a = small_model(1);
+  sprig::save_safetensors(dir.path / "m.safetensors", a);
+  Model b = small_model(2);
+  sprig::load_safetensors(dir.path / "m.safetensors", b);
+  CHECK_THROWS_MATCHES(sprig::load_safetensors(dir.path / "none.safetensors", b), sprig::FormatError,
+                       WhatHas("none.safetensors"));
+}
+
+// ---- malformed files: each a FormatError naming the problem ----------------------------------
+
+TEST_CASE("safetensors reader: shorter than the length", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(std::vector<std::byte>(5)), sprig::FormatError, WhatHas("shorter than the 8-byte"));
+}
+
+TEST_CASE("safetensors reader: header length past the file", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file("{}", 0, 40)), sprig::FormatError, WhatHas("runs past the end of the file"));
+}
+
+TEST_CASE("safetensors reader: header length absurdly large", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file("{}", 0, std::uint64_t{1} << 62)), sprig::FormatError, WhatHas("absurdly large"));
+}
+
+TEST_CASE("safetensors reader: JSON garbage", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file("{\"a\": [1, ")), sprig::FormatError, WhatHas("not valid JSON"));
+  CHECK_THROWS_MATCHES(parse(raw_file("\xff\xfe")), sprig::FormatError, WhatHas("not valid JSON"));
+}
+
+TEST_CASE("safetensors reader: header not an object", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file("[1, 2]")), sprig::FormatError, WhatHas("not a JSON object (it is a array)"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": 3})")), sprig::FormatError,
+                       WhatHas("tensor 'a': its entry is not a JSON object"));
+}
+
+TEST_CASE("safetensors reader: offsets past the data", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4)),
+                       sprig::FormatError, WhatHas("tensor 'a': data_offsets [0, 8] run past the 4 data bytes"));
+}
+
+TEST_CASE("safetensors reader: offsets reversed", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 4)),
+                       sprig::FormatError, WhatHas("tensor 'a': data_offsets [4, 0] are reversed"));
+}
+
+TEST_CASE("safetensors reader: offsets negative or not integers", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 4)),
+                       sprig::FormatError, WhatHas("data_offsets begin is negative"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4)),
+                       sprig::FormatError, WhatHas("a shape entry is not an integer"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4)),
+                       sprig::FormatError, WhatHas("no \"data_offsets\" array of two integers"));
+}
+
+TEST_CASE("safetensors reader: overlapping tensors", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                                      R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                                      12)),
+                       sprig::FormatError, WhatHas("tensors 'a' and 'b' overlap"));
+}
+
+TEST_CASE("safetensors reader: holes", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                                      R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+                                      12)),
+                       sprig::FormatError, WhatHas("a hole: data bytes [4, 8) after 'a'"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)),
+                       sprig::FormatError, WhatHas("a hole: data bytes [0, 4) at the start"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 6)),
+                       sprig::FormatError, WhatHas("a hole: data bytes [4, 6) at the end"));
+}
+
+TEST_CASE("safetensors reader: unknown dtype", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F31", "shape": [1], "data_offsets": [0, 4]}})", 4)),
+                       sprig::FormatError, WhatHas("tensor 'a': unknown dtype 'F31'"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", 4)),
+                       sprig::FormatError, WhatHas("tensor 'a': no string \"dtype\""));
+}
+
+TEST_CASE("safetensors reader: shape and byte count disagree", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8)),
+                       sprig::FormatError,
+                       WhatHas("tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets give 8"));
+  CHECK_THROWS_MATCHES(
+      parse(raw_file(R"({"a": {"dtype": "F64", "shape": [4294967296, 4294967296, 2], "data_offsets": [0, 8]}})", 8)),
+      sprig::FormatError, WhatHas("needs more than 2^63 bytes"));
+  parse(raw_file(R"({"a": {"dtype": "F64", "shape": [4294967296, 0], "data_offsets": [0, 0]}})", 0));  // empty: fine
+}
+
+TEST_CASE("safetensors reader: duplicate names", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},)"
+                                      R"( "a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}})",
+                                      2)),
+                       sprig::FormatError, WhatHas("names 'a' twice"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "U8", "dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})",
+                                      1)),
+                       sprig::FormatError, WhatHas("names 'dtype' twice"));
+}
+
+TEST_CASE("safetensors reader: non-string metadata", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"__metadata__": {"format": "pt", "n": 3}})")), sprig::FormatError,
+                       WhatHas("__metadata__ 'n' is not a string"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"__metadata__": ["pt"]})")), sprig::FormatError,
+                       WhatHas("__metadata__ is not a JSON object"));
+  const auto f = sprig::parse_safetensors(raw_file(R"({"__metadata__": {"format": "pt"}})"
+                                                   "      "),
+                                          "ok");
+  CHECK(f.metadata.at("format") == "pt");
+  CHECK(f.tensors.empty());
+}
+
+TEST_CASE("safetensors import: inconsistent compressed forms", "[io][safetensors]") {
+  Model a = small_model(1);
+  const auto good = sprig::encode_safetensors(a, {.sparse_form = sprig::SparseForm::compressed});
+  // Rewrite one tensor's bytes in place (same size) and expect the message.
+  auto with = [&](const std::string& name, auto edit) {
+    auto bytes = good;
+    const auto f = sprig::parse_safetensors(good, "a");
+    const auto& t = f.tensors.at(name);
+    const std::size_t at = static_cast<std::size_t>(t.data.data() - good.data());
+    edit(bytes.data() + at);
+    Model b = small_model(2);
+    const auto before = bits(b);
+    try {
+      sprig::decode_safetensors(bytes, "a", b);
+      FAIL("no error");
+    } catch (const sprig::FormatError& e) {
+      CHECK(bits(b) == before);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(with("layers.0.weight.row_offsets", [](std::byte* p) { p[8] = std::byte{9}; }),
+             Catch::Contains("row_offsets' gives row 1 offset 9"));
+  CHECK_THAT(with("layers.0.weight.bitmask", [](std::byte* p) { p[0] |= std::byte{0x80}; }),
+             Catch::Contains("sets bit 7 of row 0, past the 6 columns"));
+  CHECK_THAT(with("layers.0.weight.shape", [](std::byte* p) { p[0] = std::byte{11}; }),
+             Catch::Contains("'layers.0.weight.shape' holds [11, 6]"));
+}
+
+// ---- fixtures written by Python's safetensors package (tests/data/make_safetensors_fixtures.py)
+
+#  if defined(SPRIG_TEST_DATA_DIR)
+TEST_CASE("safetensors: files written by Python's safetensors", "[io][safetensors]") {
+  const std::filesystem::path dir = SPRIG_TEST_DATA_DIR;
+  const auto bytes = sprig::detail::ckpt::read_file(dir / "tiny_mlp.safetensors");
+  const auto f = sprig::parse_safetensors(bytes, "tiny_mlp");
+  CHECK(f.metadata.at("format") == "pt");
+  // layers.0: Linear 3 -> 2, weight[i][j] = i + j / 4, bias [-1, 1]; layers.2: Linear 2 -> 1.
+  sprig::Sequential<float, std::int32_t> m;
+  m.add(sprig::Linear<float>(3, 2, 0));
+  m.add(sprig::ReLU<float>{});
+  m.add(sprig::Linear<float>(2, 1, 0));
+  sprig::decode_safetensors(bytes, "tiny_mlp", m);
+  const auto& l0 = std::get<sprig::Linear<float>>(m.layer(0));
+  for (std::int64_t i = 0; i < 2; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) CHECK(l0.weight.value[i * 3 + j] == static_cast<float>(i) + j / 4.0f);
+  CHECK(l0.bias.value == sprig::AlignedVector<float>{-1.0f, 1.0f});
+  const auto& l2 = std::get<sprig::Linear<float>>(m.layer(2));
+  CHECK(l2.weight.value == sprig::AlignedVector<float>{0.5f, -0.25f});
+  CHECK(l2.bias.value == sprig::AlignedVector<float>{3.0f});
+
+  // A 4 x 10 weight with 5 non-zeros in compressed-tensors' sparse-bitmask form (numpy packbits,
+  // bitorder little), into a SparseLinear.
+  const auto cbytes = sprig::detail::ckpt::read_file(dir / "tiny_bitmask.safetensors");
+  sprig::Sequential<float, std::int32_t> s;
+  s.add(sprig::SparseLinear<float, std::int32_t>(10, 4, {.density = 0.5, .seed = 1}));
+  sprig::decode_safetensors(cbytes, "tiny_bitmask", s);
+  const auto d = std::get<sprig::SparseLinear<float, std::int32_t>>(s.layer(0)).weight.matrix.to_dense();
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 10; ++j) {
+      const float want = (i == 0 && j == 1)   ? 1.5f
+                         : (i == 0 && j == 9) ? -2.0f
+                         : (i == 2 && j == 0) ? 3.0f
+                         : (i == 2 && j == 8) ? 0.25f
+                         : (i == 3 && j == 5) ? -7.0f
+                                              : 0.0f;
+      CHECK(d(i, j) == want);
+    }
+  CHECK(std::get<sprig::SparseLinear<float, std::int32_t>>(s.layer(0)).weight.matrix.nnz() == 5);
+  CHECK(std::get<sprig::SparseLinear<float, std::int32_t>>(s.layer(0)).bias.value ==
+        sprig::AlignedVector<float>{0.5f, 0.0f, 0.0f, -0.5f});
+  // And sprig writes the same bitmask bytes.
+  const auto back =
+      sprig::parse_safetensors(sprig::encode_safetensors(s, {.sparse_form = sprig::SparseForm::compressed}), "b");
+  const auto fixture = sprig::parse_safetensors(cbytes, "c");
+  const auto& m1 = back.tensors.at("layers.0.weight.bitmask").data;
+  const auto& m2 = fixture.tensors.at("layers.0.weight.bitmask").data;
+  CHECK(std::equal(m1.begin(), m1.end(), m2.begin(), m2.end()));
+}
+#  endif
+
+#else  // SPRIG_NO_NLOHMANN_JSON
+TEST_CASE("safetensors: nlohmann-json not found, io/safetensors.hpp untested", "[io][safetensors]") {
+  WARN("built without nlohmann-json (Debian nlohmann-json3-dev): io/safetensors.hpp is not tested");
+}
+#endif
