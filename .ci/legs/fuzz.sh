@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# .ci/legs/fuzz.sh — two libFuzzer targets (clang, ASan + UBSan), each run for a bounded time
+# .ci/legs/fuzz.sh — three libFuzzer targets (clang, ASan + UBSan), each run for a bounded time
 # from a seed corpus generated here (no network): the checkpoint readers on arbitrary bytes,
-# and PaddedCSR operation programs checked against a std::map model (tests/fuzz/). Prints the
+# PaddedCSR operation programs checked against a std::map model, and the safetensors reader
+# and import on arbitrary bytes (tests/fuzz/). Prints the
 # executions of each run; a finding (crash, sanitizer report, exception other than
 # sprig::Error, failed model check, timeout, OOM) fails the leg and leaves its reproducer in
 # the build directory.
 #
-# Needs (installed here when missing): clang-14 libclang-rt-14-dev g++ libxsimd-dev.
+# Needs (installed here when missing): clang-14 libclang-rt-14-dev g++ libxsimd-dev nlohmann-json3-dev.
 # Build directory: build-fuzz-leg (override with SPRIG_LEG_BUILD_DIR). SPRIG_FUZZ_SECONDS sets
 # the time per target (default 60).
 set -euo pipefail
@@ -15,7 +16,7 @@ leg=fuzz
 start=$SECONDS
 # say, fail, install_missing (as root, or through sudo)
 source .ci/leg_common.sh
-install_missing clang-14 libclang-rt-14-dev g++ libxsimd-dev
+install_missing clang-14 libclang-rt-14-dev g++ libxsimd-dev nlohmann-json3-dev
 
 build=${SPRIG_LEG_BUILD_DIR:-build-fuzz-leg}
 seconds=${SPRIG_FUZZ_SECONDS:-60}
@@ -45,4 +46,5 @@ run() {
 }
 run fuzz_checkpoint_reader "$build/corpus/reader" 8192
 run fuzz_padded_csr_ops "$build/corpus/ops" 1024
+run fuzz_safetensors_reader "$build/corpus/safetensors" 8192
 say "PASS: ${total} executions in total, no findings (build $((built - start)) s, fuzzing $((SECONDS - built)) s, total $((SECONDS - start)) s)"

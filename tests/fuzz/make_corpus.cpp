@@ -1,8 +1,11 @@
-// Writes the seed corpora of the two fuzz targets into <dir>/reader and <dir>/ops: valid
-// PaddedCSR and training-state files (the reader target's model, SGD and RigL, trained a
-// few steps and not, with run settings and without), and a few operation programs.
+// Writes the seed corpora of the fuzz targets into <dir>/reader, <dir>/ops and
+// <dir>/safetensors: valid PaddedCSR and training-state files (the reader target's model, SGD
+// and RigL, trained a few steps and not, with run settings and without), a few operation
+// programs, and safetensors files of the safetensors target's model (dense and compressed).
 #include <sprig/dst/rigl.hpp>
 #include <sprig/io/checkpoint.hpp>
+#include <sprig/io/safetensors.hpp>
+#include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 
 #include <cstdio>
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   const fs::path dir = argv[1];
   fs::create_directories(dir / "reader");
   fs::create_directories(dir / "ops");
+  fs::create_directories(dir / "safetensors");
   int n = 0;
   auto csr = sprig::PaddedCSR<float, std::int32_t>::random_density(5, 7, 0.4, 3, 0.2);
   write(dir / "reader" / "csr_f32_i32", sprig::encode_padded_csr(csr));
@@ -72,5 +76,17 @@ int main(int argc, char** argv) {
     write(dir / "ops" / ("program_" + std::to_string(k)), b);
   }
   n += static_cast<int>(programs.size());
+
+  using Block = sprig::BlockSparseLinear<float, std::int32_t, 2, 2>;
+  sprig::Sequential<float, std::int32_t, Block> st;  // fuzz_safetensors_reader's model
+  st.add(sprig::SparseLinear<float, std::int32_t>(6, 8, {.density = 0.4, .seed = 1, .padding_ratio = 0.0}));
+  st.add(sprig::ReLU<float>{});
+  st.add(sprig::Linear<float>(8, 3, 1, 1));
+  st.add(Block(3, 5, {.density = 0.5, .seed = 1, .layer_key = 2}));
+  write(dir / "safetensors" / "dense", sprig::encode_safetensors(st));
+  write(dir / "safetensors" / "compressed",
+        sprig::encode_safetensors(st, {.sparse_form = sprig::SparseForm::compressed}));
+  write(dir / "safetensors" / "empty", sprig::encode_safetensors_tensors({}, {{"format", "pt"}}));
+  n += 3;
   std::printf("make_corpus: %d seed files in %s\n", n, dir.c_str());
 }
