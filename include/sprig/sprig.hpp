@@ -1,6 +1,8 @@
 // sprig/sprig.hpp — umbrella header: everything sprig offers except data/idx.hpp, which needs
 // zlib (include it yourself and link ZLIB::ZLIB to read IDX/gzip data sets),
-// dist/mpi_communicator.hpp, which needs MPI (include it and link sprig::dist), and
+// io/safetensors.hpp, which needs nlohmann-json (include it yourself: Debian
+// nlohmann-json3-dev, CMake nlohmann_json::nlohmann_json), dist/mpi_communicator.hpp, which
+// needs MPI (include it and link sprig::dist), and
 // kernels/reference.hpp, the scalar test oracle (include it in tests and benchmarks).
 #pragma once
 
