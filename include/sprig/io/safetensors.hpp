@@ -40,15 +40,16 @@
 //   positions (values elsewhere are dropped). A SparseParameter given in compressed form takes
 //   the file's pattern (its bitmask) and values; its gradient is zeroed and its optimizer state
 //   emptied (the optimizer recreates it). A block-sparse weight keeps its block pattern in both
-//   forms. Cost O(file bytes + parameters' dense sizes); one staged copy of the imported values.
+//   forms. With prune_sparsity in [0, 1), a SparseLinear weight given dense is pruned by
+//   magnitude into a new pattern at that sparsity (one-shot: gradient zeroed, state emptied).
+//   Cost O(file bytes + parameters' dense sizes); one staged copy of the imported values.
+// Throws ArgumentError (before reading) for a prune_sparsity that is NaN or >= 1.
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -78,6 +79,10 @@ struct SafetensorsExportOptions {
 
 struct SafetensorsImportOptions {
   std::map<std::string, std::string> rename{};  // sprig's name -> the file's, as on export
+  // One-shot magnitude pruning, off when negative: a SparseLinear weight given a dense tensor
+  // takes a new pattern, the round((1 - prune_sparsity) * rows * cols) entries of largest
+  // magnitude (ties to the lower row-major index), as a compressed import does. In [0, 1).
+  double prune_sparsity = -1;
 };
 
 // The file names of the model's parameters, in for_each_parameter order (see the top), after
@@ -136,20 +141,23 @@ void save_safetensors(const std::filesystem::path& path, const M& model, const S
 // Imports the weights of a safetensors file held in `bytes` into `model` (see the top):
 // validates the whole file and every tensor against the model first, then writes with
 // non-throwing copies and moves; on any error the model is unchanged. `source` names the file
-// in errors. Throws FormatError.
+// in errors. Throws FormatError, and ArgumentError for a bad options.prune_sparsity.
 template <TrainableModel M>
 void decode_safetensors(std::span<const std::byte> bytes, std::string source, M& model,
                         const SafetensorsImportOptions& options = {}) {
   namespace st = detail::st;
   using T = typename M::value_type;
   using Index = typename M::index_type;
+  if (!(options.prune_sparsity < 1.0))  // NaN included
+    throw ArgumentError(detail::message("decode_safetensors: prune_sparsity ", options.prune_sparsity,
+                                        " outside [0, 1) (negative: no pruning)"));
   const SafetensorsFile file = parse_safetensors(bytes, std::move(source));
   const auto names = st::parameter_names(static_cast<const M&>(model), options.rename);
   std::set<std::string> used;
   std::vector<st::Staged<T, Index>> staged;
   std::size_t k = 0;
   static_cast<const M&>(model).for_each_parameter(
-      [&](const auto& p) { staged.push_back(st::stage<T, Index>(file, names[k++], p, used)); });
+      [&](const auto& p) { staged.push_back(st::stage<T, Index>(file, names[k++], p, used, options.prune_sparsity)); });
   for (const auto& [name, t] : file.tensors)
     if (!used.contains(name))
       st::fail(file.source, "tensor '", name, "' matches no parameter of the model (", names.size(), " parameters)");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -36,7 +37,7 @@ inline const SafetensorsTensor& expect(const SafetensorsFile& f, const std::stri
                                        std::initializer_list<const char*> dtypes,
                                        const std::vector<std::int64_t>& shape, std::set<std::string>& used) {
   const auto it = f.tensors.find(name);
-  if (it == f.tensors.end()) fail(f.source, "tensor '", name, "' is missing (the model has that parameter)");
+  if (it == f.tensors.end()) fail(f.source, "tensor '", name, "' is missing from the file");
   const SafetensorsTensor& t = it->second;
   if (std::none_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; }))
     fail(f.source, "tensor '", name, "' has dtype ", t.dtype, ", the model expects ", *dtypes.begin());
@@ -114,15 +115,59 @@ Staged<T, Index> stage_values(const P& p, At&& at) {
   return s;
 }
 
-// Checks the file's tensor(s) for parameter `n` and stages them (see io/safetensors.hpp).
+// A new pattern for a SparseParameter: the element rows laid out tight, zero gradient.
+template <class T, class Index>
+Staged<T, Index> stage_pattern(const ElementRows<T>& m, double padding_ratio) {
+  Staged<T, Index> s;
+  s.pattern.emplace(PaddedCSR<T, Index>::from_csr(m.rows, m.cols, std::span<const std::int64_t>(m.row_ptr),
+                                                  std::span<const std::int64_t>(m.col), std::span<const T>(m.value),
+                                                  padding_ratio));
+  s.grad.assign(static_cast<std::size_t>(s.pattern->storage_size()), T(0));
+  return s;
+}
+
+// One-shot magnitude pruning of a dense rows x cols tensor: the `keep` entries of largest |v|
+// (ties to the lower row-major index; NaN ranks below every number), as element rows.
+// O(rows x cols) time and memory.
+template <class T>
+ElementRows<T> prune(const SafetensorsTensor& t, std::int64_t rows, std::int64_t cols, std::int64_t keep) {
+  const std::int64_t n = rows * cols;
+  auto magnitude = [&](std::int64_t k) {
+    const T v = get_le<T>(t.data.data(), k);
+    return v != v ? T(-1) : (v < T(0) ? -v : v);
+  };
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) order[k] = k;
+  const auto by_magnitude = [&](std::int64_t a, std::int64_t b) {
+    const T ma = magnitude(a), mb = magnitude(b);
+    return ma > mb || (ma == mb && a < b);
+  };
+  std::nth_element(order.begin(), order.begin() + keep, order.end(), by_magnitude);
+  order.resize(static_cast<std::size_t>(keep));
+  std::sort(order.begin(), order.end());
+  ElementRows<T> out{rows, cols};
+  std::int64_t row = 0;
+  for (std::int64_t k : order) {
+    for (; row < k / cols; ++row) out.row_ptr.push_back(std::ssize(out.col));
+    out.col.push_back(k % cols);
+    out.value.push_back(get_le<T>(t.data.data(), k));
+  }
+  for (; row < rows; ++row) out.row_ptr.push_back(std::ssize(out.col));
+  return out;
+}
+
+// Checks the file's tensor(s) for parameter `n` and stages them (see io/safetensors.hpp);
+// prune_sparsity >= 0 prunes a dense tensor into a SparseParameter's new pattern.
 template <class T, class Index, class P>
-Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P& p, std::set<std::string>& used) {
+Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P& p, std::set<std::string>& used,
+                       double prune_sparsity) {
+  constexpr bool sparse = requires { p.matrix; };
+  constexpr bool unstructured = requires { p.matrix.density(); };  // a SparseParameter
   std::int64_t rows = 0, cols = 0;
-  if constexpr (requires { p.matrix; })
+  if constexpr (sparse)
     rows = p.matrix.rows(), cols = p.matrix.cols();
   else
     rows = p.rows, cols = p.cols;
-  constexpr bool sparse = requires { p.matrix; };
   const bool vector = !sparse && n.vector && cols == 1;
   const std::vector<std::int64_t> shape =
       vector ? std::vector<std::int64_t>{rows} : std::vector<std::int64_t>{rows, cols};
@@ -131,17 +176,19 @@ Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P
     fail(f.source, "tensor '", n.name, "' is given both dense and compressed ('", n.name, ".compressed')");
   if (!compressed_form) {
     const SafetensorsTensor& t = expect(f, n.name, {dtype_name<T>()}, shape, used);
+    if constexpr (unstructured) {
+      if (prune_sparsity >= 0.0) {
+        const double live = (1.0 - prune_sparsity) * static_cast<double>(rows) * static_cast<double>(cols);
+        const auto keep = std::min(rows * cols, static_cast<std::int64_t>(std::llround(live)));
+        return stage_pattern<T, Index>(prune<T>(t, rows, cols, keep), p.matrix.padding_ratio());
+      }
+    }
     return stage_values<T, Index>(p, [&](std::int64_t k) { return get_le<T>(t.data.data(), k); });
   }
   if (vector) fail(f.source, "tensor '", n.name, "' is 1-D: its compressed form is not supported");
-  ElementRows<T> m = read_compressed<T>(f, n.name, rows, cols, used);
-  if constexpr (sparse && !requires { p.matrix.block_density(); }) {
-    Staged<T, Index> s;
-    s.pattern.emplace(PaddedCSR<T, Index>::from_csr(rows, cols, std::span<const std::int64_t>(m.row_ptr),
-                                                    std::span<const std::int64_t>(m.col), std::span<const T>(m.value),
-                                                    p.matrix.padding_ratio()));
-    s.grad.assign(static_cast<std::size_t>(s.pattern->storage_size()), T(0));
-    return s;
+  const ElementRows<T> m = read_compressed<T>(f, n.name, rows, cols, used);
+  if constexpr (unstructured) {
+    return stage_pattern<T, Index>(m, p.matrix.padding_ratio());
   } else {
     std::vector<T> dense(static_cast<std::size_t>(rows * cols), T(0));
     for (std::int64_t i = 0; i < rows; ++i)
