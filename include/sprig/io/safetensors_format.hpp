@@ -52,13 +52,6 @@ struct SafetensorsTensor {
   std::vector<std::int64_t> shape;
   std::int64_t begin = 0, end = 0;
   std::span<const std::byte> data;
-
-  // Elements: the product of shape (1 for shape []).
-  std::int64_t elements() const noexcept {
-    std::int64_t n = 1;
-    for (std::int64_t d : shape) n *= d;
-    return n;
-  }
 };
 
 // A parsed file: tensors by name, and the __metadata__ entries (empty when absent).
