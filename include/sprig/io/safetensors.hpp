@@ -1,5 +1,7 @@
 // sprig/io/safetensors.hpp — export any TrainableModel's weights to a safetensors file that
 // PyTorch's load_state_dict takes as it is, and import one back (docs/safetensors.md).
+// Needs nlohmann-json (Debian nlohmann-json3-dev), for this header and its io/safetensors_*.hpp
+// parts only: not in the umbrella header.
 //
 //   sprig::save_safetensors("model.safetensors", model);                      // dense F32
 //   sprig::save_safetensors("model.safetensors", model, {.sparse_form = sprig::SparseForm::compressed});
@@ -31,7 +33,7 @@
 // compressed form adds sparsity_config, a JSON string {"format": "sparse-bitmask", ...}.
 //
 // Import (decode_safetensors, load_safetensors) into a model of the same parameter shapes: each
-// parameter takes the tensor of its name, dense or (any parameter) compressed. Every name,
+// parameter takes the tensor of its name, dense or (any 2-D parameter) compressed. Every name,
 // dtype and shape is checked, and the file as a whole (parse_safetensors), before anything is
 // written: FormatError naming the tensor for a missing tensor, one the model has no parameter
 // for, a wrong shape or dtype, a weight given both dense and compressed, an inconsistent
@@ -117,7 +119,7 @@ std::vector<std::byte> encode_safetensors(const M& model, const SafetensorsExpor
         tensors.push_back({n.name, st::dtype_name<T>(), {rows.rows, rows.cols}, st::dense_bytes(rows)});
     } else {
       std::vector<std::int64_t> shape{p.rows, p.cols};
-      if (n.vector) shape = {p.rows};
+      if (n.vector && p.cols == 1) shape = {p.rows};
       std::vector<std::byte> data;
       data.reserve(p.value.size() * sizeof(T));
       for (T v : p.value) st::put_le(data, v);
