@@ -1,5 +1,5 @@
 // bench_attention: the causal attention core, new (nn/attention.hpp) against the previous
-// implementation (nn/attention_reference.hpp), forward and backward at one shape.
+// implementation (tests/attention_reference.hpp), forward and backward at one shape.
 //
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 //
@@ -14,7 +14,7 @@
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/rng.hpp"
 #include "sprig/nn/attention.hpp"
-#include "sprig/nn/attention_reference.hpp"
+#include "attention_reference.hpp"  // tests/: the test oracle
 
 namespace {
 

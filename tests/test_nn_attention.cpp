@@ -1,5 +1,5 @@
 #include "sprig/nn/attention.hpp"
-#include "sprig/nn/attention_reference.hpp"
+#include "attention_reference.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -182,7 +182,7 @@ TEMPLATE_TEST_CASE("CausalSelfAttention matches a full-matrix masked reference o
 // The register tiles of kernels/attention.hpp: heads of 3, 17 and 33 rows (4-row tiles'
 // remainders, partial w-element tiles of the transposed products) and of 64, T from 1 to past
 // the block size 128 (partial key tiles, padded query registers), against the double loops
-// and against the previous implementation (nn/attention_reference.hpp).
+// and against the previous implementation (tests/attention_reference.hpp).
 TEMPLATE_TEST_CASE("CausalSelfAttention's tiles match the references at head sizes off the SIMD width",
                    "[nn][attention][tiles]", float, double) {
   using T = TestType;

@@ -1,4 +1,4 @@
-// sprig/nn/attention_reference.hpp — CausalSelfAttentionReference<T>: the previous
+// tests/attention_reference.hpp — CausalSelfAttentionReference<T>: the previous
 // implementation of CausalSelfAttention (nn/attention.hpp), kept unchanged beside it as the
 // side-by-side baseline of bench/bench_attention and a second oracle for the tests. Same
 // interface, contracts and results up to rounding. What follows is its original description.
@@ -60,12 +60,12 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../core/aligned_allocator.hpp"
-#include "../core/concepts.hpp"
-#include "../core/config.hpp"
-#include "../core/error.hpp"
-#include "../core/matrix.hpp"
-#include "../kernels/simd.hpp"
+#include "sprig/core/aligned_allocator.hpp"
+#include "sprig/core/concepts.hpp"
+#include "sprig/core/config.hpp"
+#include "sprig/core/error.hpp"
+#include "sprig/core/matrix.hpp"
+#include "sprig/kernels/simd.hpp"
 
 #if SPRIG_HAS_OPENMP
 #  include <omp.h>
