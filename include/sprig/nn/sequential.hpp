@@ -262,14 +262,10 @@ public:
   // The input of the last forward (a view of the caller's X).
   ConstMatrixView<T> input() const noexcept { return input_; }
 
-  // Bytes of all weights as stored (sparse layers: every PaddedCSR array incl. padding).
-  std::int64_t weight_bytes() const {
-    return sum_over([](const auto& l) { return l.weight_bytes(); });
-  }
-  // Bytes the same model would need with every layer dense.
-  std::int64_t dense_weight_bytes() const {
-    return sum_over([](const auto& l) { return l.dense_weight_bytes(); });
-  }
+  // Bytes of all weights as stored (sparse layers: every PaddedCSR array incl. padding), and
+  // the bytes the same model would need with every layer dense.
+  std::int64_t weight_bytes() const { return sum_over(kWeightBytes); }
+  std::int64_t dense_weight_bytes() const { return sum_over(kDenseWeightBytes); }
   // Everything the model owns: weights, gradients, optimizer state, caches, buffers, and the
   // shared scratch once.
   std::int64_t memory_bytes() const {
@@ -388,6 +384,8 @@ private:
         layers_[k]);
   }
 
+  static constexpr auto kWeightBytes = [](const auto& l) { return l.weight_bytes(); };
+  static constexpr auto kDenseWeightBytes = [](const auto& l) { return l.dense_weight_bytes(); };
   template <class Fn>
   std::int64_t sum_over(Fn&& fn) const {
     std::int64_t b = 0;
