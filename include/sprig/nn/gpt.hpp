@@ -205,6 +205,10 @@ public:
   const Projection& projection(std::size_t block, GPTProjection which) const {
     return projection_of(blocks_[checked(block)], which);
   }
+  // Block l's LayerNorm before its attention (LN1) and before its FFN (LN2), read by the
+  // cached generator (nn/gpt_generate.hpp). Throw ArgumentError for block >= layers().
+  const LayerNorm<T>& attention_norm(std::size_t block) const { return blocks_[checked(block)].ln1; }
+  const LayerNorm<T>& ffn_norm(std::size_t block) const { return blocks_[checked(block)].ln2; }
   LayerNorm<T>& final_norm() noexcept { return ln_f_; }
   const LayerNorm<T>& final_norm() const noexcept { return ln_f_; }
   Linear<T>& head() noexcept { return head_; }
@@ -425,8 +429,7 @@ private:
 
   std::size_t checked(std::size_t block) const {
     if (block >= blocks_.size())
-      throw ArgumentError(
-          detail::message("GPT::projection: block ", block, " of a model with ", blocks_.size(), " blocks"));
+      throw ArgumentError(detail::message("GPT: block ", block, " of a model with ", blocks_.size(), " blocks"));
     return block;
   }
 
