@@ -19,6 +19,8 @@
 // parallel: --batch sequences are the global batch, each rank trains on its 1/N of them,
 // gradients are averaged before clipping (dist::DataParallel), rank 0 prints and writes
 // checkpoints, and the end of the run prints every rank's step time and communication.
+// --sample N draws N characters at the end with a key/value cache (nn/gpt_generate.hpp) and
+// prints its speed (--sample-full-window: the same characters, the whole window per token).
 // Progress goes to stderr; results to stdout, ending with one machine-readable line:
 //   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
 #include <sprig/models/gpt.hpp>
@@ -30,6 +32,7 @@
 #include <sprig/data/text.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gpt.hpp>
+#include <sprig/nn/gpt_generate.hpp>
 #include <sprig/nn/model.hpp>
 #include <sprig/nn/sampling.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
@@ -101,6 +104,7 @@ struct Config {
   std::int64_t stop_after_steps = 0;
   std::int64_t sample_chars = 300;
   double temperature = 0.8;
+  bool sample_full_window = false;  // sample without the key/value cache (for comparison)
   std::string prompt = "\n";
   int index_bits = 32;        // column index width of the sparse projections: 16 or 32
   std::string weight_blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
@@ -176,7 +180,7 @@ examples::MemoryEstimate step_memory(const Config& c, std::int64_t vocab) {
 // What defines the model and the run (examples/run_settings.hpp), saved in each checkpoint and
 // compared on --resume. Not settings, so free to change on resume: --threads, --eval-every,
 // --eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample,
-// --temperature, --prompt, --distributed.
+// --sample-full-window, --temperature, --prompt, --distributed.
 template <class Index>
 sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   sprig::RunSettings s;
@@ -387,9 +391,15 @@ int run(Config cfg) {
   }
   if (start.step >= cfg.steps) val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
 
+  double sample_seconds = 0.0;
   if (cfg.sample_chars > 0) {
     const std::vector<std::int32_t> prompt = text.encode(cfg.prompt);
-    const auto out = sprig::generate(model, prompt, cfg.sample_chars, cfg.temperature, cfg.seed);
+    const auto t_sample = Clock::now();
+    // the same tokens either way (nn/gpt_generate.hpp); the cache skips recomputing the prefix
+    const auto out = cfg.sample_full_window
+                         ? sprig::generate(model, prompt, cfg.sample_chars, cfg.temperature, cfg.seed)
+                         : sprig::generate_cached(model, prompt, cfg.sample_chars, cfg.temperature, cfg.seed);
+    sample_seconds = seconds_since(t_sample);
     std::printf("sample (temperature %g):\n%s\n", cfg.temperature, text.decode(out).c_str());
   }
 
@@ -414,11 +424,17 @@ int run(Config cfg) {
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
                 100.0 * algorithm->total_seconds() / std::max(train_seconds, 1e-9));
+  const double sample_tokens_per_s = static_cast<double>(cfg.sample_chars) / std::max(sample_seconds, 1e-9);
+  if (cfg.sample_chars > 0)  // after the sample's text: its timing is no part of what resume tests compare
+    std::printf("sampling: %lld tokens in %.3f s, %.1f tokens/s (%s)\n", static_cast<long long>(cfg.sample_chars),
+                sample_seconds, sample_tokens_per_s,
+                cfg.sample_full_window ? "full window per token" : "key/value cache");
   std::printf(
       "RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
-      "optimizer_state_bytes=%lld peak_rss_bytes=%lld\n",
+      "optimizer_state_bytes=%lld peak_rss_bytes=%lld sample_tokens_per_s=%.1f\n",
       val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights), tokens_per_s,
-      static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss));
+      static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss),
+      cfg.sample_chars > 0 ? sample_tokens_per_s : 0.0);
   return 0;
 }
 
@@ -502,7 +518,8 @@ int program(int argc, char** argv) {
       "--resume", cfg.resume,
       "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
       "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
-      "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --temperature, --prompt, --distributed");
+      "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --sample-full-window, --temperature, --prompt, "
+      "--distributed");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
   app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")
@@ -512,6 +529,9 @@ int program(int argc, char** argv) {
       ->check(examples::non_negative())
       ->capture_default_str();
   app.add_option("--prompt", cfg.prompt, "Sampling prompt");
+  app.add_flag("--sample-full-window", cfg.sample_full_window,
+               "Sample by running the whole window for every token, without the key/value cache (same tokens; "
+               "for comparison)");
   app.add_option("--index-bits", cfg.index_bits, "Column index width of the sparse projections (16: inputs <= 32768)")
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();

@@ -12,11 +12,12 @@
 // the same contract and the same tokens: the i-th new token is drawn from the logits of the
 // last position of the context = the last min(block_size, tokens so far) tokens, with
 // u = CounterRng(seed, i, kSampleStream).uniform01(). While the context grows (at most
-// block_size tokens) each new token costs one n = 1 append. Context full (the window slides):
-// the positional embeddings are absolute, so every cached key and value changes when the
-// window moves by one; the generator then rebuilds the cache from the last block_size tokens
-// in one append of block_size columns (the projections' wide kernels), which is what the
-// uncached generate costs per token. So the cache saves the work up to the block size.
+// block_size tokens) each new token costs one n = 1 append (the prompt one append of its
+// tokens). Context full, the window slides: the positional embeddings are absolute, so every
+// cached key and value changes when the window moves by one, and a rebuilt cache would serve
+// one token only. generate then runs GPT::forward on the window, as the uncached generate
+// does (same cost, the same logits bitwise), and the cache stays empty. So the cache saves
+// the work of the first block_size - prompt tokens; past them, nothing.
 //
 // Numerics: the same operations as GPT::forward on the same columns, but LayerNorm and the
 // attention's softmax are computed here (column by column, LayerNorm in nn/layer_norm.hpp's
@@ -26,9 +27,10 @@
 // logits tie to within that rounding.
 //
 // The model is held by reference and must outlive the generator; its weights are read at
-// each call, never copied. The generator writes none of the model's state (its LayerNorms'
-// and projections' forward caches are untouched, except that SparseLinear::forward on more
-// than kNarrowSpmmMaxColumns columns may regroup W's slots, as any forward does). After the
+// each call, never copied. append writes none of the model's state (its LayerNorms' and
+// projections' forward caches are untouched, except that SparseLinear::forward on more than
+// kNarrowSpmmMaxColumns columns may regroup W's slots, as any forward does); generate past the
+// block size calls GPT::forward, which replaces the model's last forward (as sprig::generate). After the
 // weights change, the cached keys/values are stale: call reset() (generate does).
 //
 // Cost: append of n tokens at position p: O(n x weights) for the projections and
@@ -118,19 +120,20 @@ public:
     std::vector<std::int32_t> out;
     out.reserve(prompt.size() + static_cast<std::size_t>(new_tokens));
     out.assign(prompt.begin(), prompt.end());
-    const std::int64_t block = model_.block_size();
-    std::int64_t cache_start = -1;  // index in out of the cache's position 0 (-1: nothing cached)
+    const std::int64_t block = model_.block_size(), vocab = model_.vocab_size();
     reset();
     for (std::int64_t i = 0; i < new_tokens; ++i) {
       const std::int64_t len = std::min<std::int64_t>(block, std::ssize(out)), first = std::ssize(out) - len;
       const std::span<const std::int32_t> all(out);
       ConstMatrixView<T> logits;
-      if (cache_start == first && length_ == len - 1) {
+      if (first > 0) {  // the window slid: no cached key/value is valid, and none would be reused
+        reset();
+        logits = model_.forward(all.subspan(static_cast<std::size_t>(first)), 1, len).block(0, len - 1, vocab, 1);
+      } else if (length_ == len - 1) {
         logits = append(all.last(1));  // the context grew by one token: one column
       } else {
-        reset();  // first call, or the window slid: rebuild from the context
-        cache_start = first;
-        logits = append(all.subspan(static_cast<std::size_t>(first)));
+        reset();
+        logits = append(all);  // the prompt
       }
       CounterRng rng(seed, static_cast<std::uint64_t>(i), kSampleStream);
       out.push_back(sample_token(logits, 0, temperature, rng.uniform01()));
