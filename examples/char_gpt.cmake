@@ -30,6 +30,12 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "in 4x4 blocks.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
+  # The key/value cache draws the same characters as the full window per token, past the
+  # block size too (--sample 80 > --block 32), greedy and at temperature 0.8 (the default).
+  sprig_example_script_test(char_gpt_sample_cache char_gpt sample_cache_matches
+    DEFINES "-DARGS=--layers;2;--heads;2;--d-model;32;--d-ff;64;--block;32;--batch;4;--eval-windows;8;--threads;1;--attn-sparsity;0.5;--ffn-sparsity;0.8;--steps;20;--eval-every;0;--sample;80")
+  sprig_example_script_test(char_gpt_sample_cache_greedy char_gpt sample_cache_matches
+    DEFINES "-DARGS=--layers;2;--heads;2;--d-model;32;--d-ff;64;--block;32;--batch;4;--eval-windows;8;--threads;1;--weight-blocks;4x4;--ffn-sparsity;0.8;--steps;20;--eval-every;0;--sample;80;--temperature;0")
   add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")

@@ -1,0 +1,27 @@
+# Runs an example (EXE, arguments ARGS) twice, as is and with --sample-full-window: both must
+# succeed, print the same sample (the text from "sample (temperature" up to the "weights "
+# line) and a "sampling: ... tokens/s" line naming the path they took: the key/value cache
+# must not change a character.
+function(run_sample out mode extra)
+  execute_process(COMMAND "${EXE}" ${ARGS} ${extra} OUTPUT_VARIABLE text RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "run ${extra} failed (${rc}):\n${text}")
+  endif()
+  if(NOT text MATCHES "sampling: [0-9]+ tokens in [0-9.]+ s, [0-9.]+ tokens/s \\(${mode}\\)")
+    message(FATAL_ERROR "run ${extra} printed no 'sampling: ... tokens/s (${mode})' line:\n${text}")
+  endif()
+  string(FIND "${text}" "sample (temperature" from)
+  string(FIND "${text}" "\nweights " until)
+  if(from LESS 0 OR until LESS from)
+    message(FATAL_ERROR "run ${extra} printed no sample:\n${text}")
+  endif()
+  math(EXPR length "${until} - ${from}")
+  string(SUBSTRING "${text}" ${from} ${length} sample)
+  set(${out} "${sample}" PARENT_SCOPE)
+endfunction()
+run_sample(cached "key/value cache" "")
+run_sample(full "full window per token" "--sample-full-window")
+if(NOT cached STREQUAL full)
+  message(FATAL_ERROR "the samples differ:\nwith the cache:\n${cached}\nfull window:\n${full}")
+endif()
+message(STATUS "the same sample with and without the key/value cache")
