@@ -60,6 +60,7 @@
 #include "gpt.hpp"
 #include "layer_norm.hpp"
 #include "sampling.hpp"
+#include "sequential.hpp"
 
 namespace sprig {
 
@@ -74,9 +75,10 @@ public:
     const GPTConfig& c = model.config();
     cache_.reserve(static_cast<std::size_t>(c.layers));
     for (std::int64_t l = 0; l < c.layers; ++l) cache_.emplace_back(3 * c.d_model, c.block_size);
-    for (Matrix<T>* m : {&x_, &h_, &att_, &y_}) *m = Matrix<T>(c.d_model, c.block_size);
-    f_ = Matrix<T>(c.d_ff, c.block_size);
-    g_ = Matrix<T>(c.d_ff, c.block_size);
+    const std::int64_t widest = Sequential<T, Index>::activation_stride(c.block_size);
+    for (Matrix<T>* m : {&x_, &h_, &att_, &y_}) *m = Matrix<T>(c.d_model, widest);
+    f_ = Matrix<T>(c.d_ff, widest);
+    g_ = Matrix<T>(c.d_ff, widest);
     lnf_ = Matrix<T>(c.d_model, 1);
     logits_ = Matrix<T>(c.vocab, 1);
     scores_.resize(static_cast<std::size_t>(c.block_size));
@@ -102,7 +104,7 @@ public:
     for (std::size_t l = 0; l < cache_.size(); ++l) run_block(l, n);
     length_ += n;
     const std::int64_t d = model_.config().d_model;
-    layer_norm(model_.final_norm(), x_.view().block(0, n - 1, d, 1), lnf_.view());
+    layer_norm(model_.final_norm(), columns(x_, d, n).block(0, n - 1, d, 1), lnf_.view());
     model_.head().forward(lnf_.view(), logits_.view());
     return logits_.view();
   }
@@ -163,29 +165,38 @@ private:
     const std::int64_t d = model_.config().d_model;
     const T* tok = model_.token_embedding().table.value.data();
     const T* pos = model_.positional_embedding().table.value.data();
+    const MatrixView<T> x = columns(x_, d, std::ssize(tokens));
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       const T* e = tok + static_cast<std::int64_t>(tokens[j]) * d;
       const T* p = pos + (length_ + static_cast<std::int64_t>(j)) * d;
-      for (std::int64_t i = 0; i < d; ++i) x_(i, static_cast<std::int64_t>(j)) = e[i] + p[i];
+      for (std::int64_t i = 0; i < d; ++i) x(i, static_cast<std::int64_t>(j)) = e[i] + p[i];
     }
   }
 
   // Block l on the n new columns of x_ (in place), their q, k, v into the cache.
   void run_block(std::size_t l, std::int64_t n) {
     const std::int64_t d = model_.config().d_model, f = model_.config().d_ff;
-    const MatrixView<T> x = x_.view().block(0, 0, d, n), h = h_.view().block(0, 0, d, n),
-                        a = att_.view().block(0, 0, d, n), y = y_.view().block(0, 0, d, n);
+    const MatrixView<T> x = columns(x_, d, n), h = columns(h_, d, n), a = columns(att_, d, n), y = columns(y_, d, n);
     layer_norm(model_.attention_norm(l), x, h);
     project(model_.projection(l, GPTProjection::qkv), h, cache_[l].view().block(0, length_, 3 * d, n));
     attend(cache_[l].view(), n, a);
     project(model_.projection(l, GPTProjection::proj), a, y);
     add_into(y, x);
     layer_norm(model_.ffn_norm(l), x, h);
-    const MatrixView<T> fc = f_.view().block(0, 0, f, n), g = g_.view().block(0, 0, f, n);
+    const MatrixView<T> fc = columns(f_, f, n), g = columns(g_, f, n);
     project(model_.projection(l, GPTProjection::fc), h, fc);
     GELU<T>{}.forward(fc, g);
     project(model_.projection(l, GPTProjection::fc_proj), g, y);
     add_into(y, x);
+  }
+
+  // The first n columns of scratch m as a [rows x n] view: row stride n at n <=
+  // kNarrowSpmmMaxColumns, so a decoding step's column is contiguous (with the block size as
+  // stride, a power of two, the rows X[c, 0] a sparse product gathers alias in the cache),
+  // else Sequential's activation stride for n.
+  static MatrixView<T> columns(Matrix<T>& m, std::int64_t rows, std::int64_t n) noexcept {
+    const std::int64_t stride = n <= kNarrowSpmmMaxColumns ? n : Sequential<T, Index>::activation_stride(n);
+    return MatrixView<T>(m.data(), rows, n, stride);
   }
 
   // x += y, element-wise.
@@ -239,7 +250,7 @@ private:
   void attend(ConstMatrixView<T> kv, std::int64_t n, MatrixView<T> out) {
     const std::int64_t d = model_.config().d_model, heads = model_.config().heads, dh = d / heads;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
-    T* s = scores_.data();
+    T* __restrict s = scores_.data();
     for (std::int64_t j = 0; j < n; ++j) {
       const std::int64_t p = length_ + j, keys = p + 1;
       for (std::int64_t h = 0; h < heads; ++h) {
@@ -266,8 +277,8 @@ private:
 
   Model& model_;
   std::vector<Matrix<T>> cache_;  // per block, the qkv output of every cached position
-  Matrix<T> x_, h_, att_, y_;     // [d_model x block_size]: residual stream, LN out, attention out, projection out
-  Matrix<T> f_, g_;               // [d_ff x block_size]: fc's output, the GELU's
+  Matrix<T> x_, h_, att_, y_;     // d_model rows (columns(): the new positions): residual, LN, attention, projection
+  Matrix<T> f_, g_;               // d_ff rows: fc's output, the GELU's
   Matrix<T> lnf_, logits_;        // the last position's LN_f output and logits
   std::vector<T> scores_;         // one query's attention scores
   std::int64_t length_ = 0;
