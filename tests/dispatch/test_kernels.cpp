@@ -14,6 +14,7 @@
 
 #include "../kernel_test_support.hpp"
 #include "sprig/kernels/dispatch.hpp"
+#include "sprig/kernels/elementwise.hpp"
 #include "sprig/kernels/narrow_dense.hpp"
 #include "sprig/kernels/optimizer_update.hpp"
 #include "sprig/kernels/reference.hpp"
@@ -228,6 +229,91 @@ TEMPLATE_TEST_CASE("dispatched optimizer updates follow their formulas", "[dispa
     }
     CHECK(bad == 0);
   }
+}
+
+// The element-wise kernels (elementwise.hpp) on 13 rows x 37 columns: two whole registers
+// and a partial one on every target. Tolerance: sums in double, then a few roundings in T.
+template <class T>
+struct LayerNormCase {
+  static constexpr std::int64_t d = 13, n = 37;
+  Matrix<T> X = random_dense<T>(d, n, 31), dY = random_dense<T>(d, n, 32), Y{d, n}, dX{d, n};
+  Matrix<T> gain = random_dense<T>(1, d, 33), bias = random_dense<T>(1, d, 34);
+  std::vector<T> mean = std::vector<T>(n), rstd = std::vector<T>(n);
+  double tol = 64 * static_cast<double>(std::numeric_limits<T>::epsilon());
+  void forward() {
+    detail::layer_norm_forward_kernel<T>()(
+        {X.data(), X.stride(), gain.data(), bias.data(), Y.data(), Y.stride(), mean.data(), rstd.data(), d, n, 1e-5});
+  }
+  // xhat of column j in double from the kernel's mean and rstd
+  double xhat(std::int64_t i, std::int64_t j) const {
+    return (static_cast<double>(X(i, j)) - static_cast<double>(mean[j])) * static_cast<double>(rstd[j]);
+  }
+};
+
+TEMPLATE_TEST_CASE("dispatched layer_norm_forward follows its formula", "[dispatch]", float, double) {
+  LayerNormCase<TestType> c;
+  INFO("on " << kernel_arch());
+  c.forward();
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < c.n; ++j) {
+    double s = 0, q = 0;
+    for (std::int64_t i = 0; i < c.d; ++i) s += c.X(i, j);
+    s /= c.d;
+    for (std::int64_t i = 0; i < c.d; ++i) q += (c.X(i, j) - s) * (c.X(i, j) - s);
+    const double r = 1 / std::sqrt(q / c.d + 1e-5);
+    bad += std::fabs(c.mean[j] - s) > c.tol;
+    bad += std::fabs(c.rstd[j] - r) > c.tol * r;
+    for (std::int64_t i = 0; i < c.d; ++i)
+      bad += std::fabs(c.Y(i, j) - ((c.X(i, j) - s) * r * c.gain(0, i) + c.bias(0, i))) > c.tol * (1 + 2 * r);
+  }
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("dispatched layer_norm_backward follows its formula", "[dispatch]", float, double) {
+  using T = TestType;
+  LayerNormCase<T> c;
+  INFO("on " << kernel_arch());
+  c.forward();
+  detail::layer_norm_backward_kernel<T>()({c.X.data(), c.X.stride(), c.dY.data(), c.dY.stride(), c.gain.data(),
+                                           c.mean.data(), c.rstd.data(), c.dX.data(), c.dX.stride(), c.d, c.n});
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < c.n; ++j) {
+    double m1 = 0, m2 = 0;
+    for (std::int64_t i = 0; i < c.d; ++i) {
+      m1 += c.gain(0, i) * static_cast<double>(c.dY(i, j)) / c.d;
+      m2 += c.gain(0, i) * static_cast<double>(c.dY(i, j)) * c.xhat(i, j) / c.d;
+    }
+    const double r = c.rstd[j];
+    for (std::int64_t i = 0; i < c.d; ++i) {
+      const double want = r * (c.gain(0, i) * static_cast<double>(c.dY(i, j)) - m1 - c.xhat(i, j) * m2);
+      bad += std::fabs(c.dX(i, j) - want) > c.tol * r * (1 + std::fabs(c.xhat(i, j)));
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("dispatched layer_norm_dy_xhat follows its formula", "[dispatch]", float, double) {
+  using T = TestType;
+  const std::int64_t n = 37;
+  const auto x = random_dense<T>(4, n, 41);  // rows: x, dy, mean, rstd
+  Matrix<T> out(1, n);
+  INFO("on " << kernel_arch());
+  detail::layer_norm_dy_xhat_kernel<T>()(x.row(0), x.row(1), x.row(2), x.row(3), out.row(0), n);
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < n; ++j) bad += out(0, j) != x(1, j) * ((x(0, j) - x(2, j)) * x(3, j));
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("dispatched add_arrays follows its formula", "[dispatch]", float, double) {
+  using T = TestType;
+  const std::int64_t n = 37;
+  const auto a = random_dense<T>(2, n, 42);
+  Matrix<T> y(1, n);
+  INFO("on " << kernel_arch());
+  detail::add_arrays_kernel<T>()(a.row(0), a.row(1), y.row(0), n);
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < n; ++j) bad += y(0, j) != a(0, j) + a(1, j);
+  CHECK(bad == 0);
 }
 
 TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {

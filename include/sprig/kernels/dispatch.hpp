@@ -13,9 +13,9 @@
 // Dispatched (the lists SPRIG_DETAIL_SPARSE_KERNELS and SPRIG_DETAIL_DENSE_KERNELS below):
 // spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every (T, Index) pair, the
 // column blocks SparseLinear groups its rows for, the narrow dense kernels (a classifier's
-// head) and the optimizers' element-wise updates (AdamW, SGD). The other kernels (block-sparse,
-// the portable GEMM, the element-wise layers) run on the architecture of the translation unit
-// that calls them.
+// head), the optimizers' element-wise updates (AdamW, SGD), LayerNorm's column passes and the
+// residual add (elementwise.hpp). The other kernels (block-sparse, the portable GEMM, GELU, the
+// bias passes) run on the architecture of the translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
 // target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
@@ -49,7 +49,7 @@
 namespace sprig::detail {
 
 // The kernels on architecture A once their operands are checked (spmm.hpp, spmm_transposed.hpp,
-// sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp, optimizer_update.hpp).
+// sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp, optimizer_update.hpp, elementwise.hpp).
 template <class A, Value T, ColumnIndex Index>
 void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws, Update mode,
              const RowEpilogue<T>& epilogue);
@@ -83,13 +83,29 @@ void adamw_counted_update_on(const AdamWStep<T>& k, const T* c1, const T* c2, T 
 template <class A, class T>
 void sgd_update_on(const SGDStep<T>& k, T* w, const T* g, T* buffer, std::int64_t n);
 
+template <Value T>
+struct LayerNormForwardArgs;
+template <Value T>
+struct LayerNormBackwardArgs;
+template <class A, class T>
+void layer_norm_forward_on(const LayerNormForwardArgs<T>& a);
+template <class A, class T>
+void layer_norm_backward_on(const LayerNormBackwardArgs<T>& a);
+template <class A, class T>
+void layer_norm_dy_xhat_on(const T* x, const T* dy, const T* mean, const T* rstd, T* out, std::int64_t n);
+template <class A, class T>
+void add_arrays_on(const T* a, const T* b, T* y, std::int64_t n);
+
 // The dispatched kernels, one line each: X(name) for the kernel name##_on declared above.
 // Adding a kernel: declare its name##_on, add it here, and include its header in
 // dispatch_target.hpp; the tables, name##_kernel() below and every target follow.
 // Sparse kernels take <A, T, Index>, dense ones <A, T>.
 #define SPRIG_DETAIL_SPARSE_KERNELS(X) X(spmm) X(spmm_transposed) X(sddmm) X(sddmm_dx)
-#define SPRIG_DETAIL_DENSE_KERNELS(X) \
-  X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)
+// clang-format off
+#define SPRIG_DETAIL_DENSE_KERNELS(X)                                                          \
+  X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)   \
+  X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)
+// clang-format on
 
 // One target's sparse kernels for one (T, Index) pair: a pointer per kernel, named as it.
 template <Value T, ColumnIndex Index>

@@ -25,6 +25,7 @@
 #endif
 
 #include "dispatch.hpp"
+#include "elementwise.hpp"
 #include "narrow_dense.hpp"
 #include "optimizer_update.hpp"
 #include "sddmm.hpp"
