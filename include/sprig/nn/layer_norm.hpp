@@ -11,10 +11,12 @@
 //                        - xhat[i, n] * (1/d) sum_k g[k] dY[k, n] xhat[k, n])
 //
 // Numerics: two passes over each column (the mean, then the sum of squared deviations from it),
-// both accumulated in double for float and double alike, so the variance has no cancellation
-// even for |mean| >> std; the column sums of the backward are accumulated in double too. mean
-// and rstd are kept in T for the backward. The gain's and bias's gradients are row sums in T
-// in a fixed order (bias.hpp's sum_rows).
+// both accumulated in double for float and double alike, each column's sum in row order, so the
+// variance has no cancellation even for |mean| >> std; the column sums of the backward are
+// accumulated in double too. mean and rstd are kept in T for the backward. The gain's and
+// bias's gradients are row sums in T in a fixed order (bias.hpp's sum_rows). The column passes
+// run on kernels/elementwise.hpp's layer_norm_forward / layer_norm_backward (xsimd, dispatched
+// in a dispatching build), which state where they fuse a multiply-add.
 //
 // Shapes: X, Y, dY, dX [d x N], N >= 0 (a strided sub-view is fine). gain, bias: DenseParameter
 // d x 1, gain starts at 1 and bias at 0, neither decayed. forward(X, Y) keeps mean and rstd
@@ -23,12 +25,12 @@
 //
 // Cost: forward three passes over X, backward five, each O(d x N). Buffers (two doubles and
 // four T per column) are grown on the first call with a larger N and reused: a steady-state
-// step allocates nothing. Threads: the column passes walk the rows in the outer loop, over
-// fixed blocks of kColumnBlock columns with one accumulator per column (contiguous in memory,
-// vectorised over the batch), the blocks split over OpenMP threads when d x N >=
-// kParallelMinWork; the gradient row sums split the rows. Every value is computed by one
-// thread in an order that does not depend on the thread count, so results are bitwise
-// identical for any thread count. One layer serves one thread at a time.
+// step allocates nothing. Threads: the column passes run over fixed blocks of kColumnBlock
+// columns (each block in strips a few registers wide, down all d rows, with the sums in
+// registers), the blocks split over OpenMP threads when d x N >= kParallelMinWork; the
+// gradient row sums split the rows. Every value is computed by one thread in an order that
+// does not depend on the thread count, so results are bitwise identical for any thread count.
+// One layer serves one thread at a time.
 //
 // Throws: ShapeError for mismatched shapes, ArgumentError for overlapping operands, a backward
 // without a forward of N columns, or (constructor) d < 1 or eps not finite and >= 0.
@@ -47,6 +49,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/elementwise.hpp"
 #include "bias.hpp"
 #include "parameter.hpp"
 #include "rows.hpp"
@@ -89,37 +92,10 @@ public:
     detail::check_no_overlap("LayerNorm::forward", "Y", Y, "X", X);
     reserve(X.cols());
     cols_ = X.cols();
-    const double inv_d = 1.0 / static_cast<double>(d), eps = eps_;
-    const T* __restrict g = gain.value.data();
-    const T* __restrict b = bias.value.data();
+    const auto kernel = detail::layer_norm_forward_kernel<T>();
     for_column_blocks(d, cols_, [&](std::int64_t c0, std::int64_t len) {
-      double* __restrict s = acc1_.data() + c0;
-      double* __restrict q = acc2_.data() + c0;
-      T* __restrict mean = mean_.data() + c0;
-      T* __restrict rstd = rstd_.data() + c0;
-      for (std::int64_t j = 0; j < len; ++j) s[j] = q[j] = 0.0;
-      for (std::int64_t i = 0; i < d; ++i) {
-        const T* __restrict x = X.row(i) + c0;
-        for (std::int64_t j = 0; j < len; ++j) s[j] += static_cast<double>(x[j]);
-      }
-      for (std::int64_t j = 0; j < len; ++j) s[j] *= inv_d;
-      for (std::int64_t i = 0; i < d; ++i) {
-        const T* __restrict x = X.row(i) + c0;
-        for (std::int64_t j = 0; j < len; ++j) {
-          const double c = static_cast<double>(x[j]) - s[j];
-          q[j] += c * c;
-        }
-      }
-      for (std::int64_t j = 0; j < len; ++j) {
-        mean[j] = static_cast<T>(s[j]);
-        rstd[j] = static_cast<T>(1.0 / std::sqrt(q[j] * inv_d + eps));
-      }
-      for (std::int64_t i = 0; i < d; ++i) {
-        const T* __restrict x = X.row(i) + c0;
-        T* __restrict y = Y.row(i) + c0;
-        const T gi = g[i], bi = b[i];
-        for (std::int64_t j = 0; j < len; ++j) y[j] = (x[j] - mean[j]) * rstd[j] * gi + bi;
-      }
+      kernel({X.data() + c0, X.stride(), gain.value.data(), bias.value.data(), Y.data() + c0, Y.stride(),
+              mean_.data() + c0, rstd_.data() + c0, d, len, eps_});
     });
   }
 
@@ -143,52 +119,16 @@ public:
     gain.check_aligned("LayerNorm::backward");
     bias.check_aligned("LayerNorm::backward");
     const std::int64_t N = cols_;
-    const T* __restrict mean = mean_.data();
-    const T* __restrict rstd = rstd_.data();
     // dX as scratch: dY * xhat, whose row sums are dgain
-    detail::for_rows(d, N, [&](std::int64_t i) {
-      const T* __restrict x = X.row(i);
-      const T* __restrict dy = dY.row(i);
-      T* __restrict dx = dX.row(i);
-      for (std::int64_t n = 0; n < N; ++n) dx[n] = dy[n] * ((x[n] - mean[n]) * rstd[n]);
-    });
+    const auto dy_xhat = detail::layer_norm_dy_xhat_kernel<T>();
+    detail::for_rows(d, N,
+                     [&](std::int64_t i) { dy_xhat(X.row(i), dY.row(i), mean_.data(), rstd_.data(), dX.row(i), N); });
     detail::sum_rows<T>(dX, gain.grad);
     detail::sum_rows<T>(dY, bias.grad);
-    const double inv_d = 1.0 / static_cast<double>(d);
-    const T* __restrict g = gain.value.data();
+    const auto kernel = detail::layer_norm_backward_kernel<T>();
     for_column_blocks(d, N, [&](std::int64_t c0, std::int64_t len) {
-      double* __restrict s1 = acc1_.data() + c0;
-      double* __restrict s2 = acc2_.data() + c0;
-      T* __restrict m1 = c1_.data() + c0;
-      T* __restrict m2 = c2_.data() + c0;
-      const T* __restrict mu = mean + c0;
-      const T* __restrict rs = rstd + c0;
-      for (std::int64_t j = 0; j < len; ++j) s1[j] = s2[j] = 0.0;
-      for (std::int64_t i = 0; i < d; ++i) {
-        const T* __restrict x = X.row(i) + c0;
-        const T* __restrict dy = dY.row(i) + c0;
-        const T gi = g[i];
-        for (std::int64_t j = 0; j < len; ++j) {
-          const T gd = gi * dy[j];
-          const T xh = (x[j] - mu[j]) * rs[j];
-          s1[j] += static_cast<double>(gd);
-          s2[j] += static_cast<double>(gd) * static_cast<double>(xh);
-        }
-      }
-      for (std::int64_t j = 0; j < len; ++j) {
-        m1[j] = static_cast<T>(s1[j] * inv_d);
-        m2[j] = static_cast<T>(s2[j] * inv_d);
-      }
-      for (std::int64_t i = 0; i < d; ++i) {
-        const T* __restrict x = X.row(i) + c0;
-        const T* __restrict dy = dY.row(i) + c0;
-        T* __restrict dx = dX.row(i) + c0;
-        const T gi = g[i];
-        for (std::int64_t j = 0; j < len; ++j) {
-          const T xh = (x[j] - mu[j]) * rs[j];
-          dx[j] = rs[j] * (gi * dy[j] - m1[j] - xh * m2[j]);
-        }
-      }
+      kernel({X.data() + c0, X.stride(), dY.data() + c0, dY.stride(), gain.value.data(), mean_.data() + c0,
+              rstd_.data() + c0, dX.data() + c0, dX.stride(), d, len});
     });
   }
 

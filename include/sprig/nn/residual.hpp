@@ -4,8 +4,9 @@
 //   add_into(A, Y):         Y += A      (backward: the skip path's gradient added to f's dX)
 // T is given explicitly, as for transpose_into: add_into<float>(A, Y) (views convert).
 // Y may be exactly A or B (the same data and stride: in place); any other overlap with an
-// input throws. Each element is one addition, so the result does not depend on the thread
-// count; rows split over OpenMP threads for rows x cols >= kParallelMinWork (rows.hpp).
+// input throws. Each element is one addition (vectorised, kernels/elementwise.hpp's add_arrays,
+// dispatched in a dispatching build), so the result does not depend on the thread count or the
+// register width; rows split over OpenMP threads for rows x cols >= kParallelMinWork (rows.hpp).
 // O(rows x cols), no allocation. Throws ShapeError unless all operands have one shape,
 // ArgumentError for a partial overlap.
 #pragma once
@@ -17,6 +18,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/elementwise.hpp"
 #include "rows.hpp"
 
 namespace sprig {
@@ -38,12 +40,8 @@ void residual_add(std::type_identity_t<ConstMatrixView<T>> A, std::type_identity
                   std::type_identity_t<MatrixView<T>> Y) {
   detail::check_residual_operand<T>("residual_add", "A", A, Y);
   detail::check_residual_operand<T>("residual_add", "B", B, Y);
-  detail::for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) {
-    const T* a = A.row(i);
-    const T* b = B.row(i);
-    T* y = Y.row(i);
-    for (std::int64_t j = 0; j < Y.cols(); ++j) y[j] = a[j] + b[j];
-  });
+  const auto add = detail::add_arrays_kernel<T>();
+  detail::for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) { add(A.row(i), B.row(i), Y.row(i), Y.cols()); });
 }
 
 // Y += A. Throws ShapeError unless A and Y have one shape, ArgumentError if they overlap
@@ -51,11 +49,8 @@ void residual_add(std::type_identity_t<ConstMatrixView<T>> A, std::type_identity
 template <Value T>
 void add_into(std::type_identity_t<ConstMatrixView<T>> A, std::type_identity_t<MatrixView<T>> Y) {
   detail::check_residual_operand<T>("add_into", "A", A, Y);
-  detail::for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) {
-    const T* a = A.row(i);
-    T* y = Y.row(i);
-    for (std::int64_t j = 0; j < Y.cols(); ++j) y[j] += a[j];
-  });
+  const auto add = detail::add_arrays_kernel<T>();
+  detail::for_rows(Y.rows(), Y.cols(), [&](std::int64_t i) { add(A.row(i), Y.row(i), Y.row(i), Y.cols()); });
 }
 
 }  // namespace sprig
