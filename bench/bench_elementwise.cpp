@@ -1,7 +1,9 @@
-// bench_elementwise: the optimizers' element-wise updates (kernels/optimizer_update.hpp)
-// against the plain loops they replaced, which GCC leaves scalar at -O2. One thread; the
-// parameter is mini40m's largest (an FFN matrix, 640 x 2560), dense, and a 90%-sparse one's
-// live slots (1/10 of it).
+// bench_elementwise: the optimizers' element-wise updates (kernels/optimizer_update.hpp) and the
+// dense layers' passes (kernels/elementwise.hpp: LayerNorm forward and backward, the residual
+// add) against the plain loops they replaced, which GCC leaves scalar at -O2, and the GELU
+// (already xsimd) for scale. One thread; the parameter is mini40m's largest (an FFN matrix,
+// 640 x 2560), dense, and a 90%-sparse one's live slots (1/10 of it); the activations are
+// mini40m's [d_model 640 x N 1024 tokens] (GELU: [d_ff 2560 x 1024]).
 //   OMP_NUM_THREADS=1 bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -11,6 +13,9 @@
 
 #include <sprig/core/rng.hpp>
 #include <sprig/kernels/optimizer_update.hpp>
+#include <sprig/nn/gelu.hpp>
+#include <sprig/nn/layer_norm.hpp>
+#include <sprig/nn/residual.hpp>
 
 namespace {
 
@@ -64,8 +69,207 @@ void BM_adamw_kernel(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations() * st.range(0));
 }
 
+// mini40m's activation: d_model x tokens.
+constexpr std::int64_t kD = 640, kN = 1024;
+
+sprig::Matrix<float> random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed, double lo, double hi) {
+  sprig::Matrix<float> m(rows, cols);
+  sprig::CounterRng rng(seed);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<float>(rng.uniform(lo, hi));
+  return m;
+}
+
+// LayerNorm's forward and backward column passes as nn/layer_norm.hpp ran them before the
+// kernels (one thread: the blocks in order), with the buffers the layer kept.
+struct PlainLayerNorm {
+  static constexpr std::int64_t kBlock = 128;
+  std::int64_t d;
+  std::vector<float> g, b, mean, rstd, c1, c2, gg, gb;
+  std::vector<double> acc1, acc2;
+  PlainLayerNorm(std::int64_t d_, std::int64_t n)
+      : d(d_), g(d_, 1.1f), b(d_, 0.1f), mean(n), rstd(n), c1(n), c2(n), gg(d_), gb(d_), acc1(n), acc2(n) {}
+
+  void forward(sprig::ConstMatrixView<float> X, sprig::MatrixView<float> Y) {
+    const double inv_d = 1.0 / static_cast<double>(d), eps = 1e-5;
+    for (std::int64_t c0 = 0; c0 < X.cols(); c0 += kBlock) {
+      const std::int64_t len = std::min(kBlock, X.cols() - c0);
+      double* __restrict s = acc1.data() + c0;
+      double* __restrict q = acc2.data() + c0;
+      float* __restrict mu = mean.data() + c0;
+      float* __restrict rs = rstd.data() + c0;
+      for (std::int64_t j = 0; j < len; ++j) s[j] = q[j] = 0.0;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const float* __restrict x = X.row(i) + c0;
+        for (std::int64_t j = 0; j < len; ++j) s[j] += static_cast<double>(x[j]);
+      }
+      for (std::int64_t j = 0; j < len; ++j) s[j] *= inv_d;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const float* __restrict x = X.row(i) + c0;
+        for (std::int64_t j = 0; j < len; ++j) {
+          const double c = static_cast<double>(x[j]) - s[j];
+          q[j] += c * c;
+        }
+      }
+      for (std::int64_t j = 0; j < len; ++j) {
+        mu[j] = static_cast<float>(s[j]);
+        rs[j] = static_cast<float>(1.0 / std::sqrt(q[j] * inv_d + eps));
+      }
+      for (std::int64_t i = 0; i < d; ++i) {
+        const float* __restrict x = X.row(i) + c0;
+        float* __restrict y = Y.row(i) + c0;
+        const float gi = g[i], bi = b[i];
+        for (std::int64_t j = 0; j < len; ++j) y[j] = (x[j] - mu[j]) * rs[j] * gi + bi;
+      }
+    }
+  }
+
+  void backward(sprig::ConstMatrixView<float> X, sprig::ConstMatrixView<float> dY, sprig::MatrixView<float> dX) {
+    const std::int64_t N = X.cols();
+    for (std::int64_t i = 0; i < d; ++i) {
+      const float* __restrict x = X.row(i);
+      const float* __restrict dy = dY.row(i);
+      float* __restrict dx = dX.row(i);
+      for (std::int64_t n = 0; n < N; ++n) dx[n] = dy[n] * ((x[n] - mean[n]) * rstd[n]);
+    }
+    sprig::detail::sum_rows<float>(dX, gg);
+    sprig::detail::sum_rows<float>(dY, gb);
+    const double inv_d = 1.0 / static_cast<double>(d);
+    for (std::int64_t c0 = 0; c0 < N; c0 += kBlock) {
+      const std::int64_t len = std::min(kBlock, N - c0);
+      double* __restrict s1 = acc1.data() + c0;
+      double* __restrict s2 = acc2.data() + c0;
+      float* __restrict m1 = c1.data() + c0;
+      float* __restrict m2 = c2.data() + c0;
+      const float* __restrict mu = mean.data() + c0;
+      const float* __restrict rs = rstd.data() + c0;
+      for (std::int64_t j = 0; j < len; ++j) s1[j] = s2[j] = 0.0;
+      for (std::int64_t i = 0; i < d; ++i) {
+        const float* __restrict x = X.row(i) + c0;
+        const float* __restrict dy = dY.row(i) + c0;
+        const float gi = g[i];
+        for (std::int64_t j = 0; j < len; ++j) {
+          const float gd = gi * dy[j];
+          const float xh = (x[j] - mu[j]) * rs[j];
+          s1[j] += static_cast<double>(gd);
+          s2[j] += static_cast<double>(gd) * static_cast<double>(xh);
+        }
+      }
+      for (std::int64_t j = 0; j < len; ++j) {
+        m1[j] = static_cast<float>(s1[j] * inv_d);
+        m2[j] = static_cast<float>(s2[j] * inv_d);
+      }
+      for (std::int64_t i = 0; i < d; ++i) {
+        const float* __restrict x = X.row(i) + c0;
+        const float* __restrict dy = dY.row(i) + c0;
+        float* __restrict dx = dX.row(i) + c0;
+        const float gi = g[i];
+        for (std::int64_t j = 0; j < len; ++j) {
+          const float xh = (x[j] - mu[j]) * rs[j];
+          dx[j] = rs[j] * (gi * dy[j] - m1[j] - xh * m2[j]);
+        }
+      }
+    }
+  }
+};
+
+struct Activations {
+  sprig::Matrix<float> X = random_matrix(kD, kN, 2, -2, 3), R = random_matrix(kD, kN, 3, -1, 1),
+                       dY = random_matrix(kD, kN, 4, -1, 1), Y{kD, kN}, dX{kD, kN};
+};
+
+void set_items(benchmark::State& st) { st.SetItemsProcessed(st.iterations() * kD * kN); }
+
+void BM_layer_norm_forward_plain_loop(benchmark::State& st) {
+  Activations a;
+  PlainLayerNorm ln(kD, kN);
+  for (auto _ : st) {
+    ln.forward(a.X.view(), a.Y.view());
+    benchmark::DoNotOptimize(a.Y.data());
+  }
+  set_items(st);
+}
+
+void BM_layer_norm_forward_kernel(benchmark::State& st) {
+  Activations a;
+  sprig::LayerNorm<float> ln(kD);
+  for (auto _ : st) {
+    ln.forward(a.X.view(), a.Y.view());
+    benchmark::DoNotOptimize(a.Y.data());
+  }
+  set_items(st);
+}
+
+void BM_layer_norm_backward_plain_loop(benchmark::State& st) {
+  Activations a;
+  PlainLayerNorm ln(kD, kN);
+  ln.forward(a.X.view(), a.Y.view());
+  for (auto _ : st) {
+    ln.backward(a.X.view(), a.dY.view(), a.dX.view());
+    benchmark::DoNotOptimize(a.dX.data());
+  }
+  set_items(st);
+}
+
+void BM_layer_norm_backward_kernel(benchmark::State& st) {
+  Activations a;
+  sprig::LayerNorm<float> ln(kD);
+  ln.forward(a.X.view(), a.Y.view());
+  for (auto _ : st) {
+    ln.backward(a.X.view(), a.dY.view(), a.dX.view());
+    benchmark::DoNotOptimize(a.dX.data());
+  }
+  set_items(st);
+}
+
+// residual_add's loop before the kernel.
+void BM_residual_add_plain_loop(benchmark::State& st) {
+  Activations a;
+  for (auto _ : st) {
+    for (std::int64_t i = 0; i < kD; ++i) {
+      const float* x = a.X.row(i);
+      const float* r = a.R.row(i);
+      float* y = a.Y.row(i);
+      for (std::int64_t j = 0; j < kN; ++j) y[j] = x[j] + r[j];
+    }
+    benchmark::DoNotOptimize(a.Y.data());
+  }
+  set_items(st);
+}
+
+void BM_residual_add_kernel(benchmark::State& st) {
+  Activations a;
+  for (auto _ : st) {
+    sprig::residual_add<float>(a.X.view(), a.R.view(), a.Y.view());
+    benchmark::DoNotOptimize(a.Y.data());
+  }
+  set_items(st);
+}
+
+// The GELU as the GPT runs it (already xsimd: no plain loop to compare), on [d_ff x N].
+void BM_gelu_forward_keep_derivative(benchmark::State& st) {
+  const sprig::Matrix<float> Z0 = random_matrix(4 * kD, kN, 5, -3, 3);
+  sprig::Matrix<float> Z = Z0, Y(4 * kD, kN);
+  const sprig::GELU<float> gelu;
+  for (auto _ : st) {
+    st.PauseTiming();
+    Z = Z0;
+    st.ResumeTiming();
+    gelu.forward_keep_derivative(Z.view(), Y.view());
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.SetItemsProcessed(st.iterations() * 4 * kD * kN);
+}
+
 }  // namespace
 
+BENCHMARK(BM_layer_norm_forward_plain_loop);
+BENCHMARK(BM_layer_norm_forward_kernel);
+BENCHMARK(BM_layer_norm_backward_plain_loop);
+BENCHMARK(BM_layer_norm_backward_kernel);
+BENCHMARK(BM_residual_add_plain_loop);
+BENCHMARK(BM_residual_add_kernel);
+BENCHMARK(BM_gelu_forward_keep_derivative);
 BENCHMARK(BM_adamw_plain_loop)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_kernel)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK_MAIN();
