@@ -243,8 +243,9 @@ int run(Config cfg) {
                                " distinct windows of --block " + std::to_string(cfg.block));
   examples::require_fits_in_memory("char_gpt", step_memory(cfg, text.vocab_size()));
   const sprig::RunSettings settings = run_settings<Index>(cfg, text);
-  if (cfg.resume && std::filesystem::exists(std::filesystem::path(cfg.checkpoint_dir) / "state.sprig"))
-    examples::check_resume_settings("char_gpt", std::filesystem::path(cfg.checkpoint_dir) / "state.sprig", settings);
+  const std::filesystem::path state_file = examples::checkpoint_state_file(cfg.checkpoint_dir);
+  if (cfg.resume && std::filesystem::exists(state_file))
+    examples::check_resume_settings("char_gpt", state_file, settings);
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::models::GPTSpec spec;
@@ -312,8 +313,6 @@ int run(Config cfg) {
 
   // Checkpoints: the whole training state to DIR/state.sprig; the data windows depend on
   // (seed, step) alone, so a resumed run is the uninterrupted one bitwise (same threads).
-  const std::filesystem::path state_file =
-      cfg.checkpoint_dir.empty() ? std::filesystem::path() : std::filesystem::path(cfg.checkpoint_dir) / "state.sprig";
   sprig::TrainingProgress start{.seed = cfg.seed};
   if (!state_file.empty()) std::filesystem::create_directories(cfg.checkpoint_dir);
   if (cfg.resume) {

@@ -306,5 +306,6 @@ TEST_CASE("LayerNorm: steady-state passes allocate nothing", "[nn][layer_norm]")
   ln.forward(X.view().block(0, 0, d, 500), Y.view().block(0, 0, d, 500));
   ln.backward(X.view().block(0, 0, d, 500), dY.view().block(0, 0, d, 500), dX.view().block(0, 0, d, 500));
   CHECK(g_allocations.load() - before == 0);
-  CHECK(ln.memory_bytes() >= 2 * d * 4 + N * (2 * 8 + 4 * 4));
+  // at least gain and bias (2 x d floats) and mean and rstd (2 floats a column)
+  CHECK(ln.memory_bytes() >= 2 * d * 4 + N * 2 * 4);
 }

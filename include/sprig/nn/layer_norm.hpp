@@ -23,8 +23,8 @@
 // per column for the backward, which must get the same X (unchanged) as the last forward.
 // No in-place mode: Y must not overlap X, and dX must not overlap X or dY (checked).
 //
-// Cost: forward three passes over X, backward five, each O(d x N). Buffers (two doubles and
-// four T per column) are grown on the first call with a larger N and reused: a steady-state
+// Cost: forward three passes over X, backward five, each O(d x N). Buffers (mean and rstd, two
+// T per column) are grown on the first call with a larger N and reused: a steady-state
 // step allocates nothing. Threads: the column passes run over fixed blocks of kColumnBlock
 // columns (each block in strips a few registers wide, down all d rows, with the sums in
 // registers), the blocks split over OpenMP threads when d x N >= kParallelMinWork; the
@@ -154,9 +154,7 @@ public:
   std::int64_t dense_weight_bytes() const noexcept { return 2 * features() * static_cast<std::int64_t>(sizeof(T)); }
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + gain.state_bytes() + bias.state_bytes() +
-           static_cast<std::int64_t>((acc1_.capacity() + acc2_.capacity()) * sizeof(double) +
-                                     (mean_.capacity() + rstd_.capacity() + c1_.capacity() + c2_.capacity()) *
-                                         sizeof(T));
+           static_cast<std::int64_t>((mean_.capacity() + rstd_.capacity()) * sizeof(T));
   }
 
 private:
@@ -181,19 +179,14 @@ private:
 
   void reserve(std::int64_t n) {
     const auto need = static_cast<std::size_t>(n);
-    if (acc1_.size() >= need) return;
-    acc1_.resize(need);
-    acc2_.resize(need);
+    if (mean_.size() >= need) return;
     mean_.resize(need);
     rstd_.resize(need);
-    c1_.resize(need);
-    c2_.resize(need);
   }
 
   double eps_;
   std::int64_t cols_ = -1;  // N of the last forward, -1 before the first
-  std::vector<double> acc1_, acc2_;
-  std::vector<T> mean_, rstd_, c1_, c2_;
+  std::vector<T> mean_, rstd_;
 };
 
 }  // namespace sprig
