@@ -13,6 +13,8 @@
 #include <vector>
 
 #include <sprig/core/rng.hpp>
+
+#include "value_test_support.hpp"
 #include <sprig/nn/layer_norm.hpp>
 #include <sprig/nn/residual.hpp>
 
@@ -23,18 +25,8 @@ using namespace sprig::detail;
 
 namespace {
 
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint64_t seed, double lo, double hi) {
-  CounterRng rng(seed);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(rng.uniform(lo, hi));
-  return v;
-}
-
-template <class T>
-bool same_bits(const T* a, const T* b, std::size_t n) {
-  return std::memcmp(a, b, n * sizeof(T)) == 0;
-}
+using test::random_values;
+using test::same_bits;
 
 constexpr std::int64_t kCols[] = {1, 3, 17, 100, 1001};
 constexpr std::int64_t kRows[] = {1, 3, 17, 100};

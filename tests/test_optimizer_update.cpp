@@ -12,23 +12,15 @@
 
 #include <sprig/core/rng.hpp>
 
+#include "value_test_support.hpp"
+
 using namespace sprig;
 using namespace sprig::detail;
 
 namespace {
 
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint64_t seed, double lo, double hi) {
-  CounterRng rng(seed);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(rng.uniform(lo, hi));
-  return v;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using test::random_values;
+using test::same_bits;
 
 // Relative tolerance of a few roundings in T.
 template <class T>
