@@ -23,6 +23,7 @@
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 
+#include "kernels/bf16_gemm.hpp"
 #include "kernels/bfloat16_convert.hpp"
 #include "kernels/block_sddmm.hpp"
 #include "kernels/block_spmm.hpp"

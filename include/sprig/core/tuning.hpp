@@ -109,3 +109,16 @@
 #ifndef SPRIG_BLOCK_SPMM_PREFETCH
 #  define SPRIG_BLOCK_SPMM_PREFETCH 8
 #endif
+
+// --- The bf16 GEMM's AMX path (kernels/bf16_gemm.hpp; docs/design.md, "bf16 GEMM") ---
+
+// The AMX path's cache blocking (amx_compute): K blocks of at most this many 32-k tiles (a
+// block's A and B tiles stay in L1/L2 while its C tiles accumulate), and column chunks of
+// about this many bytes of packed B, which every row block then reuses from L2; chosen by one
+// A/B comparison on one CPU, not swept.
+#ifndef SPRIG_BF16_GEMM_AMX_K_TILES
+#  define SPRIG_BF16_GEMM_AMX_K_TILES 32
+#endif
+#ifndef SPRIG_BF16_GEMM_AMX_CHUNK_BYTES
+#  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
+#endif

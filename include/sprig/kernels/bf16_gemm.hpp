@@ -6,12 +6,12 @@
 //   bf16_gemm_available(path)         whether path runs here; bf16_gemm_unavailable_reason says why not
 //
 // Three paths, picked in this order:
-//   amx          x86-64 Linux, AMX-TILE + AMX-BF16 (Sapphire Rapids and later): `tdpbf16ps`
+//   amx          x86-64 Linux, AMX-TILE + AMX-BF16 (Intel server CPUs since 2023): `tdpbf16ps`
 //                multiplies a 16 x 32 bf16 tile of A by a 32 x 16 one of B (packed in pairs)
 //                into 16 x 16 floats; blocks of 2 x 2 C tiles. Needs Linux to grant the tile
 //                state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)): the first query
 //                of the path asks once per process, and without the grant the path is off.
-//   avx512_bf16  x86-64, AVX512F + AVX512BW + AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4):
+//   avx512_bf16  x86-64, AVX512F + AVX512BW + AVX512-BF16 (Intel since 2020, AMD since 2022):
 //                `vdpbf16ps` adds the products of a pair of adjacent k into one float lane;
 //                register tiles of 6 rows x 64 columns.
 //   portable     everywhere (AVX2, AVX-512, NEON, scalar): A and B widened to float (exact),
@@ -61,118 +61,10 @@
 #  include <omp.h>
 #endif
 
-// The x86-64 fast paths: GCC >= 11 or Clang >= 12 know the AMX and AVX512-BF16 intrinsics and
-// target attributes. AMX also needs Linux (the tile-state grant).
-#if defined(__x86_64__) && \
-    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
-#  define SPRIG_BF16_GEMM_X86 1
-#  include <cpuid.h>
-#  include <immintrin.h>
-#  if defined(__linux__)
-#    define SPRIG_BF16_GEMM_AMX 1
-#    include <sys/syscall.h>
-#    include <unistd.h>
-#    include <cerrno>
-#  else
-#    define SPRIG_BF16_GEMM_AMX 0
-#  endif
-#else
-#  define SPRIG_BF16_GEMM_X86 0
-#  define SPRIG_BF16_GEMM_AMX 0
-#endif
-
-// The AMX path's cache blocking (amx_compute): K blocks of at most this many 32-k tiles, and
-// column chunks of about this many bytes of packed B. Tuning knobs, not a contract.
-#ifndef SPRIG_BF16_GEMM_AMX_K_TILES
-#  define SPRIG_BF16_GEMM_AMX_K_TILES 32
-#endif
-#ifndef SPRIG_BF16_GEMM_AMX_CHUNK_BYTES
-#  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
-#endif
+#include "bf16_paths.hpp"
 
 namespace sprig {
-
-// The instruction paths of bf16_gemm (top of this file).
-enum class Bf16GemmPath { portable, avx512_bf16, amx };
-
-// "portable", "avx512_bf16", "amx".
-constexpr const char* path_name(Bf16GemmPath p) noexcept {
-  switch (p) {
-    case Bf16GemmPath::portable: return "portable";
-    case Bf16GemmPath::avx512_bf16: return "avx512_bf16";
-    case Bf16GemmPath::amx: return "amx";
-  }
-  return "?";
-}
-
 namespace detail {
-
-#if SPRIG_BF16_GEMM_X86
-inline std::uint64_t bf16_gemm_xcr0() noexcept {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;  // no OSXSAVE: no XGETBV
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (std::uint64_t{hi} << 32) | lo;
-}
-
-// Empty when the CPU and the OS run AVX512F + AVX512BW + AVX512-BF16, else why not.
-inline std::string avx512_bf16_probe() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "CPUID has no leaf 7";
-  const bool f = b & (1u << 16), bw = b & (1u << 30);
-  const unsigned max_sub = a;
-  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-  const bool bf16 = max_sub >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 & (1u << 5));
-  if (!f || !bw || !bf16)
-    return message("the CPU lacks", f ? "" : " AVX512F", bw ? "" : " AVX512BW", bf16 ? "" : " AVX512-BF16");
-  // XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state enabled by the OS.
-  if ((bf16_gemm_xcr0() & 0xE6) != 0xE6) return "the OS has not enabled the AVX-512 register state (XCR0)";
-  return {};
-}
-
-#  if SPRIG_BF16_GEMM_AMX
-// Empty when the CPU runs AMX-TILE + AMX-BF16 and Linux granted this process the tile data
-// state (asked here: the grant is per process and lasts), else why not.
-inline std::string amx_probe() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "CPUID has no leaf 7";
-  const bool bf16 = d & (1u << 22), tile = d & (1u << 24);
-  if (!bf16 || !tile) return message("the CPU lacks", tile ? "" : " AMX-TILE", bf16 ? "" : " AMX-BF16");
-  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
-    return message("Linux refused the AMX tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, 18): errno ", errno, ")");
-  unsigned long granted = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 || !(granted & (1ul << kXfeatureXtiledata)))
-    return "Linux did not grant the AMX tile state (ARCH_GET_XCOMP_PERM)";
-  if ((bf16_gemm_xcr0() & (3u << 17)) != (3u << 17)) return "the OS has not enabled the AMX tile state (XCR0)";
-  return {};
-}
-#  endif
-#endif
-
-// Why path p cannot run in this process, empty when it can. Probed once per path and
-// process (a function-local constant: the CPU and the grant do not change while it runs).
-inline const std::string& bf16_gemm_reason(Bf16GemmPath p) {
-  static const std::string none;
-#if SPRIG_BF16_GEMM_X86
-  static const std::string avx512 = avx512_bf16_probe();
-#  if SPRIG_BF16_GEMM_AMX
-  static const std::string amx = amx_probe();
-#  else
-  static const std::string amx = "AMX is used on Linux only (the tile state needs arch_prctl)";
-#  endif
-#else
-  static const std::string avx512 = "not compiled for x86-64 (or the compiler is older than GCC 11 / Clang 12)";
-  static const std::string amx = avx512;
-#endif
-  switch (p) {
-    case Bf16GemmPath::portable: return none;
-    case Bf16GemmPath::avx512_bf16: return avx512;
-    case Bf16GemmPath::amx: return amx;
-  }
-  return none;
-}
 
 // Runs fn(t, n) on every thread t of n, or fn(0, 1) on the caller when OpenMP is off, the
 // work is below kParallelMinWork, there is one thread, or the call is inside a parallel
