@@ -113,14 +113,18 @@ SPRIG_ALWAYS_INLINE xsimd::batch<float, A> load_bfloat16(const bfloat16* p) noex
 // lane by lane.
 template <class A = KernelArch>
 SPRIG_ALWAYS_INLINE void store_bfloat16(bfloat16* p, const xsimd::batch<float, A>& v) noexcept {
+  using F = xsimd::batch<float, A>;
   using U = xsimd::batch<std::uint32_t, A>;
   using I = xsimd::batch<std::int32_t, A>;
   const U u = xsimd::bitwise_cast<U>(v);
   const U rounded = u + U(0x7FFFu) + ((u >> 16) & U(1u));  // wraps for NaNs only, replaced below
-  // |v| as an integer is at most 0x7FFFFFFF, so the signed comparison is the unsigned one.
-  const auto nan = xsimd::bitwise_cast<I>(u & U(0x7FFF'FFFFu)) > I(0x7F80'0000);
-  const I out = xsimd::select(nan, xsimd::bitwise_cast<I>(u | U(0x0040'0000u)), xsimd::bitwise_cast<I>(rounded));
-  store_high_u16<A>(reinterpret_cast<std::uint16_t*>(p), out);
+  // The choice is made on floats (isnan: an unordered compare, which xsimd's != is not on
+  // AVX), where every ISA has a blend: xsimd 8.1's 32-bit integer select on AVX-512BW does not
+  // compile without optimisation.
+  const F out =
+      xsimd::select(xsimd::isnan(v), xsimd::bitwise_cast<F>(u | U(0x0040'0000u)), xsimd::bitwise_cast<F>(rounded));
+  const I out_bits = xsimd::bitwise_cast<I>(out);
+  store_high_u16<A>(reinterpret_cast<std::uint16_t*>(p), out_bits);
 }
 
 #endif  // SPRIG_KERNEL_SIMD
