@@ -483,8 +483,9 @@ TEST_CASE("safetensors: files written by Python's safetensors", "[io][safetensor
   CHECK(std::get<sprig::SparseLinear<float, std::int32_t>>(s.layer(0)).bias.value ==
         sprig::AlignedVector<float>{0.5f, 0.0f, 0.0f, -0.5f});
   // And sprig writes the same bitmask bytes.
-  const auto back =
-      sprig::parse_safetensors(sprig::encode_safetensors(s, {.sparse_form = sprig::SparseForm::compressed}), "b");
+  // parse_safetensors's tensors view the bytes they were parsed from: keep them alive.
+  const auto encoded = sprig::encode_safetensors(s, {.sparse_form = sprig::SparseForm::compressed});
+  const auto back = sprig::parse_safetensors(encoded, "b");
   const auto fixture = sprig::parse_safetensors(cbytes, "c");
   const auto& m1 = back.tensors.at("layers.0.weight.bitmask").data;
   const auto& m2 = fixture.tensors.at("layers.0.weight.bitmask").data;

@@ -23,7 +23,7 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed, double lo, doubl
 // Whether a[0..n) and b[0..n) hold the same bits (NaN payloads and signed zeros included).
 template <class T>
 bool same_bits(const T* a, const T* b, std::size_t n) {
-  return std::memcmp(a, b, n * sizeof(T)) == 0;
+  return n == 0 || std::memcmp(a, b, n * sizeof(T)) == 0;  // memcmp takes no null pointers, even for 0 bytes
 }
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
