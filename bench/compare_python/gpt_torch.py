@@ -413,6 +413,7 @@ def cmd_train(args) -> None:
 # impl -> (attention sparsity, FFN sparsity, uses sparselab)
 TIME_IMPLS = {
     "torch-dense": (0.0, 0.0, False),
+    "torch-dense-bf16": (0.0, 0.0, False),  # the same step under torch.autocast("cpu", dtype=torch.bfloat16)
     "sparselab-all": (0.7, 0.9, True),
     "sparselab-ffn": (0.0, 0.9, True),
 }
@@ -428,6 +429,7 @@ def cmd_time_one(args) -> None:
     torch.manual_seed(args.seed)
     cfg = CONFIGS[args.config]
     attn_s, ffn_s, uses_sl = TIME_IMPLS[args.impl]
+    bf16 = args.impl.endswith("-bf16")
     sparselab = None
     if uses_sl:
         import sparselab  # noqa: F811 (its own libgomp reads OMP_NUM_THREADS here)
@@ -463,8 +465,9 @@ def cmd_time_one(args) -> None:
         t_counter[0] += 1
         for group in opt.param_groups:
             group["lr"] = lr
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -503,6 +506,7 @@ def cmd_time_one(args) -> None:
             live += sum(p.numel() for p in own)
     row = {
         "config": args.config, "impl": args.impl, "attn_sparsity": attn_s, "ffn_sparsity": ffn_s,
+        "precision": "bf16 autocast" if bf16 else "fp32",
         "threads": args.threads, "torch_threads": torch.get_num_threads(),
         "median_ms": statistics.median(times) + amortised, "min_ms": min(times) + amortised,
         "max_ms": max(times) + amortised, "p25_ms": quantile(times, 0.25) + amortised,
