@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -145,6 +146,52 @@ TEMPLATE_TEST_CASE("layer_norm_dy_xhat and add_arrays equal their scalar loops b
     std::vector<T> in_place = x;  // y = a: add_into's form
     add_arrays_kernel<T>()(dy.data(), in_place.data(), in_place.data(), n);
     CHECK(same_bits(in_place.data(), sum_want.data(), sum.size()));
+  }
+}
+
+TEMPLATE_TEST_CASE("sum_squares: within gamma_n of the exact sum, bits independent of alignment", "[elementwise][clip]",
+                   float, double) {
+  using T = TestType;
+  CHECK(sum_squares_kernel<T>()(nullptr, 0) == 0.0);
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{3}, std::int64_t{17}, std::int64_t{100},
+                               std::int64_t{1001}, std::int64_t{4099}}) {
+    CAPTURE(n);
+    const auto v = random_values<T>(static_cast<std::size_t>(n + 3), 31, -3, 3);
+    // oracle: long double over the exact squares of the values
+    long double want = 0;
+    for (std::int64_t j = 0; j < n; ++j) want += static_cast<long double>(v[j]) * static_cast<long double>(v[j]);
+    const double got = sum_squares_kernel<T>()(v.data(), n);
+    // every term is >= 0, so any order of n double additions is within gamma_n of the sum
+    const long double eps = std::numeric_limits<double>::epsilon() / 2;
+    CHECK(std::fabs(static_cast<long double>(got) - want) <= (n * eps / (1 - n * eps)) * want);
+    // integers: every partial sum is exact, whatever the order
+    std::vector<T> ints(static_cast<std::size_t>(n));
+    long long exact = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      ints[j] = static_cast<T>(j % 7 - 3);
+      exact += static_cast<long long>(j % 7 - 3) * (j % 7 - 3);
+    }
+    CHECK(sum_squares_kernel<T>()(ints.data(), n) == static_cast<double>(exact));
+    // the same values at other addresses (1 to 3 elements further): the same bits
+    for (int shift = 1; shift <= 3; ++shift) {
+      std::vector<T> moved(static_cast<std::size_t>(n + shift));
+      std::copy(v.begin(), v.begin() + n, moved.begin() + shift);
+      const double again = sum_squares_kernel<T>()(moved.data() + shift, n);
+      CHECK(std::memcmp(&again, &got, sizeof got) == 0);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("scale_array equals its scalar loop bitwise", "[elementwise][clip]", float, double) {
+  using T = TestType;
+  for (const std::int64_t n : kCols) {
+    CAPTURE(n);
+    auto got = random_values<T>(static_cast<std::size_t>(n), 32, -2, 2);
+    std::vector<T> want = got;
+    const T c = T(0.3713);
+    for (auto& w : want) w *= c;
+    scale_array_kernel<T>()(got.data(), c, n);
+    CHECK(same_bits(got.data(), want.data(), got.size()));
   }
 }
 

@@ -316,6 +316,22 @@ TEMPLATE_TEST_CASE("dispatched add_arrays follows its formula", "[dispatch]", fl
   CHECK(bad == 0);
 }
 
+TEMPLATE_TEST_CASE("dispatched sum_squares and scale_array follow their formulas", "[dispatch]", float, double) {
+  using T = TestType;
+  const std::int64_t n = 77;
+  const auto a = random_dense<T>(1, n, 43);
+  INFO("on " << kernel_arch());
+  long double want = 0;
+  for (std::int64_t j = 0; j < n; ++j) want += static_cast<long double>(a(0, j)) * a(0, j);
+  const double got = detail::sum_squares_kernel<T>()(a.row(0), n);
+  CHECK(std::fabs(static_cast<long double>(got) - want) <= 1e-14L * want);
+  std::vector<T> scaled(a.row(0), a.row(0) + n);
+  detail::scale_array_kernel<T>()(scaled.data(), T(0.5), n);
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < n; ++j) bad += scaled[j] != a(0, j) * T(0.5);
+  CHECK(bad == 0);
+}
+
 TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {
   // One float case on each target in turn, then back to the one this run was asked for.
   const auto W = random_matrix<float, std::int32_t>(96, 300, 0.1, 7, 0.1, 0.1);

@@ -13,9 +13,10 @@
 // Dispatched (the lists SPRIG_DETAIL_SPARSE_KERNELS and SPRIG_DETAIL_DENSE_KERNELS below):
 // spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every (T, Index) pair, the
 // column blocks SparseLinear groups its rows for, the narrow dense kernels (a classifier's
-// head), the optimizers' element-wise updates (AdamW, SGD), LayerNorm's column passes and the
-// residual add (elementwise.hpp). The other kernels (block-sparse, the portable GEMM, GELU, the
-// bias passes) run on the architecture of the translation unit that calls them.
+// head), the optimizers' element-wise updates (AdamW, SGD), LayerNorm's column passes, the
+// residual add and gradient clipping's two passes (elementwise.hpp). The other kernels
+// (block-sparse, the portable GEMM, GELU, the bias passes) run on the architecture of the
+// translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
 // target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
@@ -95,6 +96,10 @@ template <class A, class T>
 void layer_norm_dy_xhat_on(const T* x, const T* dy, const T* mean, const T* rstd, T* out, std::int64_t n);
 template <class A, class T>
 void add_arrays_on(const T* a, const T* b, T* y, std::int64_t n);
+template <class A, class T>
+double sum_squares_on(const T* p, std::int64_t n);
+template <class A, class T>
+void scale_array_on(T* p, T c, std::int64_t n);
 
 // The dispatched kernels, one line each: X(name) for the kernel name##_on declared above.
 // Adding a kernel: declare its name##_on, add it here, and include its header in
@@ -104,7 +109,8 @@ void add_arrays_on(const T* a, const T* b, T* y, std::int64_t n);
 // clang-format off
 #define SPRIG_DETAIL_DENSE_KERNELS(X)                                                          \
   X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)   \
-  X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)
+  X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)      \
+  X(sum_squares) X(scale_array)
 // clang-format on
 
 // One target's sparse kernels for one (T, Index) pair: a pointer per kernel, named as it.

@@ -11,6 +11,8 @@
 //                         m2[j] = (1/d) sum_i g[i] dY[i, j] xhat[i, j] (sums in double, rounded to T)
 //   layer_norm_dy_xhat    out[j] = dY[j] ((x[j] - mean[j]) rstd[j]), one row (dgain's terms)
 //   add_arrays            y[j] = a[j] + b[j], one row (y may be a or b)
+//   sum_squares           the sum of double(p[j])^2 over j in [0, n), in double
+//   scale_array           p[j] = p[j] * c (clipping's scale)
 //
 // nn/layer_norm.hpp and nn/residual.hpp state the layers; these are their inner loops.
 // Layout: the LayerNorm kernels walk strips of columns (a few registers wide) down all d rows,
@@ -23,6 +25,11 @@
 // Rounding against a plain scalar loop: the variance sum and the dX and Y formulas use fused
 // multiply-adds where the architecture has them (xsimd::fma / fnma; emulated by a multiply and an
 // add on SSE2); products of two floats widened to double are exact, so m2's sum is unchanged.
+// sum_squares keeps 4 T registers' worth of double accumulators (lane k of register r sums
+// the elements j = k (mod U) of every 4U-element stretch r); the last partial stretch goes
+// through zero-padded registers (adding +0 changes no sum); then the accumulators are added
+// pairwise and the lanes in xsimd's reduce order. So a sum depends on n and on the register
+// width, not on where the array lies in memory. Squares of floats widened to double are exact.
 // Preconditions (not checked): arrays hold what the formulas index, outputs do not overlap
 // inputs (add_arrays: y may be exactly a or b), d >= 1. Complexity O(d n), one thread, no
 // allocation.
@@ -378,6 +385,59 @@ void add_arrays_on(const T* a, const T* b, T* y, std::int64_t n) {
   }
 #endif
   for (; j < n; ++j) y[j] = a[j] + b[j];
+}
+
+template <class A, class T>
+double sum_squares_on(const T* p, std::int64_t n) {
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A> && kSimdFor<double, A>) {
+    using B = xsimd::batch<T, A>;
+    using D = xsimd::batch<double, A>;
+    constexpr std::int64_t U = B::size;
+    constexpr int P = static_cast<int>(U / D::size), R = 4;
+    D acc[R * P];
+    for (auto& a : acc) a = D(0.0);
+    const auto add = [&](const B& v, int r) SPRIG_ALWAYS_INLINE_LAMBDA {
+      D w[P];
+      to_double<A>(v, w);
+      for (int q = 0; q < P; ++q) acc[r * P + q] = xsimd::fma(w[q], w[q], acc[r * P + q]);
+    };
+    std::int64_t j = 0;
+    for (; j + R * U <= n; j += R * U)
+      for (int r = 0; r < R; ++r) add(B::load_unaligned(p + j + r * U), r);
+    for (int r = 0; j < n; ++r, j += U) add(load_part<A>(p + j, std::min(U, n - j)), r);
+    for (int w = R * P / 2; w >= 1; w /= 2)
+      for (int q = 0; q < w; ++q) acc[q] = acc[q] + acc[q + w];
+    return reduce_add(acc[0]);
+  }
+#endif
+  double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const double g0 = p[i], g1 = p[i + 1], g2 = p[i + 2], g3 = p[i + 3];
+    a0 += g0 * g0;
+    a1 += g1 * g1;
+    a2 += g2 * g2;
+    a3 += g3 * g3;
+  }
+  for (; i < n; ++i) {
+    const double g = p[i];
+    a0 += g * g;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+template <class A, class T>
+void scale_array_on(T* p, T c, std::int64_t n) {
+  std::int64_t j = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    using B = xsimd::batch<T, A>;
+    const B cv(c);
+    for (; j + std::int64_t(B::size) <= n; j += B::size) (B::load_unaligned(p + j) * cv).store_unaligned(p + j);
+  }
+#endif
+  for (; j < n; ++j) p[j] *= c;
 }
 
 }  // namespace sprig::detail

@@ -11,7 +11,8 @@
 // read nor written. A dense parameter counts every element. Call it between backward and the
 // optimizer's step.
 //
-// Arithmetic: squares are accumulated in double; the scale is computed in double and rounded
+// Arithmetic: squares are accumulated in double (vectorised: kernels/elementwise.hpp's
+// sum_squares, dispatched); the scale is computed in double and rounded
 // to T once, then every gradient entry is multiplied by it (torch's float32 coefficient
 // likewise). The scale is applied exactly when torch applies it, so a norm in
 // (max_norm - 1e-6, max_norm] is scaled by a factor just below 1.
@@ -45,6 +46,7 @@
 #include "../core/concepts.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
+#include "../kernels/elementwise.hpp"
 #include "../nn/parameter.hpp"
 #include "live_ranges.hpp"
 
@@ -88,23 +90,11 @@ namespace detail {
 inline constexpr std::int64_t kClipChunks = 256;
 inline constexpr std::int64_t kClipChunkMinSlots = 4096;
 
-// sum of double(g)^2 over p[0, n), four interleaved accumulators (a fixed order).
+// sum of double(g)^2 over p[0, n) (kernels/elementwise.hpp: a fixed order for a given n and
+// register width).
 template <Value T>
-double sum_squares(const T* p, std::int64_t n) noexcept {
-  double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const double g0 = p[i], g1 = p[i + 1], g2 = p[i + 2], g3 = p[i + 3];
-    a0 += g0 * g0;
-    a1 += g1 * g1;
-    a2 += g2 * g2;
-    a3 += g3 * g3;
-  }
-  for (; i < n; ++i) {
-    const double g = p[i];
-    a0 += g * g;
-  }
-  return (a0 + a1) + (a2 + a3);
+double sum_squares(const T* p, std::int64_t n) {
+  return sum_squares_kernel<T>()(p, n);
 }
 
 // How many pieces a parameter of `slots` slots over `units` rows or elements is cut into.
@@ -231,8 +221,9 @@ double clip_grad_norm(M& model, double max_norm) {
     using T = typename std::remove_cvref_t<decltype(p)>::value_type;
     const T c = static_cast<T>(coef);
     T* g = p.grad.data();
+    const auto scale = detail::scale_array_kernel<T>();
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t s = b; s < e; ++s) g[s] *= c;
+      scale(g + b, c, e - b);
     });
   });
   return n.norm;
