@@ -15,6 +15,7 @@
 #include "../kernel_test_support.hpp"
 #include "sprig/kernels/dispatch.hpp"
 #include "sprig/kernels/elementwise.hpp"
+#include "sprig/kernels/gelu.hpp"
 #include "sprig/kernels/narrow_dense.hpp"
 #include "sprig/kernels/optimizer_update.hpp"
 #include "sprig/kernels/reference.hpp"
@@ -329,6 +330,29 @@ TEMPLATE_TEST_CASE("dispatched sum_squares and scale_array follow their formulas
   detail::scale_array_kernel<T>()(scaled.data(), T(0.5), n);
   std::int64_t bad = 0;
   for (std::int64_t j = 0; j < n; ++j) bad += scaled[j] != a(0, j) * T(0.5);
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("dispatched gelu passes follow the formula", "[dispatch]", float, double) {
+  using T = TestType;
+  const std::int64_t n = 77;
+  const auto a = random_dense<T>(2, n, 44);  // rows: x, dy
+  INFO("on " << kernel_arch());
+  std::vector<T> y(n), z(a.row(0), a.row(0) + n), y2(n), dx(n);
+  detail::gelu_forward_kernel<T>()(a.row(0), y.data(), n);
+  detail::gelu_keep_derivative_kernel<T>()(z.data(), y2.data(), n);
+  detail::gelu_backward_kernel<T>()(a.row(0), a.row(1), dx.data(), n);
+  std::int64_t bad = 0;
+  const double tol = 16 * static_cast<double>(std::numeric_limits<T>::epsilon());
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double x = a(0, j), u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
+    const double g = 0.5 * x * (1 + t);
+    const double d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    bad += std::fabs(y[j] - g) > tol * (1 + std::fabs(g));
+    bad += y2[j] != y[j];
+    bad += std::fabs(z[j] - d) > tol * (1 + std::fabs(d));
+    bad += std::fabs(dx[j] - a(1, j) * d) > tol * (1 + std::fabs(a(1, j) * d));
+  }
   CHECK(bad == 0);
 }
 

@@ -14,9 +14,9 @@
 // spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every (T, Index) pair, the
 // column blocks SparseLinear groups its rows for, the narrow dense kernels (a classifier's
 // head), the optimizers' element-wise updates (AdamW, SGD), LayerNorm's column passes, the
-// residual add and gradient clipping's two passes (elementwise.hpp). The other kernels
-// (block-sparse, the portable GEMM, GELU, the bias passes) run on the architecture of the
-// translation unit that calls them.
+// residual add and gradient clipping's two passes (elementwise.hpp), and the GELU's row passes
+// (gelu.hpp). The other kernels (block-sparse, the portable GEMM, the bias passes) run on the
+// architecture of the translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
 // target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
@@ -50,7 +50,7 @@
 namespace sprig::detail {
 
 // The kernels on architecture A once their operands are checked (spmm.hpp, spmm_transposed.hpp,
-// sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp, optimizer_update.hpp, elementwise.hpp).
+// sddmm.hpp, sddmm_dx.hpp, narrow_dense.hpp, optimizer_update.hpp, elementwise.hpp, gelu.hpp).
 template <class A, Value T, ColumnIndex Index>
 void spmm_on(const PaddedCSR<T, Index>& W, ConstMatrixView<T> X, MatrixView<T> Y, KernelWorkspace<T>& ws, Update mode,
              const RowEpilogue<T>& epilogue);
@@ -99,6 +99,12 @@ void add_arrays_on(const T* a, const T* b, T* y, std::int64_t n);
 template <class A, class T>
 double sum_squares_on(const T* p, std::int64_t n);
 template <class A, class T>
+void gelu_forward_on(const T* x, T* y, std::int64_t n);
+template <class A, class T>
+void gelu_keep_derivative_on(T* z, T* y, std::int64_t n);
+template <class A, class T>
+void gelu_backward_on(const T* x, const T* dy, T* dx, std::int64_t n);
+template <class A, class T>
 void scale_array_on(T* p, T c, std::int64_t n);
 
 // The dispatched kernels, one line each: X(name) for the kernel name##_on declared above.
@@ -110,7 +116,7 @@ void scale_array_on(T* p, T c, std::int64_t n);
 #define SPRIG_DETAIL_DENSE_KERNELS(X)                                                          \
   X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)   \
   X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)      \
-  X(sum_squares) X(scale_array)
+  X(sum_squares) X(scale_array) X(gelu_forward) X(gelu_keep_derivative) X(gelu_backward)
 // clang-format on
 
 // One target's sparse kernels for one (T, Index) pair: a pointer per kernel, named as it.

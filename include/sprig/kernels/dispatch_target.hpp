@@ -26,6 +26,7 @@
 
 #include "dispatch.hpp"
 #include "elementwise.hpp"
+#include "gelu.hpp"
 #include "narrow_dense.hpp"
 #include "optimizer_update.hpp"
 #include "sddmm.hpp"
