@@ -43,19 +43,31 @@
 // one through its stand-in over the block grid, SparseLayerRef::blocks), in model order, with
 // position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
 // last forward (LN1's output, the attention output, LN2's output, the GELU output) and
-// output_grad = the dY it got in the last backward. Each sparse layer's dY lives in a buffer
-// of its own (the residual-stream gradient at the point it feeds is kept per block, not
-// overwritten by the blocks below), so the views stay valid and correct after backward() until
-// the next forward; a dense projection's dY lives in a scratch buffer shared by the blocks.
+// output_grad = the dY it got in the last backward (an empty view after a forward that no
+// backward has followed yet). The views stay valid and correct after backward() until the
+// next forward. proj's and fc_proj's dY are the residual-stream gradients a block keeps
+// anyway; qkv's and fc's dY are written to a spare buffer of the model, and where that layer
+// is sparse, backward then swaps the spare with the block's qkv_out or fc_out: once the
+// attention core's backward has read Q, K, V (and fc_proj's backward gelu'), those
+// activations are dead, so their memory keeps the dY for DST and the dead buffer becomes the
+// spare of the next block. A sparse model thus holds no dY buffer per layer, only the two
+// spares a dense one has; the price is that backward consumes the forward's Q, K, V and
+// gelu' of sparse layers, so it runs once per forward (a second call throws).
 //
 // Buffers: every activation and gradient is a Matrix<T> member with Sequential's
 // activation_stride, reshaped only when batch * seq_len changes: a steady-state step (same
-// N, no topology change) allocates nothing. Per block the model keeps 8 activations (LN1
-// out, QKV out, attention out, the residual after attention, LN2 out, fc's output, the GELU
-// output, the residual after the FFN) and 2 residual gradients, plus qkv's and fc's dY for
-// sparse ones. fc's output buffer holds gelu'(fc's output) after forward
+// N, no topology change) allocates nothing (the swaps move buffers, never allocate). Per
+// block the model keeps 8 activations (LN1 out, QKV out, attention out, the residual after
+// attention, LN2 out, fc's output, the GELU output, the residual after the FFN) and 2
+// residual gradients. fc's output buffer holds gelu'(fc's output) after forward
 // (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
 // to its dX (FusedActivation::gelu): no separate GELU backward pass.
+//
+// What lives from forward to backward: per block the 8 activations and the attention core's
+// probability cache (nn/attention.hpp), the embeddings' output, LN_f's output and the logits;
+// each sparse projection's own caches (its W^T). Within backward only: the 2 residual
+// gradients per block, the two spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N]
+// scratch gradients and the shared packing buffer.
 //
 // Scratch: the model owns one ModelScratch (nn/model_scratch.hpp), handed to every sparse
 // projection when it is built: one packing buffer for the kernels of all of them, sized by
@@ -65,17 +77,19 @@
 // it is safe and gives the same bits as private buffers.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
-// per block, (8 d_model + 2 d_ff) x N activation values and at most (5 d_model + d_ff) x N
-// gradient values (2 d_model x N with qkv and fc dense). Threads: every layer gives the same
-// bits for any OpenMP thread count (Linear on a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the
-// model does. One model serves one thread at a time.
+// per block, (8 d_model + 2 d_ff) x N activation values and 2 d_model x N gradient values,
+// and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
+// are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
+// a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
+// thread at a time.
 //
 // Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible
 // by heads, densities.size() not 0 or layers, a density outside (0, 1], a padding_ratio or
 // growth_reserve outside [0, 64]; from forward, before any layer runs, ArgumentError for
 // batch < 1, seq_len outside [1, block_size] or a token id outside [0, vocab) (naming the id
 // and its position), ShapeError for tokens.size() != batch * seq_len; ArgumentError from
-// output_grad() and backward() without a successful forward. Layers' own errors pass through.
+// output_grad() and backward() without a successful forward, and from a second backward()
+// after one forward. Layers' own errors pass through.
 #pragma once
 
 #include <type_traits>
@@ -222,7 +236,7 @@ public:
   // forward succeeds.
   ConstMatrixView<T> forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq_len) {
     constexpr const char* fn = "GPT::forward";
-    forwarded_ = false;
+    forwarded_ = backward_started_ = backward_done_ = false;
     if (batch < 1) throw ArgumentError(detail::message(fn, ": batch ", batch, " must be >= 1"));
     if (seq_len < 1) throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " must be >= 1"));
     if (seq_len > config_.block_size)
@@ -274,34 +288,46 @@ public:
     return dlogits_.view();
   }
 
-  // Back-propagates output_grad() through the model, overwriting every parameter's gradient.
-  // Precondition: the tokens of the last forward are alive and unchanged. Throws
-  // ArgumentError without a successful forward, and what a layer throws (ShapeError for a
-  // sparse layer whose topology changed without weight.apply).
+  // Back-propagates output_grad() through the model, overwriting every parameter's gradient,
+  // and leaves each sparse layer's dY where sparse_layers() shows it (see the top). Once per
+  // forward: it consumes the activations the dY replace. Precondition: the tokens of the last
+  // forward are alive and unchanged. Throws ArgumentError without a successful forward or
+  // when backward has already run (or thrown) since it, and what a layer throws (ShapeError
+  // for a sparse layer whose topology changed without weight.apply; then call forward again).
   void backward() {
     if (!forwarded_) throw ArgumentError("GPT::backward: call forward first (no successful forward yet)");
+    if (backward_started_)
+      throw ArgumentError(
+          "GPT::backward: backward already ran after the last forward (it keeps the sparse layers' output "
+          "gradients in activations it has consumed); call forward again first");
+    backward_started_ = true;
     const std::int64_t d = config_.d_model;
     head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view());
     ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
-      const MatrixView<T> d_fc = dy_buffer(b, GPTProjection::fc).view();
-      const MatrixView<T> d_qkv = dy_buffer(b, GPTProjection::qkv).view();
-      run_backward(b.fc_proj, b.gelu_out.view(), b.g_out.view(), d_fc, FusedActivation::gelu, b.fc_out.view());
-      run_backward(b.fc, b.ln2_out.view(), d_fc, scratch_a_.view());
+      run_backward(b.fc_proj, b.gelu_out.view(), b.g_out.view(), spare_fc_.view(), FusedActivation::gelu,
+                   b.fc_out.view());
+      // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
+      if (is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
+      run_backward(b.fc, b.ln2_out.view(), dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view());
       run_backward(b.proj, b.att_out.view(), b.g_mid.view(), scratch_a_.view());
       const ConstMatrixView<T> qkv = b.qkv_out.view();
+      const MatrixView<T> d_qkv = spare_qkv_.view();
       const std::int64_t n = qkv.cols();
       b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
                       d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
-      run_backward(b.qkv, b.ln1_out.view(), d_qkv, scratch_a_.view());
+      // qkv_out (Q, K, V) is dead now: the same for a sparse qkv's dY
+      if (is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
+      run_backward(b.qkv, b.ln1_out.view(), dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
     }
     tok_.backward(tokens_, g_in_.view());
     pos_.backward(seq_len_, g_in_.view());
+    backward_done_ = true;
   }
 
   // Calls fn(SparseParameter<T, Index>&) or fn(DenseParameter<T>&) for every parameter in the
@@ -317,8 +343,9 @@ public:
   }
 
   // One SparseLayerRef per sparse projection, in model order (see the top: position = 4 * block +
-  // j); views of the last forward's inputs and the last backward's output gradients, empty
-  // before the first forward, valid until the next forward. O(layers); allocates the vector.
+  // j); views of the last forward's inputs and of the output gradients of the backward that
+  // followed it (inputs empty before the first forward, output gradients empty until that
+  // backward has finished), valid until the next forward. O(layers); allocates the vector.
   std::vector<SparseLayerRef<T, Index>> sparse_layers() {
     std::vector<SparseLayerRef<T, Index>> out;
     for (std::size_t l = 0; l < blocks_.size(); ++l) {
@@ -326,7 +353,8 @@ public:
       for (std::size_t j = 0; j < 4; ++j) {
         const auto which = static_cast<GPTProjection>(j);
         if (auto* s = std::get_if<SparseLayer>(&projection_of(b, which))) {
-          const ConstMatrixView<T> in = input_buffer(b, which).view(), dy = dy_buffer(b, which).view();
+          const ConstMatrixView<T> in = input_buffer(b, which).view();
+          const ConstMatrixView<T> dy = backward_done_ ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
           if constexpr (requires { s->topology_stand_in(); })
             out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in, dy, s});
           else
@@ -370,11 +398,11 @@ public:
     for (const Block& b : blocks_) {
       bytes += b.attn.memory_bytes();
       for (const Matrix<T>* m : {&b.ln1_out, &b.qkv_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.fc_out, &b.gelu_out,
-                                 &b.x_out, &b.g_mid, &b.g_out, &b.d_qkv, &b.d_fc})
+                                 &b.x_out, &b.g_mid, &b.g_out})
         bytes += m->memory_bytes();
     }
     for (const Matrix<T>* m :
-         {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &shared_dqkv_, &shared_dfc_})
+         {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_})
       bytes += m->memory_bytes();
     return bytes + scratch_.memory_bytes();
   }
@@ -403,12 +431,11 @@ private:
     LayerNorm<T> ln1, ln2;
     CausalSelfAttention<T> attn;
     Projection qkv, proj, fc, fc_proj;
-    // activations of the last forward (fc_out holds gelu' of fc's output)
+    // activations of the last forward (fc_out holds gelu' of fc's output); after backward,
+    // qkv_out and fc_out hold a sparse qkv's and fc's dY instead (see backward)
     Matrix<T> ln1_out, qkv_out, att_out, x_mid, ln2_out, fc_out, gelu_out, x_out;
     // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
     Matrix<T> g_mid, g_out;
-    // qkv's and fc's dY, when that layer is sparse (else the model's shared scratch)
-    Matrix<T> d_qkv, d_fc;
   };
 
   static GPTConfig checked_config(const GPTConfig& c) {
@@ -453,11 +480,12 @@ private:
       default: return b.gelu_out;
     }
   }
+  // (qkv's and fc's: where backward leaves them, once it has passed that layer)
   Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
     switch (which) {
-      case GPTProjection::qkv: return is_sparse(b.qkv) ? b.d_qkv : shared_dqkv_;
+      case GPTProjection::qkv: return is_sparse(b.qkv) ? b.qkv_out : spare_qkv_;
       case GPTProjection::proj: return b.g_mid;
-      case GPTProjection::fc: return is_sparse(b.fc) ? b.d_fc : shared_dfc_;
+      case GPTProjection::fc: return is_sparse(b.fc) ? b.fc_out : spare_fc_;
       default: return b.g_out;
     }
   }
@@ -484,27 +512,18 @@ private:
   // Shapes every buffer for N columns (a no-op when N is unchanged).
   void shape_buffers(std::int64_t n) {
     const std::int64_t d = config_.d_model, f = config_.d_ff, v = config_.vocab;
-    bool dense_qkv = false, dense_fc = false;
     for (Block& b : blocks_) {
       for (Matrix<T>* m : {&b.ln1_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.x_out, &b.g_mid, &b.g_out})
         reshape(*m, d, n);
       reshape(b.qkv_out, 3 * d, n);
       reshape(b.fc_out, f, n);
       reshape(b.gelu_out, f, n);
-      if (is_sparse(b.qkv))
-        reshape(b.d_qkv, 3 * d, n);
-      else
-        dense_qkv = true;
-      if (is_sparse(b.fc))
-        reshape(b.d_fc, f, n);
-      else
-        dense_fc = true;
     }
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
     reshape(dlogits_, v, n);
-    if (dense_qkv) reshape(shared_dqkv_, 3 * d, n);
-    if (dense_fc) reshape(shared_dfc_, f, n);
+    reshape(spare_qkv_, 3 * d, n);
+    reshape(spare_fc_, f, n);
   }
 
   // fn(param) over every parameter of `self` (GPT or const GPT) in the documented order.
@@ -559,13 +578,17 @@ private:
   Matrix<T> x0_;       // embeddings: the residual stream entering block 0
   Matrix<T> lnf_out_;  // LN_f's output, the head's input
   Matrix<T> logits_, dlogits_;
-  Matrix<T> scratch_a_, scratch_b_;     // [d x N] gradients used within one layer's backward
-  Matrix<T> g_in_;                      // gradient at x0 (the embeddings' dY)
-  Matrix<T> shared_dqkv_, shared_dfc_;  // dY of dense qkv / fc projections
+  Matrix<T> scratch_a_, scratch_b_;  // [d x N] gradients used within one layer's backward
+  Matrix<T> g_in_;                   // gradient at x0 (the embeddings' dY)
+  // qkv's and fc's dY while backward runs; swapped with a block's dead qkv_out / fc_out
+  // where that layer is sparse (see backward)
+  Matrix<T> spare_qkv_, spare_fc_;
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;
   bool forwarded_ = false;
-  ModelScratch<T> scratch_;  // the sparse projections' packing buffer (see the top)
+  bool backward_started_ = false;  // since the last forward (a second backward throws)
+  bool backward_done_ = false;     // and finished: sparse_layers() shows the dY
+  ModelScratch<T> scratch_;        // the sparse projections' packing buffer (see the top)
 };
 
 }  // namespace sprig
