@@ -30,6 +30,16 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "in 4x4 blocks.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
+  # Every other block shape the block kernels are built for: 2 steps, RigL updating the block
+  # grid at each (--delta-t 1), validation and sampling in that shape.
+  foreach(_shape IN ITEMS 1x4 4x1 8x1 8x8 16x1)
+    add_test(NAME example:char_gpt_blocks_${_shape}
+             COMMAND char_gpt --layers 2 --heads 2 --d-model 32 --d-ff 64 --block 32 --batch 4 --eval-windows 8
+                     --threads 1 --attn-sparsity 0.5 --ffn-sparsity 0.8 --algorithm rigl --delta-t 1 --sample 8
+                     --weight-blocks ${_shape} --steps 2 --eval-every 1)
+    set_tests_properties(example:char_gpt_blocks_${_shape} PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "in ${_shape} blocks.*topology: rigl.*topology updates: [1-9].*RESULT val_loss=[0-9.]+ ms_per_step=")
+  endforeach()
   # The key/value cache draws the same characters as the full window per token, past the
   # block size too (--sample 80 > --block 32), greedy and at temperature 0.8 (the default).
   sprig_example_script_test(char_gpt_sample_cache char_gpt sample_cache_matches

@@ -535,8 +535,9 @@ int program(int argc, char** argv) {
       ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
   app.add_option("--weight-blocks", cfg.weight_blocks,
-                 "Sparse projections in dense RxC blocks: 4x4 or 8x8 (32-bit indices; DST on the block grid)")
-      ->check(CLI::IsMember({"4x4", "8x8"}));
+                 "Sparse projections in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices; DST on "
+                 "the block grid)")
+      ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   examples::name_failures(app, "char_gpt");
@@ -562,8 +563,15 @@ int program(int argc, char** argv) {
   ranks = &processes.comm();
   if (!cfg.weight_blocks.empty()) {
     using I = std::int32_t;
-    if (cfg.weight_blocks == "4x4") return run<I, sprig::BlockSparseLinear<T, I, 4, 4>>(cfg);
-    return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
+    using sprig::BlockSparseLinear;
+    const std::string& b = cfg.weight_blocks;
+    if (b == "1x4") return run<I, BlockSparseLinear<T, I, 1, 4>>(cfg);
+    if (b == "4x1") return run<I, BlockSparseLinear<T, I, 4, 1>>(cfg);
+    if (b == "4x4") return run<I, BlockSparseLinear<T, I, 4, 4>>(cfg);
+    if (b == "8x1") return run<I, BlockSparseLinear<T, I, 8, 1>>(cfg);
+    if (b == "8x8") return run<I, BlockSparseLinear<T, I, 8, 8>>(cfg);
+    if (b == "16x1") return run<I, BlockSparseLinear<T, I, 16, 1>>(cfg);
+    throw sprig::ArgumentError("char_gpt: --weight-blocks " + b + " is not a block shape it is built for");
   }
   return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
 }
