@@ -16,6 +16,19 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
   add_test(NAME bench:gpt_step_smoke
            COMMAND gpt_step --layers 2 --heads 2 --d-model 32 --d-ff 128 --block 16 --batch 2 --threads 1
                    --warmup 1 --steps 2 --index-bits 16 --csv ${CMAKE_CURRENT_BINARY_DIR}/gpt_step_smoke.csv)
+  # every block shape: the all-sparse variant in each (2 timed steps), one of them profiled
+  add_test(NAME bench:gpt_step_blocks_smoke
+           COMMAND gpt_step --layers 2 --heads 2 --d-model 32 --d-ff 128 --block 16 --batch 2 --threads 1
+                   --warmup 1 --steps 2 --variants all --weight-blocks 1x4,4x1,4x4,8x1,8x8,16x1 --profile all/16x1)
+  set_tests_properties(bench:gpt_step_blocks_smoke PROPERTIES PASS_REGULAR_EXPRESSION
+    "all/1x4 .*1x4 blocks.*all/4x1 .*all/4x4 .*all/8x1 .*all/8x8 .*all/16x1 .*Profile: all/16x1 \\(attn 70% \\+ FFN 90% sparse, 16x1 blocks\\)")
+  # a shape the block kernels are not built for is an error that names it and the ones they are
+  add_test(NAME bench:gpt_step_bad_block_shape COMMAND gpt_step --layers 1 --weight-blocks 4x4,3x3)
+  set_tests_properties(bench:gpt_step_bad_block_shape PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "gpt_step: --weight-blocks 3x3: not a block shape \\(1x4, 4x1, 4x4, 8x1, 8x8 or 16x1\\)")
+  add_test(NAME bench:gpt_step_bad_block_variant COMMAND gpt_step --layers 1 --variants all/2x2)
+  set_tests_properties(bench:gpt_step_bad_block_variant PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "gpt_step: variant 'all/2x2': '2x2' is not a block shape")
 else()
   message(STATUS "sprig: gpt_step skipped (needs CLI11, OpenMP and the OpenMP build of OpenBLAS)")
 endif()

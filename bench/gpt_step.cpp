@@ -6,6 +6,7 @@
 //   gpt_step                                   # mini40m, 1 and 2 threads, table on stdout
 //   gpt_step --csv gpt_step.csv                # also CSV rows (steps and phases)
 //   gpt_step --threads 2 --variants all --steps 10 --index-bits 32
+//   gpt_step --threads 1 --variants dense,all --weight-blocks 4x4,8x8   # all-sparse also in blocks
 //
 // Config (default mini40m, the reference library's speed gate): 8 layers, 10 heads, d_model
 // 640, d_ff 2560, block 128, batch 8, vocabulary 65; --layers, --heads, --d-model, --d-ff,
@@ -14,6 +15,11 @@
 // and all (attention at --attn-sparsity 0.7 and the FFN at --ffn-sparsity), uniform over the
 // chosen layers (models::build_gpt); embeddings, layer norms and the head stay dense. Sparse
 // projections store --index-bits 16 (default; d_ff 2560 fits) or 32-bit column indices.
+// --weight-blocks S[,S...] (1x4, 4x1, 4x4, 8x1, 8x8, 16x1) runs every sparse variant in
+// --variants once more per shape, its sparse projections BlockSparseLinear in dense RxC blocks
+// (32-bit indices, the same sparsity over the block grid; models::build_block_gpt), named
+// "<variant>/<shape>" (all/8x8) in the table, the CSV and --profile; --variants takes such
+// names too.
 // The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
 // never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
 // the matrices; clip_grad_norm to 1.0 before every step.
@@ -51,6 +57,7 @@
 // and the head run OpenBLAS (OpenMP build), whose sums may depend on the thread count.
 #include <sprig/models/gpt.hpp>
 #include <sprig/nn/attention.hpp>
+#include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gelu.hpp>
 #include <sprig/nn/gpt.hpp>
 #include <sprig/nn/layer_norm.hpp>
@@ -83,6 +90,8 @@
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "block_shapes.hpp"
 
 namespace {
 
@@ -173,23 +182,48 @@ struct Options {
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::uint64_t seed = 1;
   std::string csv;
+  std::vector<std::string> weight_blocks;  // block shapes the sparse variants run in too
 };
 
 struct Variant {
   std::string name;
   double attn = 0, ffn = 0;
+  std::string blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
   std::string label() const {
     if (attn == 0 && ffn == 0) return "dense";
-    return "attn " + fmt("%.0f%%", 100 * attn) + " + FFN " + fmt("%.0f%%", 100 * ffn) + " sparse";
+    return "attn " + fmt("%.0f%%", 100 * attn) + " + FFN " + fmt("%.0f%%", 100 * ffn) + " sparse" +
+           (blocks.empty() ? "" : ", " + blocks + " blocks");
   }
   std::string title() const { return name == "dense" ? name : name + " (" + label() + ")"; }
+  int index_bits(const Options& o) const { return blocks.empty() ? o.index_bits : 32; }
 };
 
+constexpr const char* kShapes = "1x4, 4x1, 4x4, 8x1, 8x8 or 16x1";
+
+bool is_block_shape(const std::string& shape) {
+  return sprig_bench::with_block_shape(shape, []<int, int>() {});
+}
+
+// "dense", "ffn", "all", or "ffn/RxC", "all/RxC" for a block shape.
 Variant variant_of(const std::string& name, const Options& o) {
-  if (name == "dense") return {name, 0.0, 0.0};
-  if (name == "ffn") return {name, 0.0, o.ffn_sparsity};
-  if (name == "all") return {name, o.attn_sparsity, o.ffn_sparsity};
-  throw std::invalid_argument("unknown variant '" + name + "' (dense, ffn or all)");
+  const auto slash = name.find('/');
+  const std::string base = name.substr(0, slash);
+  Variant v;
+  if (base == "dense")
+    v = {name, 0.0, 0.0, ""};
+  else if (base == "ffn")
+    v = {name, 0.0, o.ffn_sparsity, ""};
+  else if (base == "all")
+    v = {name, o.attn_sparsity, o.ffn_sparsity, ""};
+  else
+    throw std::invalid_argument("unknown variant '" + name + "' (dense, ffn or all, the sparse ones optionally /RxC)");
+  if (slash != std::string::npos) {
+    v.blocks = name.substr(slash + 1);
+    if (base == "dense") throw std::invalid_argument("variant '" + name + "': the dense variant has no blocks");
+    if (!is_block_shape(v.blocks))
+      throw std::invalid_argument("variant '" + name + "': '" + v.blocks + "' is not a block shape (" + kShapes + ")");
+  }
+  return v;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -295,10 +329,10 @@ struct Batches {
   }
 };
 
-template <class Index>
+template <class Index, class SparseLayer>
 class Profiler {
 public:
-  using Model = sprig::GPT<T, Index>;
+  using Model = sprig::GPT<T, Index, SparseLayer>;
   using Projection = typename Model::Projection;
 
   explicit Profiler(Model& model) : m_(model) {
@@ -353,7 +387,7 @@ private:
     ph_[static_cast<std::size_t>(p)] += ms_between(t0, Clock::now());
   }
 
-  static bool is_sparse(const Projection& p) { return std::holds_alternative<sprig::SparseLinear<T, Index>>(p); }
+  static bool is_sparse(const Projection& p) { return std::holds_alternative<SparseLayer>(p); }
   Projection& proj(std::size_t l, sprig::GPTProjection j) { return m_.projection(l, j); }
 
   static void reshape(sprig::Matrix<T>& x, std::int64_t rows, std::int64_t cols) {
@@ -477,6 +511,8 @@ private:
               using L = std::decay_t<decltype(layer)>;
               if constexpr (std::is_same_v<L, sprig::Linear<T>>)
                 return static_cast<double>(layer.in_features() * layer.out_features());
+              else if constexpr (requires { layer.weight.matrix.nnz_blocks(); })  // entries of live blocks
+                return static_cast<double>(layer.weight.matrix.nnz_blocks()) * L::kBlockRows * L::kBlockCols;
               else
                 return static_cast<double>(layer.weight.matrix.nnz());
             },
@@ -519,7 +555,8 @@ struct Result {
   double max() const { return *std::max_element(step_ms.begin(), step_ms.end()); }
 };
 
-template <class Index>
+// SparseLayer: SparseLinear<T, Index> (unstructured) or a BlockSparseLinear<T, Index, R, C>.
+template <class Index, class SparseLayer>
 std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& data) {
   sprig::models::GPTSpec spec;
   spec.config = {.layers = o.layers,
@@ -531,7 +568,12 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
   spec.attn_sparsity = v.attn;
   spec.ffn_sparsity = v.ffn;
   spec.seed = o.seed;
-  sprig::GPT<T, Index> model = sprig::models::build_gpt<T, Index>(spec);
+  sprig::GPT<T, Index, SparseLayer> model = [&] {
+    if constexpr (std::is_same_v<SparseLayer, sprig::SparseLinear<T, Index>>)
+      return sprig::models::build_gpt<T, Index>(spec);
+    else
+      return sprig::models::build_block_gpt<T, Index, SparseLayer::kBlockRows, SparseLayer::kBlockCols>(spec);
+  }();
   sprig::AdamW<T> opt({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = o.weight_decay});
   sprig::SoftmaxCrossEntropy<T> ce;
   T loss = 0;
@@ -567,7 +609,7 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
     r.activation_bytes = model.memory_bytes() - r.pm.weights - r.pm.optimizer_state - r.pm.gradients - r.scratch_bytes;
     r.peak_rss_bytes = peak_rss_bytes();
     if (profile) {
-      Profiler<Index> p(model);
+      Profiler<Index, SparseLayer> p(model);
       r.profile = p.run(data, o.batch, o.block, opt, o.clip, o.steps, step);
       r.has_profile = true;
     }
@@ -642,18 +684,37 @@ void write_csv(std::ostream& os, const std::vector<Result>& all, const Options& 
   const double tokens = static_cast<double>(o.batch * o.block);
   os << "kind,variant,threads,index_bits,phase,median_ms,min_ms,max_ms,tokens_per_s,weight_bytes,optimizer_state_bytes\n";
   for (const auto& r : all) {
-    os << "step," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",," << fmt("%.3f", r.med()) << ','
+    const int bits = r.variant.index_bits(o);
+    os << "step," << r.variant.name << ',' << r.threads << ',' << bits << ",," << fmt("%.3f", r.med()) << ','
        << fmt("%.3f", r.min()) << ',' << fmt("%.3f", r.max()) << ',' << fmt("%.0f", tokens / (r.med() / 1e3)) << ','
        << r.pm.weights << ',' << r.pm.optimizer_state << '\n';
     if (!r.has_profile) continue;
     for (int ph = 0; ph < kPhases; ++ph)
-      os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",\"" << kPhaseNames[ph] << "\","
+      os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",\"" << kPhaseNames[ph] << "\","
          << fmt("%.3f", r.profile.ms[ph]) << ",,,,,\n";
-    os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",sum of phases,"
+    os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",sum of phases,"
        << fmt("%.3f", r.profile.sum_ms) << ",,,,,\n";
-    os << "phase," << r.variant.name << ',' << r.threads << ',' << o.index_bits << ",model step (interleaved),"
+    os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",model step (interleaved),"
        << fmt("%.3f", r.profile.model_ms) << ",,,,,\n";
   }
+}
+
+// A variant in blocks: 32-bit indices, whatever --index-bits says (one instantiation per shape).
+std::vector<Result> run_block_variant(const Variant& v, const Options& o, Batches& data) {
+  std::vector<Result> res;
+  sprig_bench::with_block_shape(v.blocks, [&]<int R, int C>() {
+    res = run_variant<std::int32_t, sprig::BlockSparseLinear<T, std::int32_t, R, C>>(v, o, data);
+  });
+  return res;
+}
+
+// The variants to run: --variants, then each sparse one in every --weight-blocks shape.
+std::vector<std::string> variant_names(const Options& o) {
+  std::vector<std::string> names = o.variants;
+  for (const std::string& shape : o.weight_blocks)
+    for (const std::string& name : o.variants)
+      if (name == "ffn" || name == "all") names.push_back(name + "/" + shape);
+  return names;
 }
 
 template <class Index>
@@ -661,12 +722,14 @@ int run(const Options& o, int argc, char** argv) {
   Batches data(o.batch * o.block, o.vocab, o.seed);
   const std::string load_at_start = load_average();
   std::vector<Result> all;
-  for (const std::string& name : o.variants) {
+  for (const std::string& name : variant_names(o)) {
     data.next = 0;  // every variant sees the same batches in the same order
-    auto res = run_variant<Index>(variant_of(name, o), o, data);
+    const Variant v = variant_of(name, o);
+    auto res = v.blocks.empty() ? run_variant<Index, sprig::SparseLinear<T, Index>>(v, o, data)
+                                : run_block_variant(v, o, data);
     all.insert(all.end(), res.begin(), res.end());
   }
-  std::sort(all.begin(), all.end(), [](const Result& a, const Result& b) { return a.threads < b.threads; });
+  std::stable_sort(all.begin(), all.end(), [](const Result& a, const Result& b) { return a.threads < b.threads; });
   std::ostringstream head;
   head << "# gpt_step\n\ncommand:";
   for (int i = 0; i < argc; ++i) head << ' ' << argv[i];
@@ -678,7 +741,7 @@ int run(const Options& o, int argc, char** argv) {
        << load_average() << "\n\nGPT: " << o.layers << " layers, " << o.heads << " heads, d_model " << o.d_model
        << ", d_ff " << o.d_ff << ", block " << o.block << ", batch " << o.batch << ", vocabulary " << o.vocab
        << "; fp32, sparse projections with " << o.index_bits
-       << "-bit column indices (uniform sparsity); AdamW (0.9, 0.99)"
+       << "-bit column indices (uniform sparsity; in blocks: 32-bit); AdamW (0.9, 0.99)"
        << " lr " << o.lr << " weight decay " << o.weight_decay << ", clip " << o.clip << "; " << o.warmup
        << " warm-up + " << o.steps << " timed steps per variant and thread count\n\n";
   std::cout << head.str();
@@ -696,7 +759,8 @@ int run(const Options& o, int argc, char** argv) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"gpt_step: one GPT training step, dense against sparse, with a phase profile"};
-  app.add_option("--variants", o.variants, "dense, ffn (FFN sparse) and/or all (attention + FFN sparse)")
+  app.add_option("--variants", o.variants,
+                 "dense, ffn (FFN sparse) and/or all (attention + FFN sparse); ffn/RxC, all/RxC: in RxC blocks")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--profile", o.profile, "variants to profile phase by phase (empty: none)")
@@ -725,12 +789,18 @@ int main(int argc, char** argv) {
   app.add_option("--clip", o.clip, "global gradient-norm clipping threshold")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of weights, topology and tokens")->capture_default_str();
   app.add_option("--csv", o.csv, "also write CSV rows (steps and phases) to this file");
+  app.add_option("--weight-blocks", o.weight_blocks,
+                 std::string("block shapes the ffn and all variants also run in (32-bit indices): ") + kShapes)
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.warmup < 1 || o.steps < 1) throw std::invalid_argument("--warmup and --steps must be >= 1");
     for (int t : o.threads)
       if (t < 1) throw std::invalid_argument("thread count " + std::to_string(t) + " must be >= 1");
     if (o.variants.empty()) throw std::invalid_argument("--variants is empty");
+    for (const auto& b : o.weight_blocks)
+      if (!is_block_shape(b))
+        throw std::invalid_argument("--weight-blocks " + b + ": not a block shape (" + kShapes + ")");
     for (const auto& v : o.variants) (void)variant_of(v, o);
     for (const auto& v : o.profile) (void)variant_of(v, o);
     return o.index_bits == 16 ? run<std::int16_t>(o, argc, argv) : run<std::int32_t>(o, argc, argv);
