@@ -1,0 +1,280 @@
+// tests/test_bf16_spmm.cpp — sprig::bf16_spmm (Y = W X) and bf16_spmm_transposed (dX = W^T dY)
+// with bf16 weights (a shadow of W's float values) and bf16 inputs, float or bf16 outputs,
+// against a reference summed in double from the same bf16 values, within the float
+// accumulation bound gamma_{n} * S, n = row_nnz (+1 accumulating), plus one bf16 rounding
+// for bf16 outputs (bf16_sparse_test_support.hpp); reads of live slots only; nothing written
+// outside the output view; bitwise identical for 1 and 2 threads; refresh_bf16_values bit
+// for bit the scalar conversion; shape and overlap errors.
+#include "sprig/kernels/bf16_spmm.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "bf16_sparse_test_support.hpp"
+#include "kernel_test_support.hpp"
+#include "with_threads.hpp"
+
+using namespace sprig;
+namespace st = sprig::test;
+
+namespace {
+
+// Checks out (the kernel's result over out0) against the double reference of op(W) in where
+// op(W)[r, k] has the weights of `entries(r)` = (k, bf16 weight) pairs.
+template <class Out, class Entries>
+st::Mismatches compare(std::int64_t rows, const st::BfOperand<bfloat16>& in, const std::vector<Out>& out0, Update mode,
+                       const st::BfOperand<Out>& out, Entries&& entries) {
+  st::Mismatches m;
+  const std::int64_t B = in.cols();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto e = entries(r);
+    for (std::int64_t b = 0; b < B; ++b) {
+      double want = 0, S = 0;
+      for (const auto& [k, w] : e) {
+        const double p = static_cast<double>(static_cast<float>(w)) * in.at(k, b);
+        want += p;
+        S += std::fabs(p);
+      }
+      double n = static_cast<double>(e.size());
+      if (mode == Update::accumulate) {
+        const double old = static_cast<float>(out0[static_cast<std::size_t>(r * B + b)]);
+        want += old;
+        S += std::fabs(old);
+        n += 1;
+      }
+      double bound = st::float_sum_bound(std::max(n, 1.0), S);
+      if constexpr (std::is_same_v<Out, bfloat16>) bound += std::ldexp(1.0, -8) * (std::fabs(want) + bound);
+      const double got = out.at(r, b);
+      if (!(std::fabs(got - want) <= bound))
+        m.add("out(", r, ", ", b, ") = ", got, ", expected ", want, " (terms ", n, ", sum|terms| ", S, ")");
+    }
+  }
+  return m;
+}
+
+template <ColumnIndex Index>
+std::vector<std::vector<std::pair<std::int64_t, bfloat16>>> rows_of(const PaddedCSR<float, Index>& W,
+                                                                    const std::vector<bfloat16>& shadow,
+                                                                    bool transposed) {
+  std::vector<std::vector<std::pair<std::int64_t, bfloat16>>> out(
+      static_cast<std::size_t>(transposed ? W.cols() : W.rows()));
+  W.for_each_live([&](std::int64_t i, std::int64_t c, float, std::int64_t s) {
+    if (transposed)
+      out[static_cast<std::size_t>(c)].emplace_back(i, shadow[static_cast<std::size_t>(s)]);
+    else
+      out[static_cast<std::size_t>(i)].emplace_back(c, shadow[static_cast<std::size_t>(s)]);
+  });
+  return out;
+}
+
+// Runs one kernel (forward or transposed) on one case with output type Out: the input bf16
+// with NaN around its view, the output NaN (overwrite) or random (accumulate) with a finite
+// guard around it, the shadow NaN at every non-live slot.
+template <ColumnIndex Index, class Out>
+void check_case(const PaddedCSR<float, Index>& W, const st::Case& c, Update mode, bool transposed,
+                KernelWorkspace<float>& ws, TransposeCache<float, Index>& cache) {
+  CounterRng rng(c.seed, transposed ? 0xBF7 : 0xBF1);
+  const std::int64_t in_rows = transposed ? W.rows() : W.cols(), out_rows = transposed ? W.cols() : W.rows();
+  auto shadow = st::shadow_of(W);
+  const auto owner = st::slot_rows(W);
+  for (std::size_t s = 0; s < owner.size(); ++s)
+    if (owner[s] < 0) shadow[s] = st::nan_of<bfloat16>();
+  st::BfOperand<bfloat16> in(in_rows, c.B, c.px, st::nan_of<bfloat16>());
+  in.fill_random(rng);
+  st::BfOperand<Out> out(out_rows, c.B, c.py, static_cast<Out>(-12345.5f));
+  if (mode == Update::overwrite)
+    out.fill(st::nan_of<Out>());
+  else
+    out.fill_random(rng);
+  const std::vector<Out> out0 = out.contents();
+  if (transposed)
+    bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, in.cview(), out.view(), ws, mode);
+  else
+    bf16_spmm(W, std::span<const bfloat16>(shadow), in.cview(), out.view(), ws, mode);
+  const auto entries = rows_of(W, shadow, transposed);
+  const auto m = compare(out_rows, in, out0, mode, out, [&](std::int64_t r) { return entries[r]; });
+  INFO(m.first);
+  CHECK(m.count == 0);
+  CHECK(out.guard_violations() == 0);
+}
+
+template <ColumnIndex Index, class Out>
+void check_random_cases(bool transposed) {
+  KernelWorkspace<float> ws;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
+    const auto W = st::case_matrix<float, Index>(c);
+    TransposeCache<float, Index> cache;
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(c, st::name(mode), transposed);
+      check_case<Index, Out>(W, c, mode, transposed, ws, cache);
+    }
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("bf16_spmm (float Y) matches the reference on random shapes, placements and layouts", "[bf16_spmm]",
+                   std::int16_t, std::int32_t, std::int64_t) {
+  check_random_cases<TestType, float>(false);
+}
+
+TEMPLATE_TEST_CASE("bf16_spmm (bf16 Y) matches the reference on random shapes, placements and layouts", "[bf16_spmm]",
+                   std::int16_t, std::int32_t, std::int64_t) {
+  check_random_cases<TestType, bfloat16>(false);
+}
+
+TEMPLATE_TEST_CASE("bf16_spmm_transposed (float dX) matches the reference on random shapes and layouts", "[bf16_spmm]",
+                   std::int16_t, std::int32_t, std::int64_t) {
+  check_random_cases<TestType, float>(true);
+}
+
+TEMPLATE_TEST_CASE("bf16_spmm_transposed (bf16 dX) matches the reference on random shapes and layouts", "[bf16_spmm]",
+                   std::int16_t, std::int32_t, std::int64_t) {
+  check_random_cases<TestType, bfloat16>(true);
+}
+
+TEST_CASE("bf16_spmm on scrambled matrices and with small column blocks over grouped rows", "[bf16_spmm]") {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed)
+    for (std::int64_t budget : {std::int64_t{64}, std::int64_t{1024}, std::int64_t{1} << 19}) {
+      auto W = st::scrambled_matrix<float, std::int32_t>(40, 70, 0.2, seed);
+      KernelWorkspace<float> ws;
+      ws.column_block_bytes = budget;
+      TransposeCache<float, std::int32_t> cache;
+      for (bool grouped : {false, true}) {
+        if (grouped) W.group_columns(2);
+        for (std::int64_t B : {1, 31, 32, 33, 100, 300})
+          for (Update mode : {Update::overwrite, Update::accumulate})
+            for (bool transposed : {false, true}) {
+              CAPTURE(seed, budget, grouped, B, st::name(mode), transposed);
+              const st::Case c{W.rows(), W.cols(), B, 0.2, st::Placement::strided, st::Placement::unaligned,
+                               true,     seed};
+              check_case<std::int32_t, float>(W, c, mode, transposed, ws, cache);
+              check_case<std::int32_t, bfloat16>(W, c, mode, transposed, ws, cache);
+            }
+      }
+    }
+}
+
+TEST_CASE("bf16_spmm and bf16_spmm_transposed give the same bits on 1 and 2 threads", "[bf16_spmm]") {
+  // Large enough for the kernels to split rows over 2 threads (kParallelMinWork), several panels.
+  for (std::int64_t B : {48, 300, 1030}) {
+    CAPTURE(B);
+    auto W = st::random_matrix<float, std::int32_t>(260, 300, 0.05, 5 + static_cast<std::uint64_t>(B));
+    const auto shadow = st::shadow_of(W);
+    CounterRng rng(21, static_cast<std::uint64_t>(B));
+    st::BfOperand<bfloat16> X(W.cols(), B, st::Placement::unaligned, st::nan_of<bfloat16>());
+    st::BfOperand<bfloat16> dY(W.rows(), B, st::Placement::strided, st::nan_of<bfloat16>());
+    X.fill_random(rng);
+    dY.fill_random(rng);
+    for (Update mode : {Update::overwrite, Update::accumulate}) {
+      CAPTURE(st::name(mode));
+      std::vector<float> y1, y2, dx1, dx2;
+      std::vector<bfloat16> yb1, yb2;
+      for (int threads : {1, 2}) {
+        st::BfOperand<float> Y(W.rows(), B, st::Placement::tight, 0.0f), dX(W.cols(), B, st::Placement::tight, 0.0f);
+        st::BfOperand<bfloat16> Yb(W.rows(), B, st::Placement::tight, bfloat16{});
+        CounterRng orng(3, 3);
+        Y.fill_random(orng);
+        dX.fill_random(orng);
+        Yb.fill_random(orng);
+        KernelWorkspace<float> ws;
+        TransposeCache<float, std::int32_t> cache;
+        sprig_test::with_threads(threads, [&] {
+          bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Y.view(), ws, mode);
+          bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Yb.view(), ws, mode);
+          bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, dY.cview(), dX.view(), ws, mode);
+        });
+        (threads == 1 ? y1 : y2) = Y.contents();
+        (threads == 1 ? yb1 : yb2) = Yb.contents();
+        (threads == 1 ? dx1 : dx2) = dX.contents();
+      }
+      CHECK(st::bitwise_differences_of(y1, y2) == 0);
+      CHECK(st::bitwise_differences_of(yb1, yb2) == 0);
+      CHECK(st::bitwise_differences_of(dx1, dx2) == 0);
+    }
+  }
+}
+
+TEST_CASE("bf16_spmm_transposed follows W's topology changes through its cache", "[bf16_spmm]") {
+  auto W = st::random_matrix<float, std::int32_t>(30, 20, 0.3, 77);
+  TransposeCache<float, std::int32_t> cache;
+  KernelWorkspace<float> ws;
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    if (round > 0) st::scramble(W, 100 + static_cast<std::uint64_t>(round));
+    const st::Case c{W.rows(), W.cols(), 300, 0.3, st::Placement::tight, st::Placement::tight, true, 9};
+    check_case<std::int32_t, float>(W, c, Update::overwrite, true, ws, cache);
+  }
+}
+
+TEST_CASE("refresh_bf16_values rounds every slot as the scalar conversion does", "[bf16_spmm]") {
+  auto W = st::scrambled_matrix<float, std::int32_t>(25, 40, 0.3, 4);
+  auto vals = W.values();
+  // Ties, halfway points, infinities, NaN and subnormals among the values.
+  const float specials[] = {
+      1.00390625f, 1.01171875f, -3.0e38f,           std::numeric_limits<float>::infinity(), 1e-40f, -1e-45f,
+      0.0f,        -0.0f,       st::nan_of<float>()};
+  for (std::size_t k = 0; k < std::size(specials) && k < vals.size(); ++k) vals[k * 3] = specials[k];
+  std::vector<bfloat16> shadow(static_cast<std::size_t>(W.storage_size()));
+  refresh_bf16_values(W, std::span<bfloat16>(shadow));
+  std::int64_t differ = 0;
+  for (std::size_t s = 0; s < shadow.size(); ++s) differ += shadow[s].bits != detail::bfloat16_bits_of(vals[s]);
+  CHECK(differ == 0);
+  CHECK_THROWS_AS(refresh_bf16_values(W, std::span<bfloat16>(shadow).first(shadow.size() - 1)), ShapeError);
+  auto S = W;
+  S.drop_values();
+  CHECK_THROWS_AS(refresh_bf16_values(S, std::span<bfloat16>(shadow)), ArgumentError);
+}
+
+TEST_CASE("bf16_spmm runs on a structure-only W (the weights come from the shadow)", "[bf16_spmm]") {
+  auto W = st::random_matrix<float, std::int32_t>(17, 23, 0.4, 12);
+  const auto shadow = st::shadow_of(W);
+  auto S = W;
+  S.drop_values();
+  CounterRng rng(1, 2);
+  st::BfOperand<bfloat16> X(23, 40, st::Placement::tight, bfloat16{});
+  X.fill_random(rng);
+  st::BfOperand<float> Y1(17, 40, st::Placement::tight, 0.0f), Y2(17, 40, st::Placement::tight, 0.0f);
+  KernelWorkspace<float> ws;
+  bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Y1.view(), ws);
+  bf16_spmm(S, std::span<const bfloat16>(shadow), X.cview(), Y2.view(), ws);
+  CHECK(st::bitwise_differences_of(Y1.contents(), Y2.contents()) == 0);
+}
+
+TEST_CASE("bf16_spmm checks shapes, the shadow's length and overlap", "[bf16_spmm]") {
+  auto W = st::random_matrix<float, std::int32_t>(6, 7, 0.5, 9);
+  const auto shadow = st::shadow_of(W);
+  const std::span<const bfloat16> v(shadow);
+  std::vector<bfloat16> x(7 * 4), dy(6 * 4), yb(6 * 4);
+  std::vector<float> y(6 * 4), dx(7 * 4);
+  KernelWorkspace<float> ws;
+  TransposeCache<float, std::int32_t> cache;
+  const ConstMatrixView<bfloat16> X(x.data(), 7, 4), dY(dy.data(), 6, 4);
+  const MatrixView<float> Y(y.data(), 6, 4), dX(dx.data(), 7, 4);
+  CHECK_THROWS_AS(bf16_spmm(W, v, dY, Y, ws), ShapeError);
+  CHECK_THROWS_AS(bf16_spmm(W, v, X, dX, ws), ShapeError);
+  CHECK_THROWS_AS(bf16_spmm(W, v.first(v.size() - 1), X, Y, ws), ShapeError);
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v, cache, X, dX, ws), ShapeError);
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v.first(1), cache, dY, dX, ws), ShapeError);
+  CHECK_THROWS_WITH(bf16_spmm(W, v, dY, Y, ws), Catch::Contains("sprig::bf16_spmm"));
+  // A bf16 output over its own input.
+  CHECK_THROWS_AS(bf16_spmm(W, v, ConstMatrixView<bfloat16>(yb.data(), 7, 3), MatrixView<bfloat16>(yb.data(), 6, 3),
+                            ws),
+                  ArgumentError);
+  // A float output over the shadow, and over the input.
+  std::vector<float> big(static_cast<std::size_t>(W.storage_size()) + 64);
+  auto* alias = reinterpret_cast<bfloat16*>(big.data());
+  CHECK_THROWS_AS(bf16_spmm(W, std::span<const bfloat16>(alias, static_cast<std::size_t>(W.storage_size())), X,
+                            MatrixView<float>(big.data(), 6, 4), ws),
+                  ArgumentError);
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v, cache, ConstMatrixView<bfloat16>(alias, 6, 4),
+                                       MatrixView<float>(big.data(), 7, 4), ws),
+                  ArgumentError);
+  // Empty outputs are no-ops.
+  CHECK_NOTHROW(bf16_spmm(W, v, ConstMatrixView<bfloat16>(x.data(), 7, 0), MatrixView<float>(y.data(), 6, 0), ws));
+}
