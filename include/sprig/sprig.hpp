@@ -24,6 +24,8 @@
 #include "core/topology_key.hpp"
 
 #include "kernels/bf16_gemm.hpp"
+#include "kernels/bf16_sddmm.hpp"
+#include "kernels/bf16_spmm.hpp"
 #include "kernels/bfloat16_convert.hpp"
 #include "kernels/block_sddmm.hpp"
 #include "kernels/block_spmm.hpp"

@@ -1,7 +1,8 @@
 // sprig/kernels/bf16_paths.hpp — which instruction paths the bf16 kernels may take on this CPU
-// and OS: Bf16GemmPath, path_name, and detail::bf16_gemm_reason (why a path cannot run, empty
-// when it can; probed once per process: CPUID, XCR0 and, for AMX, Linux's grant of the tile
-// state, which the probe asks for). Part of kernels/bf16_gemm.hpp, which states the paths.
+// and OS: Bf16GemmPath, Bf16SddmmPath, path_name, and detail::bf16_gemm_reason (why a path
+// cannot run, empty when it can; probed once per process: CPUID, XCR0 and, for AMX, Linux's
+// grant of the tile state, which the probe asks for). Part of kernels/bf16_gemm.hpp and
+// kernels/bf16_sddmm.hpp, which state their paths.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,15 @@ constexpr const char* path_name(Bf16GemmPath p) noexcept {
     case Bf16GemmPath::amx: return "amx";
   }
   return "?";
+}
+
+// The instruction paths of bf16_sddmm (kernels/bf16_sddmm.hpp): avx512_bf16 runs where
+// bf16_gemm's does (the same probe), portable everywhere.
+enum class Bf16SddmmPath { portable, avx512_bf16 };
+
+// "portable", "avx512_bf16".
+constexpr const char* path_name(Bf16SddmmPath p) noexcept {
+  return p == Bf16SddmmPath::avx512_bf16 ? "avx512_bf16" : "portable";
 }
 
 namespace detail {
