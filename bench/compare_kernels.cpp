@@ -10,6 +10,13 @@
 //   dw   G  = dY X^T    sprig::sddmm (live   | sgemm(dY, X^T)   | (none: Eigen has no SDDMM)
 //                       slots only)
 //
+// With --precision bf16 each configuration also times the bf16 kernels (bf16_spmm,
+// bf16_spmm_transposed, bf16_sddmm on the fastest path here) as implementation "bf16": the
+// same W (its values rounded into a bf16 shadow, refreshed outside the timing, as an optimizer
+// step would), X and dY rounded to bf16, Y and dX written in bf16, dW in float. The summary
+// gives sprig fp32's time over bf16's per configuration: the median of the per-rep ratios
+// (each rep times both back to back) and their range.
+//
 // With --block RxC[,RxC...] each configuration also times the block-sparse kernels
 // (block_spmm, block_spmm_transposed, block_sddmm) on a BlockPaddedCSR at block density =
 // the density, as implementation "RxC", beside the others in the same alternation.
@@ -17,6 +24,8 @@
 // Every configuration times the implementations alternately, rep by rep, and reports the
 // median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
 // 2 * nnz * B for sparse implementations, 2 * M * K * B for dense sgemm.
+#include <sprig/kernels/bf16_sddmm.hpp>
+#include <sprig/kernels/bf16_spmm.hpp>
 #include <sprig/kernels/block_sddmm.hpp>
 #include <sprig/kernels/block_spmm.hpp>
 #include <sprig/kernels/sddmm.hpp>
@@ -240,7 +249,12 @@ int main(int argc, char** argv) {
                  "also time block-sparse kernels with these RxC blocks (1x4,4x1,4x4,8x1,8x8,16x1)")
       ->delimiter(',')
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
+  std::string precision = "fp32";
+  app.add_option("--precision", precision, "fp32 (default), or bf16: also time the bf16 kernels beside fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
+  const bool bf16 = precision == "bf16";
+  if (bf16) std::fprintf(stderr, "bf16 kernels: bf16_sddmm path %s\n", sprig::path_name(sprig::bf16_sddmm_path()));
   std::fprintf(stderr, "sprig kernels: %s\n", sprig::kernel_arch());
   g_cpu_clock = clock == "cpu";
   if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
@@ -272,6 +286,9 @@ int main(int argc, char** argv) {
 #endif
 
   std::vector<Row> rows;
+  // Per-rep ratios sprig fp32 time / bf16 time, by (kernel, M, K, density, B, threads).
+  std::map<std::tuple<std::string, std::int64_t, std::int64_t, double, std::int64_t, int>, std::vector<double>>
+      bf16_ratios;
   auto add = [&](const char* kernel, const Shape& sh, double density, std::int64_t B, int t, const char* impl,
                  double ms, double flops) {
     rows.push_back({kernel, sh.M, sh.K, density, B, t, impl, ms, flops / (ms * 1e6)});
@@ -302,8 +319,12 @@ int main(int argc, char** argv) {
         Ws.setFromTriplets(trip.begin(), trip.end());
         Ws.makeCompressed();
       }
-      sprig::TransposeCache<float, std::int32_t> cache;
+      sprig::TransposeCache<float, std::int32_t> cache, cache_b;
       cache.get(W);  // the topology is fixed: dx times the value refresh, never a rebuild
+      cache_b.sync_topology(W);
+      std::vector<sprig::bfloat16> shadow(static_cast<std::size_t>(W.storage_size()));
+      sprig::refresh_bf16_values(W, std::span<sprig::bfloat16>(shadow));
+      const std::span<const sprig::bfloat16> wb(shadow);
       std::vector<std::unique_ptr<BlockCase>> blocks;
       for (const std::string& name : block_shapes)
         with_block_shape(name, [&]<int R, int C>() {
@@ -313,12 +334,21 @@ int main(int argc, char** argv) {
         sprig::Matrix<float> X(K, B), dY(M, B), Y(M, B), Yd(M, B), dX(K, B), dXd(K, B), Gd(M, K);
         fill_random(X, seed++);
         fill_random(dY, seed++);
-        std::vector<float> grad(static_cast<std::size_t>(W.storage_size()));
+        std::vector<float> grad(static_cast<std::size_t>(W.storage_size())),
+            grad_b(static_cast<std::size_t>(W.storage_size()));
+        // bf16 operands: X and dY rounded, Y and dX bf16 (tight K x B / M x B arrays).
+        std::vector<sprig::bfloat16> Xb(static_cast<std::size_t>(K * B)), dYb(static_cast<std::size_t>(M * B)),
+            Yb(static_cast<std::size_t>(M * B)), dXb(static_cast<std::size_t>(K * B));
+        if (bf16) {
+          sprig::to_bfloat16(std::span<const float>(X.data(), Xb.size()), std::span<sprig::bfloat16>(Xb));
+          sprig::to_bfloat16(std::span<const float>(dY.data(), dYb.size()), std::span<sprig::bfloat16>(dYb));
+        }
+        const sprig::ConstMatrixView<sprig::bfloat16> Xbv(Xb.data(), K, B), dYbv(dYb.data(), M, B);
         const double sparse_flops = 2.0 * double(nnz) * double(B),
                      dense_flops = 2.0 * double(M) * double(K) * double(B);
         for (int t : threads) {
           set_threads(t);
-          sprig::KernelWorkspace<float> ws, ws_t;
+          sprig::KernelWorkspace<float> ws, ws_t, ws_b, ws_bt;
           // Block-sparse implementations of this kernel: (name, function, useful flops).
           struct Extra {
             std::string name;
@@ -339,6 +369,11 @@ int main(int argc, char** argv) {
               if (has_eigen) te.push_back(time_ms(eigen_fn));
               for (std::size_t q = 0; q < extras.size(); ++q) tx[q].push_back(time_ms(extras[q].fn));
             }
+            for (std::size_t q = 0; q < extras.size(); ++q)
+              if (extras[q].name == "bf16")
+                for (int r = 0; r < reps; ++r)
+                  bf16_ratios[{kernel, sh.M, sh.K, density, B, t}].push_back(ts[std::size_t(r)] /
+                                                                             tx[q][std::size_t(r)]);
             add(kernel, sh, density, B, t, "sprig", median(ts), sparse_flops);
             add(kernel, sh, density, B, t, "openblas", median(td), dense_flops);
             if (has_eigen) add(kernel, sh, density, B, t, "eigen", median(te), sparse_flops);
@@ -351,6 +386,22 @@ int main(int argc, char** argv) {
             block_dx.push_back({b->name, [&b, &dY] { b->dx(dY); }, 2.0 * double(b->entries) * double(B)});
             block_dw.push_back({b->name, [&b, &dY, &X] { b->dw(dY, X); }, 2.0 * double(b->entries) * double(B)});
             b->prepare(B);
+          }
+          if (bf16) {
+            const double useful = 2.0 * double(nnz) * double(B);
+            block_fwd.push_back(
+                {"bf16",
+                 [&] { sprig::bf16_spmm(W, wb, Xbv, sprig::MatrixView<sprig::bfloat16>(Yb.data(), M, B), ws_b); },
+                 useful});
+            block_dx.push_back({"bf16",
+                                [&] {
+                                  sprig::bf16_spmm_transposed(W, wb, cache_b, dYbv,
+                                                              sprig::MatrixView<sprig::bfloat16>(dXb.data(), K, B),
+                                                              ws_bt);
+                                },
+                                useful});
+            block_dw.push_back(
+                {"bf16", [&] { sprig::bf16_sddmm(W, dYbv, Xbv, std::span<float>(grad_b), ws_b); }, useful});
           }
           if (want("fwd")) {
             run(
@@ -368,6 +419,12 @@ int main(int argc, char** argv) {
             sprig::spmm(W, X, Y.view(), ws);
             if (const double e = rel_diff(Y, Yd); e > 1e-4)
               std::fprintf(stderr, "warning: fwd differs from sgemm by %g\n", e);
+            if (bf16) {  // bf16 inputs and output: within a few bf16 roundings of sgemm's
+              sprig::Matrix<float> Yw(M, B);
+              sprig::to_float(std::span<const sprig::bfloat16>(Yb), std::span<float>(Yw.data(), Yb.size()));
+              if (const double e = rel_diff(Yw, Yd); e > 3e-2)
+                std::fprintf(stderr, "warning: bf16 fwd differs from sgemm by %g\n", e);
+            }
           }
           if (want("dx")) {
             run(
@@ -385,6 +442,12 @@ int main(int argc, char** argv) {
             sprig::spmm_transposed(W, cache, dY, dX.view(), ws_t);
             if (const double e = rel_diff(dX, dXd); e > 1e-4)
               std::fprintf(stderr, "warning: dx differs from sgemm by %g\n", e);
+            if (bf16) {
+              sprig::Matrix<float> dXw(K, B);
+              sprig::to_float(std::span<const sprig::bfloat16>(dXb), std::span<float>(dXw.data(), dXb.size()));
+              if (const double e = rel_diff(dXw, dXd); e > 3e-2)
+                std::fprintf(stderr, "warning: bf16 dx differs from sgemm by %g\n", e);
+            }
           }
           if (want("dw")) {
             run(
@@ -401,6 +464,13 @@ int main(int argc, char** argv) {
               s = std::max(s, std::abs(double(Gd(i, c))));
             });
             if (e > 1e-4 * s) std::fprintf(stderr, "warning: dw differs from sgemm by %g\n", e / s);
+            if (bf16) {
+              double eb = 0;
+              W.for_each_live([&](std::int64_t i, std::int64_t c, float, std::int64_t slot) {
+                eb = std::max(eb, std::abs(double(grad_b[slot]) - double(Gd(i, c))));
+              });
+              if (eb > 3e-2 * s) std::fprintf(stderr, "warning: bf16 dw differs from sgemm by %g\n", eb / s);
+            }
           }
         }
       }
@@ -437,6 +507,12 @@ int main(int argc, char** argv) {
       std::printf("%9s %7s | %8.2f %8s\n", "-", "-", ratio, "-");
     for (const auto& [impl, r] : impls) {
       if (impl == "sprig" || impl == "openblas" || impl == "eigen") continue;
+      if (impl == "bf16") {
+        std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   bf16              fp32/bf16 %5.2f\n",
+                    kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops,
+                    s.median_ms / r.median_ms);
+        continue;
+      }
       std::printf(
           "%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   block %-4s        blas/blk %6.2f  (unstructured/blk %5.2f)\n",
           kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops, impl.c_str(),
@@ -471,6 +547,22 @@ int main(int argc, char** argv) {
           std::printf("block %-4s density %.2f  %-3s  threads %d:  %6.2fx  [min %5.2fx]   %6.1f vs %6.1f GFLOP/s\n",
                       impl.c_str(), density, kernel.c_str(), t, geomean(v), *std::min_element(v.begin(), v.end()),
                       geomean(block_gflops[impl][density][kernel][t]), geomean(blas_gflops[impl][density][kernel][t]));
+  }
+  if (!bf16_ratios.empty()) {
+    std::printf("\nbf16 kernels: sprig fp32 time / bf16 time, median of the per-rep ratios [min, max]\n");
+    std::map<std::string, std::map<int, std::vector<double>>> per_kernel;
+    for (const auto& [key, v] : bf16_ratios) {
+      const auto& [kernel, M, K, density, B, t] = key;
+      std::vector<double> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      std::printf("bf16 %-3s %5lldx%-5lld density %.2f B %4lld threads %d:  %5.2fx  [%5.2f, %5.2f]\n", kernel.c_str(),
+                  (long long)M, (long long)K, density, (long long)B, t, median(v), sorted.front(), sorted.back());
+      per_kernel[kernel][t].push_back(median(v));
+    }
+    for (const auto& [kernel, per_t] : per_kernel)
+      for (const auto& [t, v] : per_t)
+        std::printf("bf16 %-3s threads %d: geometric mean %5.2fx  [min %5.2fx]\n", kernel.c_str(), t, geomean(v),
+                    *std::min_element(v.begin(), v.end()));
   }
   if (!scaling.empty()) {
     std::printf("\nsprig 2-thread speed-up over 1 thread on 4096x4096 (geometric mean over B)\n");
