@@ -12,7 +12,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "../bf16_sparse_test_support.hpp"
 #include "../kernel_test_support.hpp"
+#include "sprig/kernels/bf16_sddmm.hpp"
+#include "sprig/kernels/bf16_spmm.hpp"
 #include "sprig/kernels/dispatch.hpp"
 #include "sprig/kernels/elementwise.hpp"
 #include "sprig/kernels/gelu.hpp"
@@ -371,4 +374,66 @@ TEST_CASE("every runnable target gives the oracle's results on one matrix", "[di
     CHECK(compare_spmm(W, X.view(), Matrix<float>(96, 64), Update::overwrite, got.view(), want.view(), 2.0).count == 0);
   }
   set_kernel_arch(expected_target());
+}
+
+// The bf16 kernels on the target asked for (their portable code), and bf16_sddmm's
+// AVX512-BF16 path beside its portable path on the same inputs, each against a double
+// reference from the same bf16 values within the float accumulation bound
+// (bf16_sparse_test_support.hpp). A path this CPU lacks is reported as NOT RUN.
+TEMPLATE_TEST_CASE("dispatched bf16 kernels match a double reference, every bf16_sddmm path", "[dispatch]",
+                   std::int16_t, std::int32_t) {
+  using Index = TestType;
+  const bool fast = bf16_sddmm_available(Bf16SddmmPath::avx512_bf16);
+  if (!fast)
+    WARN("bf16_sddmm avx512_bf16 path NOT RUN here: " << bf16_sddmm_unavailable_reason(Bf16SddmmPath::avx512_bf16));
+  for (const Case& c : dispatch_cases<Index>()) {
+    INFO(c << " on " << kernel_arch());
+    const auto W = case_matrix<float, Index>(c);
+    const auto shadow = shadow_of(W);
+    CounterRng rng(c.seed, 0xD16);
+    BfOperand<bfloat16> X(c.K, c.B, c.px, nan_of<bfloat16>()), dY(c.M, c.B, c.py, nan_of<bfloat16>());
+    X.fill_random(rng);
+    dY.fill_random(rng);
+    KernelWorkspace<float> ws;
+    TransposeCache<float, Index> cache;
+    std::vector<float> y(static_cast<std::size_t>(c.M * c.B)), dx(static_cast<std::size_t>(c.K * c.B));
+    bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), MatrixView<float>(y.data(), c.M, c.B), ws);
+    bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, dY.cview(),
+                         MatrixView<float>(dx.data(), c.K, c.B), ws);
+    std::vector<double> y_want(y.size()), y_S(y.size()), dx_want(dx.size()), dx_S(dx.size());
+    std::vector<double> y_n(static_cast<std::size_t>(c.M)), dx_n(static_cast<std::size_t>(c.K));
+    W.for_each_live([&](std::int64_t i, std::int64_t k, float, std::int64_t s) {
+      const double w = static_cast<float>(shadow[static_cast<std::size_t>(s)]);
+      y_n[static_cast<std::size_t>(i)] += 1;
+      dx_n[static_cast<std::size_t>(k)] += 1;
+      for (std::int64_t b = 0; b < c.B; ++b) {
+        y_want[static_cast<std::size_t>(i * c.B + b)] += w * X.at(k, b);
+        y_S[static_cast<std::size_t>(i * c.B + b)] += std::fabs(w * X.at(k, b));
+        dx_want[static_cast<std::size_t>(k * c.B + b)] += w * dY.at(i, b);
+        dx_S[static_cast<std::size_t>(k * c.B + b)] += std::fabs(w * dY.at(i, b));
+      }
+    });
+    std::int64_t bad = 0;
+    for (std::size_t e = 0; e < y.size(); ++e)
+      bad += !(std::fabs(y[e] - y_want[e]) <= float_sum_bound(std::max(1.0, y_n[e / std::size_t(c.B)]), y_S[e]));
+    for (std::size_t e = 0; e < dx.size(); ++e)
+      bad += !(std::fabs(dx[e] - dx_want[e]) <= float_sum_bound(std::max(1.0, dx_n[e / std::size_t(c.B)]), dx_S[e]));
+    CHECK(bad == 0);
+    for (const Bf16SddmmPath path : {Bf16SddmmPath::portable, Bf16SddmmPath::avx512_bf16}) {
+      if (path == Bf16SddmmPath::avx512_bf16 && !fast) continue;
+      INFO("bf16_sddmm " << path_name(path));
+      std::vector<float> g(static_cast<std::size_t>(W.storage_size()), nan_of<float>());
+      bf16_sddmm(W, dY.cview(), X.cview(), std::span<float>(g), ws, Update::overwrite, path);
+      std::int64_t wrong = 0;
+      W.for_each_live([&](std::int64_t i, std::int64_t k, float, std::int64_t s) {
+        double want = 0, S = 0;
+        for (std::int64_t b = 0; b < c.B; ++b) {
+          want += dY.at(i, b) * X.at(k, b);
+          S += std::fabs(dY.at(i, b) * X.at(k, b));
+        }
+        wrong += !(std::fabs(g[static_cast<std::size_t>(s)] - want) <= float_sum_bound(std::max<double>(1, c.B), S));
+      });
+      CHECK(wrong == 0);
+    }
+  }
 }

@@ -42,6 +42,7 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
+#include "bf16_paths.hpp"
 #include "bf16_spmm.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
@@ -49,10 +50,6 @@
 #include "simd.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
-
-// After simd.hpp: xsimd silences GCC 12's false -Wmaybe-uninitialized in the AVX-512 intrinsic
-// headers when it is the first to include them.
-#include "bf16_paths.hpp"
 
 namespace sprig {
 
@@ -75,7 +72,7 @@ SPRIG_ALWAYS_INLINE void zero_row_padding(const PaddedCSR<float, Index>& W, floa
 // out lane k = the sum of the lanes of acc[k], k < 16, in 4 shuffle-and-add levels over all 16
 // at once. The levels leave the sums in lane order 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15 (an
 // involution), so the accumulators are fed in that order.
-SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 bf16_dp_hsum16(const __m512* acc) noexcept {
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 avx512bf16_hsum16(const __m512* acc) noexcept {
   constexpr int order[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
   __m512 r[8], s[4], t[2];
   SPRIG_UNROLL for (int k = 0; k < 8; ++k) {  // 256-bit halves: [k, k, k+8, k+8] by 128-bit block
@@ -91,7 +88,7 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 bf16_dp_hsum16(const __m5
 
 // One slot's partial dot over R registers of 32 bf16: dv (dY) against the X row at x.
 template <int R>
-SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 bf16_dp_dot(const __m512i* dv, const bfloat16* x) noexcept {
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 avx512bf16_dot(const __m512i* dv, const bfloat16* x) noexcept {
   __m512 a = _mm512_setzero_ps();
   SPRIG_UNROLL for (int r = 0; r < R; ++r) a =
       _mm512_dpbf16_ps(a, (__m512bh)dv[r], (__m512bh)_mm512_loadu_si512(x + 32 * r));
@@ -101,9 +98,10 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE __m512 bf16_dp_dot(const __m512i
 // Partial dots of one row over one panel (sddmm.hpp's sddmm_tile with vdpbf16ps): d holds
 // R x 32 bf16 of dY[i, panel] (zero past the batch), X panel rows xs elements apart from xp.
 template <class Index, int R>
-SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_sddmm_tile_dp(const Index* __restrict cols, std::int64_t n,
-                                                           const bfloat16* __restrict d, const bfloat16* __restrict xp,
-                                                           std::int64_t xs, float* __restrict g, bool add) noexcept {
+SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_sddmm_tile_avx512bf16(const Index* __restrict cols, std::int64_t n,
+                                                                   const bfloat16* __restrict d,
+                                                                   const bfloat16* __restrict xp, std::int64_t xs,
+                                                                   float* __restrict g, bool add) noexcept {
   constexpr std::int64_t row_bytes = R * 64;
   __m512i dv[R];
   SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = _mm512_loadu_si512(d + 32 * r);
@@ -112,18 +110,18 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_sddmm_tile_dp(const Index* __restri
   for (; q + 16 <= n; q += 16) {
     SPRIG_UNROLL for (std::int64_t k = 0; k < 16; ++k) {
       if (q + k + 16 < n) prefetch_row_start<row_bytes>(xp + static_cast<std::int64_t>(cols[q + k + 16]) * xs);
-      acc[k] = bf16_dp_dot<R>(dv, xp + static_cast<std::int64_t>(cols[q + k]) * xs);
+      acc[k] = avx512bf16_dot<R>(dv, xp + static_cast<std::int64_t>(cols[q + k]) * xs);
     }
-    __m512 s = bf16_dp_hsum16(acc);
+    __m512 s = avx512bf16_hsum16(acc);
     if (add) s = _mm512_add_ps(s, _mm512_loadu_ps(g + q));
     _mm512_storeu_ps(g + q, s);
   }
   if (q < n) {
     const std::int64_t m = n - q;
     SPRIG_UNROLL for (std::int64_t k = 0; k < 16; ++k) acc[k] =
-        k < m ? bf16_dp_dot<R>(dv, xp + static_cast<std::int64_t>(cols[q + k]) * xs) : _mm512_setzero_ps();
+        k < m ? avx512bf16_dot<R>(dv, xp + static_cast<std::int64_t>(cols[q + k]) * xs) : _mm512_setzero_ps();
     const auto mask = static_cast<__mmask16>((1u << m) - 1u);
-    __m512 s = bf16_dp_hsum16(acc);
+    __m512 s = avx512bf16_hsum16(acc);
     if (add) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, g + q));
     _mm512_mask_storeu_ps(g + q, mask, s);
   }
@@ -277,12 +275,13 @@ void bf16_sddmm_scalar(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat1
       });
 }
 
-template <ColumnIndex Index>
-void bf16_sddmm_portable(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
-                         std::span<float> grad, Update mode, KernelWorkspace<float>& ws) {
+// The portable path on architecture A once the operands are checked and X.cols() and W.nnz()
+// are not 0: what a dispatching build's table points to (dispatch.hpp).
+template <class A, ColumnIndex Index>
+void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
+                            std::span<float> grad, KernelWorkspace<float>& ws, Update mode) {
 #if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<float>) {
-    using A = KernelArch;
+  if constexpr (kSimdFor<float, A>) {
     constexpr std::int64_t unit = 2 * Batch<float, A>::size;
     bf16_sddmm_panels(W, dY, X, grad, mode, ws, unit, bf16_sddmm_max_regs<A>(),
                       [](std::int64_t regs, const Index* cols, std::int64_t n, const bfloat16* d, const bfloat16* xp,
@@ -306,7 +305,7 @@ void bf16_sddmm_avx512(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat1
                     [](std::int64_t regs, const Index* cols, std::int64_t n, const bfloat16* d, const bfloat16* xp,
                        std::int64_t xs, float* g, bool add) {
                       with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
-                        bf16_sddmm_tile_dp<Index, R>(cols, n, d, xp, xs, g, add);
+                        bf16_sddmm_tile_avx512bf16<Index, R>(cols, n, d, xp, xs, g, add);
                       });
                     });
 }
@@ -361,7 +360,7 @@ void bf16_sddmm(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, 
     return;
   }
 #endif
-  detail::bf16_sddmm_portable(W, dY, X, grad, mode, workspace);
+  detail::bf16_sddmm_portable_kernel<Index>()(W, dY, X, grad, workspace, mode);
 }
 
 // The same on the fastest path here (bf16_sddmm_path()).

@@ -256,10 +256,11 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
                    Update mode, KernelWorkspace<float>& ws, std::span<const SourceSlot> source = {},
                    const bfloat16* source_values = nullptr) {
   const bool accumulate = mode == Update::accumulate;
-  const std::int64_t K = X.rows(), Bw = X.cols();
+  const std::int64_t Bw = X.cols();
   ws.partition.update(W);
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<float, A>) {
+    const std::int64_t K = X.rows();
     constexpr std::int64_t N = Batch<float, A>::size, unit = 2 * N;
     const ColumnBlocks blocks = kBf16BlocksFor<Out>
                                     ? bf16_column_blocks(unit, K, Bw, ws.column_block_bytes, kBf16MaxPanelRegs)
@@ -305,6 +306,8 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
     return;
   }
 #endif
+  (void)source;  // the scalar path reads through vals, whatever it is
+  (void)source_values;
   // Scalar path: a 16-wide tile of float accumulators per row, weights in row order.
   constexpr std::int64_t tile = 16;
   const Index* cols = W.col_indices().data();
@@ -329,6 +332,20 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
       });
 }
 
+// The kernel on architecture A once the operands are checked and the output is not empty:
+// what a dispatching build's table points to (dispatch.hpp). `source` empty: W's own slots
+// (values[s] is slot s's weight); else W is a cached transpose and source its permutation
+// into the slots of `values`.
+template <class A, ColumnIndex Index, class Out>
+void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
+                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode) {
+  if (source.empty())
+    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws);
+  else
+    bf16_spmm_run<A>(W, PermutedValues<bfloat16>{values, source.data(), source.data() + source.size()}, X, Y, mode, ws,
+                     source, values);
+}
+
 }  // namespace detail
 
 // Y (=|+=) W X with W's structure and the bf16 weights `values` (top of this file), X bf16,
@@ -346,14 +363,14 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
                MatrixView<float> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_run<detail::KernelArch>(W, detail::DirectValues<bfloat16>{values.data()}, X, Y, mode, workspace);
+  detail::bf16_spmm_kernel<Index, float>()(W, values.data(), {}, X, Y, workspace, mode);
 }
 template <ColumnIndex Index>
 void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
                MatrixView<bfloat16> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_run<detail::KernelArch>(W, detail::DirectValues<bfloat16>{values.data()}, X, Y, mode, workspace);
+  detail::bf16_spmm_kernel<Index, bfloat16>()(W, values.data(), {}, X, Y, workspace, mode);
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float or bf16, reading the bf16 weights through the cached
@@ -372,11 +389,8 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   detail::check_bf16_spmm_operands("sprig::bf16_spmm_transposed", W, values, W.rows(), W.cols(), dY, dX);
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
-  detail::bf16_spmm_run<detail::KernelArch>(
-      t.matrix,
-      detail::PermutedValues<bfloat16>{values.data(), t.source_slot.data(),
-                                       t.source_slot.data() + t.source_slot.size()},
-      dY, dX, mode, workspace, std::span<const SourceSlot>(t.source_slot), values.data());
+  detail::bf16_spmm_kernel<Index, float>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
+                                           workspace, mode);
 }
 template <ColumnIndex Index>
 void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
@@ -385,11 +399,8 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   detail::check_bf16_spmm_operands("sprig::bf16_spmm_transposed", W, values, W.rows(), W.cols(), dY, dX);
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
-  detail::bf16_spmm_run<detail::KernelArch>(
-      t.matrix,
-      detail::PermutedValues<bfloat16>{values.data(), t.source_slot.data(),
-                                       t.source_slot.data() + t.source_slot.size()},
-      dY, dX, mode, workspace, std::span<const SourceSlot>(t.source_slot), values.data());
+  detail::bf16_spmm_kernel<Index, bfloat16>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY,
+                                              dX, workspace, mode);
 }
 
 }  // namespace sprig

@@ -14,9 +14,11 @@
 // spmm, spmm_transposed, sddmm and sddmm_dx, each instantiated for every (T, Index) pair, the
 // column blocks SparseLinear groups its rows for, the narrow dense kernels (a classifier's
 // head), the optimizers' element-wise updates (AdamW, SGD), LayerNorm's column passes, the
-// residual add and gradient clipping's two passes (elementwise.hpp), and the GELU's row passes
-// (gelu.hpp). The other kernels (block-sparse, the portable GEMM, the bias passes) run on the
-// architecture of the translation unit that calls them.
+// residual add and gradient clipping's two passes (elementwise.hpp), the GELU's row passes
+// (gelu.hpp), and the bf16 sparse kernels (bf16_spmm, bf16_spmm_transposed and bf16_sddmm's
+// portable path, for every Index; bf16_sddmm's AVX512-BF16 path is picked by its own CPU probe,
+// bf16_paths.hpp). The other kernels (block-sparse, the portable GEMM, the bias passes) run on
+// the architecture of the translation unit that calls them.
 // Choice: SPRIG_KERNEL_ARCH=sse4_2|avx2|avx512 in the environment at the first kernel call, or
 // sprig::set_kernel_arch(name), forces a target; otherwise the widest the CPU runs. A forced
 // target the CPU lacks, an unknown name, or a CPU without SSE4.2 throws sprig::Error at the
@@ -36,6 +38,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/bfloat16.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
@@ -107,6 +110,15 @@ void gelu_backward_on(const T* x, const T* dy, T* dx, std::int64_t n);
 template <class A, class T>
 void scale_array_on(T* p, T c, std::int64_t n);
 
+// The bf16 sparse kernels (bf16_spmm.hpp, bf16_sddmm.hpp): W's structure with float master
+// values, bf16 operands.
+template <class A, ColumnIndex Index, class Out>
+void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
+                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode);
+template <class A, ColumnIndex Index>
+void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
+                            std::span<float> grad, KernelWorkspace<float>& ws, Update mode);
+
 // The dispatched kernels, one line each: X(name) for the kernel name##_on declared above.
 // Adding a kernel: declare its name##_on, add it here, and include its header in
 // dispatch_target.hpp; the tables, name##_kernel() below and every target follow.
@@ -156,6 +168,22 @@ using SparseKernelTables = std::tuple<SparseKernelTable<float, std::int16_t>, Sp
                                       SparseKernelTable<double, std::int32_t>, SparseKernelTable<double, std::int64_t>>;
 using DenseKernelTables = std::tuple<DenseKernelTable<float>, DenseKernelTable<double>>;
 
+// One target's bf16 sparse kernels for one Index: bf16_spmm with a float and a bf16 output,
+// bf16_sddmm's portable path.
+template <ColumnIndex Index>
+struct Bf16KernelTable {
+  decltype(&bf16_spmm_on<KernelArch, Index, float>) spmm_float;
+  decltype(&bf16_spmm_on<KernelArch, Index, bfloat16>) spmm_bf16;
+  decltype(&bf16_sddmm_portable_on<KernelArch, Index>) sddmm_portable;
+
+  template <class A>
+  static constexpr Bf16KernelTable on() noexcept {
+    return {&bf16_spmm_on<A, Index, float>, &bf16_spmm_on<A, Index, bfloat16>, &bf16_sddmm_portable_on<A, Index>};
+  }
+};
+using Bf16KernelTables =
+    std::tuple<Bf16KernelTable<std::int16_t>, Bf16KernelTable<std::int32_t>, Bf16KernelTable<std::int64_t>>;
+
 // Every table of a tuple like those above, filled with the kernels on architecture A.
 template <class A, class... Tables>
 constexpr std::tuple<Tables...> tables_on(std::type_identity<std::tuple<Tables...>>) noexcept {
@@ -164,13 +192,14 @@ constexpr std::tuple<Tables...> tables_on(std::type_identity<std::tuple<Tables..
 
 // One dispatch target: its name (sse4_2, avx2, avx512), the xsimd architecture it runs
 // (kernel_arch()), its register widths, its sparse kernels for every (T, Index) pair and its
-// dense ones for every T.
+// dense ones for every T, and its bf16 sparse kernels for every Index.
 struct TargetKernels {
   const char* target;
   const char* arch;
   std::int64_t float_width, double_width;
   SparseKernelTables sparse;
   DenseKernelTables dense;
+  Bf16KernelTables bf16;
 };
 
 // The xsimd architecture a dispatch target's flags give (dispatch_target.hpp checks it).
@@ -286,6 +315,28 @@ SPRIG_DETAIL_DENSE_KERNELS(SPRIG_DETAIL_DENSE_ENTRY)
 #undef SPRIG_DETAIL_DENSE_ENTRY
 #undef SPRIG_DETAIL_SPARSE_POINTER
 #undef SPRIG_DETAIL_DENSE_POINTER
+
+// The bf16 kernels a public function calls: KernelArch's, or the active target's.
+template <ColumnIndex Index, class Out>
+auto bf16_spmm_kernel() {
+#if defined(SPRIG_DISPATCH)
+  const auto& table = std::get<Bf16KernelTable<Index>>(active_kernels().bf16);
+  if constexpr (std::is_same_v<Out, float>)
+    return table.spmm_float;
+  else
+    return table.spmm_bf16;
+#else
+  return &bf16_spmm_on<KernelArch, Index, Out>;
+#endif
+}
+template <ColumnIndex Index>
+auto bf16_sddmm_portable_kernel() {
+#if defined(SPRIG_DISPATCH)
+  return std::get<Bf16KernelTable<Index>>(active_kernels().bf16).sddmm_portable;
+#else
+  return &bf16_sddmm_portable_on<KernelArch, Index>;
+#endif
+}
 
 // The column blocks of the kernels that run (spmm_column_blocks of the active target).
 template <Value T>

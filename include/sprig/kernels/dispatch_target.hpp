@@ -24,6 +24,8 @@
 #  error "dispatch_target.hpp: define SPRIG_NO_ABI_GUARD (a target's flags differ from the program's on purpose)"
 #endif
 
+#include "bf16_sddmm.hpp"
+#include "bf16_spmm.hpp"
 #include "dispatch.hpp"
 #include "elementwise.hpp"
 #include "gelu.hpp"
@@ -53,7 +55,8 @@ const TargetKernels& SPRIG_DETAIL_DISPATCH_CAT(target_kernels_, SPRIG_DISPATCH_T
                                          static_cast<std::int64_t>(simd_width<float, KernelArch>()),
                                          static_cast<std::int64_t>(simd_width<double, KernelArch>()),
                                          tables_on<KernelArch>(std::type_identity<SparseKernelTables>{}),
-                                         tables_on<KernelArch>(std::type_identity<DenseKernelTables>{})};
+                                         tables_on<KernelArch>(std::type_identity<DenseKernelTables>{}),
+                                         tables_on<KernelArch>(std::type_identity<Bf16KernelTables>{})};
   return kernels;
 }
 
