@@ -13,7 +13,8 @@
 //                bytes. Used through function target attributes: no special compiler flags.
 //   portable     everywhere: each register of 2N bf16 is widened into the float registers of
 //                its even and odd elements (a shift and a mask) and multiplied-added in float
-//                (one template over xsimd; the scalar path widens element by element).
+//                (one template over xsimd; the scalar path widens element by element; in a
+//                dispatching build, on the target the CPU allows, dispatch.hpp).
 // Both follow sddmm.hpp's plan: X packed in panels of whole registers (zero past the batch)
 // kept in L2, a row's dY panel held in registers, N slots in flight, their dots reduced
 // together by a batched horizontal sum; panels after the first add into grad.

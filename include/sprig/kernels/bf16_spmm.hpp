@@ -21,7 +21,7 @@
 // the weight (bf16, widened) multiplies both into float accumulators. Reading X in bf16 halves
 // the bytes a weight pulls from L2, which is what bounds the fp32 kernel. One template over
 // xsimd: the same code on AVX2, AVX-512, NEON and SSE; the scalar path widens element by
-// element.
+// element. A dispatching build runs the target the CPU allows (dispatch.hpp).
 //
 // Numerics: each output is a sum of row_nnz exact products (a bf16 times a bf16 fits a float)
 // and, in accumulate mode, the old value, summed in float: within gamma_{n} * (sum |w x| +
