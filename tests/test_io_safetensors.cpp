@@ -2,10 +2,13 @@
 #  include "sprig/io/safetensors.hpp"
 #endif
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -208,6 +211,73 @@ TEST_CASE("safetensors: pruning on import keeps the largest magnitudes", "[io][s
     CHECK(v == static_cast<float>(k) - 29.5f);
   });
   CHECK_THROWS_AS(sprig::decode_safetensors(bytes, "d", sparse, {.prune_sparsity = 1.0}), sprig::ArgumentError);
+}
+
+TEST_CASE("safetensors: pruning to the model's own densities, ERK per group", "[io][safetensors]") {
+  // A dense GPT's file pruned into a GPT built with ERK densities (attention 0.7, FFN 0.9):
+  // every sparse weight keeps its own live count, and the entries it keeps are the largest
+  // |v| of its dense tensor (threshold from a sort of the file's values, not the code's).
+  const sprig::models::GPTSpec dense_spec{
+      .config = {.layers = 2, .heads = 2, .d_model = 16, .d_ff = 40, .block_size = 6, .vocab = 11}, .seed = 5};
+  const auto dense = sprig::models::build_gpt<float, std::int32_t>(dense_spec);
+  const auto bytes = sprig::encode_safetensors(dense);
+  sprig::models::GPTSpec sparse_spec = dense_spec;
+  sparse_spec.attn_sparsity = 0.7;
+  sparse_spec.ffn_sparsity = 0.9;
+  sparse_spec.distribution = sprig::models::Distribution::erk;
+  sparse_spec.seed = 9;
+  auto sparse = sprig::models::build_gpt<float, std::int32_t>(sparse_spec);
+  std::vector<std::int64_t> counts;
+  sparse.for_each_parameter([&](const auto& p) {
+    if constexpr (requires { p.matrix.nnz(); }) counts.push_back(p.matrix.nnz());
+  });
+  REQUIRE(counts.size() == 8);
+  CHECK(counts[0] != counts[1]);           // ERK: qkv and proj of one layer differ
+  std::vector<std::vector<float>> source;  // the dense model's values, in visiting order
+  dense.for_each_parameter([&](const auto& p) {
+    if constexpr (requires { p.matrix; }) {  // build_gpt's projections are sparse at density 1
+      REQUIRE(p.matrix.density() == 1.0);
+      const auto d = p.matrix.to_dense();
+      std::vector<float> v;
+      for (std::int64_t i = 0; i < d.rows(); ++i)
+        for (std::int64_t j = 0; j < d.cols(); ++j) v.push_back(d(i, j));
+      source.push_back(std::move(v));
+    } else {
+      source.emplace_back(p.value.begin(), p.value.end());
+    }
+  });
+
+  CHECK_THROWS_AS(sprig::decode_safetensors(bytes, "d", sparse,
+                                            {.prune_sparsity = 0.5, .prune_to_model_density = true}),
+                  sprig::ArgumentError);
+  sprig::decode_safetensors(bytes, "d", sparse, {.prune_to_model_density = true});
+  std::size_t k = 0, s = 0;
+  sparse.for_each_parameter([&](const auto& p) {
+    const std::vector<float>& src = source[k++];
+    if constexpr (requires { p.matrix.nnz(); }) {
+      p.matrix.check_invariants();
+      const std::int64_t keep = counts[s++];
+      CHECK(p.matrix.nnz() == keep);
+      std::vector<float> mags;
+      for (float v : src) mags.push_back(std::abs(v));
+      std::sort(mags.begin(), mags.end(), std::greater<>());
+      const float threshold = mags[static_cast<std::size_t>(keep - 1)];
+      const std::int64_t cols = p.matrix.cols();
+      std::int64_t above = 0;
+      for (float m : mags) above += m > threshold;
+      std::int64_t live_above = 0;
+      p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t) {
+        CHECK(v == src[static_cast<std::size_t>(r * cols + c)]);
+        CHECK(std::abs(v) >= threshold);
+        live_above += std::abs(v) > threshold;
+      });
+      CHECK(live_above == above);  // every entry above the threshold is kept
+      for (const auto& st : p.state) CHECK(st.empty());
+    } else {
+      CHECK(std::equal(p.value.begin(), p.value.end(), src.begin(), src.end()));
+    }
+  });
+  CHECK(s == counts.size());
 }
 
 TEST_CASE("safetensors: compressed import takes the file's pattern", "[io][safetensors]") {

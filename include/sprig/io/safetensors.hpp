@@ -43,9 +43,11 @@
 //   the file's pattern (its bitmask) and values; its gradient is zeroed and its optimizer state
 //   emptied (the optimizer recreates it). A block-sparse weight keeps its block pattern in both
 //   forms. With prune_sparsity in [0, 1), a SparseLinear weight given dense is pruned by
-//   magnitude into a new pattern at that sparsity (one-shot: gradient zeroed, state emptied).
+//   magnitude into a new pattern at that sparsity (one-shot: gradient zeroed, state emptied);
+//   with prune_to_model_density, into a new pattern of its current live count.
 //   Cost O(file bytes + parameters' dense sizes); one staged copy of the imported values.
-// Throws ArgumentError (before reading) for a prune_sparsity that is NaN or >= 1.
+// Throws ArgumentError (before reading) for a prune_sparsity that is NaN or >= 1, or one >= 0
+// together with prune_to_model_density.
 #pragma once
 
 #include <algorithm>
@@ -85,6 +87,11 @@ struct SafetensorsImportOptions {
   // takes a new pattern, the round((1 - prune_sparsity) * rows * cols) entries of largest
   // magnitude (ties to the lower row-major index), as a compressed import does. In [0, 1).
   double prune_sparsity = -1;
+  // One-shot magnitude pruning to the model's own densities: a SparseLinear weight given a
+  // dense tensor takes a new pattern of as many entries as it holds live now, those of largest
+  // magnitude (ties as above). So the per-layer densities a model was built with (uniform or
+  // ERK per group, models/gpt.hpp) carry over. Not together with prune_sparsity >= 0.
+  bool prune_to_model_density = false;
 };
 
 // The file names of the model's parameters, in for_each_parameter order (see the top), after
@@ -153,13 +160,18 @@ void decode_safetensors(std::span<const std::byte> bytes, std::string source, M&
   if (!(options.prune_sparsity < 1.0))  // NaN included
     throw ArgumentError(detail::message("decode_safetensors: prune_sparsity ", options.prune_sparsity,
                                         " outside [0, 1) (negative: no pruning)"));
+  if (options.prune_sparsity >= 0.0 && options.prune_to_model_density)
+    throw ArgumentError(detail::message("decode_safetensors: prune_sparsity ", options.prune_sparsity,
+                                        " and prune_to_model_density both set: choose one"));
   const SafetensorsFile file = parse_safetensors(bytes, std::move(source));
   const auto names = st::parameter_names(static_cast<const M&>(model), options.rename);
   std::set<std::string> used;
   std::vector<st::Staged<T, Index>> staged;
   std::size_t k = 0;
-  static_cast<const M&>(model).for_each_parameter(
-      [&](const auto& p) { staged.push_back(st::stage<T, Index>(file, names[k++], p, used, options.prune_sparsity)); });
+  static_cast<const M&>(model).for_each_parameter([&](const auto& p) {
+    staged.push_back(
+        st::stage<T, Index>(file, names[k++], p, used, options.prune_sparsity, options.prune_to_model_density));
+  });
   for (const auto& [name, t] : file.tensors)
     if (!used.contains(name))
       st::fail(file.source, "tensor '", name, "' matches no parameter of the model (", names.size(), " parameters)");

@@ -157,10 +157,11 @@ ElementRows<T> prune(const SafetensorsTensor& t, std::int64_t rows, std::int64_t
 }
 
 // Checks the file's tensor(s) for parameter `n` and stages them (see io/safetensors.hpp);
-// prune_sparsity >= 0 prunes a dense tensor into a SparseParameter's new pattern.
+// prune_sparsity >= 0 prunes a dense tensor into a SparseParameter's new pattern at that
+// sparsity, prune_to_density into one of the parameter's current live count.
 template <class T, class Index, class P>
 Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P& p, std::set<std::string>& used,
-                       double prune_sparsity) {
+                       double prune_sparsity, bool prune_to_density = false) {
   constexpr bool sparse = requires { p.matrix; };
   constexpr bool unstructured = requires { p.matrix.density(); };  // a SparseParameter
   std::int64_t rows = 0, cols = 0;
@@ -177,9 +178,10 @@ Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P
   if (!compressed_form) {
     const SafetensorsTensor& t = expect(f, n.name, {dtype_name<T>()}, shape, used);
     if constexpr (unstructured) {
-      if (prune_sparsity >= 0.0) {
+      if (prune_sparsity >= 0.0 || prune_to_density) {
         const double live = (1.0 - prune_sparsity) * static_cast<double>(rows) * static_cast<double>(cols);
-        const auto keep = std::min(rows * cols, static_cast<std::int64_t>(std::llround(live)));
+        const auto keep =
+            prune_to_density ? p.matrix.nnz() : std::min(rows * cols, static_cast<std::int64_t>(std::llround(live)));
         return stage_pattern<T, Index>(prune<T>(t, rows, cols, keep), p.matrix.padding_ratio());
       }
     }
