@@ -10,6 +10,13 @@ if(CLI11_FOUND)
   if(TARGET sprig::openblas_openmp)
     target_link_libraries(char_gpt PRIVATE sprig::openblas_openmp)
   endif()
+  # --export, --import, --dump-logits: io/safetensors.hpp needs nlohmann-json (Debian
+  # nlohmann-json3-dev); without it char_gpt builds and refuses those options.
+  find_package(nlohmann_json 3.2 QUIET)
+  if(nlohmann_json_FOUND)
+    target_link_libraries(char_gpt PRIVATE nlohmann_json::nlohmann_json)
+    target_compile_definitions(char_gpt PRIVATE CHAR_GPT_SAFETENSORS=1)
+  endif()
   # data parallel under mpirun when MPI is installed (sprig::dist); one process otherwise
   if(TARGET sprig_dist)
     target_link_libraries(char_gpt PRIVATE sprig::dist)
@@ -46,6 +53,12 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
     DEFINES "-DARGS=--layers;2;--heads;2;--d-model;32;--d-ff;64;--block;32;--batch;4;--eval-windows;8;--threads;1;--attn-sparsity;0.5;--ffn-sparsity;0.8;--steps;20;--eval-every;0;--sample;80")
   sprig_example_script_test(char_gpt_sample_cache_greedy char_gpt sample_cache_matches
     DEFINES "-DARGS=--layers;2;--heads;2;--d-model;32;--d-ff;64;--block;32;--batch;4;--eval-windows;8;--threads;1;--weight-blocks;4x4;--ffn-sparsity;0.8;--steps;20;--eval-every;0;--sample;80;--temperature;0")
+  # Models in and out: export, import (the same loss back), pruning on import, the compressed
+  # form back, and files that do not fit the model refused with the tensor named.
+  if(nlohmann_json_FOUND)
+    sprig_example_script_test(char_gpt_model_files char_gpt model_files
+      DEFINES "-DARGS=--heads;2;--block;32;--batch;4;--eval-windows;8;--threads;1;--sample;0")
+  endif()
   add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")

@@ -21,14 +21,24 @@
 // checkpoints, and the end of the run prints every rank's step time and communication.
 // --sample N draws N characters at the end with a key/value cache (nn/gpt_generate.hpp) and
 // prints its speed (--sample-full-window: the same characters, the whole window per token).
+// Models in and out (io/safetensors.hpp; needs nlohmann-json): --export FILE writes the weights
+// at the end (atomically; --export-form dense, as PyTorch's load_state_dict takes them, or
+// compressed, compressed-tensors' sparse-bitmask); --import FILE starts from a file's weights and
+// prints the validation loss right after it, --prune-attn S / --prune-ffn S prune its dense
+// projections by magnitude to sparsity S per group (uniform, or per layer by --distribution erk);
+// --eval-only trains nothing. A pretrained model pruned and fine-tuned: examples/prune_pretrained.sh.
 // Progress goes to stderr; results to stdout, ending with one machine-readable line:
 //   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
+//          ... export_bytes=<n> import_val_loss=<x>
 #include <sprig/models/gpt.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/io/checkpoint.hpp>
+#if defined(CHAR_GPT_SAFETENSORS)
+#  include <sprig/io/safetensors.hpp>
+#endif
 #include <sprig/data/text.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gpt.hpp>
@@ -43,16 +53,22 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #if defined(_OPENMP)
 #  include <omp.h>
@@ -106,8 +122,14 @@ struct Config {
   double temperature = 0.8;
   bool sample_full_window = false;  // sample without the key/value cache (for comparison)
   std::string prompt = "\n";
-  int index_bits = 32;        // column index width of the sparse projections: 16 or 32
-  std::string weight_blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
+  int index_bits = 32;                     // column index width of the sparse projections: 16 or 32
+  std::string weight_blocks;               // "RxC": sparse projections in dense R x C blocks; empty: unstructured
+  std::string export_file;                 // --export: the weights as safetensors at the end
+  std::string export_form;                 // dense (also when empty) or compressed
+  std::string import_file;                 // --import: start from a safetensors file's weights
+  double prune_attn = -1, prune_ffn = -1;  // --prune-attn/--prune-ffn: magnitude pruning on import (< 0: off)
+  bool eval_only = false;                  // no training steps
+  std::string dump_logits;                 // --dump-logits: the logits of the first validation windows, as safetensors
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -177,10 +199,108 @@ examples::MemoryEstimate step_memory(const Config& c, std::int64_t vocab) {
                     {"logits and their gradient", 2 * f * B * Tn * V}}};
 }
 
+// The options of models in and out, checked before any data is read. --prune-attn/--prune-ffn
+// set the group's sparsity (so they exclude --attn-sparsity/--ffn-sparsity) and need --import.
+void check_model_file_options(Config& c) {
+  const auto fail = [](const std::string& what) { throw sprig::ArgumentError("char_gpt: " + what); };
+  const bool prune = c.prune_attn >= 0.0 || c.prune_ffn >= 0.0;
+#if !defined(CHAR_GPT_SAFETENSORS)
+  if (!c.export_file.empty() || !c.import_file.empty() || !c.dump_logits.empty())
+    fail(
+        "--export, --import and --dump-logits need nlohmann-json (Debian nlohmann-json3-dev); this char_gpt was "
+        "built without it");
+#endif
+  if (!c.export_form.empty() && c.export_file.empty()) fail("--export-form " + c.export_form + " needs --export FILE");
+  if (prune && c.import_file.empty())
+    fail("--prune-attn and --prune-ffn prune an imported model: they need --import FILE");
+  if (!c.import_file.empty() && c.resume)
+    fail(
+        "--import and --resume conflict: a resumed run takes its weights from the checkpoint (resume without "
+        "--import)");
+  if (prune && (c.attn_sparsity > 0.0 || c.ffn_sparsity > 0.0))
+    fail(
+        "--prune-attn/--prune-ffn and --attn-sparsity/--ffn-sparsity conflict: with --import, --prune-attn S and "
+        "--prune-ffn S set the groups' sparsities");
+  if (prune && !c.weight_blocks.empty())
+    fail("--prune-attn/--prune-ffn prune unstructured weights: not with --weight-blocks");
+  if (c.prune_attn >= 0.0) c.attn_sparsity = c.prune_attn;
+  if (c.prune_ffn >= 0.0) c.ffn_sparsity = c.prune_ffn;
+  if (!c.import_file.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(c.import_file, ec)) fail("--import " + c.import_file + ": no such file");
+    if (std::filesystem::is_directory(c.import_file, ec))
+      fail("--import " + c.import_file + ": a directory, not a file");
+  }
+  // an output written after the run: its directory checked now, no file created
+  for (const auto& [option, path] : {std::pair<std::string, std::string>{"--export", c.export_file},
+                                     std::pair<std::string, std::string>{"--dump-logits", c.dump_logits}}) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail(option + " " + path + ": a directory, not a file");
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string dir = parent.empty() ? std::string(".") : parent.string();
+    if (!std::filesystem::is_directory(dir, ec)) fail(option + " " + path + ": cannot write: no directory " + dir);
+    std::string probe = (std::filesystem::path(dir) / ".write_check.XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0) fail(option + " " + path + ": cannot write in " + dir + ": " + std::strerror(errno));
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+}
+
+#if defined(CHAR_GPT_SAFETENSORS)
+// The alphabet as a JSON array of byte values (metadata is JSON text, and a text's bytes need
+// not be UTF-8), so an import can check that the file was trained on the same characters.
+std::string alphabet_json(const sprig::CharText& text) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < text.alphabet.size(); ++i)
+    out += (i ? "," : "") + std::to_string(static_cast<int>(text.alphabet[i]));
+  return out + "]";
+}
+
+// Imports --import's weights into the model (all or nothing, io/safetensors.hpp), pruned by
+// magnitude to the model's densities with --prune-attn/--prune-ffn. A file char_gpt wrote must
+// have been trained on the same alphabet.
+template <class Model>
+void import_weights(const Config& c, const sprig::CharText& text, Model& model) {
+  const auto bytes = sprig::detail::ckpt::read_file(c.import_file);
+  const sprig::SafetensorsFile file = sprig::parse_safetensors(bytes, c.import_file);
+  if (const auto it = file.metadata.find("char_gpt.alphabet");
+      it != file.metadata.end() && it->second != alphabet_json(text))
+    throw sprig::ArgumentError("char_gpt: --import " + c.import_file + " was trained on another alphabet (" +
+                               it->second + ") than --data " + c.data + "'s (" + alphabet_json(text) + ")");
+  const bool prune = c.prune_attn >= 0.0 || c.prune_ffn >= 0.0;
+  sprig::decode_safetensors(std::span<const std::byte>(bytes), c.import_file, model, {.prune_to_model_density = prune});
+}
+
+// Writes the logits of the first min(batch, validation windows) validation windows to `path`
+// (atomically): tokens I32 [n, block], logits F32 [n, block, vocab], for a comparison with
+// another implementation (bench/compare_python/safetensors_check.py).
+template <class Model>
+void write_logits(const std::string& path, Model& model, std::span<const std::int32_t> val,
+                  const std::vector<std::int64_t>& starts, std::int64_t batch, std::int64_t block) {
+  namespace st = sprig::detail::st;
+  const std::size_t n = std::min(starts.size(), static_cast<std::size_t>(batch));
+  std::vector<std::int32_t> x(n * static_cast<std::size_t>(block)), y(x.size());
+  sprig::gather_sequence_windows(val, std::span<const std::int64_t>(starts.data(), n), block, x, y);
+  const auto z = model.forward(x, static_cast<std::int64_t>(n), block);  // [vocab x n * block]
+  std::vector<std::byte> tokens, logits;
+  for (std::int32_t t : x) st::put_le(tokens, t);
+  for (std::int64_t col = 0; col < z.cols(); ++col)
+    for (std::int64_t v = 0; v < z.rows(); ++v) st::put_le(logits, z(v, col));
+  const auto nn = static_cast<std::int64_t>(n);
+  const auto bytes = sprig::encode_safetensors_tensors({{"tokens", "I32", {nn, block}, std::move(tokens)},
+                                                        {"logits", "F32", {nn, block, z.rows()}, std::move(logits)}},
+                                                       {{"format", "pt"}});
+  sprig::detail::ckpt::write_file_atomically(path, bytes, "char_gpt --dump-logits");
+}
+#endif
+
 // What defines the model and the run (examples/run_settings.hpp), saved in each checkpoint and
 // compared on --resume. Not settings, so free to change on resume: --threads, --eval-every,
 // --eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample,
-// --sample-full-window, --temperature, --prompt, --distributed.
+// --sample-full-window, --temperature, --prompt, --distributed, --export, --export-form,
+// --eval-only, --dump-logits.
 template <class Index>
 sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   sprig::RunSettings s;
@@ -267,6 +387,16 @@ int run(Config cfg) {
     else
       return sprig::models::build_gpt<T, Index>(spec);
   }();
+#if defined(CHAR_GPT_SAFETENSORS)
+  if (!cfg.import_file.empty()) {
+    import_weights(cfg, text, model);
+    if (changes_topology) model.reserve_growth();  // imported patterns come tight: the room again
+    std::printf("imported %s%s\n", cfg.import_file.c_str(),
+                cfg.prune_attn >= 0.0 || cfg.prune_ffn >= 0.0
+                    ? ", pruned by magnitude to the densities below (one-shot)"
+                    : "");
+  }
+#endif
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
   const int threads = examples::choose_threads(cfg.threads, 3 * pm0.parameters * cfg.batch * cfg.block);
   std::printf(
@@ -303,6 +433,13 @@ int run(Config cfg) {
                 comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
   const std::vector<std::int64_t> val_starts =
       sprig::evaluation_window_starts(static_cast<std::int64_t>(val.size()), cfg.block, cfg.eval_windows);
+  double import_val_loss = std::nan("");
+  if (!cfg.import_file.empty()) {
+    import_val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
+    std::printf("val loss %.4f right after the import%s\n", import_val_loss,
+                cfg.prune_attn >= 0.0 || cfg.prune_ffn >= 0.0 ? " and pruning" : "");
+    std::fflush(stdout);
+  }
 
   std::ofstream csv;
   if (!cfg.csv.empty()) {
@@ -336,7 +473,7 @@ int run(Config cfg) {
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
   bool swept = false;  // the stale temporaries of a killed save: removed before the first save
-  for (; step < cfg.steps; ++step) {
+  for (; step < cfg.steps && !cfg.eval_only; ++step) {
     const auto t0 = Clock::now();
     sprig::sample_window_starts(static_cast<std::int64_t>(train.size()), cfg.block, cfg.seed,
                                 static_cast<std::uint64_t>(step), starts);
@@ -388,7 +525,27 @@ int run(Config cfg) {
       return 3;
     }
   }
-  if (start.step >= cfg.steps) val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
+  if (start.step >= cfg.steps || cfg.eval_only) val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
+  if (cfg.eval_only) std::printf("val loss %.4f (--eval-only: no training)\n", val_loss);
+
+  std::int64_t export_bytes = 0;
+#if defined(CHAR_GPT_SAFETENSORS)
+  if (!cfg.dump_logits.empty() && comm.rank() == 0) {
+    write_logits(cfg.dump_logits, model, val, val_starts, cfg.batch, cfg.block);
+    std::printf("logits of %lld validation windows written to %s\n",
+                static_cast<long long>(std::min<std::int64_t>(cfg.batch, std::ssize(val_starts))),
+                cfg.dump_logits.c_str());
+  }
+  if (!cfg.export_file.empty() && comm.rank() == 0) {
+    const bool compressed = cfg.export_form == "compressed";
+    sprig::save_safetensors(cfg.export_file, model,
+                            {.sparse_form = compressed ? sprig::SparseForm::compressed : sprig::SparseForm::dense,
+                             .metadata = {{"char_gpt.alphabet", alphabet_json(text)}}});
+    export_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.export_file));
+    std::printf("exported %s: %lld bytes (%s form)\n", cfg.export_file.c_str(), static_cast<long long>(export_bytes),
+                compressed ? "compressed sparse-bitmask" : "dense");
+  }
+#endif
 
   double sample_seconds = 0.0;
   if (cfg.sample_chars > 0) {
@@ -404,7 +561,8 @@ int run(Config cfg) {
 
   const std::int64_t steps_run = std::max<std::int64_t>(1, step - start.step);
   const double ms_per_step = 1e3 * train_seconds / static_cast<double>(steps_run);
-  const double tokens_per_s = static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9);
+  const double tokens_per_s =  // 0 when no step ran (--eval-only, or a resume at the end)
+      step > start.step ? static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9) : 0.0;
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
   const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();
@@ -430,10 +588,10 @@ int run(Config cfg) {
                 cfg.sample_full_window ? "full window per token" : "key/value cache");
   std::printf(
       "RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
-      "optimizer_state_bytes=%lld peak_rss_bytes=%lld sample_tokens_per_s=%.1f\n",
+      "optimizer_state_bytes=%lld peak_rss_bytes=%lld sample_tokens_per_s=%.1f export_bytes=%lld import_val_loss=%.4f\n",
       val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights), tokens_per_s,
       static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss),
-      cfg.sample_chars > 0 ? sample_tokens_per_s : 0.0);
+      cfg.sample_chars > 0 ? sample_tokens_per_s : 0.0, static_cast<long long>(export_bytes), import_val_loss);
   return 0;
 }
 
@@ -518,9 +676,26 @@ int program(int argc, char** argv) {
       "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
       "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
       "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --sample-full-window, --temperature, --prompt, "
-      "--distributed");
+      "--distributed, --export, --export-form, --eval-only, --dump-logits");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
+  app.add_option("--export", cfg.export_file,
+                 "Write the weights to this safetensors file at the end (atomically; names as gpt_torch.py's)");
+  app.add_option("--export-form", cfg.export_form,
+                 "Sparse weights in --export: dense (materialised; the default) or compressed (sparse-bitmask)")
+      ->check(CLI::IsMember({"dense", "compressed"}));
+  app.add_option("--import", cfg.import_file,
+                 "Start from this safetensors file's weights (same shapes; not with --resume); prints the validation "
+                 "loss right after it");
+  app.add_option("--prune-attn", cfg.prune_attn,
+                 "With --import: prune qkv and proj by magnitude to this sparsity (sets the attention's sparsity)")
+      ->check(examples::in_range(0.0, 0.9999));
+  app.add_option("--prune-ffn", cfg.prune_ffn,
+                 "With --import: prune fc and fc_proj by magnitude to this sparsity (sets the FFN's sparsity)")
+      ->check(examples::in_range(0.0, 0.9999));
+  app.add_flag("--eval-only", cfg.eval_only, "Train nothing: evaluate (then --dump-logits, --export, --sample)");
+  app.add_option("--dump-logits", cfg.dump_logits,
+                 "Write the logits of the first --batch validation windows to this safetensors file (tokens, logits)");
   app.add_option("--sample", cfg.sample_chars, "Characters to sample at the end (at most 1000000)")
       ->check(examples::in_range(0, 1e6))
       ->capture_default_str();
@@ -545,6 +720,7 @@ int program(int argc, char** argv) {
   // What needs no data is checked before any is read.
   apply_config_defaults(cfg);
   if (cfg.resume && cfg.checkpoint_dir.empty()) throw sprig::ArgumentError("char_gpt: --resume needs --checkpoint DIR");
+  check_model_file_options(cfg);
   if (cfg.d_model % cfg.heads != 0)
     throw sprig::ArgumentError("char_gpt: --d-model " + std::to_string(cfg.d_model) + " is not a multiple of --heads " +
                                std::to_string(cfg.heads));
