@@ -388,8 +388,13 @@ def cmd_train(args) -> None:
         csv_file.close()
     if args.sample > 0:
         print("--- sample (temperature %.2f) ---" % args.temperature)
-        print(sample(torch, model, alphabet, args.prompt, args.sample, args.temperature, block, args.seed))
+        t0 = time.perf_counter()
+        text = sample(torch, model, alphabet, args.prompt, args.sample, args.temperature, block, args.seed)
+        dt = time.perf_counter() - t0
+        print(text)
         print("---")
+        print("sampling: %d tokens in %.3f s, %.1f tokens/s (full window per token, no key/value cache)"
+              % (args.sample, dt, args.sample / max(dt, 1e-9)))
     with torch.no_grad():  # the masks held: no weight outside its mask, the live count as set
         stray = sum(int(((w != 0) & (mask == 0)).sum()) for w, mask in masked)
         if stray:
