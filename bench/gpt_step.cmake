@@ -26,6 +26,12 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
   add_test(NAME bench:gpt_step_bad_block_shape COMMAND gpt_step --layers 1 --weight-blocks 4x4,3x3)
   set_tests_properties(bench:gpt_step_bad_block_shape PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "gpt_step: --weight-blocks 3x3: not a block shape \\(1x4, 4x1, 4x4, 8x1, 8x8 or 16x1\\)")
+  # `--profile ""` profiles nothing (it used to be refused as an unknown variant)
+  add_test(NAME bench:gpt_step_no_profile
+           COMMAND gpt_step --layers 1 --heads 2 --d-model 32 --d-ff 64 --block 16 --batch 2 --threads 1
+                   --warmup 1 --steps 1 --variants all --profile "")
+  set_tests_properties(bench:gpt_step_no_profile PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "\\| all \\(attn" FAIL_REGULAR_EXPRESSION "Profile:|unknown variant")
   add_test(NAME bench:gpt_step_bad_block_variant COMMAND gpt_step --layers 1 --variants all/2x2)
   set_tests_properties(bench:gpt_step_bad_block_variant PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "gpt_step: variant 'all/2x2': '2x2' is not a block shape")

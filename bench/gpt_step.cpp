@@ -802,6 +802,7 @@ int main(int argc, char** argv) {
       if (!is_block_shape(b))
         throw std::invalid_argument("--weight-blocks " + b + ": not a block shape (" + kShapes + ")");
     for (const auto& v : o.variants) (void)variant_of(v, o);
+    std::erase(o.profile, std::string());  // `--profile ""`: profile nothing
     for (const auto& v : o.profile) (void)variant_of(v, o);
     return o.index_bits == 16 ? run<std::int16_t>(o, argc, argv) : run<std::int32_t>(o, argc, argv);
   } catch (const std::exception& e) {
