@@ -7,12 +7,13 @@
 #      print the validation loss right after pruning, fine-tune FINETUNE_STEPS steps with
 #      ALGORITHM (static: the pruned pattern kept; rigl, set, snfs also work) and export the
 #      compressed (sparse-bitmask) model;
-#   3. train the same sparse model from scratch for FINETUNE_STEPS steps, as the baseline;
+#   3. train the same sparse model from scratch for FINETUNE_STEPS steps at the same learning
+#      rate, as the baseline;
 #   then print the four validation losses and the file sizes, and write OUT/prune_pretrained.md.
 #
 # Usage: examples/prune_pretrained.sh [BUILD_DIR] [OUT_DIR] [extra char_gpt options...]
 #   env: DENSE_STEPS=2000 FINETUNE_STEPS=500 ATTN=0.7 FFN=0.9 ALGORITHM=static
-#        FINETUNE_LR=1e-3 THREADS=1 DENSE=<a dense export to start from>
+#        FINETUNE_LR=2e-3 THREADS=1 DENSE=<a dense export to start from>
 #   BUILD_DIR defaults to ./build, OUT_DIR to examples/results/prune_pretrained. The extra
 #   options go to every run (for example --config mini40m or --eval-windows 32).
 set -euo pipefail
@@ -29,7 +30,7 @@ steps="${FINETUNE_STEPS:-500}"
 attn="${ATTN:-0.7}"
 ffn="${FFN:-0.9}"
 algorithm="${ALGORITHM:-static}"
-lr="${FINETUNE_LR:-1e-3}"
+lr="${FINETUNE_LR:-2e-3}"
 threads="${THREADS:-1}"
 mkdir -p "$out"
 dense="${DENSE:-$out/dense.safetensors}"
@@ -66,7 +67,7 @@ finetuned_loss="$(result "$out/finetune.log" val_loss)"
 compressed_bytes="$(result "$out/finetune.log" export_bytes)"
 
 run "$out/scratch.log" --attn-sparsity "$attn" --ffn-sparsity "$ffn" --steps "$steps" --algorithm "$algorithm" \
-  --export "$out/scratch.safetensors" --export-form compressed "$@"
+  --lr "$lr" --export "$out/scratch.safetensors" --export-form compressed "$@"
 scratch_loss="$(result "$out/scratch.log" val_loss)"
 
 cpu="$(lscpu | sed -nE 's/^Model name: *//p' | head -1)"
