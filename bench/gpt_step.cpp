@@ -7,6 +7,7 @@
 //   gpt_step --csv gpt_step.csv                # also CSV rows (steps and phases)
 //   gpt_step --threads 2 --variants all --steps 10 --index-bits 32
 //   gpt_step --threads 1 --variants dense,all --weight-blocks 4x4,8x8   # all-sparse also in blocks
+//   gpt_step --variants dense,all --precision fp32,bf16   # all-sparse also with bf16 products
 //
 // Config (default mini40m, the reference library's speed gate): 8 layers, 10 heads, d_model
 // 640, d_ff 2560, block 128, batch 8, vocabulary 65; --layers, --heads, --d-model, --d-ff,
@@ -19,7 +20,8 @@
 // --variants once more per shape, its sparse projections BlockSparseLinear in dense RxC blocks
 // (32-bit indices, the same sparsity over the block grid; models::build_block_gpt), named
 // "<variant>/<shape>" (all/8x8) in the table, the CSV and --profile; --variants takes such
-// names too.
+// names too. --precision fp32,bf16 runs every sparse variant once more with bf16 products
+// (nn/sparse_linear.hpp, Precision::bf16), named "<variant>/bf16"; --variants takes those too.
 // The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
 // never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
 // the matrices; clip_grad_norm to 1.0 before every step.
@@ -183,16 +185,19 @@ struct Options {
   std::uint64_t seed = 1;
   std::string csv;
   std::vector<std::string> weight_blocks;  // block shapes the sparse variants run in too
+  std::vector<std::string> precisions = {"fp32"};  // with bf16: the unstructured sparse variants in bf16 too
 };
 
 struct Variant {
   std::string name;
   double attn = 0, ffn = 0;
   std::string blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
+  sprig::Precision precision = sprig::Precision::fp32;  // of the sparse projections
   std::string label() const {
     if (attn == 0 && ffn == 0) return "dense";
     return "attn " + fmt("%.0f%%", 100 * attn) + " + FFN " + fmt("%.0f%%", 100 * ffn) + " sparse" +
-           (blocks.empty() ? "" : ", " + blocks + " blocks");
+           (blocks.empty() ? "" : ", " + blocks + " blocks") +
+           (precision == sprig::Precision::bf16 ? ", bf16 products" : "");
   }
   std::string title() const { return name == "dense" ? name : name + " (" + label() + ")"; }
   int index_bits(const Options& o) const { return blocks.empty() ? o.index_bits : 32; }
@@ -216,8 +221,12 @@ Variant variant_of(const std::string& name, const Options& o) {
   else if (base == "all")
     v = {name, o.attn_sparsity, o.ffn_sparsity, ""};
   else
-    throw std::invalid_argument("unknown variant '" + name + "' (dense, ffn or all, the sparse ones optionally /RxC)");
-  if (slash != std::string::npos) {
+    throw std::invalid_argument("unknown variant '" + name +
+                                "' (dense, ffn or all, the sparse ones optionally /RxC or /bf16)");
+  if (slash != std::string::npos && name.substr(slash + 1) == "bf16") {
+    if (base == "dense") throw std::invalid_argument("variant '" + name + "': bf16 runs the sparse variants only");
+    v.precision = sprig::Precision::bf16;
+  } else if (slash != std::string::npos) {
     v.blocks = name.substr(slash + 1);
     if (base == "dense") throw std::invalid_argument("variant '" + name + "': the dense variant has no blocks");
     if (!is_block_shape(v.blocks))
@@ -568,6 +577,7 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
   spec.attn_sparsity = v.attn;
   spec.ffn_sparsity = v.ffn;
   spec.seed = o.seed;
+  spec.precision = v.precision;
   sprig::GPT<T, Index, SparseLayer> model = [&] {
     if constexpr (std::is_same_v<SparseLayer, sprig::SparseLinear<T, Index>>)
       return sprig::models::build_gpt<T, Index>(spec);
@@ -708,12 +718,16 @@ std::vector<Result> run_block_variant(const Variant& v, const Options& o, Batche
   return res;
 }
 
-// The variants to run: --variants, then each sparse one in every --weight-blocks shape.
+// The variants to run: --variants, then each sparse one in every --weight-blocks shape, then
+// each sparse one in bf16 (--precision with bf16).
 std::vector<std::string> variant_names(const Options& o) {
   std::vector<std::string> names = o.variants;
   for (const std::string& shape : o.weight_blocks)
     for (const std::string& name : o.variants)
       if (name == "ffn" || name == "all") names.push_back(name + "/" + shape);
+  if (std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end())
+    for (const std::string& name : o.variants)
+      if (name == "ffn" || name == "all") names.push_back(name + "/bf16");
   return names;
 }
 
@@ -740,7 +754,7 @@ int run(const Options& o, int argc, char** argv) {
   head << "; kernels " << sprig::kernel_arch() << "; load average at start " << load_at_start << ", at end "
        << load_average() << "\n\nGPT: " << o.layers << " layers, " << o.heads << " heads, d_model " << o.d_model
        << ", d_ff " << o.d_ff << ", block " << o.block << ", batch " << o.batch << ", vocabulary " << o.vocab
-       << "; fp32, sparse projections with " << o.index_bits
+       << "; fp32 (/bf16 variants: bf16 products), sparse projections with " << o.index_bits
        << "-bit column indices (uniform sparsity; in blocks: 32-bit); AdamW (0.9, 0.99)"
        << " lr " << o.lr << " weight decay " << o.weight_decay << ", clip " << o.clip << "; " << o.warmup
        << " warm-up + " << o.steps << " timed steps per variant and thread count\n\n";
@@ -792,6 +806,12 @@ int main(int argc, char** argv) {
   app.add_option("--weight-blocks", o.weight_blocks,
                  std::string("block shapes the ffn and all variants also run in (32-bit indices): ") + kShapes)
       ->delimiter(',');
+  app.add_option("--precision", o.precisions,
+                 "fp32 and/or bf16: with bf16 the ffn and all variants also run with bf16 products (named ffn/bf16, "
+                 "all/bf16; unstructured only)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.warmup < 1 || o.steps < 1) throw std::invalid_argument("--warmup and --steps must be >= 1");

@@ -9,6 +9,7 @@
 //   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl
 //   char_gpt --config mini40m --ffn-sparsity 0.9 --steps 20   # the speed configuration
 //   char_gpt --ffn-sparsity 0.9 --weight-blocks 4x4 --algorithm rigl   # FFN in dense 4x4 blocks
+//   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --precision bf16   # bf16 products
 //   mpirun -np 2 char_gpt --ffn-sparsity 0.9 --threads 1  # data parallel over 2 ranks (sprig/dist)
 //
 // Configs: small = 4 layers, 4 heads, d_model 256, d_ff 1024, block 128, batch 16, 2000
@@ -124,6 +125,7 @@ struct Config {
   std::string prompt = "\n";
   int index_bits = 32;                     // column index width of the sparse projections: 16 or 32
   std::string weight_blocks;               // "RxC": sparse projections in dense R x C blocks; empty: unstructured
+  std::string precision = "fp32";          // of the projections' products: fp32 or bf16
   std::string export_file;                 // --export: the weights as safetensors at the end
   std::string export_form;                 // dense (also when empty) or compressed
   std::string import_file;                 // --import: start from a safetensors file's weights
@@ -316,7 +318,7 @@ sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   examples::add_setting(s, "--distribution", c.distribution);
   examples::add_setting(s, "--weight-blocks", c.weight_blocks.empty() ? std::string("none") : c.weight_blocks);
   examples::add_setting(s, "--index-bits", static_cast<int>(8 * sizeof(Index)));
-  examples::add_setting(s, "--precision", "fp32");
+  examples::add_setting(s, "--precision", c.precision);
   examples::add_setting(s, "--algorithm", c.algorithm);
   examples::add_setting(s, "--delta-t", c.delta_t);
   examples::add_setting(s, "--alpha", c.alpha);
@@ -380,6 +382,7 @@ int run(Config cfg) {
   spec.distribution =
       cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.seed = cfg.seed;
+  spec.precision = sprig::parse_precision(cfg.precision);
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   auto model = [&] {
     if constexpr (blocks)
@@ -401,12 +404,13 @@ int run(Config cfg) {
   const int threads = examples::choose_threads(cfg.threads, 3 * pm0.parameters * cfg.batch * cfg.block);
   std::printf(
       "model: %s, %lld layers, %lld heads, d_model %lld, d_ff %lld, block %lld; attention %.0f%% sparse, "
-      "FFN %.0f%% sparse (%s%s, %d-bit indices); %lld of %lld parameters live; batch %lld, %d thread(s); %s\n",
+      "FFN %.0f%% sparse (%s%s, %d-bit indices, %s products); %lld of %lld parameters live; batch %lld, %d "
+      "thread(s); %s\n",
       cfg.config.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
       static_cast<long long>(cfg.d_model), static_cast<long long>(cfg.d_ff), static_cast<long long>(cfg.block),
       100 * cfg.attn_sparsity, 100 * cfg.ffn_sparsity, cfg.distribution.c_str(),
       blocks ? (", in " + cfg.weight_blocks + " blocks").c_str() : "", static_cast<int>(8 * sizeof(Index)),
-      static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
+      cfg.precision.c_str(), static_cast<long long>(pm0.parameters), static_cast<long long>(pm0.dense_parameters),
       static_cast<long long>(cfg.batch), threads, examples::kernel_label().c_str());
 
   sprig::AdamW<T> opt({.lr = cfg.lr,
@@ -713,6 +717,11 @@ int program(int argc, char** argv) {
                  "Sparse projections in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices; DST on "
                  "the block grid)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
+  app.add_option("--precision", cfg.precision,
+                 "Products of the projections: fp32, or bf16 (bf16 weights and activations, float accumulation, "
+                 "float master weights; not with --weight-blocks; the head and attention stay fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   examples::name_failures(app, "char_gpt");
@@ -732,6 +741,8 @@ int program(int argc, char** argv) {
                                " needs --attn-sparsity or --ffn-sparsity > 0");
   if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
     throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
+  if (cfg.precision == "bf16" && !cfg.weight_blocks.empty())
+    throw sprig::ArgumentError("char_gpt: --precision bf16 runs unstructured sparse projections only, not --weight-blocks");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);

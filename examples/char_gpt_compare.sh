@@ -11,6 +11,8 @@
 #                              default order, name them in RUNS
 #   sparser_static[_b4x4|_b8x8]    attention 90% + FFN 95% sparse, fixed topology, seed 1,
 #                              unstructured or in blocks (RUNS only)
+#   dense_bf16, all_{rigl,static}_bf16_s1   as dense and all_*_s1 with bf16 products in the
+#                              projections (--precision bf16); RUNS only
 #   torch_dense, torch_all_static   the same model in PyTorch (bench/compare_python/gpt_torch.py),
 #                              dense and with static random masks, when torch is installed
 # and writes
@@ -58,6 +60,9 @@ declare -A args=(
   [sparser_static]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1"
   [sparser_static_b4x4]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1 --weight-blocks 4x4"
   [sparser_static_b8x8]="--attn-sparsity 0.9 --ffn-sparsity 0.95 --algorithm static --seed 1 --weight-blocks 8x8"
+  [dense_bf16]="--precision bf16"
+  [all_rigl_bf16_s1]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm rigl --seed 1 --precision bf16"
+  [all_static_bf16_s1]="--attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm static --seed 1 --precision bf16"
 )
 order=(dense ffn90_static ffn90_rigl all_static_s1 all_static_s2 all_rigl_s1 all_rigl_s2 wide_rigl)
 torch_script="$root/bench/compare_python/gpt_torch.py"

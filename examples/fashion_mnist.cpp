@@ -117,6 +117,11 @@ int program(int argc, char** argv) {
   app.add_option("--block", cfg.block,
                  "Hidden layers in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
+  app.add_option("--precision", cfg.precision,
+                 "Products of the hidden layers: fp32, or bf16 (bf16 weights and activations, float accumulation "
+                 "and master weights; not with --block; the output layer stays fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--distributed", cfg.distributed,
                "Data parallel over the MPI ranks of mpirun (automatic when launched with more than one rank)");
   app.add_option("--max-steps", cfg.max_steps, "Stop each epoch after this many steps (0 = full epochs)")
@@ -132,6 +137,8 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   if (!cfg.block.empty() && cfg.index_bits != 32)
     throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
+  if (cfg.precision == "bf16" && !cfg.block.empty())
+    throw sprig::ArgumentError("fashion_mnist: --precision bf16 runs unstructured sparse layers only, not --block");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);

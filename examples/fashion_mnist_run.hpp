@@ -85,6 +85,7 @@ struct Config {
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
   std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
   bool distributed = false;        // data parallel over MPI ranks (automatic under mpirun -np N > 1)
+  std::string precision = "fp32";  // of the hidden layers' products: fp32 or bf16
 };
 
 // The ranks of the run (a SingleProcessCommunicator unless distributed), set by main.
@@ -114,6 +115,7 @@ sprig::models::MLPSpec mlp_spec(const Config& cfg, double sparsity, std::int64_t
       cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.dense_output = true;
   spec.seed = cfg.seed;
+  spec.precision = sprig::parse_precision(cfg.precision);
   // a changing topology relocates rows: room for them, so no update reallocates the layer
   if (changes_topology(cfg)) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   return spec;
@@ -243,7 +245,7 @@ sprig::RunSettings run_settings(const Config& c, std::int64_t train_images) {
   examples::add_setting(s, "--distribution", c.distribution);
   examples::add_setting(s, "--block", c.block.empty() ? std::string("none") : c.block);
   examples::add_setting(s, "--index-bits", static_cast<int>(8 * sizeof(Index)));
-  examples::add_setting(s, "--precision", "fp32");
+  examples::add_setting(s, "--precision", c.precision);
   examples::add_setting(s, "--algorithm", c.algorithm);
   examples::add_setting(s, "--delta-t", c.delta_t);
   examples::add_setting(s, "--alpha", c.alpha);
@@ -337,9 +339,10 @@ int run(const Config& cfg) {
                 comm.name().c_str(), static_cast<long long>(shard.size), static_cast<long long>(cfg.batch));
   }
   std::printf(
-      "model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices), output dense; batch %lld, %s, %d "
+      "model: %s, hidden layers %s (%sdensity %.3f, %d-bit indices, %s products), output dense; batch %lld, %s, %d "
       "thread(s)%s; %s\n",
       shape.c_str(), kind.c_str(), blocks ? "block " : "", density, static_cast<int>(8 * sizeof(Index)),
+      cfg.precision.c_str(),
       static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), threads, kGemmName, examples::kernel_label().c_str());
   if constexpr (!blocks)
     if (cfg.compare_steps > 0) return compare_step_times<Index>(cfg, data, mean, inv_std);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/precision.hpp"
 #include "../core/padded_csr.hpp"
 #include "../nn/block_sparse_linear.hpp"
 #include "../nn/gpt.hpp"
@@ -33,6 +34,7 @@ struct GPTSpec {
   std::uint64_t seed = 0;
   double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+  Precision precision = Precision::fp32;  // of the projections (GPTOptions::precision)
 };
 
 namespace detail {
@@ -114,7 +116,10 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
     }
   }
   return Model(spec.config, densities,
-               {.seed = spec.seed, .padding_ratio = spec.padding_ratio, .growth_reserve = spec.growth_reserve});
+               {.seed = spec.seed,
+                .padding_ratio = spec.padding_ratio,
+                .growth_reserve = spec.growth_reserve,
+                .precision = spec.precision});
 }
 }  // namespace detail
 

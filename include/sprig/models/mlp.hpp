@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/precision.hpp"
 #include "../nn/block_sparse_linear.hpp"
 #include "../nn/sequential.hpp"
 #include "density.hpp"
@@ -37,6 +38,9 @@ struct MLPSpec {
   // dense_output), in order, in [0, 1), instead of sparsity and distribution; 0 makes that
   // layer a dense Linear. ERK over a chosen subset: erk_sparsities of those layers' shapes.
   std::vector<double> layer_sparsities{};
+  // Of the hidden layers' products (set_precision; bf16 needs T = float and unstructured
+  // layers: build_block_mlp rejects it). The output layer stays fp32.
+  Precision precision = Precision::fp32;
 };
 
 namespace detail {
@@ -113,8 +117,11 @@ Model build_mlp_with(const char* fn, const MLPSpec& spec, const std::vector<doub
     const std::int64_t in = spec.widths[l], out = spec.widths[l + 1];
     if (sparsity[l] > 0.0)
       model.add(make_sparse(in, out, 1.0 - sparsity[l], static_cast<std::uint64_t>(l)));
-    else
-      model.add(Linear<T>(in, out, spec.seed, l));
+    else {
+      Linear<T> layer(in, out, spec.seed, l);
+      if (l + 1 < sparsity.size()) layer.set_precision(spec.precision);  // the output layer stays fp32
+      model.add(std::move(layer));
+    }
     if (l + 1 < sparsity.size()) {
       if (spec.activation == Activation::relu)
         model.add(ReLU<T>{});
@@ -131,19 +138,22 @@ Model build_mlp_with(const char* fn, const MLPSpec& spec, const std::vector<doub
 // layers and O(live weights) for the sparse ones. Deterministic for spec.seed.
 // Throws, naming models::build_mlp, what mlp_sparsities throws, ArgumentError for a
 // padding_ratio or growth_reserve outside [0, 64], a width whose columns Index cannot
-// address, or a sparse layer whose share rounds to no weight.
+// address, or a sparse layer whose share rounds to no weight; ArgumentError for bf16 with
+// T = double.
 template <Value T, ColumnIndex Index>
 Sequential<T, Index> build_mlp(const MLPSpec& spec) {
   constexpr const char* fn = "models::build_mlp";
   return detail::build_mlp_with<Sequential<T, Index>>(
       fn, spec, detail::mlp_sparsities(fn, spec),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
-        return SparseLinear<T, Index>(in, out,
-                                      {.density = density,
-                                       .seed = spec.seed,
-                                       .layer_key = key,
-                                       .padding_ratio = spec.padding_ratio,
-                                       .growth_reserve = spec.growth_reserve});
+        SparseLinear<T, Index> layer(in, out,
+                                     {.density = density,
+                                      .seed = spec.seed,
+                                      .layer_key = key,
+                                      .padding_ratio = spec.padding_ratio,
+                                      .growth_reserve = spec.growth_reserve});
+        layer.set_precision(spec.precision);
+        return layer;
       },
       1);
 }
@@ -154,6 +164,9 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
 template <Value T, ColumnIndex Index, int R, int C>
 Sequential<T, Index, BlockSparseLinear<T, Index, R, C>> build_block_mlp(const MLPSpec& spec) {
   constexpr const char* fn = "models::build_block_mlp";
+  if (spec.precision != Precision::fp32)
+    throw ArgumentError(sprig::detail::message(fn, ": precision ", precision_name(spec.precision),
+                                               " needs unstructured layers (models::build_mlp)"));
   return detail::build_mlp_with<Sequential<T, Index, BlockSparseLinear<T, Index, R, C>>>(
       fn, spec, detail::mlp_sparsities(fn, spec, R, C),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {

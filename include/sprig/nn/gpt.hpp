@@ -36,23 +36,20 @@
 // GPTProjection), 2 + 4 layers the head. The same config, densities and options give the
 // same model on any run and for any thread count.
 //
-// A GPT is a TrainableModel (nn/model.hpp): optimizers, dst::apply_step, checkpoints and
-// parameter_memory walk it as they walk a Sequential.
+// A GPT is a TrainableModel (nn/model.hpp): optimizers, DST, checkpoints walk it.
 //
 // Sparse layers (sparse_layers()): one SparseLayerRef per sparse projection (a block-sparse
 // one through its stand-in over the block grid, SparseLayerRef::blocks), in model order, with
 // position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
 // last forward (LN1's output, the attention output, LN2's output, the GELU output) and
-// output_grad = the dY it got in the last backward (an empty view after a forward that no
-// backward has followed yet). The views stay valid and correct after backward() until the
-// next forward. proj's and fc_proj's dY are the residual-stream gradients a block keeps
-// anyway; qkv's and fc's dY are written to a spare buffer of the model, and where that layer
-// is sparse, backward then swaps the spare with the block's qkv_out or fc_out: once the
-// attention core's backward has read Q, K, V (and fc_proj's backward gelu'), those
-// activations are dead, so their memory keeps the dY for DST and the dead buffer becomes the
-// spare of the next block. A sparse model thus holds no dY buffer per layer, only the two
-// spares a dense one has; the price is that backward consumes the forward's Q, K, V and
-// gelu' of sparse layers, so it runs once per forward (a second call throws).
+// output_grad = the dY it got in the last backward (empty after a forward no backward has
+// followed yet), valid after backward() until the next forward. proj's and fc_proj's dY are
+// the residual-stream gradients a block keeps anyway; qkv's and fc's dY go to a spare buffer
+// of the model, and where that layer is sparse, backward swaps the spare with the block's
+// qkv_out or fc_out, dead once the attention core's backward has read Q, K, V (and
+// fc_proj's gelu'): their memory keeps the dY for DST and the dead buffer is the next
+// block's spare. So no dY buffer per layer; the price: backward consumes the forward's Q, K,
+// V and gelu', so it runs once per forward (a second call throws).
 //
 // Buffers: every activation and gradient is a Matrix<T> member with Sequential's
 // activation_stride, reshaped only when batch * seq_len changes: a steady-state step (same
@@ -70,11 +67,10 @@
 // scratch gradients and the shared packing buffer.
 //
 // Scratch: the model owns one ModelScratch (nn/model_scratch.hpp), handed to every sparse
-// projection when it is built: one packing buffer for the kernels of all of them, sized by
-// the largest request (fc_proj's or fc's), instead of two per projection. What lives from
-// forward to backward is the activations above (and each layer's own caches); the packing
-// buffer serves one kernel call at a time, as the layers run one after another, so sharing
-// it is safe and gives the same bits as private buffers.
+// projection when it is built: one packing buffer (and one bf16 rounding buffer) for the
+// kernels of all of them, sized by the largest request, instead of private ones per
+// projection; the layers run one after another, so sharing is safe and gives the same bits.
+// Precision: GPTOptions::precision is every projection's (set_precision); the head's is fp32.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values and 2 d_model x N gradient values,
@@ -85,7 +81,7 @@
 //
 // Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible
 // by heads, densities.size() not 0 or layers, a density outside (0, 1], a padding_ratio or
-// growth_reserve outside [0, 64]; from forward, before any layer runs, ArgumentError for
+// growth_reserve outside [0, 64], a precision the layers lack; from forward, before any layer runs, ArgumentError for
 // batch < 1, seq_len outside [1, block_size] or a token id outside [0, vocab) (naming the id
 // and its position), ShapeError for tokens.size() != batch * seq_len; ArgumentError from
 // output_grad() and backward() without a successful forward, and from a second backward()
@@ -105,6 +101,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/precision.hpp"
 #include "attention.hpp"
 #include "embedding.hpp"
 #include "gelu.hpp"
@@ -135,6 +132,7 @@ struct GPTOptions {
   std::uint64_t seed = 0;
   double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+  Precision precision = Precision::fp32;  // of the four projections (set_precision; the head: fp32)
 };
 
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
@@ -445,13 +443,21 @@ private:
 
   static Projection make_projection(std::int64_t in, std::int64_t out, double density, const GPTOptions& o,
                                     std::uint64_t key) {
-    if (density >= 1.0) return Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key);
-    return Projection(std::in_place_type<SparseLayer>, in, out,
-                      typename SparseLayer::Options{.density = density,
-                                                    .seed = o.seed,
-                                                    .layer_key = key,
-                                                    .padding_ratio = o.padding_ratio,
-                                                    .growth_reserve = o.growth_reserve});
+    using Sparse = typename SparseLayer::Options;
+    Projection p = density >= 1.0 ? Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key)
+                                  : Projection(std::in_place_type<SparseLayer>, in, out,
+                                               Sparse{.density = density,
+                                                      .seed = o.seed,
+                                                      .layer_key = key,
+                                                      .padding_ratio = o.padding_ratio,
+                                                      .growth_reserve = o.growth_reserve});
+    std::visit([&](auto& layer) {
+      if constexpr (requires { layer.set_precision(o.precision); })
+        layer.set_precision(o.precision);
+      else if (o.precision != Precision::fp32)
+        throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision), " needs unstructured layers"));
+    }, p);
+    return p;
   }
 
   std::size_t checked(std::size_t block) const {

@@ -16,6 +16,16 @@
 // narrow kernels and the portable gemm; with SPRIG_USE_CBLAS that is the BLAS's to promise
 // (a threaded OpenBLAS does not: kernels/dense_gemm.hpp). One layer serves one thread at a time.
 // Operand overlaps are not detected: Y and dX must not overlap any input.
+//
+// Precision (set_precision; core/precision.hpp): with Precision::bf16 (T = float only) every
+// product runs on bf16_gemm (kernels/bf16_gemm.hpp: AMX, AVX512-BF16 or portable, float
+// accumulation), narrow layers included: forward rounds W into a bf16 shadow (refreshed from
+// the float masters on every forward) and X; backward rounds dY and X^T for dW = dY X^T and
+// transposes the shadow for dX = W^T dY, then applies x_activation in a pass. Gradients,
+// bias and optimizer state stay float; the rounded operands live only within the call, in a
+// Bf16Scratch (the layer's own or a model's: share_bf16_scratch). Each output is within
+// bf16_gemm's bound of the products of the rounded operands, bitwise identical for any thread
+// count on one bf16_gemm path.
 #pragma once
 
 #include <type_traits>
@@ -25,10 +35,13 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../core/precision.hpp"
 #include "../core/rng.hpp"
-#include "../kernels/narrow_dense.hpp"
-#include "bias.hpp"
+#include "../kernels/bf16_gemm.hpp"
 #include "../kernels/dense_gemm.hpp"
+#include "../kernels/narrow_dense.hpp"
+#include "bf16_scratch.hpp"
+#include "bias.hpp"
 #include "init.hpp"
 #include "parameter.hpp"
 
@@ -67,6 +80,11 @@ public:
       throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     detail::check_forward_activation("Linear::forward", act);
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        forward_bf16(X, Y, act);
+        return;
+      }
     if (narrow()) {
       narrow_forward<T>(weight.view(), X, Y, std::span<const T>(bias.value), act);
       return;
@@ -88,6 +106,12 @@ public:
                                        in_features(), "x", X.cols()));
     detail::check_input_activation<T>("Linear::backward", x_activation, X, x_derivative);
     check_backward_shapes(X, dY);
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        backward_bf16(X, dY, &dX);
+        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+        return;
+      }
     if (narrow()) {
       narrow_backward<T>(weight.view(), X, dY, weight.grad_view(), dX, x_activation, x_derivative);
       detail::sum_rows<T>(dY, bias.grad);
@@ -102,12 +126,34 @@ public:
   // as the three-argument form.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward_shapes(X, dY);
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        backward_bf16(X, dY, nullptr);
+        return;
+      }
     if (narrow())
       narrow_backward<T>(weight.view(), X, dY, weight.grad_view());
     else
       gemm<T>(Trans::no, Trans::yes, T(1), dY, X, T(0), weight.grad_view());
     detail::sum_rows<T>(dY, bias.grad);
   }
+
+  // The precision of the layer's products (top of this file); fp32 by default. Switching
+  // keeps every weight, gradient and optimizer state. Throws ArgumentError for bf16 on a
+  // layer whose values are not float. O(1); the bf16 shadow (in x out values) is allocated
+  // on the first forward.
+  void set_precision(Precision p) {
+    if (p == Precision::bf16 && !std::is_same_v<T, float>)
+      throw ArgumentError("Linear::set_precision: bf16 needs float master weights (a Linear<float>)");
+    precision_ = p;
+    if (p == Precision::fp32) bf16_weight_ = {};
+  }
+  Precision precision() const noexcept { return precision_; }
+
+  // Rounds the operands of the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
+  // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
+  // either way. Precondition: no two layers sharing it run a forward or backward at once.
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
 
   // Whether this layer runs on the narrow kernels (out_features() <= kNarrowMaxRows).
   bool narrow() const noexcept { return out_features() <= kNarrowMaxRows; }
@@ -130,9 +176,45 @@ public:
   std::int64_t dense_weight_bytes() const noexcept {
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
   }
-  std::int64_t memory_bytes() const noexcept { return weight_bytes() + weight.state_bytes() + bias.state_bytes(); }
+  std::int64_t memory_bytes() const noexcept {
+    return weight_bytes() + weight.state_bytes() + bias.state_bytes() +
+           static_cast<std::int64_t>(bf16_weight_.capacity() * sizeof(bfloat16)) +
+           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
+  }
 
 private:
+  Bf16Scratch& bf16_scratch() {
+    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
+    return *bf16_scratch_;
+  }
+  // The bf16 products (T = float): see the top of this file.
+  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+    bf16_weight_.resize(weight.value.size());
+    to_bfloat16(std::span<const float>(weight.value), std::span<bfloat16>(bf16_weight_));
+    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
+    bf16_gemm(ConstMatrixView<bfloat16>(bf16_weight_.data(), out_features(), in_features()), Xb, Y);
+    detail::add_bias<float>(bias.value, Y, act);
+  }
+  // dW = dY X^T, db, and dX = W^T dY when dX is given (no activation: the caller's pass).
+  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+    if (bf16_weight_.size() != weight.value.size())
+      throw ArgumentError("Linear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const std::int64_t B = X.cols(), in = in_features(), out = out_features();
+    bfloat16* buffer = bf16_scratch().data(B * (in + out) + (dX ? in * out : 0));
+    const auto XT = detail::narrow_transposed(X, buffer);
+    const auto dYb = detail::narrow_rows(dY, buffer + B * in);
+    bf16_gemm(dYb, XT, weight.grad_view());
+    detail::sum_rows<float>(dY, bias.grad);
+    if (!dX) return;
+    const auto WT = detail::narrow_transposed(ConstMatrixView<bfloat16>(bf16_weight_.data(), out, in),
+                                              buffer + B * (in + out));
+    bf16_gemm(WT, dYb, *dX);
+  }
+
+  Precision precision_ = Precision::fp32;
+  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_weight_;  // the bf16 shadow of W
+  SharedBf16Scratch bf16_scratch_;                                 // rounded operands (bf16 only)
+
   void check_backward_shapes(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("Linear::backward: layer is ", out_features(), "x", in_features(), ", X is ",

@@ -11,7 +11,8 @@
 // calls share_with(layer) on each layer it owns once the layer sits where it stays (a layer
 // without share_scratch is left alone), and adds memory_bytes() once to its own
 // memory_bytes(). Moving the model keeps the sharing (the buffer lives on the heap, shared
-// by the layers that use it).
+// by the layers that use it). Layers trained in bf16 get a second shared buffer the same way
+// (share_bf16_scratch, nn/bf16_scratch.hpp), for their operands rounded to bf16.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "../core/concepts.hpp"
 #include "../kernels/workspace.hpp"
+#include "bf16_scratch.hpp"
 
 namespace sprig {
 
@@ -26,24 +28,28 @@ template <Value T>
 class ModelScratch {
 public:
   // An empty buffer; it grows on the first kernel call that packs. Throws std::bad_alloc.
-  ModelScratch() : buffer_(std::make_shared<ScratchBuffer<T>>()) {}
+  ModelScratch() : buffer_(std::make_shared<ScratchBuffer<T>>()), bf16_(std::make_shared<Bf16Scratch>()) {}
 
   // Hands the buffer to `layer` if it takes one (layer.share_scratch(SharedScratch<T>)), else
   // does nothing. O(1).
   template <class Layer>
   void share_with(Layer& layer) const noexcept {
     if constexpr (requires { layer.share_scratch(buffer_); }) layer.share_scratch(buffer_);
+    if constexpr (requires { layer.share_bf16_scratch(bf16_); }) layer.share_bf16_scratch(bf16_);
   }
 
   // The shared buffer, for a layer type that takes it by another name.
   const SharedScratch<T>& buffer() const noexcept { return buffer_; }
 
-  // Bytes of the buffer: the largest packing request of any layer sharing it, so far (0 for a
-  // moved-from ModelScratch).
-  std::int64_t memory_bytes() const noexcept { return buffer_ ? buffer_->memory_bytes() : 0; }
+  // Bytes of the buffers: the largest packing request of any layer sharing them, so far, and
+  // the largest bf16 rounding request (0 for a moved-from ModelScratch).
+  std::int64_t memory_bytes() const noexcept {
+    return (buffer_ ? buffer_->memory_bytes() : 0) + (bf16_ ? bf16_->memory_bytes() : 0);
+  }
 
 private:
   SharedScratch<T> buffer_;
+  SharedBf16Scratch bf16_;
 };
 
 }  // namespace sprig

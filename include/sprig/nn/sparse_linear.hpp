@@ -38,6 +38,18 @@
 // must follow too: either attach a SlotLog with set_slot_log(), to which forward appends each
 // regrouping, and replay it on the array; or call group_columns(B, &log) right after the
 // topology change, with the log of that change, so the next forward has nothing to regroup.
+//
+// Precision (set_precision; core/precision.hpp): with Precision::bf16 (T = float only) the
+// products run on the bf16 kernels (kernels/bf16_spmm.hpp, bf16_sddmm.hpp): forward rounds
+// W's values into a bf16 shadow (W's slot layout, refreshed from the float masters on every
+// forward, so an optimizer step, a topology change or a restored checkpoint is always seen)
+// and X to bf16, multiplies with float accumulation and adds the bias in float; backward
+// rounds X and dY, computes dW (float, at W's slots) and dX = W^T dY (float) from them, and
+// applies x_activation in a pass after. Activations, gradients, bias, optimizer state and DST
+// stay float; the rounded X and dY live only within the call, in a Bf16Scratch (the layer's
+// own, or a model's: share_bf16_scratch). Results: each output within the bound of the
+// fp32 products computed from the rounded operands (the kernels' headers), bitwise identical
+// for any thread count.
 #pragma once
 
 #include <type_traits>
@@ -50,13 +62,17 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/precision.hpp"
 #include "../core/rng.hpp"
+#include "../kernels/bf16_sddmm.hpp"
+#include "../kernels/bf16_spmm.hpp"
 #include "../kernels/sddmm.hpp"
 #include "../kernels/sddmm_dx.hpp"
 #include "../kernels/spmm.hpp"
 #include "../kernels/spmm_transposed.hpp"
 #include "../kernels/transpose.hpp"
 #include "../kernels/workspace.hpp"
+#include "bf16_scratch.hpp"
 #include "bias.hpp"
 #include "init.hpp"
 #include "parameter.hpp"
@@ -159,6 +175,10 @@ public:
     detail::check_forward_activation("SparseLinear::forward", act);
     detail::check_spmm_operands("SparseLinear::forward", weight.matrix, X, Y);
     if (X.cols() > 0) regroup(X.cols(), slot_log_);
+    if (precision_ == Precision::bf16) {
+      if constexpr (std::is_same_v<T, float>) forward_bf16(X, Y, act);
+      return;
+    }
     spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
@@ -178,6 +198,17 @@ public:
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
     check_backward(X, dY);
+    if (precision_ == Precision::bf16) {
+      if constexpr (std::is_same_v<T, float>) {
+        detail::check_input_activation<T>("SparseLinear::backward", x_activation, X, x_derivative);
+        detail::check_no_overlap("SparseLinear::backward", "dX", dX, "dY", dY);
+        detail::check_no_overlap("SparseLinear::backward", "dX", dX, "X", X);
+        backward_bf16(X, dY, &dX);
+        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+      }
+      detail::sum_rows<T>(dY, bias.grad);
+      return;
+    }
     sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
              x_activation, x_derivative);
     detail::sum_rows<T>(dY, bias.grad);
@@ -187,6 +218,12 @@ public:
   // three-argument form.
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        backward_bf16(X, dY, nullptr);
+        detail::sum_rows<T>(dY, bias.grad);
+        return;
+      }
     sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
@@ -222,6 +259,23 @@ public:
     fn(bias);
   }
 
+  // The precision of the layer's products (top of this file); fp32 by default. Switching
+  // keeps every weight, gradient and optimizer state as it is. Throws ArgumentError for bf16
+  // on a layer whose values are not float. O(1); the bf16 shadow is allocated on the first
+  // forward (W.storage_size() bfloat16 values).
+  void set_precision(Precision p) {
+    if (p == Precision::bf16 && !std::is_same_v<T, float>)
+      throw ArgumentError("SparseLinear::set_precision: bf16 needs float master weights (a SparseLinear<float, Index>)");
+    precision_ = p;
+    if (p == Precision::fp32) bf16_values_ = {};
+  }
+  Precision precision() const noexcept { return precision_; }
+
+  // Rounds X and dY for the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
+  // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
+  // either way. Precondition: no two layers sharing it run a forward or backward at once.
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
+
   // The cached W^T backward uses (rebuilt when W's topology_key changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
 
@@ -236,7 +290,9 @@ public:
   // counted by its owner, once).
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
-           workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() +
+           static_cast<std::int64_t>(bf16_values_.capacity() * sizeof(bfloat16)) +
+           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
   }
 
   // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
@@ -262,6 +318,32 @@ private:
       throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
     weight.check_aligned("SparseLinear::backward");
+  }
+
+  // The bf16 products (T = float): see the top of this file.
+  Bf16Scratch& bf16_scratch() {
+    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
+    return *bf16_scratch_;
+  }
+  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+    bf16_values_.resize(static_cast<std::size_t>(weight.matrix.storage_size()));
+    refresh_bf16_values(weight.matrix, std::span<bfloat16>(bf16_values_));
+    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
+    bf16_spmm(weight.matrix, std::span<const bfloat16>(bf16_values_), Xb, Y, workspace_);
+    detail::add_bias<float>(bias.value, Y, act);
+  }
+  // dW at W's slots, and dX = W^T dY when dX is given (no activation: the caller's pass).
+  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+    if (std::ssize(bf16_values_) != weight.matrix.storage_size())
+      throw ArgumentError("SparseLinear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const std::int64_t B = X.cols();
+    bfloat16* buffer = bf16_scratch().data((X.rows() + dY.rows()) * B);
+    const auto Xb = detail::narrow_rows(X, buffer);
+    const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
+    bf16_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
+    if (dX)
+      bf16_spmm_transposed(weight.matrix, std::span<const bfloat16>(bf16_values_), transpose_, dYb, *dX,
+                           transpose_workspace_);
   }
 
   bool regroup(std::int64_t batch, SlotLog* log) {
@@ -292,6 +374,9 @@ private:
   TopologyKey grouped_key_;
   int grouped_shift_ = 0;
   SlotLog* slot_log_ = nullptr;  // where forward's regrouping is recorded (set_slot_log)
+  Precision precision_ = Precision::fp32;
+  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_values_;  // the bf16 shadow of W's values
+  SharedBf16Scratch bf16_scratch_;                                 // rounded X and dY (bf16 only)
 };
 
 }  // namespace sprig
