@@ -17,6 +17,7 @@
 
 #if !defined(SPRIG_NO_NLOHMANN_JSON)
 #  include "file_test_support.hpp"
+#  include "sprig/core/bfloat16.hpp"
 #  include "sprig/models/gpt.hpp"
 #  include "sprig/nn/block_sparse_linear.hpp"
 #  include "sprig/optim/adamw.hpp"
@@ -74,6 +75,31 @@ void perturb(M& m, float by) {
       for (float& v : p.value) v += (k += 0.01f);
     }
   });
+}
+
+// Rounds every value to the nearest bfloat16 with sprig::bfloat16: the oracle for what a BF16
+// export then import gives.
+template <class M>
+void round_to_bf16(M& m) {
+  auto round = [](float& v) { v = static_cast<float>(sprig::bfloat16(v)); };
+  m.for_each_parameter([&](auto& p) {
+    if constexpr (requires { p.matrix; })
+      for (float& v : p.matrix.values()) round(v);
+    else
+      for (float& v : p.value) round(v);
+  });
+}
+
+// The file's tensors rewritten through `edit(name, entry)` and encoded again.
+template <class Edit>
+std::vector<std::byte> rewritten(const std::vector<std::byte>& bytes, Edit edit) {
+  const auto f = sprig::parse_safetensors(bytes, "in");
+  std::vector<sprig::SafetensorsEntry> entries;
+  for (const auto& [name, t] : f.tensors) {
+    entries.push_back({name, t.dtype, t.shape, {t.data.begin(), t.data.end()}});
+    edit(name, entries.back());
+  }
+  return sprig::encode_safetensors_tensors(entries, f.metadata);
 }
 
 sprig::GPT<float, std::int32_t> small_gpt(std::uint64_t seed) {
@@ -353,7 +379,7 @@ TEST_CASE("safetensors: a model of other shapes is rejected and unchanged", "[io
   sprig::Sequential<double, std::int32_t> wide;
   wide.add(sprig::SparseLinear<double, std::int32_t>(6, 10, {.density = 0.4, .seed = 7}));
   CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(shorter), "s", wide), sprig::FormatError,
-                       WhatHas("tensor 'layers.0.weight' has dtype F32, the model expects F64"));
+                       WhatHas("tensor 'layers.0.weight' has dtype F32, the model expects F64 or BF16"));
 }
 
 TEST_CASE("safetensors: rename maps names both ways", "[io][safetensors]") {
@@ -378,6 +404,34 @@ TEST_CASE("safetensors: files on disk", "[io][safetensors]") {
   sprig::load_safetensors(dir.path / "m.safetensors", b);
   CHECK_THROWS_MATCHES(sprig::load_safetensors(dir.path / "none.safetensors", b), sprig::FormatError,
                        WhatHas("none.safetensors"));
+}
+
+// ---- BF16 values: import widens exactly -------------------------------------------------------
+
+TEST_CASE("safetensors import: BF16 values widen exactly, dense and compressed", "[io][safetensors]") {
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
+    INFO("form " << static_cast<int>(form));
+    Model a = small_model(1);
+    perturb(a, 0.5f);
+    // The F32 file with every float tensor narrowed here, value by value, with sprig::bfloat16.
+    const auto bytes = rewritten(sprig::encode_safetensors(a, {.sparse_form = form}), [](const std::string&,
+                                                                                         sprig::SafetensorsEntry& e) {
+      if (e.dtype != "F32") return;
+      std::vector<std::byte> narrow;
+      for (std::int64_t k = 0; k < std::ssize(e.data) / 4; ++k)
+        sprig::detail::st::put_le<std::uint16_t>(
+            narrow, sprig::bfloat16(sprig::detail::st::get_le<float>(e.data.data(), k)).bits);
+      e.dtype = "BF16";
+      e.data = std::move(narrow);
+    });
+    Model want = small_model(1);
+    perturb(want, 0.5f);
+    round_to_bf16(want);
+    REQUIRE(bits(want) != bits(a));
+    Model b = small_model(1);
+    sprig::decode_safetensors(bytes, "bf16", b);
+    CHECK(bits(b) == bits(want));
+  }
 }
 
 // ---- malformed files: each a FormatError naming the problem ----------------------------------
@@ -457,6 +511,18 @@ TEST_CASE("safetensors reader: shape and byte count disagree", "[io][safetensors
       parse(raw_file(R"({"a": {"dtype": "F64", "shape": [4294967296, 4294967296, 2], "data_offsets": [0, 8]}})", 8)),
       sprig::FormatError, WhatHas("needs more than 2^63 bytes"));
   parse(raw_file(R"({"a": {"dtype": "F64", "shape": [4294967296, 0], "data_offsets": [0, 0]}})", 0));  // empty: fine
+}
+
+TEST_CASE("safetensors reader: a BF16 tensor of the wrong byte count", "[io][safetensors]") {
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 12]}})", 12)),
+                       sprig::FormatError,
+                       WhatHas("tensor 'a': shape [3] of BF16 needs 6 bytes but data_offsets give 12"));
+  CHECK_THROWS_MATCHES(parse(raw_file(R"({"a": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 7]}})", 7)),
+                       sprig::FormatError,
+                       WhatHas("tensor 'a': shape [2,2] of BF16 needs 8 bytes but data_offsets give 7"));
+  const auto f =
+      sprig::parse_safetensors(raw_file(R"({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]}})", 6), "ok");
+  CHECK(f.tensors.at("a").data.size() == 6);
 }
 
 TEST_CASE("safetensors reader: duplicate names", "[io][safetensors]") {

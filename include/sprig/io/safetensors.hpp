@@ -33,11 +33,13 @@
 // compressed form adds sparsity_config, a JSON string {"format": "sparse-bitmask", ...}.
 //
 // Import (decode_safetensors, load_safetensors) into a model of the same parameter shapes: each
-// parameter takes the tensor of its name, dense or (any 2-D parameter) compressed. Every name,
-// dtype and shape is checked, and the file as a whole (parse_safetensors), before anything is
-// written: FormatError naming the tensor for a missing tensor, one the model has no parameter
-// for, a wrong shape or dtype, a weight given both dense and compressed, an inconsistent
-// compressed form; the model is then unchanged.
+// parameter takes the tensor of its name, dense or (any 2-D parameter) compressed, with values
+// (the dense tensor, or <name>.compressed) of the model's dtype (F32 or F64) or BF16, widened
+// exactly; one file may mix them, and pruning on import reads either. Every name, dtype and
+// shape is checked, and the file as a whole (parse_safetensors), before anything is written:
+// FormatError naming the tensor for a missing tensor, one the model has no parameter for, a
+// wrong shape or dtype (naming the dtypes accepted), a weight given both dense and compressed,
+// an inconsistent compressed form; the model is then unchanged.
 //   A sparse weight keeps its pattern on a dense import and takes the values at its live
 //   positions (values elsewhere are dropped). A SparseParameter given in compressed form takes
 //   the file's pattern (its bitmask) and values; its gradient is zeroed and its optimizer state

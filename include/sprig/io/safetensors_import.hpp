@@ -1,6 +1,7 @@
 // sprig/io/safetensors_import.hpp — internals of io/safetensors.hpp's import: each parameter's
-// tensor (dense or sparse-bitmask) checked against it and staged, then committed with
-// non-throwing copies and moves. The contracts are stated in io/safetensors.hpp.
+// tensor (dense or sparse-bitmask; values of the model's dtype or BF16) checked against it and
+// staged, then committed with non-throwing copies and moves. The contracts are stated in
+// io/safetensors.hpp.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/aligned_allocator.hpp"
+#include "../core/bfloat16.hpp"
 #include "../core/error.hpp"
 #include "../core/padded_csr.hpp"
 #include "safetensors_format.hpp"
@@ -32,20 +34,42 @@ struct Staged {
 
 inline std::string shape_text(const std::vector<std::int64_t>& s) { return nlohmann::json(s).dump(); }
 
-// Tensor `name` with the given dtype (any of `dtypes`) and shape, marked used; FormatError else.
+// Tensor `name` with the given dtype (any of `dtypes`) and shape, marked used; FormatError
+// naming the tensor and the dtypes accepted else.
 inline const SafetensorsTensor& expect(const SafetensorsFile& f, const std::string& name,
                                        std::initializer_list<const char*> dtypes,
                                        const std::vector<std::int64_t>& shape, std::set<std::string>& used) {
   const auto it = f.tensors.find(name);
   if (it == f.tensors.end()) fail(f.source, "tensor '", name, "' is missing from the file");
   const SafetensorsTensor& t = it->second;
-  if (std::none_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; }))
-    fail(f.source, "tensor '", name, "' has dtype ", t.dtype, ", the model expects ", *dtypes.begin());
+  if (std::none_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; })) {
+    std::string accepted;
+    for (const char* d : dtypes) accepted += (accepted.empty() ? "" : " or ") + std::string(d);
+    fail(f.source, "tensor '", name, "' has dtype ", t.dtype, ", the model expects ", accepted);
+  }
   if (t.shape != shape)
     fail(f.source, "tensor '", name, "' has shape ", shape_text(t.shape), ", the model's parameter is ",
          shape_text(shape));
   used.insert(name);
   return t;
+}
+
+// The values of a float tensor as T: its dtype is dtype_name<T>() (read as it is) or BF16
+// (widened exactly: the 16 bits become a float's top half). Precondition: k in range.
+template <class T>
+struct FloatValues {
+  const std::byte* data = nullptr;
+  bool bf16 = false;
+  T operator[](std::int64_t k) const noexcept {
+    if (bf16) return static_cast<T>(static_cast<float>(bfloat16::from_bits(get_le<std::uint16_t>(data, k))));
+    return get_le<T>(data, k);
+  }
+};
+
+// Reads t, whose dtype expect() checked to be dtype_name<T>() or BF16.
+template <class T>
+FloatValues<T> float_values(const SafetensorsTensor& t) noexcept {
+  return {t.data.data(), t.dtype == "BF16"};
 }
 
 // Element k of an integer tensor of dtype I64 or I32.
@@ -83,8 +107,9 @@ ElementRows<T> read_compressed(const SafetensorsFile& f, const std::string& name
     }
     out.row_ptr.push_back(std::ssize(out.col));
   }
-  const SafetensorsTensor& values = expect(f, name + ".compressed", {dtype_name<T>()}, {std::ssize(out.col)}, used);
-  for (std::int64_t k = 0; k < std::ssize(out.col); ++k) out.value.push_back(get_le<T>(values.data.data(), k));
+  const FloatValues<T> values =
+      float_values<T>(expect(f, name + ".compressed", {dtype_name<T>(), "BF16"}, {std::ssize(out.col)}, used));
+  for (std::int64_t k = 0; k < std::ssize(out.col); ++k) out.value.push_back(values[k]);
   return out;
 }
 
@@ -126,14 +151,15 @@ Staged<T, Index> stage_pattern(const ElementRows<T>& m, double padding_ratio) {
   return s;
 }
 
-// One-shot magnitude pruning of a dense rows x cols tensor: the `keep` entries of largest |v|
-// (ties to the lower row-major index; NaN ranks below every number), as element rows.
-// O(rows x cols) time and memory.
+// One-shot magnitude pruning of a dense rows x cols tensor (dtype_name<T>() or BF16): the
+// `keep` entries of largest |v| (ties to the lower row-major index; NaN ranks below every
+// number), as element rows. O(rows x cols) time and memory.
 template <class T>
 ElementRows<T> prune(const SafetensorsTensor& t, std::int64_t rows, std::int64_t cols, std::int64_t keep) {
   const std::int64_t n = rows * cols;
+  const FloatValues<T> values = float_values<T>(t);
   auto magnitude = [&](std::int64_t k) {
-    const T v = get_le<T>(t.data.data(), k);
+    const T v = values[k];
     return v != v ? T(-1) : (v < T(0) ? -v : v);
   };
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
@@ -150,7 +176,7 @@ ElementRows<T> prune(const SafetensorsTensor& t, std::int64_t rows, std::int64_t
   for (std::int64_t k : order) {
     for (; row < k / cols; ++row) out.row_ptr.push_back(std::ssize(out.col));
     out.col.push_back(k % cols);
-    out.value.push_back(get_le<T>(t.data.data(), k));
+    out.value.push_back(values[k]);
   }
   for (; row < rows; ++row) out.row_ptr.push_back(std::ssize(out.col));
   return out;
@@ -176,7 +202,7 @@ Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P
   if (dense_form && compressed_form)
     fail(f.source, "tensor '", n.name, "' is given both dense and compressed ('", n.name, ".compressed')");
   if (!compressed_form) {
-    const SafetensorsTensor& t = expect(f, n.name, {dtype_name<T>()}, shape, used);
+    const SafetensorsTensor& t = expect(f, n.name, {dtype_name<T>(), "BF16"}, shape, used);
     if constexpr (unstructured) {
       if (prune_sparsity >= 0.0 || prune_to_density) {
         const double live = (1.0 - prune_sparsity) * static_cast<double>(rows) * static_cast<double>(cols);
@@ -185,7 +211,8 @@ Staged<T, Index> stage(const SafetensorsFile& f, const ParameterName& n, const P
         return stage_pattern<T, Index>(prune<T>(t, rows, cols, keep), p.matrix.padding_ratio());
       }
     }
-    return stage_values<T, Index>(p, [&](std::int64_t k) { return get_le<T>(t.data.data(), k); });
+    const FloatValues<T> values = float_values<T>(t);
+    return stage_values<T, Index>(p, [&](std::int64_t k) { return values[k]; });
   }
   if (vector) fail(f.source, "tensor '", n.name, "' is 1-D: its compressed form is not supported");
   const ElementRows<T> m = read_compressed<T>(f, n.name, rows, cols, used);
