@@ -90,6 +90,8 @@ void round_to_bf16(M& m) {
   });
 }
 
+const sprig::SafetensorsExportOptions kBF16{.dtype = sprig::SafetensorsDtype::bf16};
+
 // The file's tensors rewritten through `edit(name, entry)` and encoded again.
 template <class Edit>
 std::vector<std::byte> rewritten(const std::vector<std::byte>& bytes, Edit edit) {
@@ -406,7 +408,7 @@ TEST_CASE("safetensors: files on disk", "[io][safetensors]") {
                        WhatHas("none.safetensors"));
 }
 
-// ---- BF16 values: import widens exactly -------------------------------------------------------
+// ---- BF16 values: export rounds to nearest even, import widens exactly ------------------------
 
 TEST_CASE("safetensors import: BF16 values widen exactly, dense and compressed", "[io][safetensors]") {
   for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
@@ -432,6 +434,202 @@ TEST_CASE("safetensors import: BF16 values widen exactly, dense and compressed",
     sprig::decode_safetensors(bytes, "bf16", b);
     CHECK(bits(b) == bits(want));
   }
+}
+
+TEST_CASE("safetensors: a BF16 round trip gives the rounded values, bytes stable", "[io][safetensors]") {
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
+    INFO("form " << static_cast<int>(form));
+    const sprig::SafetensorsExportOptions options{.sparse_form = form, .dtype = sprig::SafetensorsDtype::bf16};
+    Model a = small_model(1);
+    perturb(a, 0.5f);
+    Model want = small_model(1);
+    perturb(want, 0.5f);
+    round_to_bf16(want);
+    REQUIRE(bits(want) != bits(a));  // the rounding changes values
+    const auto bytes = sprig::encode_safetensors(a, options);
+    Model b = small_model(1);
+    sprig::decode_safetensors(bytes, "a", b);
+    CHECK(bits(b) == bits(want));
+    CHECK(sprig::encode_safetensors(b, options) == bytes);
+
+    auto g = small_gpt(5);
+    perturb(g, 0.25f);
+    auto gwant = small_gpt(5);
+    perturb(gwant, 0.25f);
+    round_to_bf16(gwant);
+    REQUIRE(bits(gwant) != bits(g));
+    const auto gbytes = sprig::encode_safetensors(g, options);
+    auto h = small_gpt(5);
+    sprig::decode_safetensors(gbytes, "g", h);
+    CHECK(bits(h) == bits(gwant));
+    CHECK(sprig::encode_safetensors(h, options) == gbytes);
+    // The rounded values exported as F32 import to the same model.
+    auto h32 = small_gpt(5);
+    perturb(h32, 1.0f);
+    sprig::decode_safetensors(sprig::encode_safetensors(gwant, {.sparse_form = form}), "g32", h32);
+    CHECK(bits(h32) == bits(h));
+  }
+}
+
+TEST_CASE("safetensors: a BF16 export writes BF16 values and keeps integer dtypes", "[io][safetensors]") {
+  const Model a = small_model(1);
+  const auto g = small_gpt(3);
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
+    INFO("form " << static_cast<int>(form));
+    const auto f32_bytes = sprig::encode_safetensors(a, {.sparse_form = form});
+    const auto bf16_bytes = sprig::encode_safetensors(a, {.sparse_form = form, .dtype = sprig::SafetensorsDtype::bf16});
+    const auto f32 = sprig::parse_safetensors(f32_bytes, "f32");
+    const auto bf16 = sprig::parse_safetensors(bf16_bytes, "bf16");
+    REQUIRE(f32.tensors.size() == bf16.tensors.size());
+    CHECK(bf16.metadata == f32.metadata);
+    std::int64_t floats = 0;
+    for (const auto& [name, t] : bf16.tensors) {
+      INFO(name);
+      const auto& t32 = f32.tensors.at(name);
+      CHECK(t.shape == t32.shape);
+      if (name.ends_with(".bitmask") || name.ends_with(".shape") || name.ends_with(".row_offsets")) {
+        CHECK(t.dtype == (name.ends_with(".bitmask") ? "U8" : "I64"));
+        CHECK(t.dtype == t32.dtype);
+        CHECK(std::equal(t.data.begin(), t.data.end(), t32.data.begin(), t32.data.end()));
+      } else {
+        CHECK(t.dtype == "BF16");
+        CHECK(t32.dtype == "F32");
+        CHECK(2 * t.data.size() == t32.data.size());
+        ++floats;
+      }
+    }
+    CHECK(floats == 6);  // three weights (a sparse one's .compressed in that form), three biases
+    const auto gf = sprig::parse_safetensors(
+        sprig::encode_safetensors(g, {.sparse_form = form, .dtype = sprig::SafetensorsDtype::bf16}), "g");
+    for (const auto& [name, t] : gf.tensors) {
+      INFO(name);
+      const bool integer = name.ends_with(".bitmask") || name.ends_with(".shape") || name.ends_with(".row_offsets");
+      CHECK((t.dtype == "BF16") == !integer);
+    }
+  }
+}
+
+TEST_CASE("safetensors: a BF16 export rounds to nearest, ties to even", "[io][safetensors]") {
+  // float bits -> the bfloat16 bits they must round to, worked out by hand.
+  const std::pair<std::uint32_t, std::uint16_t> weights[] = {
+      {0x3F808000u, 0x3F80u},  // 1 + 2^-8, halfway between 1 and 1 + 2^-7: to the even 1
+      {0x3F818000u, 0x3F82u},  // 1 + 3 * 2^-8, halfway: to the even 1 + 2^-6 (up)
+      {0x3F808001u, 0x3F81u},  // just above halfway: up
+      {0xBF807FFFu, 0xBF80u},  // just below halfway, negative: toward zero
+      {0x7F7FFFFFu, 0x7F80u},  // FLT_MAX: past bfloat16's largest finite value, +infinity
+      {0x00008000u, 0x0000u},  // a subnormal halfway between 0 and the least bfloat16: the even 0
+  };
+  const std::pair<std::uint32_t, std::uint16_t> biases[] = {
+      {0x00018000u, 0x0002u},  // subnormal, halfway between 1 and 2 ulps: to the even 2
+      {0xC0490FDBu, 0xC049u},  // -pi: below halfway
+  };
+  sprig::Sequential<float, std::int32_t> m;
+  m.add(sprig::Linear<float>(3, 2, 1));
+  auto& l = std::get<sprig::Linear<float>>(m.layer(0));
+  for (std::size_t k = 0; k < 6; ++k) l.weight.value[k] = std::bit_cast<float>(weights[k].first);
+  for (std::size_t k = 0; k < 2; ++k) l.bias.value[k] = std::bit_cast<float>(biases[k].first);
+  const auto bytes = sprig::encode_safetensors(m, kBF16);
+  const auto f = sprig::parse_safetensors(bytes, "m");
+  const auto& w = f.tensors.at("layers.0.weight");
+  const auto& b = f.tensors.at("layers.0.bias");
+  REQUIRE(w.data.size() == 12);
+  REQUIRE(b.data.size() == 4);
+  for (std::size_t k = 0; k < 6; ++k)
+    CHECK(sprig::detail::st::get_le<std::uint16_t>(w.data.data(), static_cast<std::int64_t>(k)) == weights[k].second);
+  for (std::size_t k = 0; k < 2; ++k)
+    CHECK(sprig::detail::st::get_le<std::uint16_t>(b.data.data(), static_cast<std::int64_t>(k)) == biases[k].second);
+  // Import widens exactly: the 16 bits become the float's top half.
+  sprig::Sequential<float, std::int32_t> back;
+  back.add(sprig::Linear<float>(3, 2, 2));
+  sprig::decode_safetensors(bytes, "m", back);
+  const auto& lb = std::get<sprig::Linear<float>>(back.layer(0));
+  for (std::size_t k = 0; k < 6; ++k)
+    CHECK(std::bit_cast<std::uint32_t>(lb.weight.value[k]) == std::uint32_t{weights[k].second} << 16);
+  for (std::size_t k = 0; k < 2; ++k)
+    CHECK(std::bit_cast<std::uint32_t>(lb.bias.value[k]) == std::uint32_t{biases[k].second} << 16);
+}
+
+TEST_CASE("safetensors: BF16 and double models", "[io][safetensors]") {
+  sprig::Sequential<float, std::int32_t> f;
+  f.add(sprig::Linear<float>(6, 10, 3));
+  sprig::Sequential<double, std::int32_t> d;
+  d.add(sprig::Linear<double>(6, 10, 4));
+  CHECK_THROWS_MATCHES(sprig::encode_safetensors(d, kBF16), sprig::ArgumentError,
+                       WhatHas("BF16 export needs a float model"));
+  // Import into a double model widens BF16 exactly too.
+  sprig::decode_safetensors(sprig::encode_safetensors(f, kBF16), "f", d);
+  const auto& lf = std::get<sprig::Linear<float>>(f.layer(0));
+  const auto& ld = std::get<sprig::Linear<double>>(d.layer(0));
+  for (std::size_t k = 0; k < lf.weight.value.size(); ++k)
+    CHECK(ld.weight.value[k] == static_cast<double>(static_cast<float>(sprig::bfloat16(lf.weight.value[k]))));
+  for (std::size_t k = 0; k < lf.bias.value.size(); ++k)
+    CHECK(ld.bias.value[k] == static_cast<double>(static_cast<float>(sprig::bfloat16(lf.bias.value[k]))));
+  CHECK_THROWS_MATCHES(sprig::decode_safetensors(sprig::encode_safetensors(f), "f", d), sprig::FormatError,
+                       WhatHas("tensor 'layers.0.weight' has dtype F32, the model expects F64 or BF16"));
+}
+
+TEST_CASE("safetensors: pruning on import reads BF16 values", "[io][safetensors]") {
+  // value (k - 29.5) * 1.01, k = i * 6 + j: not all bfloat16 numbers; rounding keeps |v|'s order
+  // (the values are more than bfloat16's spacing apart), so the 12 kept are k in [0, 6), [54, 60).
+  sprig::Sequential<float, std::int32_t> dense;
+  dense.add(sprig::Linear<float>(6, 10, 1));
+  auto& w = std::get<sprig::Linear<float>>(dense.layer(0)).weight;
+  for (std::int64_t k = 0; k < 60; ++k) w.value[k] = (static_cast<float>(k) - 29.5f) * 1.01f;
+  const auto bytes = sprig::encode_safetensors(dense, kBF16);
+  for (const bool to_model : {false, true}) {
+    INFO("prune_to_model_density " << to_model);
+    sprig::Sequential<float, std::int32_t> sparse;
+    sparse.add(sprig::SparseLinear<float, std::int32_t>(6, 10, {.density = 0.2, .seed = 3}));
+    REQUIRE(std::get<sprig::SparseLinear<float, std::int32_t>>(sparse.layer(0)).weight.matrix.nnz() == 12);
+    if (to_model)
+      sprig::decode_safetensors(bytes, "d", sparse, {.prune_to_model_density = true});
+    else
+      sprig::decode_safetensors(bytes, "d", sparse, {.prune_sparsity = 0.8});
+    const auto& p = std::get<sprig::SparseLinear<float, std::int32_t>>(sparse.layer(0)).weight;
+    CHECK(p.matrix.nnz() == 12);
+    p.matrix.check_invariants();
+    std::int64_t changed = 0;
+    p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t) {
+      const std::int64_t k = r * 6 + c;
+      CHECK((k < 6 || k >= 54));
+      CHECK(v == static_cast<float>(sprig::bfloat16(w.value[k])));
+      changed += v != w.value[k];
+    });
+    CHECK(changed > 0);
+  }
+}
+
+TEST_CASE("safetensors import: a float tensor of another dtype is named", "[io][safetensors]") {
+  Model a = small_model(1);
+  for (const auto form : {sprig::SparseForm::dense, sprig::SparseForm::compressed}) {
+    const auto good = sprig::encode_safetensors(a, {.sparse_form = form, .dtype = sprig::SafetensorsDtype::bf16});
+    const std::string target = form == sprig::SparseForm::dense ? "layers.0.weight" : "layers.0.weight.compressed";
+    // Relabel the target (BF16, 2 bytes a value) as F16 (same size): a dtype the import refuses.
+    const auto bad = rewritten(good, [&](const std::string& name, sprig::SafetensorsEntry& e) {
+      if (name == target) e.dtype = "F16";
+    });
+    Model b = small_model(2);
+    const auto before = bits(b);
+    CHECK_THROWS_MATCHES(sprig::decode_safetensors(bad, "bad", b), sprig::FormatError,
+                         WhatHas("tensor '" + target + "' has dtype F16, the model expects F32 or BF16"));
+    CHECK(bits(b) == before);
+  }
+  // An F32 tensor relabelled BF16 has twice the bytes its shape needs: the reader says so.
+  const auto f32 = sprig::encode_safetensors(a);
+  const auto f = sprig::parse_safetensors(f32, "f32");
+  std::string header(reinterpret_cast<const char*>(f32.data() + 8),
+                     static_cast<std::size_t>(sprig::detail::st::get_le<std::uint64_t>(f32.data(), 0)));
+  const auto at = header.find(R"("dtype":"F32")");
+  REQUIRE(at != std::string::npos);
+  const auto data_begin = f32.begin() + 8 + static_cast<std::ptrdiff_t>(header.size());
+  header.replace(at, 13, R"("dtype":"BF16")");
+  auto relabelled = raw_file(header);
+  relabelled.insert(relabelled.end(), data_begin, f32.end());
+  Model b = small_model(2);
+  const auto before = bits(b);
+  CHECK_THROWS_MATCHES(sprig::decode_safetensors(relabelled, "relabelled", b), sprig::FormatError,
+                       WhatHas("of BF16 needs"));
+  CHECK(bits(b) == before);
 }
 
 // ---- malformed files: each a FormatError naming the problem ----------------------------------

@@ -5,6 +5,7 @@
 //
 //   sprig::save_safetensors("model.safetensors", model);                      // dense F32
 //   sprig::save_safetensors("model.safetensors", model, {.sparse_form = sprig::SparseForm::compressed});
+//   sprig::save_safetensors("model.safetensors", model, {.dtype = sprig::SafetensorsDtype::bf16});
 //   sprig::load_safetensors("model.safetensors", model);                      // all or nothing
 //
 // Tensor names (safetensors_names), in for_each_parameter order:
@@ -17,7 +18,11 @@
 // Shapes: weights and embeddings [rows, cols] (sprig and PyTorch's Linear both store [out, in]);
 // biases and LayerNorm gains/biases 1-D [rows] (GPT and Sequential); parameters.<k> 2-D.
 // `rename` maps these names to others (e.g. nanoGPT's) on export and import alike.
-// dtype: F32 for a float model, F64 for a double one.
+// dtype of the values (every dense tensor and every <name>.compressed): F32 for a float model,
+// F64 for a double one; with SafetensorsDtype::bf16 (float models only), BF16, each value the
+// nearest bfloat16, ties to even (sprig::bfloat16, core/bfloat16.hpp: no flush of subnormals,
+// overflow to infinity, NaN kept a NaN). Integer tensors (.shape, .bitmask, .row_offsets) keep
+// their dtypes.
 //
 // Sparse weights (SparseParameter, BlockSparseParameter):
 //   dense form (default): materialised [rows, cols], zeros outside the pattern.
@@ -49,7 +54,8 @@
 //   with prune_to_model_density, into a new pattern of its current live count.
 //   Cost O(file bytes + parameters' dense sizes); one staged copy of the imported values.
 // Throws ArgumentError (before reading) for a prune_sparsity that is NaN or >= 1, or one >= 0
-// together with prune_to_model_density.
+// together with prune_to_model_density. Export throws ArgumentError for SafetensorsDtype::bf16
+// with a double model (rounding through float would round twice).
 #pragma once
 
 #include <algorithm>
@@ -59,6 +65,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -77,8 +84,12 @@ namespace sprig {
 // How sparse weights are written: materialised dense, or compressed-tensors' sparse-bitmask.
 enum class SparseForm { dense, compressed };
 
+// The dtype of exported values: the model's own (F32 or F64), or BF16 (float models only).
+enum class SafetensorsDtype { native, bf16 };
+
 struct SafetensorsExportOptions {
   SparseForm sparse_form = SparseForm::dense;
+  SafetensorsDtype dtype = SafetensorsDtype::native;
   std::map<std::string, std::string> rename{};    // sprig's name -> the file's, for any it lists
   std::map<std::string, std::string> metadata{};  // added to __metadata__ (over sprig's own keys)
 };
@@ -106,12 +117,18 @@ std::vector<std::string> safetensors_names(const M& model, const std::map<std::s
 }
 
 // The bytes of a safetensors file of the model's weights (see the top). Reads the model only.
-// Throws ArgumentError if `rename` gives two parameters one name; otherwise only bad_alloc.
-// O(dense size of every parameter).
+// Throws ArgumentError if `rename` gives two parameters one name, or for options.dtype bf16 with
+// a model whose value_type is not float; otherwise only bad_alloc. O(dense size of every
+// parameter).
 template <TrainableModel M>
 std::vector<std::byte> encode_safetensors(const M& model, const SafetensorsExportOptions& options = {}) {
   namespace st = detail::st;
   using T = typename M::value_type;
+  const bool bf16 = options.dtype == SafetensorsDtype::bf16;
+  if (bf16 && !std::is_same_v<T, float>)
+    throw ArgumentError(detail::message("encode_safetensors: BF16 export needs a float model (this one's values are ",
+                                        st::dtype_name<T>(), "; rounding through float would round twice)"));
+  const char* dtype = st::export_dtype_name<T>(bf16);
   const auto names = st::parameter_names(model, options.rename);
   std::vector<SafetensorsEntry> tensors;
   std::map<std::string, std::string> metadata{{"format", "pt"}, {"sprig_version", st::version_string()}};
@@ -123,16 +140,16 @@ std::vector<std::byte> encode_safetensors(const M& model, const SafetensorsExpor
       const st::ElementRows<T> rows = st::element_rows(p);
       st::note_sparse(metadata, summary, n.name, p);
       if (options.sparse_form == SparseForm::compressed)
-        st::put_compressed(tensors, n.name, rows);
+        st::put_compressed(tensors, n.name, rows, bf16);
       else
-        tensors.push_back({n.name, st::dtype_name<T>(), {rows.rows, rows.cols}, st::dense_bytes(rows)});
+        tensors.push_back({n.name, dtype, {rows.rows, rows.cols}, st::dense_bytes(rows, bf16)});
     } else {
       std::vector<std::int64_t> shape{p.rows, p.cols};
       if (n.vector && p.cols == 1) shape = {p.rows};
       std::vector<std::byte> data;
-      data.reserve(p.value.size() * sizeof(T));
-      for (T v : p.value) st::put_le(data, v);
-      tensors.push_back({n.name, st::dtype_name<T>(), std::move(shape), std::move(data)});
+      data.reserve(p.value.size() * (bf16 ? 2 : sizeof(T)));
+      for (T v : p.value) st::put_value(data, v, bf16);
+      tensors.push_back({n.name, dtype, std::move(shape), std::move(data)});
     }
   });
   if (options.sparse_form == SparseForm::compressed && !summary.targets.empty())

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/aligned_allocator.hpp"
+#include "../core/bfloat16.hpp"
 #include "../core/error.hpp"
 #include "../core/padded_csr.hpp"
 #include "../version.hpp"
@@ -36,6 +38,25 @@ inline std::string version_string() {
 template <class T>
 const char* dtype_name() noexcept {
   return sizeof(T) == 4 ? "F32" : "F64";
+}
+
+// The dtype an export writes a model's values as: dtype_name<T>(), or BF16.
+template <class T>
+const char* export_dtype_name(bool bf16) noexcept {
+  return bf16 ? "BF16" : dtype_name<T>();
+}
+
+// Appends v little-endian as T, or (bf16, float models only) rounded to the nearest bfloat16,
+// ties to even (core/bfloat16.hpp).
+template <class T>
+void put_value(std::vector<std::byte>& out, T v, bool bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) {
+      put_le<std::uint16_t>(out, bfloat16(v).bits);
+      return;
+    }
+  }
+  put_le(out, v);
 }
 
 // The GPT's names (gpt_torch.py's module names), in GPT::for_each_parameter's order.
@@ -146,31 +167,31 @@ auto element_rows(const P& p) {
 }
 
 template <class T>
-std::vector<std::byte> dense_bytes(const ElementRows<T>& m) {
+std::vector<std::byte> dense_bytes(const ElementRows<T>& m, bool bf16) {
   std::vector<T> dense(static_cast<std::size_t>(m.rows * m.cols), T(0));
   for (std::int64_t i = 0; i < m.rows; ++i)
     for (std::int64_t p = m.row_ptr[i]; p < m.row_ptr[i + 1]; ++p) dense[i * m.cols + m.col[p]] = m.value[p];
   std::vector<std::byte> out;
-  out.reserve(dense.size() * sizeof(T));
-  for (T v : dense) put_le(out, v);
+  out.reserve(dense.size() * (bf16 ? 2 : sizeof(T)));
+  for (T v : dense) put_value(out, v, bf16);
   return out;
 }
 
-// <name>.shape, .compressed, .bitmask, .row_offsets (see io/safetensors.hpp).
+// <name>.shape, .compressed (BF16 when bf16), .bitmask, .row_offsets (see io/safetensors.hpp).
 template <class T>
-void put_compressed(std::vector<SafetensorsEntry>& out, const std::string& name, const ElementRows<T>& m) {
+void put_compressed(std::vector<SafetensorsEntry>& out, const std::string& name, const ElementRows<T>& m, bool bf16) {
   const std::int64_t row_bytes = (m.cols + 7) / 8;
   std::vector<std::byte> shape, values, bitmask(static_cast<std::size_t>(m.rows * row_bytes)), offsets;
   put_le<std::int64_t>(shape, m.rows);
   put_le<std::int64_t>(shape, m.cols);
-  for (T v : m.value) put_le(values, v);
+  for (T v : m.value) put_value(values, v, bf16);
   for (std::int64_t i = 0; i < m.rows; ++i) {
     put_le<std::int64_t>(offsets, m.row_ptr[i]);
     for (std::int64_t p = m.row_ptr[i]; p < m.row_ptr[i + 1]; ++p)
       bitmask[i * row_bytes + m.col[p] / 8] |= std::byte(1u << (m.col[p] % 8));
   }
   out.push_back({name + ".shape", "I64", {2}, std::move(shape)});
-  out.push_back({name + ".compressed", dtype_name<T>(), {std::ssize(m.value)}, std::move(values)});
+  out.push_back({name + ".compressed", export_dtype_name<T>(bf16), {std::ssize(m.value)}, std::move(values)});
   out.push_back({name + ".bitmask", "U8", {m.rows, row_bytes}, std::move(bitmask)});
   out.push_back({name + ".row_offsets", "I64", {m.rows}, std::move(offsets)});
 }
