@@ -1,8 +1,9 @@
 // libFuzzer target: the safetensors reader (io/safetensors_format.hpp) and the import into a
 // model (io/safetensors.hpp) on arbitrary bytes. Every input must end in a result or a
 // sprig::Error; anything else (another exception, a crash, a sanitizer report, a leak, a
-// timeout) is a finding. An input that imports (as given, and with pruning on import) must
-// leave every sparse weight valid and its per-slot arrays aligned.
+// timeout) is a finding. An input that imports (as given, pruned on import to a sparsity, and
+// pruned to the model's densities) must leave every sparse weight valid and its per-slot arrays
+// aligned. The seed corpus holds F32 and BF16 files.
 #include <sprig/io/safetensors.hpp>
 
 #include <cstddef>
@@ -36,10 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (std::ssize(t.data) != t.end - t.begin) __builtin_trap();
   } catch (const sprig::Error&) {
   }
-  for (const double prune : {-1.0, 0.5}) {  // as given, and pruning dense weights on import
+  const sprig::SafetensorsImportOptions imports[] = {{}, {.prune_sparsity = 0.5}, {.prune_to_model_density = true}};
+  for (const auto& options : imports) {
     Model m = small_model();
     try {
-      sprig::decode_safetensors(bytes, "fuzz", m, {.prune_sparsity = prune});
+      sprig::decode_safetensors(bytes, "fuzz", m, options);
       m.for_each_parameter([](auto& p) {
         if constexpr (requires { p.matrix; }) {
           p.matrix.check_invariants();

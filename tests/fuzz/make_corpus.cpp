@@ -1,7 +1,8 @@
 // Writes the seed corpora of the fuzz targets into <dir>/reader, <dir>/ops and
 // <dir>/safetensors: valid PaddedCSR and training-state files (the reader target's model, SGD
 // and RigL, trained a few steps and not, with run settings and without), a few operation
-// programs, and safetensors files of the safetensors target's model (dense and compressed).
+// programs, and safetensors files of the safetensors target's model (dense and compressed, F32
+// and BF16).
 #include <sprig/dst/rigl.hpp>
 #include <sprig/io/checkpoint.hpp>
 #include <sprig/io/safetensors.hpp>
@@ -86,7 +87,11 @@ int main(int argc, char** argv) {
   write(dir / "safetensors" / "dense", sprig::encode_safetensors(st));
   write(dir / "safetensors" / "compressed",
         sprig::encode_safetensors(st, {.sparse_form = sprig::SparseForm::compressed}));
+  write(dir / "safetensors" / "dense_bf16", sprig::encode_safetensors(st, {.dtype = sprig::SafetensorsDtype::bf16}));
+  write(dir / "safetensors" / "compressed_bf16",
+        sprig::encode_safetensors(st, {.sparse_form = sprig::SparseForm::compressed,
+                                       .dtype = sprig::SafetensorsDtype::bf16}));
   write(dir / "safetensors" / "empty", sprig::encode_safetensors_tensors({}, {{"format", "pt"}}));
-  n += 3;
+  n += 5;
   std::printf("make_corpus: %d seed files in %s\n", n, dir.c_str());
 }
