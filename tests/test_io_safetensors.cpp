@@ -824,6 +824,35 @@ TEST_CASE("safetensors: files written by Python's safetensors", "[io][safetensor
   const auto& m1 = back.tensors.at("layers.0.weight.bitmask").data;
   const auto& m2 = fixture.tensors.at("layers.0.weight.bitmask").data;
   CHECK(std::equal(m1.begin(), m1.end(), m2.begin(), m2.end()));
+
+  // tiny_mlp's layout in BF16 (layers.2.weight F32), rounded by PyTorch: the bits below were
+  // worked out by hand (to nearest, ties to even) and asserted by the script that wrote it.
+  const auto bbytes = sprig::detail::ckpt::read_file(dir / "tiny_bf16.safetensors");
+  const auto bf = sprig::parse_safetensors(bbytes, "tiny_bf16");
+  CHECK(bf.tensors.at("layers.0.weight").dtype == "BF16");
+  CHECK(bf.tensors.at("layers.2.weight").dtype == "F32");
+  sprig::Sequential<float, std::int32_t> t;
+  t.add(sprig::Linear<float>(3, 2, 0));
+  t.add(sprig::ReLU<float>{});
+  t.add(sprig::Linear<float>(2, 1, 0));
+  sprig::decode_safetensors(bbytes, "tiny_bf16", t);
+  auto widened = [](std::uint32_t top) { return std::bit_cast<float>(top << 16); };
+  const auto& t0 = std::get<sprig::Linear<float>>(t.layer(0));
+  // From 1 + 2^-8 (a tie: to 1), 1 + 3 * 2^-8 (a tie: up), -0.1, 3, 1e30, -2.5.
+  const std::uint32_t w0[] = {0x3F80, 0x3F82, 0xBDCD, 0x4040, 0x714A, 0xC020};
+  for (std::size_t k = 0; k < 6; ++k) CHECK(t0.weight.value[k] == widened(w0[k]));
+  CHECK(t0.bias.value == sprig::AlignedVector<float>{widened(0x3DCD), widened(0xBEAB)});  // 0.1, -1/3
+  const auto& t2 = std::get<sprig::Linear<float>>(t.layer(2));
+  CHECK(t2.weight.value == sprig::AlignedVector<float>{0.5f, -0.25f});
+  CHECK(t2.bias.value == sprig::AlignedVector<float>{3.0f});
+  // sprig's BF16 export of the same values writes the same bits.
+  const auto again = sprig::encode_safetensors(t, {.dtype = sprig::SafetensorsDtype::bf16});
+  const auto af = sprig::parse_safetensors(again, "again");
+  for (const char* name : {"layers.0.weight", "layers.0.bias", "layers.2.bias"}) {
+    const auto& x = af.tensors.at(name).data;
+    const auto& y = bf.tensors.at(name).data;
+    CHECK(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+  }
 }
 #  endif
 
