@@ -12,6 +12,10 @@ Optional tooling: nothing in the library, its tests or its CMake build depends o
       loaded with safetensors.numpy and decompressed here (numpy.unpackbits, little bit order),
       equals bit for bit the dense form char_gpt writes of the same weights; every dense
       tensor too; and gpt_torch.py on the decompressed weights gives char_gpt's logits.
+  (d) BF16: (a)'s weights exported with --export-dtype bf16 load with safetensors.torch as
+      torch.bfloat16 tensors, each bit for bit PyTorch's own rounding of the F32 export
+      (.to(torch.bfloat16)); gpt_torch.py on them gives the logits of char_gpt importing that
+      file. Skipped, saying so, when the char_gpt given has no --export-dtype.
 Logits are compared as max |sprig - torch| / max |torch| over the whole [windows, block, vocab]
 tensor (fp32, one thread each); the bar is 1e-5.
 
@@ -174,7 +178,32 @@ def main() -> None:
     model.load_state_dict({k: torch.from_numpy(v) for k, v in decompressed.items()}, strict=True)
     if compare_logits(torch, model, c_logits, "(c) compressed export, decompressed, PyTorch logits") > BAR:
         failures.append("(c) logits")
-    sizes = {os.path.basename(p): os.path.getsize(p) for p in (dense, c_file, c_dense)}
+    # (d) BF16
+    print("(d) char_gpt's dense export in BF16 into PyTorch", flush=True)
+    d_file = None
+    if "--export-dtype" not in subprocess.run([args.char_gpt, "--help"], capture_output=True, text=True).stdout:
+        print("  skipped: this char_gpt has no --export-dtype", flush=True)
+    else:
+        d_file = os.path.join(work, "d_bf16.safetensors")
+        d_logits = os.path.join(work, "d_logits.safetensors")
+        char_gpt(args, "--import", dense, "--eval-only", "--export", d_file, "--export-dtype", "bf16")
+        char_gpt(args, "--import", d_file, "--eval-only", "--dump-logits", d_logits)
+        bf16, f32 = load_file(d_file), load_file(dense)
+        not_bf16 = sorted(n for n, t in bf16.items() if t.dtype != torch.bfloat16)
+        differ = sorted(n for n in f32 if n not in bf16 or bf16[n].shape != f32[n].shape
+                        or not torch.equal(bf16[n].view(torch.int16), f32[n].to(torch.bfloat16).view(torch.int16)))
+        extra = sorted(set(bf16) - set(f32))
+        print(f"  {len(bf16)} tensors, {len(bf16) - len(not_bf16)} of them torch.bfloat16; "
+              f"{len(f32) - len(differ)} of {len(f32)} bit for bit torch's rounding of the F32 export "
+              f"{'(all)' if not differ else 'DIFFER: ' + ', '.join(differ)}"
+              f"{'; unexpected tensors ' + ', '.join(extra) if extra else ''}", flush=True)
+        if not_bf16 or differ or extra:
+            failures.append("(d) values")
+        model = torch_model()
+        model.load_state_dict(bf16, strict=True)  # widened exactly into the float32 parameters
+        if compare_logits(torch, model, d_logits, "(d) BF16 export, PyTorch load vs sprig import") > BAR:
+            failures.append("(d) logits")
+    sizes = {os.path.basename(p): os.path.getsize(p) for p in (dense, c_file, c_dense, d_file) if p}
     print("file sizes: " + ", ".join(f"{k} {v} bytes" for k, v in sizes.items()))
     print("torch " + torch.__version__ + "; files in " + work)
     if failures:
