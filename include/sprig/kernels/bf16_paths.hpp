@@ -16,17 +16,7 @@
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
 #  define SPRIG_BF16_GEMM_X86 1
 #  include <cpuid.h>
-// GCC 12's false -Wmaybe-uninitialized for _mm512_undefined_ps (bug 105593) is silenced for
-// the intrinsic headers where this is the first to include them, as kernels/simd.hpp does.
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic push
-#    pragma GCC diagnostic ignored "-Wuninitialized"
-#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#  endif
-#  include <immintrin.h>
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic pop
-#  endif
+#  include "intrinsics.hpp"
 #  if defined(__linux__)
 #    define SPRIG_BF16_GEMM_AMX 1
 #    include <sys/syscall.h>

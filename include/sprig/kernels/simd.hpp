@@ -16,19 +16,8 @@
 #include "../core/error.hpp"
 
 #if SPRIG_HAS_SIMD
-// GCC 12 reports `__Y` in _mm512_undefined_ps (used by xsimd's AVX-512 haddp) as
-// uninitialised once inlined: a false positive (GCC bug 105593, fixed in GCC 13). The state of
-// a diagnostic follows the source location, so it is silenced for the intrinsic headers
-// when xsimd is the first to include them.
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic push
-#    pragma GCC diagnostic ignored "-Wuninitialized"
-#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#  endif
+#  include "intrinsics.hpp"  // first: xsimd includes the intrinsic headers
 #  include <xsimd/xsimd.hpp>
-#  if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic pop
-#  endif
 #  if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
 #    define SPRIG_KERNEL_SIMD 0
 #  else
