@@ -220,26 +220,18 @@ void bf16_sddmm_panels(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat1
           const std::int64_t xs = in_place ? X.stride() : regs * unit;
           const std::int64_t valid = plan.columns(p);
           const bool add = !overwrite || p > 0;
-          for (std::int64_t b = 0; b < blocks.count; ++b)
-            for (std::int64_t i = r0; i < r1; ++i) {
-              const std::int64_t s = W.row_start(i);
-              std::int64_t lo = 0, hi = W.row_nnz(i);
-              if (bounds) {
-                if (i + 1 < r1) prefetch(cols + W.row_start(i + 1) + next_row_block_offset(bounds, blocks.count, i, b));
-                const BlockSegment seg = block_segment(bounds, blocks.count, i, b, hi);
-                if (seg.skip) continue;
-                lo = seg.lo;
-                hi = seg.hi;
-              }
-              if (hi == lo) continue;
-              const bfloat16* d = dY.row(i) + b0;
-              if (valid < regs * unit) {  // batch tail: zero-padded copy, so no load reads past the row
-                std::copy_n(d, valid, dpad);
-                std::fill(dpad + valid, dpad + regs * unit, bfloat16{});
-                d = dpad;
-              }
-              tile(regs, cols + s + lo, hi - lo, d, xp, xs, grad.data() + s + lo, add);
-            }
+          for_each_row_segment(
+              W, r0, r1, bounds, blocks.count, [](std::int64_t) SPRIG_ALWAYS_INLINE_LAMBDA {},
+              [&](std::int64_t i, std::int64_t s, std::int64_t n, bool, bool) SPRIG_ALWAYS_INLINE_LAMBDA {
+                if (n == 0) return;
+                const bfloat16* d = dY.row(i) + b0;
+                if (valid < regs * unit) {  // batch tail: zero-padded copy, so no load reads past the row
+                  std::copy_n(d, valid, dpad);
+                  std::fill(dpad + valid, dpad + regs * unit, bfloat16{});
+                  d = dpad;
+                }
+                tile(regs, cols + s, n, d, xp, xs, grad.data() + s, add);
+              });
         }
       });
 }

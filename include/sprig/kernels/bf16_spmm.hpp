@@ -220,25 +220,11 @@ void bf16_spmm_panel_rows(const PaddedCSR<float, Index>& W, const Vals& vals, st
                           std::int64_t valid, bool accumulate, const std::int64_t* bounds,
                           std::int64_t blocks) noexcept {
   const Index* cols = W.col_indices().data();
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (std::int64_t i = r0; i < r1; ++i) {
-      const std::int64_t s = W.row_start(i);
-      std::int64_t lo = 0, hi = W.row_nnz(i);
-      bool add = accumulate;
-      if (bounds) {
-        if (i + 1 < r1) {
-          const std::int64_t next = W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b);
-          prefetch(cols + next);
-          vals.prefetch_slots(next);
-        }
-        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
-        if (seg.skip) continue;
-        lo = seg.lo;
-        hi = seg.hi;
-        if (seg.grouped) add = accumulate || b > 0;
-      }
-      bf16_spmm_tile<A, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add);
-    }
+  for_each_row_segment(
+      W, r0, r1, bounds, blocks, [&](std::int64_t next) SPRIG_ALWAYS_INLINE_LAMBDA { vals.prefetch_slots(next); },
+      [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool) SPRIG_ALWAYS_INLINE_LAMBDA {
+        bf16_spmm_tile<A, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first);
+      });
 }
 #endif
 

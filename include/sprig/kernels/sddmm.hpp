@@ -118,26 +118,18 @@ void sddmm_panel_rows(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_
   constexpr std::int64_t N = Batch<T, A>::size;
   const Index* cols = W.col_indices().data();
   alignas(64) T dpad[R * N];
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (std::int64_t i = r0; i < r1; ++i) {
-      const std::int64_t s = W.row_start(i);
-      std::int64_t lo = 0, hi = W.row_nnz(i);
-      if (bounds) {
-        if (i + 1 < r1) prefetch(cols + W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b));
-        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
-        if (seg.skip) continue;
-        lo = seg.lo;
-        hi = seg.hi;
-      }
-      if (hi == lo) continue;
-      const T* d = dY.row(i) + b0;
-      if (valid < R * N) {  // batch tail: zero-padded copy, so no load reads past the row
-        std::copy_n(d, valid, dpad);
-        std::fill(dpad + valid, dpad + R * N, T(0));
-        d = dpad;
-      }
-      sddmm_tile<A, T, Index, R>(cols + s + lo, hi - lo, d, xp, xs, grad + s + lo, add);
-    }
+  for_each_row_segment(
+      W, r0, r1, bounds, blocks, [](std::int64_t) SPRIG_ALWAYS_INLINE_LAMBDA {},
+      [&](std::int64_t i, std::int64_t s, std::int64_t n, bool, bool) SPRIG_ALWAYS_INLINE_LAMBDA {
+        if (n == 0) return;
+        const T* d = dY.row(i) + b0;
+        if (valid < R * N) {  // batch tail: zero-padded copy, so no load reads past the row
+          std::copy_n(d, valid, dpad);
+          std::fill(dpad + valid, dpad + R * N, T(0));
+          d = dpad;
+        }
+        sddmm_tile<A, T, Index, R>(cols + s, n, d, xp, xs, grad + s, add);
+      });
 }
 
 // The widest panel sddmm's tile takes on architecture A, in registers: N accumulators + R dY

@@ -102,6 +102,41 @@ SPRIG_ALWAYS_INLINE T finish(T acc, const T* y, bool accumulate, const T* bias, 
 // broadcast in ymm0-ymm14, no stack access in the loop over the weights).
 constexpr int spmm_chains(int R) noexcept { return R >= 8 ? 1 : (R >= 4 ? 2 : (R == 3 ? 3 : 8 / R)); }
 
+// Rows [r0, r1) of W by column block: segment(i, slot, n, first, last) for row i's live slots
+// [slot, slot + n) in block b, for b over the `blocks` blocks of `bounds` (panels.hpp:
+// ColumnBlocks) and, within b, for i in order; rows with no slot in b skipped. first and last
+// say whether b is the row's first and last block: both true without bounds (each row whole,
+// one call) and for a row whose columns do not ascend (whole, with the first block). Before
+// row i's segment, the column indices of row i + 1's segment in b are prefetched and its first
+// slot passed to prefetch_slots.
+template <class T, class Index, class PrefetchSlots, class Segment>
+SPRIG_ALWAYS_INLINE void for_each_row_segment(const PaddedCSR<T, Index>& W, std::int64_t r0, std::int64_t r1,
+                                              const std::int64_t* bounds, std::int64_t blocks,
+                                              PrefetchSlots&& prefetch_slots, Segment&& segment) {
+  const Index* cols = W.col_indices().data();
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t i = r0; i < r1; ++i) {
+      std::int64_t lo = 0, hi = W.row_nnz(i);
+      bool first = true, last = true;
+      if (bounds) {
+        if (i + 1 < r1) {
+          const std::int64_t next = W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b);
+          prefetch(cols + next);
+          prefetch_slots(next);
+        }
+        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
+        if (seg.skip) continue;
+        lo = seg.lo;
+        hi = seg.hi;
+        if (seg.grouped) {
+          first = b == 0;
+          last = b + 1 == blocks;
+        }
+      }
+      segment(i, W.row_start(i) + lo, hi - lo, first, last);
+    }
+}
+
 #if SPRIG_KERNEL_SIMD
 // Y[i, panel] for one row: `n` live weights (cols, vals), X panel rows `xs` elements apart
 // starting at xp; stores the first `valid` columns at y, each through finish() (bias: the
@@ -163,29 +198,12 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
                      std::int64_t xs, MatrixView<T> Y, std::int64_t b0, std::int64_t valid, bool accumulate,
                      const T* bias, bool relu, const std::int64_t* bounds, std::int64_t blocks) noexcept {
   const Index* cols = W.col_indices().data();
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (std::int64_t i = r0; i < r1; ++i) {
-      const std::int64_t s = W.row_start(i);
-      std::int64_t lo = 0, hi = W.row_nnz(i);
-      bool add = accumulate, last = true;
-      if (bounds) {
-        if (i + 1 < r1) {
-          const std::int64_t next = W.row_start(i + 1) + next_row_block_offset(bounds, blocks, i, b);
-          prefetch(cols + next);
-          vals.prefetch_slots(next);
-        }
-        const BlockSegment seg = block_segment(bounds, blocks, i, b, hi);
-        if (seg.skip) continue;
-        lo = seg.lo;
-        hi = seg.hi;
-        if (seg.grouped) {
-          add = accumulate || b > 0;
-          last = b + 1 == blocks;
-        }
-      }
-      spmm_tile<A, T, Index, R>(cols + s + lo, vals.at(s + lo), hi - lo, xp, xs, Y.row(i) + b0, valid, add,
-                                last && bias ? bias + i : nullptr, last && relu);
-    }
+  for_each_row_segment(
+      W, r0, r1, bounds, blocks, [&](std::int64_t next) SPRIG_ALWAYS_INLINE_LAMBDA { vals.prefetch_slots(next); },
+      [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool last) SPRIG_ALWAYS_INLINE_LAMBDA {
+        spmm_tile<A, T, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first,
+                                  last && bias ? bias + i : nullptr, last && relu);
+      });
 }
 
 template <class A, Value T, ColumnIndex Index, class Vals>
