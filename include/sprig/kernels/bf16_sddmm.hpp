@@ -48,6 +48,7 @@
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_partition.hpp"
+#include "sddmm.hpp"
 #include "simd.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
@@ -55,17 +56,6 @@
 namespace sprig {
 
 namespace detail {
-
-// Whether grad's slots not live in W are left as they are (accumulate) or zeroed (overwrite):
-// the rows' padding per row range, dead slots by storage range (sddmm.hpp's rule).
-template <ColumnIndex Index>
-SPRIG_ALWAYS_INLINE void zero_row_padding(const PaddedCSR<float, Index>& W, float* grad, std::int64_t r0,
-                                          std::int64_t r1) noexcept {
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t s = W.row_start(i);
-    std::fill(grad + s + W.row_nnz(i), grad + s + W.row_capacity(i), 0.0f);
-  }
-}
 
 #if SPRIG_BF16_GEMM_X86
 #  define SPRIG_DETAIL_BF16_DP_TARGET __attribute__((target("avx512bf16,avx512f,avx512bw")))
@@ -236,38 +226,6 @@ void bf16_sddmm_panels(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat1
       });
 }
 
-// Scalar path: one dot per live slot, in batch order, in float.
-template <ColumnIndex Index>
-void bf16_sddmm_scalar(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
-                       std::span<float> grad, Update mode, KernelWorkspace<float>& ws) {
-  ws.partition.update(W);
-  const Index* cols = W.col_indices().data();
-  const std::int64_t Bw = X.cols();
-  const bool overwrite = mode == Update::overwrite;
-  const bool dead = W.dead_slots() > 0;
-  run_partitioned(
-      ws.partition, W.nnz() * Bw,
-      [&](int t, int n) {
-        if (overwrite && dead) {
-          const std::int64_t S = std::ssize(grad);
-          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, 0.0f);
-        }
-      },
-      [&](std::int64_t r0, std::int64_t r1) {
-        if (overwrite) zero_row_padding(W, grad.data(), r0, r1);
-        for (std::int64_t i = r0; i < r1; ++i) {
-          const std::int64_t s = W.row_start(i), n = W.row_nnz(i);
-          const bfloat16* d = dY.row(i);
-          for (std::int64_t q = 0; q < n; ++q) {
-            const bfloat16* x = X.row(cols[s + q]);
-            float acc = 0.0f;
-            for (std::int64_t b = 0; b < Bw; ++b) acc += static_cast<float>(d[b]) * static_cast<float>(x[b]);
-            grad[s + q] = overwrite ? acc : grad[s + q] + acc;
-          }
-        }
-      });
-}
-
 // The portable path on architecture A once the operands are checked and X.cols() and W.nnz()
 // are not 0: what a dispatching build's table points to (dispatch.hpp).
 template <class A, ColumnIndex Index>
@@ -287,7 +245,7 @@ void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bf
     return;
   }
 #endif
-  bf16_sddmm_scalar(W, dY, X, grad, mode, ws);
+  sddmm_scalar(W, dY, X, grad, mode, ws);
 }
 
 #if SPRIG_BF16_GEMM_X86

@@ -37,6 +37,17 @@ namespace sprig {
 
 namespace detail {
 
+// Overwrite's zeros at the padding of rows [r0, r1): the slots past each row's live ones up
+// to its capacity (dead slots, owned by no row, are zeroed by storage range).
+template <class T, ColumnIndex Index>
+SPRIG_ALWAYS_INLINE void zero_row_padding(const PaddedCSR<T, Index>& W, T* grad, std::int64_t r0,
+                                          std::int64_t r1) noexcept {
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const std::int64_t s = W.row_start(i);
+    std::fill(grad + s + W.row_nnz(i), grad + s + W.row_capacity(i), T(0));
+  }
+}
+
 #if SPRIG_KERNEL_SIMD
 // The lane-wise dot of one weight over R batch registers: sum over r of u[r] * v(r), v(r) the
 // r-th register of the other row (a load in sddmm, a register in sddmm_dx's one pass). Two
@@ -168,11 +179,7 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
         }
       },
       [&](std::int64_t r0, std::int64_t r1) {
-        if (overwrite)
-          for (std::int64_t i = r0; i < r1; ++i) {
-            const std::int64_t s = W.row_start(i);
-            std::fill(grad.data() + s + W.row_nnz(i), grad.data() + s + W.row_capacity(i), T(0));
-          }
+        if (overwrite) zero_row_padding(W, grad.data(), r0, r1);
         for (std::int64_t p = 0; p < plan.count(); ++p) {
           const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
           const T* xp = in_place ? X.data() : packed + K * b0;
@@ -187,9 +194,10 @@ void sddmm_simd(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrix
 }
 #endif
 
-// Scalar path: one dot per live slot, in batch order.
-template <Value T, ColumnIndex Index>
-void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X, std::span<T> grad,
+// Scalar path: one dot per live slot, in batch order, in T (W's value type and grad's):
+// operands of type Op (T, or bfloat16 with T = float) widened to T element by element.
+template <class Op, Value T, ColumnIndex Index>
+void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<Op> dY, ConstMatrixView<Op> X, std::span<T> grad,
                   Update mode, KernelWorkspace<T>& ws) {
   ws.partition.update(W);
   const Index* cols = W.col_indices().data();
@@ -205,16 +213,16 @@ void sddmm_scalar(const PaddedCSR<T, Index>& W, ConstMatrixView<T> dY, ConstMatr
         }
       },
       [&](std::int64_t r0, std::int64_t r1) {
+        if (overwrite) zero_row_padding(W, grad.data(), r0, r1);
         for (std::int64_t i = r0; i < r1; ++i) {
           const std::int64_t s = W.row_start(i), n = W.row_nnz(i);
-          const T* d = dY.row(i);
+          const Op* d = dY.row(i);
           for (std::int64_t q = 0; q < n; ++q) {
-            const T* x = X.row(cols[s + q]);
+            const Op* x = X.row(cols[s + q]);
             T acc = T(0);
-            for (std::int64_t b = 0; b < Bw; ++b) acc += d[b] * x[b];
+            for (std::int64_t b = 0; b < Bw; ++b) acc += static_cast<T>(d[b]) * static_cast<T>(x[b]);
             grad[s + q] = overwrite ? acc : grad[s + q] + acc;
           }
-          if (overwrite) std::fill(grad.data() + s + n, grad.data() + s + W.row_capacity(i), T(0));
         }
       });
 }
