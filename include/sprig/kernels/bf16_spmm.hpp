@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <span>
 
@@ -73,6 +74,11 @@ void refresh_bf16_values(const PaddedCSR<float, Index>& W, std::span<bfloat16> v
 }
 
 namespace detail {
+
+// The output types of bf16_spmm and bf16_spmm_transposed: float, or bf16 (the float result
+// rounded once).
+template <class Out>
+concept Bf16SpmmOutput = std::same_as<Out, float> || std::same_as<Out, bfloat16>;
 
 // n bf16 elements of scratch from a float workspace (the same buffer the float kernels pack
 // into, so a model's layers share one whichever precision they run in).
@@ -344,19 +350,12 @@ void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std:
 // Complexity: O(nnz(W) x B) multiply-adds plus O(K x B) to pack X; O(nnz) per topology change.
 // Threads: OpenMP over nnz-balanced row ranges; bitwise identical for any thread count. The
 // workspace must not be shared by concurrent calls.
-template <ColumnIndex Index>
+template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
 void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
-               MatrixView<float> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
+               MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_kernel<Index, float>()(W, values.data(), {}, X, Y, workspace, mode);
-}
-template <ColumnIndex Index>
-void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
-               MatrixView<bfloat16> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
-  detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
-  if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_kernel<Index, bfloat16>()(W, values.data(), {}, X, Y, workspace, mode);
+  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode);
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float or bf16, reading the bf16 weights through the cached
@@ -368,25 +367,15 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
 // the transpose's own limits (transpose.hpp: ArgumentError). Overwrite never reads dX.
 // Complexity: O(nnz(W) x B) multiply-adds plus O(M x B) to pack dY. Threads: as bf16_spmm,
 // bitwise identical for any thread count.
-template <ColumnIndex Index>
+template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
 void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
-                          TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<float> dX,
+                          TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<Out> dX,
                           KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm_transposed", W, values, W.rows(), W.cols(), dY, dX);
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
-  detail::bf16_spmm_kernel<Index, float>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
-                                           workspace, mode);
-}
-template <ColumnIndex Index>
-void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
-                          TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<bfloat16> dX,
-                          KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
-  detail::check_bf16_spmm_operands("sprig::bf16_spmm_transposed", W, values, W.rows(), W.cols(), dY, dX);
-  if (dX.rows() == 0 || dX.cols() == 0) return;
-  const auto& t = cache.sync_topology(W);
-  detail::bf16_spmm_kernel<Index, bfloat16>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY,
-                                              dX, workspace, mode);
+  detail::bf16_spmm_kernel<Index, Out>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
+                                         workspace, mode);
 }
 
 }  // namespace sprig
