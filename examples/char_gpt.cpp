@@ -128,6 +128,7 @@ struct Config {
   std::string precision = "fp32";          // of the projections' products: fp32 or bf16
   std::string export_file;                 // --export: the weights as safetensors at the end
   std::string export_form;                 // dense (also when empty) or compressed
+  std::string export_dtype;                // fp32 (also when empty) or bf16
   std::string import_file;                 // --import: start from a safetensors file's weights
   double prune_attn = -1, prune_ffn = -1;  // --prune-attn/--prune-ffn: magnitude pruning on import (< 0: off)
   bool eval_only = false;                  // no training steps
@@ -213,6 +214,8 @@ void check_model_file_options(Config& c) {
         "built without it");
 #endif
   if (!c.export_form.empty() && c.export_file.empty()) fail("--export-form " + c.export_form + " needs --export FILE");
+  if (!c.export_dtype.empty() && c.export_file.empty())
+    fail("--export-dtype " + c.export_dtype + " needs --export FILE");
   if (prune && c.import_file.empty())
     fail("--prune-attn and --prune-ffn prune an imported model: they need --import FILE");
   if (!c.import_file.empty() && c.resume)
@@ -302,7 +305,7 @@ void write_logits(const std::string& path, Model& model, std::span<const std::in
 // compared on --resume. Not settings, so free to change on resume: --threads, --eval-every,
 // --eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample,
 // --sample-full-window, --temperature, --prompt, --distributed, --export, --export-form,
-// --eval-only, --dump-logits.
+// --export-dtype, --eval-only, --dump-logits.
 template <class Index>
 sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   sprig::RunSettings s;
@@ -544,6 +547,8 @@ int run(Config cfg) {
     const bool compressed = cfg.export_form == "compressed";
     sprig::save_safetensors(cfg.export_file, model,
                             {.sparse_form = compressed ? sprig::SparseForm::compressed : sprig::SparseForm::dense,
+                             .dtype = cfg.export_dtype == "bf16" ? sprig::SafetensorsDtype::bf16
+                                                                 : sprig::SafetensorsDtype::native,
                              .metadata = {{"char_gpt.alphabet", alphabet_json(text)}}});
     export_bytes = static_cast<std::int64_t>(std::filesystem::file_size(cfg.export_file));
     std::printf("exported %s: %lld bytes (%s form)\n", cfg.export_file.c_str(), static_cast<long long>(export_bytes),
@@ -680,7 +685,7 @@ int program(int argc, char** argv) {
       "Continue from DIR/state.sprig of --checkpoint if it exists. Every option that defines the model and the run "
       "must equal the checkpoint's (refused otherwise); these may change: --threads, --eval-every, "
       "--eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample, --sample-full-window, --temperature, --prompt, "
-      "--distributed, --export, --export-form, --eval-only, --dump-logits");
+      "--distributed, --export, --export-form, --export-dtype, --eval-only, --dump-logits");
   app.add_option("--stop-after-steps", cfg.stop_after_steps, "Exit after this many steps, as if killed (tests resume)")
       ->check(examples::non_negative());
   app.add_option("--export", cfg.export_file,
@@ -688,6 +693,9 @@ int program(int argc, char** argv) {
   app.add_option("--export-form", cfg.export_form,
                  "Sparse weights in --export: dense (materialised; the default) or compressed (sparse-bitmask)")
       ->check(CLI::IsMember({"dense", "compressed"}));
+  app.add_option("--export-dtype", cfg.export_dtype,
+                 "Values in --export: fp32 (the default) or bf16 (each rounded to the nearest bfloat16, ties to even)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--import", cfg.import_file,
                  "Start from this safetensors file's weights (same shapes; not with --resume); prints the validation "
                  "loss right after it");
