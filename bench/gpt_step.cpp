@@ -20,8 +20,9 @@
 // --variants once more per shape, its sparse projections BlockSparseLinear in dense RxC blocks
 // (32-bit indices, the same sparsity over the block grid; models::build_block_gpt), named
 // "<variant>/<shape>" (all/8x8) in the table, the CSV and --profile; --variants takes such
-// names too. --precision fp32,bf16 runs every sparse variant once more with bf16 products
-// (nn/sparse_linear.hpp, Precision::bf16), named "<variant>/bf16"; --variants takes those too.
+// names too. --precision fp32,bf16 runs the dense, ffn and all variants once more with bf16
+// products in every projection (Precision::bf16: nn/sparse_linear.hpp, nn/linear.hpp; the
+// head stays fp32), named "<variant>/bf16"; --variants takes those too.
 // The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
 // never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
 // the matrices; clip_grad_norm to 1.0 before every step.
@@ -194,7 +195,7 @@ struct Variant {
   std::string blocks;  // "RxC": sparse projections in dense R x C blocks; empty: unstructured
   sprig::Precision precision = sprig::Precision::fp32;  // of the sparse projections
   std::string label() const {
-    if (attn == 0 && ffn == 0) return "dense";
+    if (attn == 0 && ffn == 0) return precision == sprig::Precision::bf16 ? "dense, bf16 products" : "dense";
     return "attn " + fmt("%.0f%%", 100 * attn) + " + FFN " + fmt("%.0f%%", 100 * ffn) + " sparse" +
            (blocks.empty() ? "" : ", " + blocks + " blocks") +
            (precision == sprig::Precision::bf16 ? ", bf16 products" : "");
@@ -224,7 +225,6 @@ Variant variant_of(const std::string& name, const Options& o) {
     throw std::invalid_argument("unknown variant '" + name +
                                 "' (dense, ffn or all, the sparse ones optionally /RxC or /bf16)");
   if (slash != std::string::npos && name.substr(slash + 1) == "bf16") {
-    if (base == "dense") throw std::invalid_argument("variant '" + name + "': bf16 runs the sparse variants only");
     v.precision = sprig::Precision::bf16;
   } else if (slash != std::string::npos) {
     v.blocks = name.substr(slash + 1);
@@ -727,7 +727,7 @@ std::vector<std::string> variant_names(const Options& o) {
       if (name == "ffn" || name == "all") names.push_back(name + "/" + shape);
   if (std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end())
     for (const std::string& name : o.variants)
-      if (name == "ffn" || name == "all") names.push_back(name + "/bf16");
+      if (name == "dense" || name == "ffn" || name == "all") names.push_back(name + "/bf16");
   return names;
 }
 
@@ -807,8 +807,8 @@ int main(int argc, char** argv) {
                  std::string("block shapes the ffn and all variants also run in (32-bit indices): ") + kShapes)
       ->delimiter(',');
   app.add_option("--precision", o.precisions,
-                 "fp32 and/or bf16: with bf16 the ffn and all variants also run with bf16 products (named ffn/bf16, "
-                 "all/bf16; unstructured only)")
+                 "fp32 and/or bf16: with bf16 the dense, ffn and all variants also run with bf16 products (named "
+                 "dense/bf16, ffn/bf16, all/bf16; unstructured only)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();

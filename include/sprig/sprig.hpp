@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/matrix.hpp"
 #include "core/padded_csr.hpp"
+#include "core/precision.hpp"
 #include "core/rank_select.hpp"
 #include "core/rng.hpp"
 #include "core/sampling.hpp"
@@ -42,6 +43,7 @@
 #include "kernels/update_mode.hpp"
 
 #include "nn/attention.hpp"
+#include "nn/bf16_scratch.hpp"
 #include "nn/block_sparse_linear.hpp"
 #include "nn/embedding.hpp"
 #include "nn/gelu.hpp"
