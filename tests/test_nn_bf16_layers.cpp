@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "sprig/core/rng.hpp"
@@ -202,6 +204,44 @@ TEST_CASE("SparseLinear bf16: clear errors", "[nn][sparse_linear][bf16][errors]"
   CHECK_THROWS_AS(parse_precision("fp16"), ArgumentError);
   CHECK(parse_precision("bf16") == Precision::bf16);
   CHECK(std::string(precision_name(Precision::fp32)) == "fp32");
+}
+
+TEST_CASE("bf16 layers: memory_bytes counts the shadow and an owned scratch once, a shared one never",
+          "[nn][bf16][memory]") {
+  const auto X = random_matrix(37, 4, 1);
+  const auto bytes = [](std::int64_t n) { return n * static_cast<std::int64_t>(sizeof(bfloat16)); };
+  // The layer's shadow is storage_size() values (SparseLinear) or in x out (Linear); its own
+  // scratch holds the rounded X (37 x 4) after a forward.
+  // Copies (Linear; SparseLinear is move-only): a copy shares a shared scratch, not an owned one.
+  const auto check = [&](auto& layer, std::int64_t shadow_values, std::int64_t out) {
+    layer.set_precision(Precision::bf16);
+    Matrix<float> Y(out, 4);
+    layer.forward(X.view(), Y.view());
+    const std::int64_t own = layer.memory_bytes();
+    if constexpr (std::is_copy_constructible_v<std::remove_cvref_t<decltype(layer)>>) {
+      auto copy = layer;  // shares nothing it owned: its scratch is new and empty
+      CHECK(copy.memory_bytes() == own - bytes(37 * 4));
+      copy.forward(X.view(), Y.view());
+      CHECK(copy.memory_bytes() == own);
+    }
+    const auto shared = std::make_shared<Bf16Scratch>();
+    layer.share_bf16_scratch(shared);  // counted by its owner (a ModelScratch), not the layer
+    layer.forward(X.view(), Y.view());
+    CHECK(shared->memory_bytes() == bytes(37 * 4));
+    const std::int64_t with_shared = layer.memory_bytes();
+    CHECK(with_shared == own - bytes(37 * 4));
+    if constexpr (std::is_copy_constructible_v<std::remove_cvref_t<decltype(layer)>>) {
+      auto shared_copy = layer;  // a copy keeps sharing
+      shared_copy.forward(X.view(), Y.view());
+      CHECK(shared_copy.memory_bytes() == with_shared);
+    }
+    layer.set_precision(Precision::fp32);  // frees the shadow
+    CHECK(layer.memory_bytes() == with_shared - bytes(shadow_values));
+  };
+  auto sparse = odd_layer();
+  check(sparse, sparse.weight.matrix.storage_size(), 29);
+  Linear<float> dense(37, 29, 3);
+  check(dense, 37 * 29, 29);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // sprig/nn/bf16_scratch.hpp — Bf16Scratch: where a layer trained in bf16 (Precision::bf16)
-// rounds its float operands (X, dY) to bfloat16 for the bf16 kernels, and narrow_rows /
-// narrow_transposed, which do the rounding (and a dense layer's transposes).
+// rounds its float operands (X, dY) to bfloat16 for the bf16 kernels; Bf16Operands, what
+// such a layer keeps (its precision, the bf16 shadow of its weights, its scratch); and
+// narrow_rows / narrow_transposed, which do the rounding (and a dense layer's transposes).
 //
 // Why a scratch and not a per-layer copy: the rounded X and dY matter only within one forward
 // or backward call (backward rounds X again rather than keep it from forward), so a model
@@ -16,11 +17,14 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "../core/aligned_allocator.hpp"
 #include "../core/bfloat16.hpp"
+#include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../core/precision.hpp"
 #include "../kernels/bfloat16_convert.hpp"
 #include "rows.hpp"
 
@@ -44,6 +48,77 @@ private:
 };
 
 using SharedBf16Scratch = std::shared_ptr<Bf16Scratch>;
+
+// The bf16 side of a layer whose masters are T (Linear, SparseLinear): its Precision, the
+// bf16 shadow of its weight values (refreshed by the layer before each forward's products),
+// and the Bf16Scratch its operands are rounded in: its own (made on first use) or one shared
+// by a model (share). A copy shares a shared scratch and gets its own (empty) in place of
+// an owned one, so memory_bytes counts every buffer once. Not thread-safe (as Bf16Scratch).
+template <class T>
+class Bf16Operands {
+public:
+  Bf16Operands() = default;
+  Bf16Operands(const Bf16Operands& o) : precision_(o.precision_), shadow_(o.shadow_) {
+    if (!o.owns_scratch_) scratch_ = o.scratch_;
+  }
+  Bf16Operands& operator=(const Bf16Operands& o) {
+    if (this != &o) *this = Bf16Operands(o);
+    return *this;
+  }
+  Bf16Operands(Bf16Operands&&) noexcept = default;
+  Bf16Operands& operator=(Bf16Operands&&) noexcept = default;
+
+  // Sets the precision; `layer` names the layer in the error. Throws ArgumentError for bf16
+  // when T is not float (double -> bf16 would round the masters' products twice over).
+  // fp32 frees the shadow. O(1).
+  void set_precision(Precision p, const char* layer) {
+    if (p == Precision::bf16 && !std::is_same_v<T, float>)
+      throw ArgumentError(std::string(layer) + "::set_precision: bf16 needs float master weights");
+    precision_ = p;
+    if (p == Precision::fp32) decltype(shadow_)().swap(shadow_);  // (= {} would keep the capacity)
+  }
+  Precision precision() const noexcept { return precision_; }
+  bool bf16() const noexcept { return precision_ == Precision::bf16; }
+
+  // Rounds operands in `scratch` from now on; nullptr returns to a scratch of the layer's own.
+  void share(const SharedBf16Scratch& scratch) noexcept {
+    scratch_ = scratch;
+    owns_scratch_ = false;
+  }
+  // The scratch in use (the layer's own, made on the first call, unless one was shared).
+  Bf16Scratch& scratch() {
+    if (!scratch_) {
+      scratch_ = std::make_shared<Bf16Scratch>();
+      owns_scratch_ = true;
+    }
+    return *scratch_;
+  }
+
+  // The shadow, resized to n values (contents unspecified after a size change).
+  std::span<bfloat16> shadow(std::size_t n) {
+    shadow_.resize(n);
+    return std::span<bfloat16>(shadow_);
+  }
+  // The shadow as the last forward left it; throws ArgumentError, naming `where`, unless it
+  // holds n values (backward before any bf16 forward).
+  std::span<const bfloat16> forwarded_shadow(std::size_t n, const char* where) const {
+    if (shadow_.size() != n)
+      throw ArgumentError(std::string(where) + ": a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    return std::span<const bfloat16>(shadow_);
+  }
+
+  // Bytes owned: the shadow, and the scratch when it is the layer's own.
+  std::int64_t memory_bytes() const noexcept {
+    return static_cast<std::int64_t>(shadow_.capacity() * sizeof(bfloat16)) +
+           (owns_scratch_ && scratch_ ? scratch_->memory_bytes() : 0);
+  }
+
+private:
+  Precision precision_ = Precision::fp32;
+  std::vector<bfloat16, AlignedAllocator<bfloat16>> shadow_;
+  SharedBf16Scratch scratch_;
+  bool owns_scratch_ = false;
+};
 
 namespace detail {
 // out (a tight X.rows() x X.cols() block) = X rounded to bfloat16 element by element (nearest

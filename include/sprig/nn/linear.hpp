@@ -81,7 +81,7 @@ public:
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     detail::check_forward_activation("Linear::forward", act);
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         forward_bf16(X, Y, act);
         return;
       }
@@ -107,7 +107,7 @@ public:
     detail::check_input_activation<T>("Linear::backward", x_activation, X, x_derivative);
     check_backward_shapes(X, dY);
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         backward_bf16(X, dY, &dX);
         detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
         return;
@@ -127,7 +127,7 @@ public:
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward_shapes(X, dY);
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         backward_bf16(X, dY, nullptr);
         return;
       }
@@ -142,18 +142,13 @@ public:
   // keeps every weight, gradient and optimizer state. Throws ArgumentError for bf16 on a
   // layer whose values are not float. O(1); the bf16 shadow (in x out values) is allocated
   // on the first forward.
-  void set_precision(Precision p) {
-    if (p == Precision::bf16 && !std::is_same_v<T, float>)
-      throw ArgumentError("Linear::set_precision: bf16 needs float master weights (a Linear<float>)");
-    precision_ = p;
-    if (p == Precision::fp32) bf16_weight_ = {};
-  }
-  Precision precision() const noexcept { return precision_; }
+  void set_precision(Precision p) { bf16_.set_precision(p, "Linear"); }
+  Precision precision() const noexcept { return bf16_.precision(); }
 
   // Rounds the operands of the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
   // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
   // either way. Precondition: no two layers sharing it run a forward or backward at once.
-  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_.share(scratch); }
 
   // Whether this layer runs on the narrow kernels (out_features() <= kNarrowMaxRows).
   bool narrow() const noexcept { return out_features() <= kNarrowMaxRows; }
@@ -177,43 +172,34 @@ public:
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
   }
   std::int64_t memory_bytes() const noexcept {
-    return weight_bytes() + weight.state_bytes() + bias.state_bytes() +
-           static_cast<std::int64_t>(bf16_weight_.capacity() * sizeof(bfloat16)) +
-           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
+    return weight_bytes() + weight.state_bytes() + bias.state_bytes() + bf16_.memory_bytes();
   }
 
 private:
-  Bf16Scratch& bf16_scratch() {
-    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
-    return *bf16_scratch_;
-  }
   // The bf16 products (T = float): see the top of this file.
   void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
-    bf16_weight_.resize(weight.value.size());
-    to_bfloat16(std::span<const float>(weight.value), std::span<bfloat16>(bf16_weight_));
-    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
-    bf16_gemm(ConstMatrixView<bfloat16>(bf16_weight_.data(), out_features(), in_features()), Xb, Y);
+    const auto W = bf16_.shadow(weight.value.size());
+    to_bfloat16(std::span<const float>(weight.value), W);
+    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    bf16_gemm(ConstMatrixView<bfloat16>(W.data(), out_features(), in_features()), Xb, Y);
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW = dY X^T, db, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
-    if (bf16_weight_.size() != weight.value.size())
-      throw ArgumentError("Linear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const auto W = bf16_.forwarded_shadow(weight.value.size(), "Linear::backward");
     const std::int64_t B = X.cols(), in = in_features(), out = out_features();
-    bfloat16* buffer = bf16_scratch().data(B * (in + out) + (dX ? in * out : 0));
+    bfloat16* buffer = bf16_.scratch().data(B * (in + out) + (dX ? in * out : 0));
     const auto XT = detail::narrow_transposed(X, buffer);
     const auto dYb = detail::narrow_rows(dY, buffer + B * in);
     bf16_gemm(dYb, XT, weight.grad_view());
     detail::sum_rows<float>(dY, bias.grad);
     if (!dX) return;
-    const auto WT = detail::narrow_transposed(ConstMatrixView<bfloat16>(bf16_weight_.data(), out, in),
+    const auto WT = detail::narrow_transposed(ConstMatrixView<bfloat16>(W.data(), out, in),
                                               buffer + B * (in + out));
     bf16_gemm(WT, dYb, *dX);
   }
 
-  Precision precision_ = Precision::fp32;
-  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_weight_;  // the bf16 shadow of W
-  SharedBf16Scratch bf16_scratch_;                                 // rounded operands (bf16 only)
+  Bf16Operands<T> bf16_;  // precision, bf16 shadow of W, rounded operands
 
   void check_backward_shapes(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())

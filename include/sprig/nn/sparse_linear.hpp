@@ -175,7 +175,7 @@ public:
     detail::check_forward_activation("SparseLinear::forward", act);
     detail::check_spmm_operands("SparseLinear::forward", weight.matrix, X, Y);
     if (X.cols() > 0) regroup(X.cols(), slot_log_);
-    if (precision_ == Precision::bf16) {
+    if (bf16_.bf16()) {
       if constexpr (std::is_same_v<T, float>) forward_bf16(X, Y, act);
       return;
     }
@@ -198,7 +198,7 @@ public:
       throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
                                        in_features(), "x", X.cols()));
     check_backward(X, dY);
-    if (precision_ == Precision::bf16) {
+    if (bf16_.bf16()) {
       if constexpr (std::is_same_v<T, float>) {
         detail::check_input_activation<T>("SparseLinear::backward", x_activation, X, x_derivative);
         detail::check_no_overlap("SparseLinear::backward", "dX", dX, "dY", dY);
@@ -219,7 +219,7 @@ public:
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         backward_bf16(X, dY, nullptr);
         detail::sum_rows<T>(dY, bias.grad);
         return;
@@ -263,18 +263,13 @@ public:
   // keeps every weight, gradient and optimizer state as it is. Throws ArgumentError for bf16
   // on a layer whose values are not float. O(1); the bf16 shadow is allocated on the first
   // forward (W.storage_size() bfloat16 values).
-  void set_precision(Precision p) {
-    if (p == Precision::bf16 && !std::is_same_v<T, float>)
-      throw ArgumentError("SparseLinear::set_precision: bf16 needs float master weights (a SparseLinear<float, Index>)");
-    precision_ = p;
-    if (p == Precision::fp32) bf16_values_ = {};
-  }
-  Precision precision() const noexcept { return precision_; }
+  void set_precision(Precision p) { bf16_.set_precision(p, "SparseLinear"); }
+  Precision precision() const noexcept { return bf16_.precision(); }
 
   // Rounds X and dY for the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
   // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
   // either way. Precondition: no two layers sharing it run a forward or backward at once.
-  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_.share(scratch); }
 
   // The cached W^T backward uses (rebuilt when W's topology_key changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
@@ -290,9 +285,7 @@ public:
   // counted by its owner, once).
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
-           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() +
-           static_cast<std::int64_t>(bf16_values_.capacity() * sizeof(bfloat16)) +
-           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() + bf16_.memory_bytes();
   }
 
   // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
@@ -321,28 +314,24 @@ private:
   }
 
   // The bf16 products (T = float): see the top of this file.
-  Bf16Scratch& bf16_scratch() {
-    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
-    return *bf16_scratch_;
-  }
   void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
-    bf16_values_.resize(static_cast<std::size_t>(weight.matrix.storage_size()));
-    refresh_bf16_values(weight.matrix, std::span<bfloat16>(bf16_values_));
-    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
-    bf16_spmm(weight.matrix, std::span<const bfloat16>(bf16_values_), Xb, Y, workspace_);
+    const auto values = bf16_.shadow(static_cast<std::size_t>(weight.matrix.storage_size()));
+    refresh_bf16_values(weight.matrix, values);
+    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW at W's slots, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
-    if (std::ssize(bf16_values_) != weight.matrix.storage_size())
-      throw ArgumentError("SparseLinear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const auto values =
+        bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
     const std::int64_t B = X.cols();
-    bfloat16* buffer = bf16_scratch().data((X.rows() + dY.rows()) * B);
+    bfloat16* buffer = bf16_.scratch().data((X.rows() + dY.rows()) * B);
     const auto Xb = detail::narrow_rows(X, buffer);
     const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
     bf16_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
     if (dX)
-      bf16_spmm_transposed(weight.matrix, std::span<const bfloat16>(bf16_values_), transpose_, dYb, *dX,
+      bf16_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX,
                            transpose_workspace_);
   }
 
@@ -374,9 +363,7 @@ private:
   TopologyKey grouped_key_;
   int grouped_shift_ = 0;
   SlotLog* slot_log_ = nullptr;  // where forward's regrouping is recorded (set_slot_log)
-  Precision precision_ = Precision::fp32;
-  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_values_;  // the bf16 shadow of W's values
-  SharedBf16Scratch bf16_scratch_;                                 // rounded X and dY (bf16 only)
+  Bf16Operands<T> bf16_;  // precision, bf16 shadow of W's values (slot layout), rounded X and dY
 };
 
 }  // namespace sprig
