@@ -6,8 +6,9 @@
 //   train_step --csv > step.csv         # CSV on stdout, the table on stderr
 //   train_step --md report.md           # also writes the table, bars and profile as markdown
 //   train_step --single ffn,0.9,2       # one configuration in this process (memory probe)
+//   train_step --precision fp32,bf16    # every unstructured row also with bf16 products
 //
-// Models (batch 128, fp32, feature-major activations [features x batch]):
+// Models (batch 128, fp32 unless --precision says bf16, feature-major activations [features x batch]):
 //   mlp  784-1024-1024-10, ReLU; both hidden layers sparse, output layer dense; softmax CE.
 //   ffn  1024 -> 4096 -> 1024 with GELU (tanh); both layers sparse; MSE against a random
 //        target (mean over all 1024 x B elements, PyTorch's nn.MSELoss default).
@@ -30,7 +31,8 @@
 // the first step after an update rebuilds the transpose caches and row partitions, which
 // belongs to the update, not to the steady state. The update is SET (magnitude drop,
 // uniform random grow) at drop fraction ~0.3 (cosine schedule, first updates of a run).
-// The phase-by-phase profile (--profile) runs in the driver on a freshly warmed-up model.
+// The phase-by-phase profile (--profile) runs in the driver on a freshly warmed-up model
+// (fp32 unstructured rows only: it calls the fp32 kernels itself).
 //
 // Memory: the same processes report their peak resident set (VmHWM) after the warm-up,
 // timed steps and SET updates (median over the rounds). The process baseline (libraries,
@@ -51,6 +53,20 @@
 // rows. Their topology stays fixed (no SET updates yet: DST at block granularity is not
 // built), so their amortised topology cost is 0 and the unstructured rows' is not.
 //
+// Precision (--precision fp32,bf16; a list, default fp32): the precisions every configuration
+// runs in, each as its own row (and its own processes). bf16 is Precision::bf16
+// (core/precision.hpp): the layers' products take bf16 weights and activations with fp32
+// accumulation, the float weights stay the master copy the optimizer updates and SET scores.
+// It applies to the layers the sparsity applies to: the MLP's two hidden layers (its 10-wide
+// output layer stays fp32, as models::MLPSpec::precision has it) and both FFN layers, sparse
+// (SparseLinear on the bf16 kernels) and dense (Linear on bf16_gemm, not OpenBLAS) alike.
+// Its rows' impl ends in "/bf16" (sprig-sparse-i16/bf16; the dense ones are sprig-dense/bf16,
+// since no BLAS runs their products). BlockSparseLinear has no bf16 path: block rows run in
+// fp32 only (--block without fp32 in --precision is an error), and the report says so.
+// "speedup vs dense" and "RSS vs dense" of every row, bf16 ones included, are against the
+// fp32 dense row of its model and thread count (none without fp32 in --precision).
+// --single takes one precision (--precision bf16 runs that configuration in bf16).
+//
 // CSV columns: model,sparsity,threads,impl,median_ms,spread,speedup_vs_dense,peak_rss_mb
 // where spread is the interquartile range "p25-p75" in ms (amortised cost included).
 //
@@ -58,6 +74,7 @@
 // layers (the dense rows, and the MLP's 10-wide output layer in the sparse rows) run sprig's
 // portable GEMM, and no OpenBLAS is mapped into its processes. Its sparse rows are what a
 // program that trains only sparse models costs, in time and in resident memory.
+#include <sprig/core/precision.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/kernels/narrow_dense.hpp>
 #include <sprig/kernels/sddmm.hpp>
@@ -254,7 +271,8 @@ struct Options {
   bool csv = false;
   std::string md;
   std::string single;
-  std::vector<std::string> blocks;  // block shapes timed beside the unstructured rows
+  std::vector<std::string> blocks;                 // block shapes timed beside the unstructured rows
+  std::vector<std::string> precisions = {"fp32"};  // each configuration runs in each of these
   std::string openblas_coretype;
   long mmap_threshold = 0;  // > 0: mallopt(M_MMAP_THRESHOLD) in this and the memory processes
 };
@@ -274,10 +292,17 @@ struct Run {
   T first_loss = T(0);           // of the first step this run took
   std::int64_t steps_taken = 0;  // by step()
 
-  std::string block;  // "RxC" for block-sparse layers, empty for unstructured
+  std::string block;           // "RxC" for block-sparse layers, empty for unstructured
+  sprig::Precision precision;  // of the layers the sparsity applies to (see the top of this file)
 
-  Run(Kind k, double s, const Options& o, std::string block_shape = "")
-      : kind(k), sparsity(s), opt(sprig::SGDOptions{o.lr, o.momentum, 0.0, false}), block(std::move(block_shape)) {
+  Run(Kind k, double s, const Options& o, std::string block_shape = "", sprig::Precision p = sprig::Precision::fp32)
+      : kind(k),
+        sparsity(s),
+        opt(sprig::SGDOptions{o.lr, o.momentum, 0.0, false}),
+        block(std::move(block_shape)),
+        precision(p) {
+    if (precision == sprig::Precision::bf16 && !block.empty())
+      throw sprig::ArgumentError("--precision bf16 runs unstructured sparse layers only, not --block");
     const double density = 1.0 - s;
     const bool dense = s <= 0.0;
     std::uint64_t key = 0;
@@ -290,16 +315,21 @@ struct Run {
                 throw std::invalid_argument("train_step is built for 4x4, 8x1 and 8x8 blocks, not " + block);
             }))
           throw std::invalid_argument("unknown block shape '" + block + "'");
-      } else if (sparse && !dense)
+      } else if (sparse && !dense) {
         // SET relocates rows: room for them, reserved as each layer is built (address space
         // until used); sprig::Sequential::reserve_growth would do it after the fact
-        model.add(sprig::SparseLinear<T, Index>(in, out,
-                                                {.density = density,
-                                                 .seed = o.seed,
-                                                 .layer_key = key++,
-                                                 .growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve}));
-      else
-        model.add(sprig::Linear<T>(in, out, o.seed, key++));
+        sprig::SparseLinear<T, Index> layer(in, out,
+                                            {.density = density,
+                                             .seed = o.seed,
+                                             .layer_key = key++,
+                                             .growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve});
+        layer.set_precision(precision);
+        model.add(std::move(layer));
+      } else {
+        sprig::Linear<T> layer(in, out, o.seed, key++);
+        if (sparse) layer.set_precision(precision);  // the MLP's output layer stays fp32
+        model.add(std::move(layer));
+      }
     };
     sprig::CounterRng rng(o.seed, 0xDA7A, static_cast<std::uint64_t>(k));
     const std::int64_t B = o.batch;
@@ -598,6 +628,7 @@ struct Result {
   Kind kind;
   double sparsity;
   std::string block;  // "RxC" for a block-sparse row
+  sprig::Precision precision = sprig::Precision::fp32;
   int threads;
   std::vector<double> step_ms;  // timed steady-state steps
   double update_ms = 0.0;       // median SET update
@@ -634,19 +665,23 @@ struct ProcessResult {
   double first_loss = 0.0, final_loss = 0.0;
 };
 
-// --single model,sparsity,threads: the configuration alone in this process, as the Python
-// scripts run theirs: warm-up, steps back to back, then the SET updates. Prints
-// machine-readable lines (STEPS, UPDATE, SINGLE) on stdout for the driver.
+// --single model,sparsity,threads: the configuration alone in this process, in the one
+// precision of --precision, as the Python scripts run theirs: warm-up, steps back to back,
+// then the SET updates. Prints machine-readable lines (STEPS, UPDATE, SINGLE) on stdout for
+// the driver.
 int run_single(const Options& o) {
   std::stringstream ss(o.single);
   std::string model, sp, th, block;
   if (!std::getline(ss, model, ',') || !std::getline(ss, sp, ',') || !std::getline(ss, th, ','))
     throw std::invalid_argument("--single expects model,sparsity,threads[,RxC], got '" + o.single + "'");
   std::getline(ss, block, ',');
+  if (o.precisions.size() != 1)
+    throw std::invalid_argument("--single runs one precision: give --precision fp32 or --precision bf16");
+  const sprig::Precision precision = sprig::parse_precision(o.precisions.front());
   const int threads = std::stoi(th);
   set_threads(threads);
   const std::int64_t baseline_kb = proc_status_kb("VmRSS");
-  Run run(parse_kind(model), std::stod(sp), o, block);
+  Run run(parse_kind(model), std::stod(sp), o, block, precision);
   for (int i = 0; i < o.warmup; ++i) run.step();
   std::vector<double> ms;
   ms.reserve(static_cast<std::size_t>(o.steps_per_round));
@@ -676,8 +711,9 @@ int run_single(const Options& o) {
       }
       updates.emplace_back(upd, std::max(0.0, first - median(regular)));
     }
-  // Where the model's bytes are (stderr, for the report): per layer weights / grad+state /
-  // transpose cache / kernel workspaces; the rest of memory_bytes() is activations+gradients.
+  // Where the model's bytes are (stderr, for the report): per layer its precision, weights /
+  // grad+state / transpose cache / kernel workspaces; the rest of memory_bytes() is
+  // activations+gradients.
   std::int64_t layer_total = 0;
   for (std::size_t k = 0; k < run.model.size(); ++k)
     std::visit(
@@ -686,11 +722,12 @@ int run_single(const Options& o) {
           if constexpr (std::is_same_v<L, sprig::SparseLinear<T, Index>>) {
             const auto& W = l.weight.matrix;
             std::fprintf(stderr,
-                         "layer %zu sparse %lldx%lld nnz %lld storage %lld: weight %.2f MB, grad+state %.2f MB, "
+                         "layer %zu sparse %lldx%lld %s nnz %lld storage %lld: weight %.2f MB, grad+state %.2f MB, "
                          "transpose %.2f MB, workspaces %.2f MB\n",
                          k, static_cast<long long>(W.rows()), static_cast<long long>(W.cols()),
-                         static_cast<long long>(W.nnz()), static_cast<long long>(W.storage_size()),
-                         l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0,
+                         sprig::precision_name(l.precision()), static_cast<long long>(W.nnz()),
+                         static_cast<long long>(W.storage_size()), l.weight_bytes() / 1048576.0,
+                         (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0,
                          l.transpose_cache().memory_bytes() / 1048576.0,
                          (l.memory_bytes() - l.weight_bytes() - l.weight.state_bytes() - l.bias.state_bytes() -
                           l.transpose_cache().memory_bytes()) /
@@ -704,9 +741,10 @@ int run_single(const Options& o) {
                          l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
             layer_total += l.memory_bytes();
           } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
-            std::fprintf(stderr, "layer %zu dense %lldx%lld: weight %.2f MB, grad+state %.2f MB\n", k,
+            std::fprintf(stderr, "layer %zu dense %lldx%lld %s: weight %.2f MB, grad+state %.2f MB\n", k,
                          static_cast<long long>(l.out_features()), static_cast<long long>(l.in_features()),
-                         l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
+                         sprig::precision_name(l.precision()), l.weight_bytes() / 1048576.0,
+                         (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
             layer_total += l.memory_bytes();
           }
         },
@@ -729,7 +767,8 @@ int run_single(const Options& o) {
 
 // Runs this program with --single for one configuration and parses what it printed; throws
 // if the process fails or prints no SINGLE line (its stderr then says why).
-ProcessResult run_process(const Options& o, Kind kind, double sparsity, int threads, const std::string& block) {
+ProcessResult run_process(const Options& o, Kind kind, double sparsity, int threads, const std::string& block,
+                          sprig::Precision precision) {
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (len <= 0) throw std::runtime_error("cannot read /proc/self/exe");
@@ -737,10 +776,10 @@ ProcessResult run_process(const Options& o, Kind kind, double sparsity, int thre
   std::ostringstream cmd;
   cmd << std::setprecision(17);  // doubles (sparsity, lr, momentum) reach the child exactly
   cmd << '"' << exe << "\" --single " << kind_name(kind) << ',' << sparsity << ',' << threads
-      << (block.empty() ? "" : "," + block) << " --batch " << o.batch << " --warmup " << o.warmup
-      << " --steps-per-round " << o.steps_per_round << " --delta-t " << o.delta_t << " --set-updates " << o.set_updates
-      << " --lr " << o.lr << " --momentum " << o.momentum << " --seed " << o.seed << " --malloc-mmap-threshold "
-      << o.mmap_threshold << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
+      << (block.empty() ? "" : "," + block) << " --precision " << sprig::precision_name(precision) << " --batch "
+      << o.batch << " --warmup " << o.warmup << " --steps-per-round " << o.steps_per_round << " --delta-t " << o.delta_t
+      << " --set-updates " << o.set_updates << " --lr " << o.lr << " --momentum " << o.momentum << " --seed " << o.seed
+      << " --malloc-mmap-threshold " << o.mmap_threshold << " 2>/dev/null";  // env (OPENBLAS_CORETYPE) is inherited
   FILE* p = popen(cmd.str().c_str(), "r");
   if (!p) throw std::runtime_error("cannot start " + cmd.str());
   ProcessResult r;
@@ -788,12 +827,16 @@ std::vector<Result> time_configs(const Options& o, int threads) {
       r.kind = parse_kind(name);
       r.sparsity = s;
       r.threads = threads;
-      res.push_back(r);
-      if (s > 0.0)
-        for (const auto& b : o.blocks) {
-          r.block = b;
-          res.push_back(r);
-        }
+      for (const auto& p : o.precisions) {  // fp32 first (main sorts them), then bf16 beside it
+        r.precision = sprig::parse_precision(p);
+        r.block.clear();
+        res.push_back(r);
+        if (s > 0.0 && r.precision == sprig::Precision::fp32)  // no bf16 path in BlockSparseLinear
+          for (const auto& b : o.blocks) {
+            r.block = b;
+            res.push_back(r);
+          }
+      }
     }
   std::vector<std::vector<double>> peak(res.size()), steady(res.size()), growth(res.size()), upd(res.size()),
       extra(res.size());
@@ -802,7 +845,7 @@ std::vector<Result> time_configs(const Options& o, int threads) {
     for (std::size_t q = 0; q < res.size(); ++q) {
       const std::size_t k = (q + static_cast<std::size_t>(round)) % res.size();  // rotate the order
       Result& r = res[k];
-      const ProcessResult pr = run_process(o, r.kind, r.sparsity, threads, r.block);
+      const ProcessResult pr = run_process(o, r.kind, r.sparsity, threads, r.block, r.precision);
       r.step_ms.insert(r.step_ms.end(), pr.step_ms.begin(), pr.step_ms.end());
       upd[k].insert(upd[k].end(), pr.update_ms.begin(), pr.update_ms.end());
       extra[k].insert(extra[k].end(), pr.rebuild_ms.begin(), pr.rebuild_ms.end());
@@ -829,7 +872,9 @@ std::vector<Result> time_configs(const Options& o, int threads) {
     }
     const bool profile =
         std::any_of(o.profile.begin(), o.profile.end(), [&](double s) { return std::abs(s - r.sparsity) < 1e-9; });
-    if (profile && r.block.empty()) {  // in this process, on a model trained through the same warm-up steps
+    // in this process, on a model trained through the same warm-up steps; profile_run calls the
+    // fp32 kernels, so the bf16 rows are not profiled
+    if (profile && r.block.empty() && r.precision == sprig::Precision::fp32) {
       set_threads(threads);
       Run run(r.kind, r.sparsity, o);
       for (int i = 0; i < o.warmup; ++i) run.step();
@@ -837,21 +882,27 @@ std::vector<Result> time_configs(const Options& o, int threads) {
       r.has_profile = true;
     }
     if (!std::isfinite(r.final_loss))
-      std::fprintf(stderr, "warning: %s sparsity %.2f: loss is %g after the run\n", kind_name(r.kind), r.sparsity,
-                   r.final_loss);
+      std::fprintf(stderr, "warning: %s sparsity %.2f %s: loss is %g after the run\n", kind_name(r.kind), r.sparsity,
+                   sprig::precision_name(r.precision), r.final_loss);
   }
   return res;
 }
 
+// The fp32 dense row of r's model and thread count (the baseline of every row, bf16 ones too).
 const Result* dense_of(const std::vector<Result>& all, const Result& r) {
   for (const auto& d : all)
-    if (d.kind == r.kind && d.threads == r.threads && d.sparsity <= 0.0) return &d;
+    if (d.kind == r.kind && d.threads == r.threads && d.sparsity <= 0.0 && d.precision == sprig::Precision::fp32)
+      return &d;
   return nullptr;
 }
 
 std::string impl_of(const Result& r) {
   const std::string blas = SPRIG_TRAIN_STEP_BLAS ? "openblas" : "portable";
   if (!r.block.empty()) return "sprig-block" + r.block + "-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS);
+  if (r.precision == sprig::Precision::bf16)  // products on the bf16 kernels and bf16_gemm, no BLAS
+    return r.sparsity <= 0.0 ? "sprig-dense/bf16"
+                             : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) +
+                                   (SPRIG_TRAIN_STEP_BLAS ? "" : "-noblas") + "/bf16";
   return r.sparsity <= 0.0 ? "sprig-dense-" + blas
                            : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) +
                                  (SPRIG_TRAIN_STEP_BLAS ? "" : "-noblas");
@@ -893,13 +944,21 @@ void write_table(std::ostream& os, const std::vector<Result>& all, const Options
      << " steps, " << o.set_updates
      << " updates timed per process; RSS at start-up, before building the model (mostly pages of the shared libraries; \"RSS above start-up\" is the peak less this, per process): "
      << (all.empty() ? std::string("-") : fmt("%.1f MB", all.front().baseline_rss_mb)) << "\n";
+  const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end();
+  if (bf16)
+    os << "\n/bf16 rows: bf16 products with fp32 accumulation (Precision::bf16) in the MLP's hidden layers and both "
+          "FFN layers (the MLP's output layer fp32); speedup and RSS vs dense are against the fp32 dense row"
+       << (o.blocks.empty() ? "" : "; block-sparse rows not run in bf16 (BlockSparseLinear has no bf16 path)")
+       << (o.profile.empty() ? "" : "; not profiled") << "\n";
 }
 
 void write_bars(std::ostream& os, const std::vector<Result>& all) {
   os << "\n## Performance bars\n\n| bar | model | threads | measured | held |\n|---|---|---|---|---|\n";
   auto find = [&](Kind k, int th, double s) -> const Result* {
     for (const auto& r : all)
-      if (r.kind == k && r.threads == th && std::abs(r.sparsity - s) < 1e-9 && r.block.empty()) return &r;
+      if (r.kind == k && r.threads == th && std::abs(r.sparsity - s) < 1e-9 && r.block.empty() &&
+          r.precision == sprig::Precision::fp32)
+        return &r;
     return nullptr;
   };
   for (Kind k : {Kind::mlp, Kind::ffn})
@@ -1010,6 +1069,13 @@ int main(int argc, char** argv) {
   app.add_option("--block", o.blocks, "also time the sparse rows with block-sparse layers of these RxC blocks")
       ->delimiter(',')
       ->check(CLI::IsMember({"4x4", "8x1", "8x8"}));
+  app.add_option("--precision", o.precisions,
+                 "fp32 and/or bf16: every configuration runs in each, as its own row; bf16 = bf16 products with "
+                 "fp32 accumulation in the MLP's hidden layers and both FFN layers, dense ones too (impl named "
+                 ".../bf16; unstructured only: block rows run in fp32 alone)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--openblas-coretype", o.openblas_coretype,
                  "OpenBLAS kernel family (OPENBLAS_CORETYPE, e.g. SkylakeX); the program re-executes itself with it");
   app.add_option("--malloc-mmap-threshold", o.mmap_threshold,
@@ -1051,14 +1117,24 @@ int main(int argc, char** argv) {
       if (!(s >= 0.0 && s < 1.0)) throw std::invalid_argument("sparsity " + std::to_string(s) + " outside [0, 1)");
     for (int t : o.threads)
       if (t < 1) throw std::invalid_argument("thread count must be >= 1");
+    // fp32 before bf16, each once (a row per precision)
+    const bool fp32 = std::find(o.precisions.begin(), o.precisions.end(), "fp32") != o.precisions.end();
+    const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end();
+    o.precisions.clear();
+    if (fp32) o.precisions.emplace_back("fp32");
+    if (bf16) o.precisions.emplace_back("bf16");
+    if (o.precisions.empty()) throw std::invalid_argument("--precision is empty (fp32 and/or bf16)");
+    if (!o.blocks.empty() && !fp32)
+      throw std::invalid_argument(
+          "--block runs in fp32 only (BlockSparseLinear has no bf16 path): add fp32 to --precision");
     if (!o.single.empty()) return run_single(o);
 
     const std::string load_at_start = load_average();
     std::ostream& table = o.csv ? std::cerr : std::cout;
     std::vector<Result> all;
     for (int th : o.threads) {
-      std::cerr << "timing " << o.models.size() * o.sparsities.size() << " configurations at " << th
-                << " thread(s)...\n";
+      std::cerr << "timing " << o.models.size() * o.sparsities.size() * o.precisions.size()
+                << " configurations (and any block rows) at " << th << " thread(s)...\n";
       auto res = time_configs(o, th);
       all.insert(all.end(), res.begin(), res.end());
     }
@@ -1081,7 +1157,7 @@ int main(int argc, char** argv) {
 #endif
     head << "; cores (omp_get_num_procs) " << omp_get_num_procs() << "; kernels " << sprig::kernel_arch()
          << "; sparse layers float with " << SPRIG_TRAIN_STEP_INDEX_BITS << "-bit column indices"
-         << "; malloc mmap threshold "
+         << (bf16 ? " (/bf16 rows: bf16 products, fp32 accumulation)" : "") << "; malloc mmap threshold "
          << (o.mmap_threshold > 0 ? std::to_string(o.mmap_threshold) + " B (fixed)"
                                   : std::string("glibc default (dynamic)"))
          << "; load average at start " << load_at_start << ", at end " << load_average() << "\n\n";
