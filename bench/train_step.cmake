@@ -22,6 +22,29 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
              COMMAND ${variant} --models mlp,ffn --sparsities 0,0.9 --threads 1 --rounds 1 --steps-per-round 2
                      --warmup 1 --set-updates 1 --delta-t 4 --profile 0.9 --profile-steps 2 --batch 16)
   endforeach()
+  # --precision fp32,bf16: every configuration also runs in bf16, as its own row beside the fp32 one
+  add_test(NAME bench:train_step_bf16_smoke
+           COMMAND train_step --models mlp,ffn --sparsities 0,0.9 --threads 1 --rounds 1 --steps-per-round 2
+                   --warmup 1 --set-updates 1 --delta-t 4 --profile 0.9 --profile-steps 2 --batch 16
+                   --precision fp32,bf16 --csv)
+  set_tests_properties(bench:train_step_bf16_smoke PROPERTIES
+    PASS_REGULAR_EXPRESSION
+    "mlp,0,1,sprig-dense-openblas,[^\n]*\nmlp,0,1,sprig-dense/bf16,[^\n]*\nmlp,0.9,1,sprig-sparse-i16,[^\n]*\nmlp,0.9,1,sprig-sparse-i16/bf16,[^\n]*\nffn,0,1,sprig-dense-openblas,[^\n]*\nffn,0,1,sprig-dense/bf16,[^\n]*\nffn,0.9,1,sprig-sparse-i16,[^\n]*\nffn,0.9,1,sprig-sparse-i16/bf16,"
+    FAIL_REGULAR_EXPRESSION "warning: .* loss is")
+  # --single carries the precision into the configuration's own process
+  add_test(NAME bench:train_step_single_bf16
+           COMMAND train_step --single ffn,0.9,1 --precision bf16 --warmup 1 --steps-per-round 1 --set-updates 1
+                   --batch 16)
+  set_tests_properties(bench:train_step_single_bf16 PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "layer 0 sparse 4096x1024 bf16 .*layer 2 sparse 1024x4096 bf16 .*SINGLE peak_rss_kb=")
+  # a precision other than fp32 and bf16 is a command-line error that names the allowed ones
+  add_test(NAME bench:train_step_bad_precision COMMAND train_step --precision fp16)
+  set_tests_properties(bench:train_step_bad_precision PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "--precision: fp16 not in \\{fp32,bf16\\}")
+  # block-sparse layers have no bf16 path: --block without fp32 in --precision is refused
+  add_test(NAME bench:train_step_block_needs_fp32 COMMAND train_step --precision bf16 --block 4x4)
+  set_tests_properties(bench:train_step_block_needs_fp32 PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "train_step: --block runs in fp32 only \\(BlockSparseLinear has no bf16 path\\)")
 else()
   message(STATUS "sprig: train_step skipped (needs CLI11, OpenMP and the OpenMP build of OpenBLAS)")
 endif()
