@@ -328,7 +328,8 @@ def cmd_train(args) -> None:
     print(f"# gpt_torch train: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
     print(f"# config {args.config}: layers {cfg['layers']}, heads {cfg['heads']}, d_model {cfg['d_model']}, "
           f"d_ff {cfg['d_ff']}, block {block}, batch {batch}, vocab {vocab}; attention sparsity "
-          f"{args.attn_sparsity:g}, FFN sparsity {args.ffn_sparsity:g} (static masks); init {args.init}")
+          f"{args.attn_sparsity:g}, FFN sparsity {args.ffn_sparsity:g} (static masks); init {args.init}; "
+          f"precision {args.precision}{' (autocast)' if args.precision == 'bf16' else ''}")
     print(f"# parameters: {live} live of {dense}; train {len(train)} / val {len(val)} tokens; "
           f"{count} validation windows; {args.steps} steps", flush=True)
 
@@ -362,8 +363,9 @@ def cmd_train(args) -> None:
         lr = cosine_warmup_lr(step, args.lr, warmup, args.steps, args.min_lr)
         for group in opt.param_groups:
             group["lr"] = lr
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -420,6 +422,8 @@ TIME_IMPLS = {
     "torch-dense": (0.0, 0.0, False),
     "torch-dense-bf16": (0.0, 0.0, False),  # the same step under torch.autocast("cpu", dtype=torch.bfloat16)
     "sparselab-all": (0.7, 0.9, True),
+    # no sparselab under bf16 autocast: sparselab 0.2.2's SparseLinear rejects the bf16
+    # activations autocast hands it ("TypeError: Got unsupported ScalarType BFloat16")
     "sparselab-ffn": (0.0, 0.9, True),
 }
 
@@ -612,6 +616,8 @@ def main() -> None:
     t.add_argument("--eval-windows", type=int, default=64)
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--init", choices=["sprig", "nanogpt"], default="sprig")
+    t.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: training steps under torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--text", default=DEFAULT_TEXT)
