@@ -14,6 +14,9 @@
 // one horizontal sum and each loaded dY register serve G blocks. Panels after the first add
 // their partial dots to grad.
 //
+// Operands: dY and X may be bf16 (operands.hpp: widened in registers), grad float;
+// bf16_block_kernels.hpp is that interface, and adds the vdpbf16ps path (32 bf16 a step).
+//
 // Determinism: every grad element is summed in an order fixed by the block shape, the batch
 // width and K alone (the panel plan), so the result is bitwise identical for every thread
 // count.
@@ -31,6 +34,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/tuning.hpp"
+#include "operands.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_partition.hpp"
@@ -49,13 +53,40 @@ namespace detail {
 template <int uses, class B>
 SPRIG_ALWAYS_INLINE B pinned(B v) noexcept {
 #  if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  if constexpr (uses > 1) {
+  if constexpr (uses > 1 && requires { typename B::register_type; }) {
     auto r = static_cast<typename B::register_type>(v);
     __asm__("" : "+v"(r));
     return B(r);
+  } else if constexpr (uses > 1) {  // a raw register (the vdpbf16ps path's bf16 operands)
+    __asm__("" : "+v"(v));
+    return v;
   }
 #  endif
   return v;
+}
+
+// Inputs per batch step of a tile: one register of T (bf16: widened), or on the vdpbf16ps
+// path (Dp) 32 bf16 that one instruction multiplies pairwise into the 16 float lanes.
+template <class Arch, class T, bool Dp>
+inline constexpr std::int64_t kSddmmStep = Dp ? 32 : static_cast<std::int64_t>(Batch<T, Arch>::size);
+
+// A step's register of inputs at p, and acc + a * b lane-wise (Dp: each lane adds the
+// products of its two bf16 pairs, in one rounding order fixed by the instruction).
+template <class Arch, class T, bool Dp, class In>
+SPRIG_ALWAYS_INLINE auto load_step(const In* p) noexcept {
+#  if SPRIG_BF16_BLOCK_DP
+  if constexpr (Dp) return _mm512_loadu_si512(p);
+  else
+#  endif
+    return load_operand<Arch, T>(p);
+}
+template <bool Dp, class B, class V>
+SPRIG_ALWAYS_INLINE B madd(B acc, V a, V b) noexcept {
+#  if SPRIG_BF16_BLOCK_DP
+  if constexpr (Dp) return B(_mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b));
+  else
+#  endif
+    return xsimd::fma(a, b, acc);
 }
 
 // A tile of RT x CT accumulators within an R x C block.
@@ -103,39 +134,40 @@ constexpr BlockTile block_sddmm_tiling() noexcept {
 // One tile over one panel: out[r * LD + c] = sum over the `steps` batch registers of
 // d[r * ds + .] * x[c * xs + .], for r < RT, c < CT. The shorter side's registers are held
 // per batch register, the other side's streamed through one.
-template <class Arch, class T, int RT, int CT, int CH, int LD>
-SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds, const T* __restrict x,
+template <class Arch, class T, int RT, int CT, int CH, int LD, bool Dp, class In>
+SPRIG_ALWAYS_INLINE void block_sddmm_tile(const In* __restrict d, std::int64_t ds, const In* __restrict x,
                                           std::int64_t xs, std::int64_t steps, T* __restrict out) noexcept {
   using B = Batch<T, Arch>;
-  constexpr std::int64_t N = B::size;
+  constexpr std::int64_t N = B::size, S = kSddmmStep<Arch, T, Dp>;
   constexpr int A = RT * CT;
   B acc[CH][A];
   SPRIG_UNROLL for (int h = 0; h < CH; ++h) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
   auto step = [&](B* a, std::int64_t off) {
+    using V = decltype(load_step<Arch, T, Dp>(d));
     if constexpr (RT <= CT) {
-      B dv[RT];
-      SPRIG_UNROLL for (int r = 0; r < RT; ++r) dv[r] = pinned<CT>(B::load_unaligned(d + r * ds + off));
+      V dv[RT];
+      SPRIG_UNROLL for (int r = 0; r < RT; ++r) dv[r] = pinned<CT>(load_step<Arch, T, Dp>(d + r * ds + off));
       SPRIG_UNROLL for (int c = 0; c < CT; ++c) {
-        const B xv = pinned<RT>(B::load_unaligned(x + c * xs + off));
-        SPRIG_UNROLL for (int r = 0; r < RT; ++r) a[r * CT + c] = xsimd::fma(dv[r], xv, a[r * CT + c]);
+        const V xv = pinned<RT>(load_step<Arch, T, Dp>(x + c * xs + off));
+        SPRIG_UNROLL for (int r = 0; r < RT; ++r) a[r * CT + c] = madd<Dp>(a[r * CT + c], dv[r], xv);
       }
     } else {
-      B xv[CT];
-      SPRIG_UNROLL for (int c = 0; c < CT; ++c) xv[c] = pinned<RT>(B::load_unaligned(x + c * xs + off));
+      V xv[CT];
+      SPRIG_UNROLL for (int c = 0; c < CT; ++c) xv[c] = pinned<RT>(load_step<Arch, T, Dp>(x + c * xs + off));
       SPRIG_UNROLL for (int r = 0; r < RT; ++r) {
-        const B dv = pinned<CT>(B::load_unaligned(d + r * ds + off));
-        SPRIG_UNROLL for (int c = 0; c < CT; ++c) a[r * CT + c] = xsimd::fma(dv, xv[c], a[r * CT + c]);
+        const V dv = pinned<CT>(load_step<Arch, T, Dp>(d + r * ds + off));
+        SPRIG_UNROLL for (int c = 0; c < CT; ++c) a[r * CT + c] = madd<Dp>(a[r * CT + c], dv, xv[c]);
       }
     }
   };
   std::int64_t j = 0;
   if constexpr (CH == 2) {
     for (; j + 2 <= steps; j += 2) {
-      step(acc[0], j * N);
-      step(acc[CH - 1], (j + 1) * N);
+      step(acc[0], j * S);
+      step(acc[CH - 1], (j + 1) * S);
     }
   }
-  for (; j < steps; ++j) step(acc[0], j * N);
+  for (; j < steps; ++j) step(acc[0], j * S);
   if constexpr (CH == 2) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
   SPRIG_UNROLL for (int k0 = 0; k0 < A; k0 += static_cast<int>(N)) {
     B rows[N];
@@ -154,25 +186,25 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const T* __restrict d, std::int64_t ds
 }
 
 // One row of tiles (block rows [tr, tr + RT)) of a block over one panel into res.
-template <class Arch, class T, int R, int C, int RT>
-SPRIG_ALWAYS_INLINE void block_sddmm_row_tiles(const T* d, std::int64_t ds, const T* x, std::int64_t xs,
+template <class Arch, class T, int R, int C, int RT, bool Dp, class In>
+SPRIG_ALWAYS_INLINE void block_sddmm_row_tiles(const In* d, std::int64_t ds, const In* x, std::int64_t xs,
                                                std::int64_t steps, T* res, int tr) noexcept {
   constexpr int ct = block_sddmm_tiling<Arch, T, R, C>().ct, CH = kBlockSddmmChains<R, C>;
   int tc = 0;
   for (; tc + ct <= C; tc += ct)
-    block_sddmm_tile<Arch, T, RT, ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+    block_sddmm_tile<Arch, T, RT, ct, CH, C, Dp>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
   if constexpr (C % ct != 0)
-    block_sddmm_tile<Arch, T, RT, C % ct, CH, C>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
+    block_sddmm_tile<Arch, T, RT, C % ct, CH, C, Dp>(d + tr * ds, ds, x + tc * xs, xs, steps, res + tr * C + tc);
 }
 
 // All R * C dots of one block over one panel into res (row-major R x C).
-template <class Arch, class T, int R, int C>
-SPRIG_ALWAYS_INLINE void block_sddmm_block(const T* d, std::int64_t ds, const T* x, std::int64_t xs, std::int64_t steps,
+template <class Arch, class T, int R, int C, bool Dp, class In>
+SPRIG_ALWAYS_INLINE void block_sddmm_block(const In* d, std::int64_t ds, const In* x, std::int64_t xs, std::int64_t steps,
                                            T* res) noexcept {
   constexpr int rt = block_sddmm_tiling<Arch, T, R, C>().rt;
   int tr = 0;
-  for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<Arch, T, R, C, rt>(d, ds, x, xs, steps, res, tr);
-  if constexpr (R % rt != 0) block_sddmm_row_tiles<Arch, T, R, C, R % rt>(d, ds, x, xs, steps, res, tr);
+  for (; tr + rt <= R; tr += rt) block_sddmm_row_tiles<Arch, T, R, C, rt, Dp>(d, ds, x, xs, steps, res, tr);
+  if constexpr (R % rt != 0) block_sddmm_row_tiles<Arch, T, R, C, R % rt, Dp>(d, ds, x, xs, steps, res, tr);
 }
 
 // How many blocks of a block row block_sddmm_group does at a time: as many as fill one
@@ -190,31 +222,32 @@ constexpr int block_sddmm_group_size() noexcept {
 // G blocks of one block row over one panel: one batched horizontal sum serves all G, and
 // each dY register of a batch step feeds G blocks' multiply-adds. xg: the G blocks' X rows;
 // res: their G * R * C dots, block after block.
-template <class Arch, class T, int R, int C, int G>
-SPRIG_ALWAYS_INLINE void block_sddmm_group(const T* __restrict d, std::int64_t ds, const T* const* xg, std::int64_t xs,
+template <class Arch, class T, int R, int C, int G, bool Dp, class In>
+SPRIG_ALWAYS_INLINE void block_sddmm_group(const In* __restrict d, std::int64_t ds, const In* const* xg, std::int64_t xs,
                                            std::int64_t steps, T* __restrict res) noexcept {
   using B = Batch<T, Arch>;
-  constexpr std::int64_t N = B::size;
+  constexpr std::int64_t N = B::size, S = kSddmmStep<Arch, T, Dp>;
   constexpr int RC = R * C, A = G * RC, CH = A < 8 ? 2 : 1;
   static_assert(A <= N);
   B acc[CH][A];
   SPRIG_UNROLL for (int h = 0; h < CH; ++h) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[h][k] = B(T(0));
   auto step = [&](B* a, std::int64_t off) SPRIG_ALWAYS_INLINE_LAMBDA {
-    B dv[R];
-    SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(B::load_unaligned(d + r * ds + off));
+    using V = decltype(load_step<Arch, T, Dp>(d));
+    V dv[R];
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) dv[r] = pinned<G * C>(load_step<Arch, T, Dp>(d + r * ds + off));
     SPRIG_UNROLL for (int g = 0; g < G; ++g) SPRIG_UNROLL for (int c = 0; c < C; ++c) {
-      const B xv = pinned<R>(B::load_unaligned(xg[g] + c * xs + off));
-      SPRIG_UNROLL for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = xsimd::fma(dv[r], xv, a[g * RC + r * C + c]);
+      const V xv = pinned<R>(load_step<Arch, T, Dp>(xg[g] + c * xs + off));
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) a[g * RC + r * C + c] = madd<Dp>(a[g * RC + r * C + c], dv[r], xv);
     }
   };
   std::int64_t j = 0;
   if constexpr (CH == 2) {
     for (; j + 2 <= steps; j += 2) {
-      step(acc[0], j * N);
-      step(acc[CH - 1], (j + 1) * N);
+      step(acc[0], j * S);
+      step(acc[CH - 1], (j + 1) * S);
     }
   }
-  for (; j < steps; ++j) step(acc[0], j * N);
+  for (; j < steps; ++j) step(acc[0], j * S);
   if constexpr (CH == 2) SPRIG_UNROLL for (int k = 0; k < A; ++k) acc[0][k] += acc[CH - 1][k];
   B rows[N];
   SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k < A ? acc[0][k] : B(T(0));
@@ -274,18 +307,20 @@ void block_sddmm_pack(const PanelPlan& plan, ConstMatrixView<T> src, std::int64_
   }
 }
 
-template <class Arch, Value T, ColumnIndex Index, int R, int C>
-void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X,
+// dY and X are T or bf16 (widened in registers); grad is T. Dp (bf16 only): the vdpbf16ps
+// path, 32 bf16 a batch step.
+template <class Arch, Value T, ColumnIndex Index, int R, int C, class In, bool Dp = false>
+void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<In> dY, ConstMatrixView<In> X,
                       std::span<T> grad, Update mode, KernelWorkspace<T>& ws) {
-  constexpr std::int64_t N = Batch<T, Arch>::size, RC = std::int64_t{R} * C;
+  constexpr std::int64_t N = kSddmmStep<Arch, T, Dp>, RC = std::int64_t{R} * C;
   const auto& P = W.pattern();
   const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
   const std::int64_t Mp = P.rows() * R, Kp = P.cols() * C;  // padded to whole blocks
   // No panel wider than the batch: a wider one would only pack zeros.
-  const PanelPlan plan(Bw, Kp, N, sizeof(T), SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES, (Bw + N - 1) / N);
+  const PanelPlan plan(Bw, Kp, N, sizeof(In), SPRIG_BLOCK_SDDMM_PANEL_BUDGET_BYTES, (Bw + N - 1) / N);
   const bool in_place = plan.in_place() && Mp == M && Kp == K;
-  T* packed_dy = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(Mp) + plan.packed_size(Kp)));
-  T* packed_x = in_place ? nullptr : packed_dy + plan.packed_size(Mp);
+  In* packed_dy = in_place ? nullptr : operand_buffer<In>(ws, plan.packed_size(Mp) + plan.packed_size(Kp));
+  In* packed_x = in_place ? nullptr : packed_dy + plan.packed_size(Mp);
   ws.partition.update(P);
   const Index* cols = P.col_indices().data();
   const bool overwrite = mode == Update::overwrite;
@@ -312,28 +347,28 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
         alignas(64) T res[G * RC];
         for (std::int64_t p = 0; p < plan.count(); ++p) {
           const std::int64_t b0 = plan.begin(p), steps = plan.regs_of(p);
-          const T* dbase = in_place ? dY.data() : packed_dy + Mp * b0;
-          const T* xbase = in_place ? X.data() : packed_x + Kp * b0;
+          const In* dbase = in_place ? dY.data() : packed_dy + Mp * b0;
+          const In* xbase = in_place ? X.data() : packed_x + Kp * b0;
           const std::int64_t ds = in_place ? dY.stride() : steps * N;
           const std::int64_t xs = in_place ? X.stride() : steps * N;
           const bool add = !overwrite || p > 0;
           for (std::int64_t bi = r0; bi < r1; ++bi) {
             const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
             const std::int64_t rows_in = std::min<std::int64_t>(R, M - bi * R);
-            const T* d = dbase + bi * R * ds;
+            const In* d = dbase + bi * R * ds;
             if constexpr (G > 1) {
               for (std::int64_t q = 0; q < nb; q += G) {
-                const T* xg[G];  // a short last group repeats its last block (computed, not stored)
+                const In* xg[G];  // a short last group repeats its last block (computed, not stored)
                 SPRIG_UNROLL for (int g = 0; g < G; ++g) xg[g] =
                     xbase + cols[s0 + std::min<std::int64_t>(q + g, nb - 1)] * C * xs;
-                block_sddmm_group<Arch, T, R, C, G>(d, ds, xg, xs, steps, res);
+                block_sddmm_group<Arch, T, R, C, G, Dp>(d, ds, xg, xs, steps, res);
                 for (std::int64_t g = 0; g < std::min<std::int64_t>(G, nb - q); ++g)
                   block_sddmm_store<T, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, add,
                                              res + g * RC);
               }
             } else {
               for (std::int64_t q = 0; q < nb; ++q) {
-                block_sddmm_block<Arch, T, R, C>(d, ds, xbase + cols[s0 + q] * C * xs, xs, steps, res);
+                block_sddmm_block<Arch, T, R, C, Dp>(d, ds, xbase + cols[s0 + q] * C * xs, xs, steps, res);
                 block_sddmm_store<T, R, C>(grad.data(), s0 + q, rows_in, K - cols[s0 + q] * C, add, res);
               }
             }
@@ -344,8 +379,8 @@ void block_sddmm_simd(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T
 #endif
 
 // Scalar path: each in-matrix dot of a live block in batch order.
-template <Value T, ColumnIndex Index, int R, int C>
-void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<T> dY, ConstMatrixView<T> X,
+template <Value T, ColumnIndex Index, int R, int C, class In>
+void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<In> dY, ConstMatrixView<In> X,
                         std::span<T> grad, Update mode, KernelWorkspace<T>& ws) {
   constexpr std::int64_t RC = std::int64_t{R} * C;
   const auto& P = W.pattern();
@@ -372,10 +407,10 @@ void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView
               for (std::int64_t c = 0; c < C; ++c) {
                 T& e = g[r * C + c];
                 if (bi * R + r < M && bj * C + c < K) {
-                  const T* d = dY.row(bi * R + r);
-                  const T* x = X.row(bj * C + c);
+                  const In* d = dY.row(bi * R + r);
+                  const In* x = X.row(bj * C + c);
                   T acc = T(0);
-                  for (std::int64_t b = 0; b < Bw; ++b) acc += d[b] * x[b];
+                  for (std::int64_t b = 0; b < Bw; ++b) acc += operand_value<T>(d[b]) * operand_value<T>(x[b]);
                   e = overwrite ? acc : e + acc;
                 } else if (overwrite) {
                   e = T(0);

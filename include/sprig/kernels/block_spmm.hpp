@@ -22,6 +22,10 @@
 // only the rows inside it; an edge block's out-of-matrix weights meet only skipped X rows or
 // unstored accumulators, so they never reach a result.
 //
+// Operands: X (dY) and W's values may be bf16 (operands.hpp: widened in registers, the bytes
+// read halved) with float accumulation and output; bf16_block_kernels.hpp is that interface,
+// and adds the vdpbf16ps pair path through the same tiles.
+//
 // Determinism: each output element is summed in an order fixed by its block row, the block
 // shape and the batch width alone (chain q mod chains per block, then the pairwise sum), so
 // the result is bitwise identical for every thread count.
@@ -39,6 +43,7 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
+#include "operands.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
@@ -117,38 +122,68 @@ constexpr int block_max_regs(int rows) noexcept {
 // One block's contribution to a tile: for each of its first cn block columns (BC, or fewer for
 // an edge block), the X panel row loaded once into G registers and multiplied with the block
 // column's Rows weights.
-template <class A, class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full>
-SPRIG_ALWAYS_INLINE void block_fma(Batch<T, A> (&acc)[Rows][G], const T* __restrict w, const T* __restrict x,
+template <class A, class T, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS, bool Full, class WT, class XT>
+SPRIG_ALWAYS_INLINE void block_fma(Batch<T, A> (&acc)[Rows][G], const WT* __restrict w, const XT* __restrict x,
                                    std::int64_t xs, std::int64_t cn) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   SPRIG_UNROLL for (int c = 0; c < BC; ++c) {
     if (!Full && c >= cn) break;
     B xv[G];
-    SPRIG_UNROLL for (int g = 0; g < G; ++g) xv[g] = B::load_unaligned(x + c * xs + g * N);
+    SPRIG_UNROLL for (int g = 0; g < G; ++g) xv[g] = load_operand<A, T>(x + c * xs + g * N);
     SPRIG_UNROLL for (int r = 0; r < Rows; ++r) {
-      const B wv(w[r * RS + c * CS]);
+      const B wv(operand_value<T>(w[r * RS + c * CS]));
       SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = xsimd::fma(wv, xv[g], acc[r][g]);
     }
   }
 }
 
+#if SPRIG_BF16_BLOCK_DP
+// One block's contribution on the vdpbf16ps path: per pair of block columns (c, c + 1), the X
+// pair row (operands.hpp: Bf16Pair) loaded once into G registers of 16 batch columns and, per
+// tile row, the two weights broadcast as one 32-bit pair: one instruction adds both products
+// to each lane, so each instruction does two multiply-adds per lane where fma does one.
+template <class A, int Rows, int G, int BC, std::int64_t RS, std::int64_t CS>
+SPRIG_ALWAYS_INLINE void block_dp_pairs(Batch<float, A> (&acc)[Rows][G], const bfloat16* __restrict w,
+                                        const Bf16Pair* __restrict x, std::int64_t xs) noexcept {
+  static_assert(BC % 2 == 0 && Batch<float, A>::size == 16);
+  SPRIG_UNROLL for (int c = 0; c < BC; c += 2) {
+    __m512i xv[G];
+    SPRIG_UNROLL for (int g = 0; g < G; ++g) xv[g] = _mm512_loadu_si512(x + (c / 2) * xs + g * 16);
+    SPRIG_UNROLL for (int r = 0; r < Rows; ++r) {
+      const std::uint32_t pair = std::uint32_t{w[r * RS + c * CS].bits} | std::uint32_t{w[r * RS + (c + 1) * CS].bits}
+                                                                              << 16;
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[r][g] =
+          Batch<float, A>(_mm512_dpbf16_ps(acc[r][g], wv, (__m512bh)xv[g]));
+    }
+  }
+}
+#endif
+
 // Adds the block of `slot` to a tile: its first X rows inside the matrix (all BC but in the
 // last block column; a one-column block is never partial, and saying so keeps the tile in
 // registers).
-template <class A, class T, class Index, int Rows, int G, class Blocks>
+template <class A, class T, class Index, int Rows, int G, class Blocks, class XT>
 SPRIG_ALWAYS_INLINE void block_one(Batch<T, A> (&acc)[Rows][G], const Index* __restrict cols, std::int64_t slot,
-                                   const Blocks& blocks, int r0, const T* __restrict xp, std::int64_t xs,
+                                   const Blocks& blocks, int r0, const XT* __restrict xp, std::int64_t xs,
                                    std::int64_t in_rows) noexcept {
   constexpr int BC = Blocks::kCols;
   constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
   const std::int64_t x0 = static_cast<std::int64_t>(cols[slot]) * BC;
-  const T* w = blocks.at(slot) + r0 * RS;
-  const T* x = xp + x0 * xs;
-  if (BC == 1 || x0 + BC <= in_rows) [[likely]]
-    block_fma<A, T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
-  else
-    block_fma<A, T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
+  const auto* w = blocks.at(slot) + r0 * RS;
+#if SPRIG_BF16_BLOCK_DP
+  if constexpr (std::is_same_v<XT, Bf16Pair>) {  // pair rows padded to whole blocks: never partial
+    block_dp_pairs<A, Rows, G, BC, RS, CS>(acc, w, xp + x0 / 2 * xs, xs);
+  } else
+#endif
+  {
+    const XT* x = xp + x0 * xs;
+    if (BC == 1 || x0 + BC <= in_rows) [[likely]]
+      block_fma<A, T, Rows, G, BC, RS, CS, true>(acc, w, x, xs, BC);
+    else
+      block_fma<A, T, Rows, G, BC, RS, CS, false>(acc, w, x, xs, in_rows - x0);
+  }
 }
 
 // Rows [row0, row0 + rows_valid) of the output over one panel: a tile of Rows block rows
@@ -156,9 +191,9 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T, A> (&acc)[Rows][G], const Index* __r
 // cols[s ..)). X panel rows are xs elements apart from xp, `in_rows` of them inside the
 // matrix; the first `valid` columns of each tile row are stored at y (rows ys apart) through
 // finish()'s order (bias: the chunk's first row's or nullptr).
-template <class A, class T, class Index, int Rows, int G, class Blocks>
+template <class A, class T, class Index, int Rows, int G, class Blocks, class XT>
 SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n, const Blocks& blocks,
-                                    int r0, const T* __restrict xp, std::int64_t xs, std::int64_t in_rows,
+                                    int r0, const XT* __restrict xp, std::int64_t xs, std::int64_t in_rows,
                                     T* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
                                     bool accumulate, const T* bias, bool relu) noexcept {
   using B = Batch<T, A>;
@@ -166,15 +201,15 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
   constexpr int BC = Blocks::kCols;
   constexpr int Ch = block_chains(Rows * G);
   constexpr std::int64_t D = SPRIG_BLOCK_SPMM_PREFETCH;
-  constexpr std::int64_t row_bytes = G * N * static_cast<std::int64_t>(sizeof(T));
+  constexpr std::int64_t row_bytes = G * N * static_cast<std::int64_t>(sizeof(XT));
   B acc[Ch][Rows][G];
   SPRIG_UNROLL for (int k = 0; k < Ch; ++k) SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
       SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] = B(T(0));
   std::int64_t q = 0;
   for (; q + Ch <= n; q += Ch) {
     if (q + D + Ch <= n) SPRIG_UNROLL for (int k = 0; k < Ch; ++k) {
-        const T* x = xp + static_cast<std::int64_t>(cols[s + q + D + k]) * BC * xs;
-        SPRIG_UNROLL for (int c = 0; c < BC; ++c) prefetch_row_start<row_bytes>(x + c * xs);
+        const XT* x = xp + static_cast<std::int64_t>(cols[s + q + D + k]) * (BC / kRowsPerLine<XT>)*xs;
+        SPRIG_UNROLL for (int c = 0; c < BC / kRowsPerLine<XT>; ++c) prefetch_row_start<row_bytes>(x + c * xs);
         blocks.prefetch(s + q + D + k);
       }
     SPRIG_UNROLL for (int k = 0; k < Ch; ++k)
@@ -207,8 +242,8 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
 
 // Block rows [i0, i1) of pattern P over one panel (b0: its first batch column), in tiles of
 // block_tile_rows(kRows) rows; the rows past the output's end are not stored.
-template <class A, class T, class Index, int G, class Blocks>
-void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1, const T* xp,
+template <class A, class T, class Index, int G, class Blocks, class XT>
+void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1, const XT* xp,
                       std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0, std::int64_t valid,
                       bool accumulate, const T* bias, bool relu) noexcept {
   constexpr int BR = Blocks::kRows;
@@ -236,28 +271,37 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
 }
 
 // Y (=|+=) P X for block pattern P read through `blocks`: X has the input rows (the pattern's
-// columns times kCols, the last block column possibly partial), Y the output rows.
-template <class A, Value T, ColumnIndex Index, class Blocks>
-void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+// columns times kCols, the last block column possibly partial), Y the output rows. X and the
+// blocks' values are T or bf16 (widened in registers), Y is T. Pairs (bf16 only, kCols even):
+// the vdpbf16ps path, X packed as pair rows (operands.hpp) over whole blocks, never in place.
+template <class A, Value T, ColumnIndex Index, class Blocks, class XT, bool Pairs = false>
+void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
                      Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+  using Line = std::conditional_t<Pairs, Bf16Pair, XT>;
   constexpr std::int64_t N = Batch<T, A>::size;
   constexpr int max_regs = block_max_regs<A>(block_tile_rows(Blocks::kRows));
   const std::int64_t K = X.rows(), Bw = X.cols();
-  const PanelPlan plan(Bw, K, N, sizeof(T), kPanelBudgetBytes, max_regs);
-  const bool in_place = plan.in_place();
-  T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  const std::int64_t lines = Pairs ? P.cols() * Blocks::kCols / 2 : K;
+  const PanelPlan plan(Bw, lines, N, sizeof(Line), kPanelBudgetBytes, max_regs);
+  const bool in_place = !Pairs && plan.in_place();
+  Line* packed = in_place ? nullptr : operand_buffer<Line>(ws, plan.packed_size(lines));
   ws.partition.update(P);
   const bool accumulate = mode == Update::accumulate;
   run_partitioned(
       ws.partition, P.nnz() * Blocks::kRows * Blocks::kCols * Bw,
       [&](int t, int n) {
         if (in_place) return;
-        pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
+        if constexpr (Pairs)
+          pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n);
+        else
+          pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
       },
       [&](std::int64_t i0, std::int64_t i1) {
         for (std::int64_t p = 0; p < plan.count(); ++p) {
           const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
-          const T* xp = in_place ? X.data() : packed + K * b0;
+          const Line* xp = packed + lines * b0;
+          if constexpr (!Pairs)
+            if (in_place) xp = X.data();
           const std::int64_t xs = in_place ? X.stride() : regs * N;
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
@@ -270,8 +314,8 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
 #endif
 
 // Scalar path: the same block-row tiling with a 16-wide tile of plain accumulators per row.
-template <Value T, ColumnIndex Index, class Blocks>
-void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+template <Value T, ColumnIndex Index, class Blocks, class XT>
+void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
                        Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
   constexpr int BR = Blocks::kRows, BC = Blocks::kCols;
   constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
@@ -292,12 +336,12 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
             for (std::int64_t q = 0; q < n; ++q) {
               const std::int64_t x0 = static_cast<std::int64_t>(cols[s + q]) * BC;
               const std::int64_t cn = std::min<std::int64_t>(BC, K - x0);
-              const T* w = blocks.at(s + q);
+              const auto* w = blocks.at(s + q);
               for (std::int64_t c = 0; c < cn; ++c) {
-                const T* x = X.row(x0 + c) + b0;
+                const XT* x = X.row(x0 + c) + b0;
                 for (std::int64_t r = 0; r < rv; ++r) {
-                  const T wv = w[r * RS + c * CS];
-                  for (std::int64_t j = 0; j < nb; ++j) acc[r][j] += wv * x[j];
+                  const T wv = operand_value<T>(w[r * RS + c * CS]);
+                  for (std::int64_t j = 0; j < nb; ++j) acc[r][j] += wv * operand_value<T>(x[j]);
                 }
               }
             }
@@ -311,8 +355,8 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
       });
 }
 
-template <class A, Value T, ColumnIndex Index, class Blocks>
-void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<T> X, MatrixView<T> Y,
+template <class A, Value T, ColumnIndex Index, class Blocks, class XT>
+void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
                    Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
