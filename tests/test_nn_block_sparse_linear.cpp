@@ -1,7 +1,10 @@
 // BlockSparseLinear: forward against dense W X + b, finite-difference gradients (weights at
 // every in-matrix entry of live blocks, bias, input, through relu and gelu input
 // activations), init, argument checks, a topology change seen by dX, and optimizers that
-// update live blocks only and keep out-of-matrix entries zero.
+// update live blocks only and keep out-of-matrix entries zero. Precision::bf16: forward,
+// weight gradient and dX against double references of the bf16-rounded W, X and dY (rounded
+// here with sprig::bfloat16) within gamma_n * sum |products|, 8x8, 4x4 and 16x1 blocks, an
+// empty and a full block row; bitwise identical for 1 and 2 threads; errors.
 #include <sprig/nn/block_sparse_linear.hpp>
 
 #include <catch2/catch.hpp>
@@ -18,6 +21,7 @@
 #include <sprig/optim/sgd.hpp>
 
 #include "test_nn_gradcheck.hpp"
+#include "with_threads.hpp"
 
 using namespace sprig;
 using sprig_test::random_matrix;
@@ -279,4 +283,149 @@ TEST_CASE("Sequential with block-sparse layers: the same bits as the layers chai
   AdamW<double> opt({.lr = 0.01});
   opt.step(model);
   REQUIRE(std::ssize(m0.weight.state[0]) == m0.weight.entry_count());
+}
+
+namespace {
+
+double bf16_rounded(float v) { return static_cast<double>(static_cast<float>(sprig::bfloat16(v))); }
+
+// gamma_n = n u / (1 - n u), u = 2^-24: the float summation bound.
+double bf16_gamma(std::int64_t n) {
+  const double nu = static_cast<double>(n) * std::ldexp(1.0, -24);
+  return nu / (1.0 - nu);
+}
+
+sprig::Matrix<float> bf16_random(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  sprig::Matrix<float> m(rows, cols);
+  sprig::CounterRng rng(seed, 7);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<float>(rng.uniform(-2.0, 2.0));
+  return m;
+}
+
+// A 37 x 29 (out x in) layer in R x C blocks: block row 0 empty, block row 1 full, the rest
+// at about 30% of the blocks, a bias.
+template <int R, int C>
+sprig::BlockSparseLinear<float, std::int32_t, R, C> bf16_odd_layer() {
+  const std::int64_t out = 37, in = 29;
+  sprig::Matrix<float> dense(out, in, 0.0f);
+  sprig::CounterRng rng(13, 5);
+  for (std::int64_t bi = 0; bi * R < out; ++bi)
+    for (std::int64_t bj = 0; bj * C < in; ++bj) {
+      if (bi == 0 || (bi != 1 && rng.uniform01() >= 0.3)) continue;
+      for (std::int64_t r = 0; r < R && bi * R + r < out; ++r)
+        for (std::int64_t c = 0; c < C && bj * C + c < in; ++c)
+          dense(bi * R + r, bj * C + c) = static_cast<float>(rng.uniform(0.1, 1.0));
+    }
+  sprig::BlockSparseLinear<float, std::int32_t, R, C> layer(
+      sprig::BlockPaddedCSR<float, std::int32_t, R, C>::from_dense(dense.view()));
+  for (std::int64_t i = 0; i < out; ++i) layer.bias.value[std::size_t(i)] = 0.1f * float(i % 5) - 0.2f;
+  return layer;
+}
+
+template <int R, int C>
+void check_block_layer_bf16() {
+  auto layer = bf16_odd_layer<R, C>();
+  layer.set_precision(sprig::Precision::bf16);
+  REQUIRE(layer.precision() == sprig::Precision::bf16);
+  const std::int64_t out = 37, in = 29;
+  const sprig::Matrix<float> Wd = layer.weight.matrix.to_dense();
+  for (const std::int64_t B : {1, 13, 40}) {
+    CAPTURE(R, C, B);
+    const auto X = bf16_random(in, B, 20 + B), dY = bf16_random(out, B, 60 + B);
+    const std::vector<float> masters(layer.weight.matrix.values().begin(), layer.weight.matrix.values().end());
+    sprig::Matrix<float> Y(out, B), dX(in, B);
+    layer.forward(X.view(), Y.view(), sprig::FusedActivation::relu);
+    CHECK(std::vector<float>(layer.weight.matrix.values().begin(), layer.weight.matrix.values().end()) == masters);
+    layer.backward(X.view(), dY.view(), dX.view());
+    for (std::int64_t i = 0; i < out; ++i)
+      for (std::int64_t b = 0; b < B; ++b) {
+        double want = layer.bias.value[std::size_t(i)], S = std::abs(want);
+        std::int64_t n = 1;
+        for (std::int64_t k = 0; k < in; ++k)
+          if (Wd(i, k) != 0.0f) {
+            want += bf16_rounded(Wd(i, k)) * bf16_rounded(X(k, b));
+            S += std::abs(bf16_rounded(Wd(i, k)) * bf16_rounded(X(k, b)));
+            ++n;
+          }
+        want = std::max(want, 0.0);
+        if (!(std::abs(double(Y(i, b)) - want) <= bf16_gamma(n + 2) * S))
+          FAIL_CHECK("Y(" << i << "," << b << ") " << Y(i, b) << " vs " << want);
+      }
+    for (std::int64_t k = 0; k < in; ++k)
+      for (std::int64_t b = 0; b < B; ++b) {
+        double want = 0, S = 0;
+        std::int64_t n = 0;
+        for (std::int64_t i = 0; i < out; ++i)
+          if (Wd(i, k) != 0.0f) {
+            want += bf16_rounded(Wd(i, k)) * bf16_rounded(dY(i, b));
+            S += std::abs(bf16_rounded(Wd(i, k)) * bf16_rounded(dY(i, b)));
+            ++n;
+          }
+        if (!(std::abs(double(dX(k, b)) - want) <= bf16_gamma(n + 2) * S))
+          FAIL_CHECK("dX(" << k << "," << b << ") " << dX(k, b) << " vs " << want);
+      }
+    layer.weight.matrix.for_each_block([&](std::int64_t bi, std::int64_t bj, std::int64_t s, const float*) {
+      for (std::int64_t r = 0; r < R && bi * R + r < out; ++r)
+        for (std::int64_t c = 0; c < C && bj * C + c < in; ++c) {
+          double want = 0, S = 0;
+          for (std::int64_t b = 0; b < B; ++b) {
+            want += bf16_rounded(dY(bi * R + r, b)) * bf16_rounded(X(bj * C + c, b));
+            S += std::abs(bf16_rounded(dY(bi * R + r, b)) * bf16_rounded(X(bj * C + c, b)));
+          }
+          const float got = layer.weight.grad[std::size_t(s * R * C + r * C + c)];
+          if (!(std::abs(double(got) - want) <= bf16_gamma(B + 2) * S))
+            FAIL_CHECK("grad at (" << bi * R + r << "," << bj * C + c << ") " << got << " vs " << want);
+        }
+    });
+    for (std::int64_t i = 0; i < out; ++i) {
+      double want = 0;
+      for (std::int64_t b = 0; b < B; ++b) want += dY(i, b);
+      CHECK(std::abs(double(layer.bias.grad[std::size_t(i)]) - want) <= 1e-4 * (1 + std::abs(want)));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("BlockSparseLinear bf16: forward, weight gradient and dX match the double reference of the rounded operands",
+          "[nn][block_sparse_linear][bf16]") {
+  check_block_layer_bf16<8, 8>();
+  check_block_layer_bf16<4, 4>();
+  check_block_layer_bf16<16, 1>();
+}
+
+TEST_CASE("BlockSparseLinear bf16: bitwise the same for 1 and 2 threads; errors", "[nn][block_sparse_linear][bf16]") {
+  const std::int64_t in = 300, out = 200, B = 64;
+  const auto X = bf16_random(in, B, 8), dY = bf16_random(out, B, 9);
+  std::vector<float> y[2], dx[2], g[2];
+  for (int t = 0; t < 2; ++t)
+    sprig_test::with_threads(t + 1, [&] {
+      sprig::BlockSparseLinear<float, std::int32_t, 8, 8> layer(in, out, {.density = 0.2, .seed = 3});
+      layer.set_precision(sprig::Precision::bf16);
+      sprig::Matrix<float> Y(out, B), dX(in, B);
+      layer.forward(X.view(), Y.view());
+      layer.backward(X.view(), dY.view(), dX.view());
+      y[t].assign(Y.data(), Y.data() + out * B);
+      dx[t].assign(dX.data(), dX.data() + in * B);
+      g[t] = std::vector<float>(layer.weight.grad.begin(), layer.weight.grad.end());
+    });
+  CHECK(y[0] == y[1]);
+  CHECK(dx[0] == dx[1]);
+  CHECK(g[0] == g[1]);
+
+  sprig::BlockSparseLinear<double, std::int32_t, 4, 4> d(8, 8, {.density = 0.5, .seed = 1});
+  CHECK_THROWS_AS(d.set_precision(sprig::Precision::bf16), sprig::ArgumentError);
+  CHECK_NOTHROW(d.set_precision(sprig::Precision::fp32));
+  auto layer = bf16_odd_layer<8, 8>();
+  layer.set_precision(sprig::Precision::bf16);
+  const auto X4 = bf16_random(29, 4, 1), dY4 = bf16_random(37, 4, 2);
+  sprig::Matrix<float> dX4(29, 4), Y4(37, 4), Y5(36, 4);
+  CHECK_THROWS_AS(layer.backward(X4.view(), dY4.view(), dX4.view()), sprig::ArgumentError);  // no forward yet
+  CHECK_THROWS_AS(layer.forward(X4.view(), Y5.view()), sprig::ShapeError);
+  CHECK_THROWS_AS(layer.forward(X4.view(), Y4.view(), sprig::FusedActivation::gelu), sprig::ArgumentError);
+  layer.forward(X4.view(), Y4.view());
+  CHECK_NOTHROW(layer.backward(X4.view(), dY4.view(), dX4.view()));
+  layer.set_precision(sprig::Precision::fp32);  // back to the float kernels, the shadow freed
+  CHECK_NOTHROW(layer.forward(X4.view(), Y4.view()));
 }

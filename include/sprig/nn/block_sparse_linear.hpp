@@ -24,6 +24,15 @@
 // panels, up to [(in + out) x B] in the weight gradient) live only within one kernel call,
 // so share_scratch() may make them one buffer shared by a model's layers (sequential calls:
 // safe, the same bits).
+//
+// Precision (set_precision; core/precision.hpp), as SparseLinear's: with Precision::bf16
+// (T = float only) the products run on the bf16 block kernels (kernels/bf16_block_kernels.hpp):
+// forward rounds W's values into a bf16 shadow (W.values()' layout, refreshed from the float
+// masters on every forward, so an optimizer step is seen by the next forward) and X to bf16,
+// multiplies with float accumulation and adds the bias (and ReLU) in float; backward rounds X
+// and dY and uses the shadow of the last forward. Gradients, bias and optimizer state stay
+// float. X and dY are rounded into the layer's own bf16 buffer or a model's
+// (share_bf16_scratch).
 #pragma once
 
 #include <type_traits>
@@ -37,11 +46,14 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "../core/rng.hpp"
+#include "../core/precision.hpp"
+#include "../kernels/bf16_block_kernels.hpp"
 #include "../kernels/block_sddmm.hpp"
 #include "../kernels/block_spmm.hpp"
 #include "../kernels/row_epilogue.hpp"
 #include "../kernels/transpose.hpp"
 #include "../kernels/workspace.hpp"
+#include "bf16_scratch.hpp"
 #include "bias.hpp"
 #include "init.hpp"
 #include "model.hpp"
@@ -120,6 +132,12 @@ public:
   // overlapping operands (block_spmm's checks), before writing anything.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        detail::check_forward_activation("BlockSparseLinear::forward", act);
+        forward_bf16(X, Y, act);
+        return;
+      }
     block_spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
@@ -139,6 +157,13 @@ public:
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "dY", dY);
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
                              std::span<const T>(weight.grad));
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        backward_bf16(X, dY, &dX);
+        detail::sum_rows<T>(dY, bias.grad);
+        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+        return;
+      }
     block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
     block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
@@ -148,6 +173,12 @@ public:
   // Weight and bias gradients only (the first layer of a network).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
+    if constexpr (std::is_same_v<T, float>)
+      if (precision_ == Precision::bf16) {
+        backward_bf16(X, dY, nullptr);
+        detail::sum_rows<T>(dY, bias.grad);
+        return;
+      }
     block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
     detail::sum_rows<T>(dY, bias.grad);
   }
@@ -162,6 +193,24 @@ public:
     fn(weight);
     fn(bias);
   }
+
+  // The precision of the layer's products (top of this file); fp32 by default. Switching keeps
+  // every weight, gradient and optimizer state as it is. Throws ArgumentError for bf16 on a
+  // layer whose values are not float. O(1); the bf16 shadow is allocated on the first forward
+  // (W.values().size() bfloat16 values).
+  void set_precision(Precision p) {
+    if (p == Precision::bf16 && !std::is_same_v<T, float>)
+      throw ArgumentError(
+          "BlockSparseLinear::set_precision: bf16 needs float master weights (a BlockSparseLinear<float, ...>)");
+    precision_ = p;
+    if (p == Precision::fp32) bf16_values_ = {};
+  }
+  Precision precision() const noexcept { return precision_; }
+
+  // Rounds X and dY for the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
+  // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
+  // either way. Precondition: no two layers sharing it run a forward or backward at once.
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
 
   // The cached transposed block pattern backward uses (rebuilt when W's topology changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
@@ -192,7 +241,9 @@ public:
   }
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
-           workspace_.memory_bytes() + transpose_workspace_.memory_bytes();
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() +
+           static_cast<std::int64_t>(bf16_values_.capacity() * sizeof(bfloat16)) +
+           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
   }
 
   // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
@@ -219,6 +270,37 @@ private:
     weight.check_aligned("BlockSparseLinear::backward");
   }
 
+  // The bf16 products (T = float): see the top of this file. Checks as block_spmm's before
+  // anything is rounded or written (the shapes: ShapeError; overlaps: ArgumentError).
+  Bf16Scratch& bf16_scratch() {
+    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
+    return *bf16_scratch_;
+  }
+  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+    detail::check_block_operands("BlockSparseLinear::forward", weight.matrix, "X", X, in_features(), "Y", Y,
+                                 out_features());
+    detail::check_no_overlap("BlockSparseLinear::forward", "Y", Y, "the bias", std::span<const float>(bias.value));
+    bf16_values_.resize(weight.matrix.values().size());
+    refresh_bf16_values(weight.matrix, std::span<bfloat16>(bf16_values_));
+    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
+    bf16_block_spmm(weight.matrix, std::span<const bfloat16>(bf16_values_), Xb, Y, workspace_);
+    detail::add_bias<float>(bias.value, Y, act);
+  }
+  // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
+  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+    if (bf16_values_.size() != weight.matrix.values().size())
+      throw ArgumentError(
+          "BlockSparseLinear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const std::int64_t B = X.cols();
+    bfloat16* buffer = bf16_scratch().data((X.rows() + dY.rows()) * B);
+    const auto Xb = detail::narrow_rows(X, buffer);
+    const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
+    bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
+    if (dX)
+      bf16_block_spmm_transposed(weight.matrix, std::span<const bfloat16>(bf16_values_), transpose_, dYb, *dX,
+                                 transpose_workspace_);
+  }
+
   void init(Weight w) {
     const std::int64_t out = w.rows();
     weight = BlockSparseParameter<T, Index, R, C>(std::move(w));
@@ -230,6 +312,9 @@ private:
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
   SparseLinear<T, Index> stand_in_{PaddedCSR<T, Index>(1, 1)};  // topology_stand_in()
+  Precision precision_ = Precision::fp32;
+  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_values_;  // the bf16 shadow of W's values
+  SharedBf16Scratch bf16_scratch_;                                 // rounded X and dY (bf16 only)
 };
 
 }  // namespace sprig
