@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 
 #include "../core/block_padded_csr.hpp"
@@ -151,8 +152,11 @@ SPRIG_ALWAYS_INLINE void block_dp_pairs(Batch<float, A> (&acc)[Rows][G], const b
     __m512i xv[G];
     SPRIG_UNROLL for (int g = 0; g < G; ++g) xv[g] = _mm512_loadu_si512(x + (c / 2) * xs + g * 16);
     SPRIG_UNROLL for (int r = 0; r < Rows; ++r) {
-      const std::uint32_t pair = std::uint32_t{w[r * RS + c * CS].bits} | std::uint32_t{w[r * RS + (c + 1) * CS].bits}
-                                                                              << 16;
+      std::uint32_t pair;
+      if constexpr (CS == 1)  // adjacent in memory: one 32-bit broadcast load
+        std::memcpy(&pair, w + r * RS + c, sizeof pair);
+      else
+        pair = std::uint32_t{w[r * RS + c * CS].bits} | std::uint32_t{w[r * RS + (c + 1) * CS].bits} << 16;
       const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
       SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[r][g] =
           Batch<float, A>(_mm512_dpbf16_ps(acc[r][g], wv, (__m512bh)xv[g]));
