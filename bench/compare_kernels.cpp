@@ -19,11 +19,18 @@
 //
 // With --block RxC[,RxC...] each configuration also times the block-sparse kernels
 // (block_spmm, block_spmm_transposed, block_sddmm) on a BlockPaddedCSR at block density =
-// the density, as implementation "RxC", beside the others in the same alternation.
+// the density, as implementation "RxC", beside the others in the same alternation. With
+// --precision bf16 as well, each block shape also times the bf16 block kernels
+// (bf16_block_spmm, bf16_block_spmm_transposed, bf16_block_sddmm: bf16 shadow of W, X and dY
+// rounded to bf16, float outputs) as implementation "RxC/bf16", and the summary gives the fp32
+// block kernel's time over the bf16 one's: the median of the per-rep ratios and their range.
+// --bf16-block-path portable times their portable path (widen in registers) instead of the
+// fastest one here (avx512_bf16 where it runs).
 //
 // Every configuration times the implementations alternately, rep by rep, and reports the
 // median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
 // 2 * nnz * B for sparse implementations, 2 * M * K * B for dense sgemm.
+#include <sprig/kernels/bf16_block_kernels.hpp>
 #include <sprig/kernels/bf16_sddmm.hpp>
 #include <sprig/kernels/bf16_spmm.hpp>
 #include <sprig/kernels/block_sddmm.hpp>
@@ -142,6 +149,13 @@ double rel_diff(const sprig::Matrix<float>& a, const sprig::Matrix<float>& b) {
 
 using sprig_bench::with_block_shape;
 
+// The bf16 block kernels' path: portable if --bf16-block-path portable, else the fastest here.
+bool g_bf16_block_portable = false;
+template <int R, int C>
+sprig::Bf16BlockPath bf16_block_path_for(sprig::Bf16BlockKernel k) {
+  return g_bf16_block_portable ? sprig::Bf16BlockPath::portable : sprig::bf16_block_path<R, C>(k);
+}
+
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return std::nan("");
   double s = 0;
@@ -162,26 +176,49 @@ struct BlockCase {
   virtual void check_fwd(const sprig::Matrix<float>& X) = 0;
   virtual void check_dx(const sprig::Matrix<float>& dY) = 0;
   virtual void check_dw(const sprig::Matrix<float>& dY, const sprig::Matrix<float>& X) = 0;
+  // The bf16 block kernels on bf16 operands (the shadow refreshed at construction).
+  virtual void bf16_fwd(sprig::ConstMatrixView<sprig::bfloat16> X) = 0;
+  virtual void bf16_dx(sprig::ConstMatrixView<sprig::bfloat16> dY) = 0;
+  virtual void bf16_dw(sprig::ConstMatrixView<sprig::bfloat16> dY, sprig::ConstMatrixView<sprig::bfloat16> X) = 0;
 };
 
 template <int R, int C>
 struct BlockCaseOf final : BlockCase {
   sprig::BlockPaddedCSR<float, std::int32_t, R, C> W;
   sprig::Matrix<float> Wd;
-  sprig::TransposeCache<float, std::int32_t> cache;
-  sprig::KernelWorkspace<float> ws, ws_t;
-  sprig::Matrix<float> Y, dX;
-  std::vector<float> grad;
+  sprig::TransposeCache<float, std::int32_t> cache, cache_b;
+  sprig::KernelWorkspace<float> ws, ws_t, ws_b, ws_bt;
+  sprig::Matrix<float> Y, dX, Yb, dXb;
+  std::vector<float> grad, grad_b;
+  std::vector<sprig::bfloat16> shadow;
 
   BlockCaseOf(std::int64_t M, std::int64_t K, double density, std::uint64_t seed)
       : W(sprig::BlockPaddedCSR<float, std::int32_t, R, C>::random_density(M, K, density, seed)), Wd(W.to_dense()) {
     name = std::to_string(R) + "x" + std::to_string(C);
     entries = W.nnz_blocks() * R * C;
     grad.assign(static_cast<std::size_t>(W.storage_size() * R * C), 0.0f);
+    grad_b = grad;
+    shadow.resize(W.values().size());
+    sprig::refresh_bf16_values(W, std::span<sprig::bfloat16>(shadow));
   }
   void prepare(std::int64_t B) override {
     Y = sprig::Matrix<float>(W.rows(), B);
     dX = sprig::Matrix<float>(W.cols(), B);
+    Yb = sprig::Matrix<float>(W.rows(), B);
+    dXb = sprig::Matrix<float>(W.cols(), B);
+  }
+  void bf16_fwd(sprig::ConstMatrixView<sprig::bfloat16> X) override {
+    sprig::bf16_block_spmm(W, std::span<const sprig::bfloat16>(shadow), X, Yb.view(), ws_b, sprig::Update::overwrite,
+                           bf16_block_path_for<R, C>(sprig::Bf16BlockKernel::spmm));
+  }
+  void bf16_dx(sprig::ConstMatrixView<sprig::bfloat16> dY) override {
+    sprig::bf16_block_spmm_transposed(W, std::span<const sprig::bfloat16>(shadow), cache_b, dY, dXb.view(), ws_bt,
+                                      sprig::Update::overwrite,
+                                      bf16_block_path_for<R, C>(sprig::Bf16BlockKernel::spmm_transposed));
+  }
+  void bf16_dw(sprig::ConstMatrixView<sprig::bfloat16> dY, sprig::ConstMatrixView<sprig::bfloat16> X) override {
+    sprig::bf16_block_sddmm(W, dY, X, std::span<float>(grad_b), ws_b, sprig::Update::overwrite,
+                            bf16_block_path_for<R, C>(sprig::Bf16BlockKernel::sddmm));
   }
   void fwd(const sprig::Matrix<float>& X) override { sprig::block_spmm(W, X, Y.view(), ws); }
   void dx(const sprig::Matrix<float>& dY) override { sprig::block_spmm_transposed(W, cache, dY, dX.view(), ws_t); }
@@ -252,9 +289,17 @@ int main(int argc, char** argv) {
   std::string precision = "fp32";
   app.add_option("--precision", precision, "fp32 (default), or bf16: also time the bf16 kernels beside fp32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string bf16_block_path = "fastest";
+  app.add_option("--bf16-block-path", bf16_block_path,
+                 "fastest (default) or portable: the path of the bf16 block kernels (--block with --precision bf16)")
+      ->check(CLI::IsMember({"fastest", "portable"}));
   CLI11_PARSE(app, argc, argv);
+  g_bf16_block_portable = bf16_block_path == "portable";
   const bool bf16 = precision == "bf16";
   if (bf16) std::fprintf(stderr, "bf16 kernels: bf16_sddmm path %s\n", sprig::path_name(sprig::bf16_sddmm_path()));
+  if (bf16 && !block_shapes.empty())
+    std::fprintf(stderr, "bf16 block kernels: %s path (8x8 fastest here: %s)\n", bf16_block_path.c_str(),
+                 sprig::path_name(sprig::bf16_block_path<8, 8>(sprig::Bf16BlockKernel::spmm)));
   std::fprintf(stderr, "sprig kernels: %s\n", sprig::kernel_arch());
   g_cpu_clock = clock == "cpu";
   if (g_cpu_clock && std::any_of(threads.begin(), threads.end(), [](int t) { return t > 1; }))
@@ -289,6 +334,10 @@ int main(int argc, char** argv) {
   // Per-rep ratios sprig fp32 time / bf16 time, by (kernel, M, K, density, B, threads).
   std::map<std::tuple<std::string, std::int64_t, std::int64_t, double, std::int64_t, int>, std::vector<double>>
       bf16_ratios;
+  // Per-rep ratios fp32 block time / bf16 block time, by (kernel, RxC, M, K, density, B, threads).
+  std::map<std::tuple<std::string, std::string, std::int64_t, std::int64_t, double, std::int64_t, int>,
+           std::vector<double>>
+      block_bf16_ratios;
   auto add = [&](const char* kernel, const Shape& sh, double density, std::int64_t B, int t, const char* impl,
                  double ms, double flops) {
     rows.push_back({kernel, sh.M, sh.K, density, B, t, impl, ms, flops / (ms * 1e6)});
@@ -369,6 +418,15 @@ int main(int argc, char** argv) {
               if (has_eigen) te.push_back(time_ms(eigen_fn));
               for (std::size_t q = 0; q < extras.size(); ++q) tx[q].push_back(time_ms(extras[q].fn));
             }
+            for (std::size_t q = 0; q < extras.size(); ++q) {  // "RxC/bf16" against "RxC", rep by rep
+              const std::string& nm = extras[q].name;
+              if (nm.size() <= 5 || nm.substr(nm.size() - 5) != "/bf16") continue;
+              for (std::size_t f = 0; f < extras.size(); ++f)
+                if (extras[f].name == nm.substr(0, nm.size() - 5))
+                  for (int r = 0; r < reps; ++r)
+                    block_bf16_ratios[{kernel, extras[f].name, sh.M, sh.K, density, B, t}].push_back(
+                        tx[f][std::size_t(r)] / tx[q][std::size_t(r)]);
+            }
             for (std::size_t q = 0; q < extras.size(); ++q)
               if (extras[q].name == "bf16")
                 for (int r = 0; r < reps; ++r)
@@ -386,6 +444,12 @@ int main(int argc, char** argv) {
             block_dx.push_back({b->name, [&b, &dY] { b->dx(dY); }, 2.0 * double(b->entries) * double(B)});
             block_dw.push_back({b->name, [&b, &dY, &X] { b->dw(dY, X); }, 2.0 * double(b->entries) * double(B)});
             b->prepare(B);
+            if (bf16) {
+              const double useful = 2.0 * double(b->entries) * double(B);
+              block_fwd.push_back({b->name + "/bf16", [&b, &Xbv] { b->bf16_fwd(Xbv); }, useful});
+              block_dx.push_back({b->name + "/bf16", [&b, &dYbv] { b->bf16_dx(dYbv); }, useful});
+              block_dw.push_back({b->name + "/bf16", [&b, &dYbv, &Xbv] { b->bf16_dw(dYbv, Xbv); }, useful});
+            }
           }
           if (bf16) {
             const double useful = 2.0 * double(nnz) * double(B);
@@ -507,6 +571,12 @@ int main(int argc, char** argv) {
       std::printf("%9s %7s | %8.2f %8s\n", "-", "-", ratio, "-");
     for (const auto& [impl, r] : impls) {
       if (impl == "sprig" || impl == "openblas" || impl == "eigen") continue;
+      if (impl.size() > 5 && impl.substr(impl.size() - 5) == "/bf16") {
+        std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   block %-9s   blas/blk %6.2f\n", kernel.c_str(),
+                    (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops, impl.c_str(),
+                    d.median_ms / r.median_ms);
+        continue;
+      }
       if (impl == "bf16") {
         std::printf("%-4s %5lld %5lld %5.2f %4lld %2d | %9.3f %7.1f   bf16              fp32/bf16 %5.2f\n",
                     kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, r.median_ms, r.gflops,
@@ -563,6 +633,17 @@ int main(int argc, char** argv) {
       for (const auto& [t, v] : per_t)
         std::printf("bf16 %-3s threads %d: geometric mean %5.2fx  [min %5.2fx]\n", kernel.c_str(), t, geomean(v),
                     *std::min_element(v.begin(), v.end()));
+  }
+  if (!block_bf16_ratios.empty()) {
+    std::printf("\nbf16 block kernels: fp32 block time / bf16 block time, median of the per-rep ratios [min, max]\n");
+    for (const auto& [key, v] : block_bf16_ratios) {
+      const auto& [kernel, shape, M, K, density, B, t] = key;
+      std::vector<double> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      std::printf("block %-4s bf16 %-3s %5lldx%-5lld density %.2f B %4lld threads %d:  %5.2fx  [%5.2f, %5.2f]\n",
+                  shape.c_str(), kernel.c_str(), (long long)M, (long long)K, density, (long long)B, t, median(v),
+                  sorted.front(), sorted.back());
+    }
   }
   if (!scaling.empty()) {
     std::printf("\nsprig 2-thread speed-up over 1 thread on 4096x4096 (geometric mean over B)\n");

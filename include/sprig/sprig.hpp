@@ -24,6 +24,7 @@
 #include "core/slot_log.hpp"
 #include "core/topology_key.hpp"
 
+#include "kernels/bf16_block_kernels.hpp"
 #include "kernels/bf16_gemm.hpp"
 #include "kernels/bf16_sddmm.hpp"
 #include "kernels/bf16_spmm.hpp"
