@@ -31,17 +31,17 @@
 //   weight grad adjacent batch columns: 32 bf16 of dY and of X per step, no repacking.
 // The forward paths read X zero-padded to whole blocks, so an edge block's out-of-matrix weights
 // meet zeros there (BlockPaddedCSR keeps them 0, and refresh_bf16_values rounds them to 0).
-// It exists where the kernels are compiled for AVX-512 with AVX512-BF16 (-march on such a CPU:
+// The path exists where the kernels are built for AVX-512 with AVX512-BF16 (-march on such a CPU:
 // it reuses the tiles' 512-bit xsimd registers), and runs where the CPU and OS allow it (the
 // probe bf16_gemm uses). It sums each output in a different order from the portable path (and
 // `vdpbf16ps` flushes subnormal inputs and results): the two agree to twice the bound below,
 // not bit for bit.
 //
 // Numerics: every product is exact in float (a bf16 times a bf16 fits), and each result is a
-// float sum of n = (R or C) x (live blocks of its row) products for the two products (n = B for
+// float sum of n = (C for Y, R for dX) x (live blocks of its row or column) products (n = B for
 // the weight gradient) plus, in accumulate mode, the old value: within gamma_{n+1} *
 // (sum |products| + |old|) of the exact sum, gamma_n = n u / (1 - n u), u = 2^-24. NaN and
-// infinities propagate; subnormals are kept.
+// infinities propagate; the portable path keeps subnormals.
 // Determinism: each output is summed in an order fixed by the path, the block shape, W's row and
 // the batch width alone (as the float kernels), so each path's result is bitwise identical for
 // every thread count.

@@ -452,7 +452,10 @@ private:
                                                       .padding_ratio = o.padding_ratio,
                                                       .growth_reserve = o.growth_reserve});
     std::visit([&](auto& layer) {
-      if constexpr (requires { layer.set_precision(o.precision); })
+      // Block-sparse projections stay fp32: BlockSparseLinear runs bf16 itself, but a block
+      // GPT trained in bf16 is not tested yet.
+      if constexpr (requires { layer.set_precision(o.precision); } &&
+                    !requires { std::remove_cvref_t<decltype(layer)>::kBlockRows; })
         layer.set_precision(o.precision);
       else if (o.precision != Precision::fp32)
         throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision), " needs unstructured layers"));
