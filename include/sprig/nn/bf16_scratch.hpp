@@ -49,7 +49,7 @@ private:
 
 using SharedBf16Scratch = std::shared_ptr<Bf16Scratch>;
 
-// The bf16 side of a layer whose masters are T (Linear, SparseLinear): its Precision, the
+// The bf16 side of a layer whose masters are T (Linear, (Block)SparseLinear): its Precision, the
 // bf16 shadow of its weight values (refreshed by the layer before each forward's products),
 // and the Bf16Scratch its operands are rounded in: its own (made on first use) or one shared
 // by a model (share). A copy shares a shared scratch and gets its own (empty) in place of

@@ -133,7 +133,7 @@ public:
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         detail::check_forward_activation("BlockSparseLinear::forward", act);
         forward_bf16(X, Y, act);
         return;
@@ -158,7 +158,7 @@ public:
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
                              std::span<const T>(weight.grad));
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         backward_bf16(X, dY, &dX);
         detail::sum_rows<T>(dY, bias.grad);
         detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
@@ -174,7 +174,7 @@ public:
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
     check_backward(X, dY);
     if constexpr (std::is_same_v<T, float>)
-      if (precision_ == Precision::bf16) {
+      if (bf16_.bf16()) {
         backward_bf16(X, dY, nullptr);
         detail::sum_rows<T>(dY, bias.grad);
         return;
@@ -198,19 +198,13 @@ public:
   // every weight, gradient and optimizer state as it is. Throws ArgumentError for bf16 on a
   // layer whose values are not float. O(1); the bf16 shadow is allocated on the first forward
   // (W.values().size() bfloat16 values).
-  void set_precision(Precision p) {
-    if (p == Precision::bf16 && !std::is_same_v<T, float>)
-      throw ArgumentError(
-          "BlockSparseLinear::set_precision: bf16 needs float master weights (a BlockSparseLinear<float, ...>)");
-    precision_ = p;
-    if (p == Precision::fp32) bf16_values_ = {};
-  }
-  Precision precision() const noexcept { return precision_; }
+  void set_precision(Precision p) { bf16_.set_precision(p, "BlockSparseLinear"); }
+  Precision precision() const noexcept { return bf16_.precision(); }
 
   // Rounds X and dY for the bf16 products in `scratch` (a model's, nn/model_scratch.hpp)
   // instead of a buffer of the layer's own; nullptr returns to the layer's own. The same bits
   // either way. Precondition: no two layers sharing it run a forward or backward at once.
-  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_scratch_ = scratch; }
+  void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_.share(scratch); }
 
   // The cached transposed block pattern backward uses (rebuilt when W's topology changes).
   TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
@@ -241,9 +235,7 @@ public:
   }
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
-           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() +
-           static_cast<std::int64_t>(bf16_values_.capacity() * sizeof(bfloat16)) +
-           (bf16_scratch_ && bf16_scratch_.use_count() == 1 ? bf16_scratch_->memory_bytes() : 0);
+           workspace_.memory_bytes() + transpose_workspace_.memory_bytes() + bf16_.memory_bytes();
   }
 
   // Packs the kernels' operands into `scratch` (both workspaces: W's and W^T's) instead of
@@ -272,33 +264,26 @@ private:
 
   // The bf16 products (T = float): see the top of this file. Checks as block_spmm's before
   // anything is rounded or written (the shapes: ShapeError; overlaps: ArgumentError).
-  Bf16Scratch& bf16_scratch() {
-    if (!bf16_scratch_) bf16_scratch_ = std::make_shared<Bf16Scratch>();
-    return *bf16_scratch_;
-  }
   void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
     detail::check_block_operands("BlockSparseLinear::forward", weight.matrix, "X", X, in_features(), "Y", Y,
                                  out_features());
     detail::check_no_overlap("BlockSparseLinear::forward", "Y", Y, "the bias", std::span<const float>(bias.value));
-    bf16_values_.resize(weight.matrix.values().size());
-    refresh_bf16_values(weight.matrix, std::span<bfloat16>(bf16_values_));
-    const auto Xb = detail::narrow_rows(X, bf16_scratch().data(X.rows() * X.cols()));
-    bf16_block_spmm(weight.matrix, std::span<const bfloat16>(bf16_values_), Xb, Y, workspace_);
+    const auto values = bf16_.shadow(weight.matrix.values().size());
+    refresh_bf16_values(weight.matrix, values);
+    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    bf16_block_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
-    if (bf16_values_.size() != weight.matrix.values().size())
-      throw ArgumentError(
-          "BlockSparseLinear::backward: a bf16 layer's backward needs its forward first (no bf16 weights yet)");
+    const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
     const std::int64_t B = X.cols();
-    bfloat16* buffer = bf16_scratch().data((X.rows() + dY.rows()) * B);
+    bfloat16* buffer = bf16_.scratch().data((X.rows() + dY.rows()) * B);
     const auto Xb = detail::narrow_rows(X, buffer);
     const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
     if (dX)
-      bf16_block_spmm_transposed(weight.matrix, std::span<const bfloat16>(bf16_values_), transpose_, dYb, *dX,
-                                 transpose_workspace_);
+      bf16_block_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX, transpose_workspace_);
   }
 
   void init(Weight w) {
@@ -312,9 +297,7 @@ private:
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
   SparseLinear<T, Index> stand_in_{PaddedCSR<T, Index>(1, 1)};  // topology_stand_in()
-  Precision precision_ = Precision::fp32;
-  std::vector<bfloat16, AlignedAllocator<bfloat16>> bf16_values_;  // the bf16 shadow of W's values
-  SharedBf16Scratch bf16_scratch_;                                 // rounded X and dY (bf16 only)
+  Bf16Operands<T> bf16_;  // precision, bf16 shadow of W's values (their layout), rounded X and dY
 };
 
 }  // namespace sprig
