@@ -451,11 +451,8 @@ private:
                                                       .layer_key = key,
                                                       .padding_ratio = o.padding_ratio,
                                                       .growth_reserve = o.growth_reserve});
-    std::visit([&](auto& layer) {
-      // Block-sparse projections stay fp32: BlockSparseLinear runs bf16 itself, but a block
-      // GPT trained in bf16 is not tested yet.
-      if constexpr (requires { layer.set_precision(o.precision); } &&
-                    !requires { std::remove_cvref_t<decltype(layer)>::kBlockRows; })
+    std::visit([&](auto& layer) {  // (blocks refuse bf16 until a block GPT in bf16 is tested)
+      if constexpr (requires { layer.set_precision(o.precision); } && !requires { layer.kBlockRows; })
         layer.set_precision(o.precision);
       else if (o.precision != Precision::fp32)
         throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision), " needs unstructured layers"));
