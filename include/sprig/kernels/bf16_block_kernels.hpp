@@ -126,17 +126,12 @@ void check_bf16_block_operands(const char* fn, const BlockPaddedCSR<float, Index
                                std::span<const bfloat16> values, const char* in_name,
                                const ConstMatrixView<bfloat16>& in, std::int64_t in_rows, const char* out_name,
                                const MatrixView<float>& out, std::int64_t out_rows) {
-  if (in.rows() != in_rows || out.rows() != out_rows || out.cols() != in.cols())
-    throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), " (", R, "x", C, " blocks), ", in_name, " is ",
-                             in.rows(), "x", in.cols(), ", ", out_name, " is ", out.rows(), "x", out.cols(), " (need ",
-                             in_name, " ", in_rows, "xB and ", out_name, " ", out_rows, "xB)"));
+  check_block_operands(fn, W, in_name, in, in_rows, out_name, out, out_rows);
   if (values.size() != W.values().size())
     throw ShapeError(message(fn, ": W has ", W.storage_size(), " slots of ", R, "x", C, " (", W.values().size(),
                              " values), the bf16 values have ", values.size(),
                              " entries (refresh_bf16_values writes W.values().size())"));
-  check_no_overlap(fn, out_name, out, in_name, in);
   check_no_overlap(fn, out_name, out, "the bf16 values", values);
-  check_no_overlap(fn, out_name, out, "W's values", W.values());
 }
 
 }  // namespace detail
@@ -231,17 +226,7 @@ template <ColumnIndex Index, int R, int C>
 void bf16_block_sddmm(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixView<bfloat16> dY,
                       ConstMatrixView<bfloat16> X, std::span<float> grad, KernelWorkspace<float>& workspace,
                       Update mode, Bf16BlockPath path) {
-  constexpr std::int64_t RC = std::int64_t{R} * C;
-  if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() ||
-      std::ssize(grad) != W.storage_size() * RC)
-    throw ShapeError(detail::message("sprig::bf16_block_sddmm: W is ", W.rows(), "x", W.cols(), " (", R, "x", C,
-                                     " blocks) with ", W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(),
-                                     ", X is ", X.rows(), "x", X.cols(), ", grad has ", grad.size(),
-                                     " entries (need dY ", W.rows(), "xB, X ", W.cols(), "xB, grad ",
-                                     W.storage_size() * RC, ")"));
-  detail::check_no_overlap("sprig::bf16_block_sddmm", "grad", grad, "dY", dY);
-  detail::check_no_overlap("sprig::bf16_block_sddmm", "grad", grad, "X", X);
-  detail::check_no_overlap("sprig::bf16_block_sddmm", "grad", grad, "W's values", W.values());
+  detail::check_block_sddmm_operands("sprig::bf16_block_sddmm", W, dY, X, grad);
   detail::check_bf16_block_path<R, C>("sprig::bf16_block_sddmm", Bf16BlockKernel::sddmm, path);
   if (X.cols() == 0 || W.nnz_blocks() == 0) {  // every dot is empty
     if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), 0.0f);

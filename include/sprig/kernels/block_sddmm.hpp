@@ -422,6 +422,23 @@ void block_sddmm_scalar(const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView
       });
 }
 
+// The shapes (ShapeError) and grad apart from dY, X and W's values (ArgumentError), for
+// block_sddmm and bf16_block_sddmm (In: T, or bf16).
+template <class T, class In, ColumnIndex Index, int R, int C>
+void check_block_sddmm_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& W, ConstMatrixView<In> dY,
+                                ConstMatrixView<In> X, std::span<T> grad) {
+  const std::int64_t RC = std::int64_t{R} * C;
+  if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() ||
+      std::ssize(grad) != W.storage_size() * RC)
+    throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), " (", R, "x", C, " blocks) with ",
+                             W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(), ", X is ", X.rows(), "x",
+                             X.cols(), ", grad has ", grad.size(), " entries (need dY ", W.rows(), "xB, X ", W.cols(),
+                             "xB, grad ", W.storage_size() * RC, ")"));
+  check_no_overlap(fn, "grad", grad, "dY", dY);
+  check_no_overlap(fn, "grad", grad, "X", X);
+  check_no_overlap(fn, "grad", grad, "W's values", W.values());
+}
+
 }  // namespace detail
 
 // grad (=|+=) the weight gradient of W's live blocks, with a caller-owned workspace: for every
@@ -440,17 +457,7 @@ template <Value T, ColumnIndex Index, int R, int C>
 void block_sddmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> dY,
                  std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<std::span<T>> grad,
                  KernelWorkspace<T>& workspace, Update mode = Update::overwrite) {
-  constexpr std::int64_t RC = std::int64_t{R} * C;
-  if (dY.rows() != W.rows() || X.rows() != W.cols() || dY.cols() != X.cols() ||
-      std::ssize(grad) != W.storage_size() * RC)
-    throw ShapeError(detail::message("sprig::block_sddmm: W is ", W.rows(), "x", W.cols(), " (", R, "x", C,
-                                     " blocks) with ", W.storage_size(), " slots, dY is ", dY.rows(), "x", dY.cols(),
-                                     ", X is ", X.rows(), "x", X.cols(), ", grad has ", grad.size(),
-                                     " entries (need dY ", W.rows(), "xB, X ", W.cols(), "xB, grad ",
-                                     W.storage_size() * RC, ")"));
-  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "dY", dY);
-  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "X", X);
-  detail::check_no_overlap("sprig::block_sddmm", "grad", grad, "W's values", W.values());
+  detail::check_block_sddmm_operands("sprig::block_sddmm", W, dY, X, grad);
   if (X.cols() == 0 || W.nnz_blocks() == 0) {  // every dot is empty
     if (mode == Update::overwrite) std::fill(grad.begin(), grad.end(), T(0));
     return;

@@ -97,11 +97,12 @@ constexpr int block_tile_rows(int R) noexcept { return R < 8 ? R : 8; }
 constexpr int block_chains(int accs) noexcept { return accs >= 8 ? 1 : 8 / accs; }
 
 // Which rows a block kernel reads and writes: `in_rows` rows of input (X or dY) and the
-// output view; the Y row count bounds the last block row's store.
-template <class T, ColumnIndex Index, int R, int C>
+// output view; the Y row count bounds the last block row's store. In and Out: the input's and
+// output's element types (T, or bf16 in and float out for the bf16 kernels).
+template <class T, class In, class Out, ColumnIndex Index, int R, int C>
 void check_block_operands(const char* fn, const BlockPaddedCSR<T, Index, R, C>& W, const char* in_name,
-                          const ConstMatrixView<T>& in, std::int64_t in_rows, const char* out_name,
-                          const MatrixView<T>& out, std::int64_t out_rows) {
+                          const ConstMatrixView<In>& in, std::int64_t in_rows, const char* out_name,
+                          const MatrixView<Out>& out, std::int64_t out_rows) {
   if (in.rows() != in_rows || out.rows() != out_rows || out.cols() != in.cols())
     throw ShapeError(message(fn, ": W is ", W.rows(), "x", W.cols(), " (", R, "x", C, " blocks), ", in_name, " is ",
                              in.rows(), "x", in.cols(), ", ", out_name, " is ", out.rows(), "x", out.cols(), " (need ",
