@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/aligned_allocator.hpp"
@@ -48,6 +49,41 @@ private:
 };
 
 using SharedBf16Scratch = std::shared_ptr<Bf16Scratch>;
+
+namespace detail {
+// out (a tight X.rows() x X.cols() block) = X rounded to bfloat16 element by element (nearest
+// even), rows split over OpenMP threads for a large X; returns the view of out. The same bits
+// for any thread count. O(rows x cols).
+inline ConstMatrixView<bfloat16> narrow_rows(ConstMatrixView<float> X, bfloat16* out) {
+  const std::int64_t B = X.cols();
+  for_rows(X.rows(), B, [&](std::int64_t i) {
+    to_bfloat16(std::span<const float>(X.row(i), static_cast<std::size_t>(B)),
+                std::span<bfloat16>(out + i * B, static_cast<std::size_t>(B)));
+  });
+  return ConstMatrixView<bfloat16>(out, X.rows(), B);
+}
+
+// out (a tight A.cols() x A.rows() block) = A^T rounded to bfloat16 (A float) or copied (A
+// bfloat16); returns the view of out. In 32 x 32 tiles, rows of out split over OpenMP
+// threads for a large A; the same bits for any thread count. O(rows x cols).
+template <class In>
+ConstMatrixView<bfloat16> narrow_transposed(ConstMatrixView<In> A, bfloat16* out) {
+  constexpr std::int64_t tile = 32;
+  const std::int64_t R = A.rows(), C = A.cols(), tiles = (C + tile - 1) / tile;
+  for_rows(tiles, R * tile, [&](std::int64_t t) {
+    const std::int64_t c0 = t * tile, c1 = std::min(C, c0 + tile);
+    for (std::int64_t r0 = 0; r0 < R; r0 += tile)
+      for (std::int64_t c = c0; c < c1; ++c)
+        for (std::int64_t r = r0, r1 = std::min(R, r0 + tile); r < r1; ++r) {
+          if constexpr (std::is_same_v<In, bfloat16>)
+            out[c * R + r] = A.row(r)[c];
+          else
+            out[c * R + r] = bfloat16(A.row(r)[c]);
+        }
+  });
+  return ConstMatrixView<bfloat16>(out, C, R);
+}
+}  // namespace detail
 
 // The bf16 side of a layer whose masters are T (Linear, (Block)SparseLinear): its Precision, the
 // bf16 shadow of its weight values (refreshed by the layer before each forward's products),
@@ -94,6 +130,17 @@ public:
     return *scratch_;
   }
 
+  // X rounded to bf16 in the scratch (valid until the scratch's next use).
+  ConstMatrixView<bfloat16> rounded(ConstMatrixView<float> X) {
+    return detail::narrow_rows(X, scratch().data(X.rows() * X.cols()));
+  }
+  // X and dY rounded to bf16, side by side in the scratch (valid until its next use).
+  std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(ConstMatrixView<float> X,
+                                                                          ConstMatrixView<float> dY) {
+    bfloat16* buffer = scratch().data((X.rows() + dY.rows()) * X.cols());
+    return {detail::narrow_rows(X, buffer), detail::narrow_rows(dY, buffer + X.rows() * X.cols())};
+  }
+
   // The shadow, resized to n values (contents unspecified after a size change).
   std::span<bfloat16> shadow(std::size_t n) {
     shadow_.resize(n);
@@ -120,39 +167,5 @@ private:
   bool owns_scratch_ = false;
 };
 
-namespace detail {
-// out (a tight X.rows() x X.cols() block) = X rounded to bfloat16 element by element (nearest
-// even), rows split over OpenMP threads for a large X; returns the view of out. The same bits
-// for any thread count. O(rows x cols).
-inline ConstMatrixView<bfloat16> narrow_rows(ConstMatrixView<float> X, bfloat16* out) {
-  const std::int64_t B = X.cols();
-  for_rows(X.rows(), B, [&](std::int64_t i) {
-    to_bfloat16(std::span<const float>(X.row(i), static_cast<std::size_t>(B)),
-                std::span<bfloat16>(out + i * B, static_cast<std::size_t>(B)));
-  });
-  return ConstMatrixView<bfloat16>(out, X.rows(), B);
-}
-
-// out (a tight A.cols() x A.rows() block) = A^T rounded to bfloat16 (A float) or copied (A
-// bfloat16); returns the view of out. In 32 x 32 tiles, rows of out split over OpenMP
-// threads for a large A; the same bits for any thread count. O(rows x cols).
-template <class In>
-ConstMatrixView<bfloat16> narrow_transposed(ConstMatrixView<In> A, bfloat16* out) {
-  constexpr std::int64_t tile = 32;
-  const std::int64_t R = A.rows(), C = A.cols(), tiles = (C + tile - 1) / tile;
-  for_rows(tiles, R * tile, [&](std::int64_t t) {
-    const std::int64_t c0 = t * tile, c1 = std::min(C, c0 + tile);
-    for (std::int64_t r0 = 0; r0 < R; r0 += tile)
-      for (std::int64_t c = c0; c < c1; ++c)
-        for (std::int64_t r = r0, r1 = std::min(R, r0 + tile); r < r1; ++r) {
-          if constexpr (std::is_same_v<In, bfloat16>)
-            out[c * R + r] = A.row(r)[c];
-          else
-            out[c * R + r] = bfloat16(A.row(r)[c]);
-        }
-  });
-  return ConstMatrixView<bfloat16>(out, C, R);
-}
-}  // namespace detail
 
 }  // namespace sprig

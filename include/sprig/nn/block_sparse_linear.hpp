@@ -270,17 +270,14 @@ private:
     detail::check_no_overlap("BlockSparseLinear::forward", "Y", Y, "the bias", std::span<const float>(bias.value));
     const auto values = bf16_.shadow(weight.matrix.values().size());
     refresh_bf16_values(weight.matrix, values);
-    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    const auto Xb = bf16_.rounded(X);
     bf16_block_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
     const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
-    const std::int64_t B = X.cols();
-    bfloat16* buffer = bf16_.scratch().data((X.rows() + dY.rows()) * B);
-    const auto Xb = detail::narrow_rows(X, buffer);
-    const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
+    const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
     if (dX)
       bf16_block_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX, transpose_workspace_);

@@ -180,7 +180,7 @@ private:
   void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
     const auto W = bf16_.shadow(weight.value.size());
     to_bfloat16(std::span<const float>(weight.value), W);
-    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    const auto Xb = bf16_.rounded(X);
     bf16_gemm(ConstMatrixView<bfloat16>(W.data(), out_features(), in_features()), Xb, Y);
     detail::add_bias<float>(bias.value, Y, act);
   }

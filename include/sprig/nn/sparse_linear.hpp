@@ -317,7 +317,7 @@ private:
   void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
     const auto values = bf16_.shadow(static_cast<std::size_t>(weight.matrix.storage_size()));
     refresh_bf16_values(weight.matrix, values);
-    const auto Xb = detail::narrow_rows(X, bf16_.scratch().data(X.rows() * X.cols()));
+    const auto Xb = bf16_.rounded(X);
     bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
     detail::add_bias<float>(bias.value, Y, act);
   }
@@ -325,10 +325,7 @@ private:
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
     const auto values =
         bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
-    const std::int64_t B = X.cols();
-    bfloat16* buffer = bf16_.scratch().data((X.rows() + dY.rows()) * B);
-    const auto Xb = detail::narrow_rows(X, buffer);
-    const auto dYb = detail::narrow_rows(dY, buffer + X.rows() * B);
+    const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
     if (dX)
       bf16_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX,
