@@ -34,8 +34,9 @@ evaluation_window_starts).
 
 Initialisation (--init sprig, the default, as sprig's GPT): embeddings N(0, 0.02); every Linear
 weight U(-b, b), b = sqrt(6 / fan_in) with fan_in = live weights / rows (in * density for a
-masked one), biases 0; LayerNorm gain 1, bias 0. --init nanogpt: N(0, 0.02) for every Linear and
-embedding, N(0, 0.02 / sqrt(2 layers)) for proj and fc_proj, biases 0.
+masked one), biases 0; LayerNorm gain 1, bias 0. --init nanogpt (sprig's --init gpt2): N(0, 0.02)
+for every Linear and embedding, N(0, 0.02 / sqrt(2 layers)) for proj and fc_proj, a masked
+weight's std times sqrt(in / fan_in) (sprig's rule for sparse layers, nn/init.hpp), biases 0.
 
 Static masks (train, --attn-sparsity / --ffn-sparsity S): every qkv and proj (attention) or fc
 and fc_proj (FFN) weight keeps exactly round((1 - S) * rows * cols) live weights at uniformly
@@ -198,16 +199,17 @@ def init_model(torch, model, cfg: dict, scheme: str, masks: dict, seed: int) -> 
         linears = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
         for name, m in linears:
             w = m.weight
+            mask = masks.get(name)
+            live = float(mask.sum()) if mask is not None else float(w.numel())
+            fan_in = live / w.shape[0]
             if scheme == "sprig":
-                mask = masks.get(name)
-                live = float(mask.sum()) if mask is not None else float(w.numel())
-                b = math.sqrt(6.0 / (live / w.shape[0]))
+                b = math.sqrt(6.0 / fan_in)
                 w.uniform_(-b, b, generator=g)
             else:
                 std = 0.02
                 if name.endswith(".proj") or name.endswith(".fc_proj"):
                     std = 0.02 / math.sqrt(2 * cfg["layers"])
-                w.normal_(0.0, std, generator=g)
+                w.normal_(0.0, std * math.sqrt(w.shape[1] / fan_in), generator=g)
             if m.bias is not None:
                 m.bias.zero_()
 

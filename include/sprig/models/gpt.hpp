@@ -32,6 +32,7 @@ struct GPTSpec {
   double attn_sparsity = 0, ffn_sparsity = 0;  // each in [0, 1)
   Distribution distribution = Distribution::uniform;
   std::uint64_t seed = 0;
+  GPTInit init = GPTInit::kaiming_uniform;      // of the projections and the head (GPTOptions::init)
   double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the projections (GPTOptions::precision)
@@ -117,6 +118,7 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
   }
   return Model(spec.config, densities,
                {.seed = spec.seed,
+                .init = spec.init,
                 .padding_ratio = spec.padding_ratio,
                 .growth_reserve = spec.growth_reserve,
                 .precision = spec.precision});

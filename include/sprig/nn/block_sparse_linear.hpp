@@ -68,6 +68,7 @@ struct BlockSparseLinearOptions {
   double density = 0.0;         // fraction of the block grid's blocks that are live, in (0, 1]; required
   std::uint64_t seed = 0;       // with layer_key, the only input of the topology and the values
   std::uint64_t layer_key = 0;  // tells apart the layers of one model drawn from one seed
+  WeightInit init = {};         // how the live blocks' values are drawn (init.hpp)
   double padding_ratio = kDefaultPaddingRatio;  // spare slots per block row (PaddedCSR)
   double growth_reserve = 0.0;                  // storage reserved for relocated block rows (reserve_growth)
 };
@@ -86,11 +87,11 @@ public:
   DenseParameter<T> bias;                       // out x 1, not decayed
 
   // A random in -> out layer: round(density * block grid) live blocks at uniformly random
-  // block positions, Kaiming-uniform with the effective fan-in (live entries / out), zero
-  // bias; a function of (options.seed, options.layer_key) only. Memory O(live blocks).
+  // block positions, drawn by options.init with the effective fan-in (live entries / out),
+  // zero bias; a function of (options.seed, options.layer_key) only. Memory O(live blocks).
   // Throws ShapeError for in or out < 1; ArgumentError for a density outside (0, 1] or one
-  // that rounds to no block, a padding ratio or growth reserve outside [0, 64], or more block
-  // columns than Index holds.
+  // that rounds to no block, a padding ratio or growth reserve outside [0, 64], more block
+  // columns than Index holds, or a normal init's std not finite and > 0.
   BlockSparseLinear(std::int64_t in, std::int64_t out, const BlockSparseLinearOptions& options) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("BlockSparseLinear: in and out must be > 0, got ", in, " and ", out));
@@ -110,8 +111,19 @@ public:
     w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
       live += (std::min<std::int64_t>(out, (i + 1) * R) - i * R) * (std::min<std::int64_t>(in, (j + 1) * C) - j * C);
     });
-    const double bound = kaiming_uniform_bound(static_cast<double>(live) / static_cast<double>(out));
-    for (T& v : w.values()) v = static_cast<T>(v * bound);  // zeros (padding, outside) stay 0
+    const double fan_in = static_cast<double>(live) / static_cast<double>(out);
+    if (options.init.is_normal()) {  // in-matrix entries of live blocks redrawn in slot order
+      const double scale = normal_init_std("BlockSparseLinear", options.init, static_cast<double>(in), fan_in);
+      const std::span<T> values = w.values();
+      w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T*) {
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t c = 0; c < C; ++c)
+            if (i * R + r < out && j * C + c < in) values[(s * R + r) * C + c] = static_cast<T>(scale * rng.normal());
+      });
+    } else {
+      const double bound = kaiming_uniform_bound(fan_in);
+      for (T& v : w.values()) v = static_cast<T>(v * bound);  // zeros (padding, outside) stay 0
+    }
     init(std::move(w));
     if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
   }

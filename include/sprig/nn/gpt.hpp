@@ -30,8 +30,8 @@
 // block: LN1 gain, bias; qkv weight, bias; proj weight, bias; LN2 gain, bias; fc weight,
 // bias; fc_proj weight, bias; then LN_f gain, bias; head weight, bias. Embeddings, layer
 // norms and biases are not decayed (decay = false), the projection and head weights are.
-// Initialisation: each layer's own (normal(0, 0.02) embeddings, Kaiming-uniform projections
-// and head, LayerNorm gain 1 and bias 0), drawn from (options.seed, layer key): key 0 the
+// Initialisation: normal(0, 0.02) embeddings, projections and head by GPTOptions::init (GPTInit),
+// zero biases, LayerNorm gain 1 and bias 0, drawn from (options.seed, layer key): key 0 the
 // token table, 1 the positional table, 2 + 4 l + j projection j of block l (j as
 // GPTProjection), 2 + 4 layers the head. The same config, densities and options give the
 // same model on any run and for any thread count.
@@ -105,6 +105,7 @@
 #include "attention.hpp"
 #include "embedding.hpp"
 #include "gelu.hpp"
+#include "gpt_config.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
 #include "model.hpp"
@@ -115,46 +116,6 @@
 #include "sparse_linear.hpp"
 
 namespace sprig {
-
-// The shape of a GPT: blocks, attention heads, width, FFN width, longest sequence, vocabulary.
-struct GPTConfig {
-  std::int64_t layers = 1, heads = 1, d_model = 1, d_ff = 1, block_size = 1, vocab = 1;
-};
-
-// The density of each projection of one block: 1 = a dense Linear, in (0, 1) a SparseLinear
-// with that fraction of live weights.
-struct GPTBlockDensity {
-  double qkv = 1, proj = 1, fc = 1, fc_proj = 1;
-};
-
-// Seed of every layer's initialisation and topology, and the SparseLinear storage options.
-struct GPTOptions {
-  std::uint64_t seed = 0;
-  double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
-  double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
-  Precision precision = Precision::fp32;  // of the four projections (set_precision; the head: fp32)
-};
-
-// The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
-enum class GPTProjection : std::size_t { qkv = 0, proj = 1, fc = 2, fc_proj = 3 };
-
-namespace detail {
-// Validates a GPTConfig, naming fn. O(1).
-inline void check_gpt_config(const char* fn, const GPTConfig& c) {
-  const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},         {"heads", c.heads},
-                                                          {"d_model", c.d_model},       {"d_ff", c.d_ff},
-                                                          {"block_size", c.block_size}, {"vocab", c.vocab}};
-  for (const auto& [name, v] : entries)
-    if (v < 1) throw ArgumentError(message(fn, ": ", name, " must be >= 1, got ", v));
-  if (c.d_model % c.heads != 0)
-    throw ArgumentError(message(fn, ": d_model ", c.d_model, " is not divisible by heads ", c.heads));
-}
-
-inline const char* gpt_projection_name(std::size_t j) noexcept {
-  constexpr const char* names[] = {"qkv", "proj", "fc", "fc_proj"};
-  return j < 4 ? names[j] : "?";
-}
-}  // namespace detail
 
 template <Value T, ColumnIndex Index = std::int32_t, class SparseLayer = SparseLinear<T, Index>>
 class GPT {
@@ -171,16 +132,15 @@ public:
         tok_(config.vocab, config.d_model, options.seed, 0),
         pos_(config.block_size, config.d_model, options.seed, 1),
         ln_f_(config.d_model),
-        head_(config.d_model, config.vocab, options.seed, 2 + 4 * static_cast<std::uint64_t>(config.layers)) {
+        head_(config.d_model, config.vocab, options.seed, 2 + 4 * static_cast<std::uint64_t>(config.layers),
+              detail::gpt_weight_init(options.init, config.layers, false)) {
     constexpr const char* fn = "GPT";
     if (!densities.empty() && std::ssize(densities) != config.layers)
       throw ArgumentError(detail::message(fn, ": ", densities.size(), " densities for ", config.layers,
                                           " layers (give one per layer, or none for a dense model)"));
     if (densities.empty()) densities.resize(static_cast<std::size_t>(config.layers));
-    if (!(options.padding_ratio >= 0.0 && options.padding_ratio <= 64.0))
-      throw ArgumentError(detail::message(fn, ": padding_ratio ", options.padding_ratio, " outside [0, 64]"));
-    if (!(options.growth_reserve >= 0.0 && options.growth_reserve <= 64.0))
-      throw ArgumentError(detail::message(fn, ": growth_reserve ", options.growth_reserve, " outside [0, 64]"));
+    for (const auto& [name, v] : {std::pair{"padding_ratio", options.padding_ratio}, {"growth_reserve", options.growth_reserve}})
+      if (!(v >= 0.0 && v <= 64.0)) throw ArgumentError(detail::message(fn, ": ", name, " ", v, " outside [0, 64]"));
     for (std::size_t l = 0; l < densities.size(); ++l) {
       const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
       for (std::size_t j = 0; j < 4; ++j)
@@ -192,10 +152,12 @@ public:
     blocks_.reserve(densities.size());
     for (std::size_t l = 0; l < densities.size(); ++l) {
       const std::uint64_t key = 2 + 4 * static_cast<std::uint64_t>(l);
-      blocks_.emplace_back(d, config.heads, make_projection(d, 3 * d, densities[l].qkv, options, key),
-                           make_projection(d, d, densities[l].proj, options, key + 1),
-                           make_projection(d, f, densities[l].fc, options, key + 2),
-                           make_projection(f, d, densities[l].fc_proj, options, key + 3));
+      const WeightInit in = detail::gpt_weight_init(options.init, config.layers, false),
+                       res = detail::gpt_weight_init(options.init, config.layers, true);
+      blocks_.emplace_back(d, config.heads, make_projection(d, 3 * d, densities[l].qkv, options, key, in),
+                           make_projection(d, d, densities[l].proj, options, key + 1, res),
+                           make_projection(d, f, densities[l].fc, options, key + 2, in),
+                           make_projection(f, d, densities[l].fc_proj, options, key + 3, res));
     }
     share_scratch_with_layers();
   }
@@ -442,17 +404,18 @@ private:
   }
 
   static Projection make_projection(std::int64_t in, std::int64_t out, double density, const GPTOptions& o,
-                                    std::uint64_t key) {
+                                    std::uint64_t key, const WeightInit& init) {
     using Sparse = typename SparseLayer::Options;
-    Projection p = density >= 1.0 ? Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key)
+    Projection p = density >= 1.0 ? Projection(std::in_place_type<Linear<T>>, in, out, o.seed, key, init)
                                   : Projection(std::in_place_type<SparseLayer>, in, out,
                                                Sparse{.density = density,
                                                       .seed = o.seed,
                                                       .layer_key = key,
+                                                      .init = init,
                                                       .padding_ratio = o.padding_ratio,
                                                       .growth_reserve = o.growth_reserve});
-    std::visit([&](auto& layer) {  // (blocks refuse bf16 until a block GPT in bf16 is tested)
-      if constexpr (requires { layer.set_precision(o.precision); } && !requires { layer.kBlockRows; })
+    std::visit([&](auto& layer) {
+      if constexpr (requires { layer.set_precision(o.precision); })
         layer.set_precision(o.precision);
       else if (o.precision != Precision::fp32)
         throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision), " needs unstructured layers"));

@@ -55,17 +55,22 @@ public:
   DenseParameter<T> weight;  // out x in
   DenseParameter<T> bias;    // out x 1, not decayed
 
-  // Kaiming-uniform weights (fan-in = in) drawn from the stream (seed, layer_key); zero bias
-  // (not decayed). O(in x out). Throws ShapeError for in or out < 1.
-  Linear(std::int64_t in, std::int64_t out, std::uint64_t seed, std::uint64_t layer_key = 0) {
+  // Weights drawn from the stream (seed, layer_key) by `init` (init.hpp: Kaiming-uniform with
+  // fan-in = in by default, or normal(0, init.std^2)); zero bias (not decayed). O(in x out).
+  // Throws ShapeError for in or out < 1, ArgumentError for a normal std not finite and > 0.
+  Linear(std::int64_t in, std::int64_t out, std::uint64_t seed, std::uint64_t layer_key = 0,
+         const WeightInit& init = {}) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("Linear: in and out must be > 0, got ", in, " and ", out));
+    const double fan_in = static_cast<double>(in);
+    const double scale = init.is_normal() ? normal_init_std("Linear", init, fan_in, fan_in) : 0.0;
     weight = DenseParameter<T>(out, in);
     bias = DenseParameter<T>(out, 1);
     bias.decay = false;
     CounterRng rng(seed, layer_key, kInitKey);
-    const double bound = kaiming_uniform_bound(static_cast<double>(in));
-    for (T& v : weight.value) v = static_cast<T>(rng.uniform(-bound, bound));
+    const double bound = kaiming_uniform_bound(fan_in);
+    for (T& v : weight.value)
+      v = static_cast<T>(init.is_normal() ? scale * rng.normal() : rng.uniform(-bound, bound));
   }
 
   // Shape of W (O(1)).

@@ -86,6 +86,7 @@ struct SparseLinearOptions {
   double density = 0.0;         // fraction of the in x out weights that are live, in (0, 1]; required
   std::uint64_t seed = 0;       // with layer_key, the only input of the topology and the values
   std::uint64_t layer_key = 0;  // tells apart the layers of one model drawn from one seed
+  WeightInit init = {};         // how the live values are drawn (init.hpp)
   // spare slots per row, as a fraction of its live count, for weights that topology updates
   // insert without moving the row (PaddedCSR)
   double padding_ratio = kDefaultPaddingRatio;
@@ -105,14 +106,14 @@ public:
   DenseParameter<T> bias;            // out x 1, not decayed
 
   // A random in -> out layer: round(density * in * out) live weights at uniformly random
-  // positions (per layer, so rows differ in length), Kaiming-uniform with the effective fan-in
-  // nnz / out = in * density (init.hpp), zero bias. Topology and values are a function of
+  // positions (per layer, so rows differ in length), drawn by options.init with the effective
+  // fan-in nnz / out = in * density (init.hpp), zero bias. Topology and values are a function of
   // (options.seed, options.layer_key) only. options.growth_reserve > 0 reserves that fraction
   // of storage right away (SparseParameter::reserve_growth), before later layers allocate.
   // Memory O(nnz), never in x out (PaddedCSR::random_total). Throws ShapeError for
   // in or out < 1; ArgumentError for a density outside (0, 1] (the default 0 included: it has
   // no sensible default) or one that rounds to no weight, a padding ratio or growth reserve
-  // outside [0, 64], or more columns than Index holds.
+  // outside [0, 64], more columns than Index holds, or a normal init's std not finite and > 0.
   SparseLinear(std::int64_t in, std::int64_t out, const SparseLinearOptions& options) {
     if (in <= 0 || out <= 0)
       throw ShapeError(detail::message("SparseLinear: in and out must be > 0, got ", in, " and ", out));
@@ -129,8 +130,15 @@ public:
     if (w.nnz() == 0)
       throw ArgumentError(detail::message("SparseLinear: density ", density, " of a ", out, "x", in,
                                           " layer rounds to no weight at all"));
-    const double bound = kaiming_uniform_bound(static_cast<double>(w.nnz()) / static_cast<double>(out));
-    for (T& v : w.values()) v = static_cast<T>(v * bound);  // values in U[-1, 1); padding stays 0
+    const double fan_in = static_cast<double>(w.nnz()) / static_cast<double>(out);
+    if (options.init.is_normal()) {  // live values redrawn in slot order, from the same stream
+      const double scale = normal_init_std("SparseLinear", options.init, static_cast<double>(in), fan_in);
+      const std::span<T> values = w.values();
+      w.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { values[s] = static_cast<T>(scale * rng.normal()); });
+    } else {
+      const double bound = kaiming_uniform_bound(fan_in);
+      for (T& v : w.values()) v = static_cast<T>(v * bound);  // values in U[-1, 1); padding stays 0
+    }
     init(std::move(w));
     if (options.growth_reserve > 0.0) weight.reserve_growth(options.growth_reserve);
   }

@@ -1,0 +1,71 @@
+// sprig/nn/gpt_config.hpp — what a GPT (nn/gpt.hpp) is built from: its shape (GPTConfig), the
+// density of each block's projections (GPTBlockDensity), and its seed, initialisation,
+// storage and precision (GPTOptions).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "../core/error.hpp"
+#include "../core/padded_csr.hpp"
+#include "../core/precision.hpp"
+#include "init.hpp"
+
+namespace sprig {
+
+// The shape of a GPT: blocks, attention heads, width, FFN width, longest sequence, vocabulary.
+struct GPTConfig {
+  std::int64_t layers = 1, heads = 1, d_model = 1, d_ff = 1, block_size = 1, vocab = 1;
+};
+
+// The density of each projection of one block: 1 = a dense Linear, in (0, 1) a SparseLinear
+// with that fraction of live weights.
+struct GPTBlockDensity {
+  double qkv = 1, proj = 1, fc = 1, fc_proj = 1;
+};
+
+// How the projections and the head are drawn. kaiming_uniform: each layer's Kaiming-uniform
+// with its effective fan-in (init.hpp). gpt2: GPT-2's and nanoGPT's normal(0, 0.02), the
+// residual projections (proj, fc_proj) at 0.02 / sqrt(2 layers), a sparse one's std scaled by
+// sqrt(in / effective fan-in) so its outputs' variance at init is the dense one's (init.hpp).
+enum class GPTInit { kaiming_uniform, gpt2 };
+
+// Seed of every layer's initialisation and topology, and the SparseLinear storage options.
+struct GPTOptions {
+  std::uint64_t seed = 0;
+  GPTInit init = GPTInit::kaiming_uniform;
+  double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
+  double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+  Precision precision = Precision::fp32;  // of the four projections (set_precision; the head: fp32)
+};
+
+// The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
+enum class GPTProjection : std::size_t { qkv = 0, proj = 1, fc = 2, fc_proj = 3 };
+
+namespace detail {
+// Validates a GPTConfig, naming fn. O(1).
+inline void check_gpt_config(const char* fn, const GPTConfig& c) {
+  const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},         {"heads", c.heads},
+                                                          {"d_model", c.d_model},       {"d_ff", c.d_ff},
+                                                          {"block_size", c.block_size}, {"vocab", c.vocab}};
+  for (const auto& [name, v] : entries)
+    if (v < 1) throw ArgumentError(message(fn, ": ", name, " must be >= 1, got ", v));
+  if (c.d_model % c.heads != 0)
+    throw ArgumentError(message(fn, ": d_model ", c.d_model, " is not divisible by heads ", c.heads));
+}
+
+// The WeightInit of a projection (residual: proj or fc_proj) or the head under `init`.
+inline WeightInit gpt_weight_init(GPTInit init, std::int64_t layers, bool residual) {
+  if (init == GPTInit::kaiming_uniform) return {};
+  return WeightInit::normal(residual ? 0.02 / std::sqrt(2.0 * static_cast<double>(layers)) : 0.02);
+}
+
+inline const char* gpt_projection_name(std::size_t j) noexcept {
+  constexpr const char* names[] = {"qkv", "proj", "fc", "fc_proj"};
+  return j < 4 ? names[j] : "?";
+}
+}  // namespace detail
+
+}  // namespace sprig
