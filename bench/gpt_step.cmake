@@ -32,6 +32,12 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
                    --warmup 1 --steps 1 --variants all --profile "")
   set_tests_properties(bench:gpt_step_no_profile PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "\\| all \\(attn" FAIL_REGULAR_EXPRESSION "Profile:|unknown variant")
+  # bf16 products in blocks: every sparse shape variant once more in bf16, and the named form
+  add_test(NAME bench:gpt_step_blocks_bf16_smoke
+           COMMAND gpt_step --layers 2 --heads 2 --d-model 32 --d-ff 128 --block 16 --batch 2 --threads 1
+                   --warmup 1 --steps 2 --variants all --weight-blocks 8x8 --precision fp32,bf16 --profile all/8x8/bf16)
+  set_tests_properties(bench:gpt_step_blocks_bf16_smoke PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "all/8x8/bf16 .*8x8 blocks, bf16 products.*Profile: all/8x8/bf16 \\(attn 70% \\+ FFN 90% sparse, 8x8 blocks, bf16 products\\)")
   add_test(NAME bench:gpt_step_bad_block_variant COMMAND gpt_step --layers 1 --variants all/2x2)
   set_tests_properties(bench:gpt_step_bad_block_variant PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "gpt_step: variant 'all/2x2': '2x2' is not a block shape")

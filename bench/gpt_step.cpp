@@ -21,8 +21,9 @@
 // (32-bit indices, the same sparsity over the block grid; models::build_block_gpt), named
 // "<variant>/<shape>" (all/8x8) in the table, the CSV and --profile; --variants takes such
 // names too. --precision fp32,bf16 runs the dense, ffn and all variants once more with bf16
-// products in every projection (Precision::bf16: nn/sparse_linear.hpp, nn/linear.hpp; the
-// head stays fp32), named "<variant>/bf16"; --variants takes those too.
+// products in every projection (Precision::bf16: nn/sparse_linear.hpp, nn/linear.hpp,
+// nn/block_sparse_linear.hpp; the head stays fp32), named "<variant>/bf16", and each sparse
+// one in every --weight-blocks shape, "<variant>/<shape>/bf16"; --variants takes those too.
 // The tokens and labels are synthetic (uniform ids; 16 batches used in turn, so the model
 // never just memorises one): a step's cost does not depend on the values. Optimizer: AdamW betas (0.9, 0.99), lr 1e-3, weight decay 0.1 on
 // the matrices; clip_grad_norm to 1.0 before every step.
@@ -224,10 +225,13 @@ Variant variant_of(const std::string& name, const Options& o) {
   else
     throw std::invalid_argument("unknown variant '" + name +
                                 "' (dense, ffn or all, the sparse ones optionally /RxC or /bf16)");
-  if (slash != std::string::npos && name.substr(slash + 1) == "bf16") {
+  std::string rest = slash == std::string::npos ? "" : name.substr(slash + 1);
+  if (rest == "bf16" || rest.ends_with("/bf16")) {
     v.precision = sprig::Precision::bf16;
-  } else if (slash != std::string::npos) {
-    v.blocks = name.substr(slash + 1);
+    rest = rest.substr(0, rest.size() - std::min<std::size_t>(rest.size(), 5));
+  }
+  if (!rest.empty()) {
+    v.blocks = rest;
     if (base == "dense") throw std::invalid_argument("variant '" + name + "': the dense variant has no blocks");
     if (!is_block_shape(v.blocks))
       throw std::invalid_argument("variant '" + name + "': '" + v.blocks + "' is not a block shape (" + kShapes + ")");
@@ -719,15 +723,19 @@ std::vector<Result> run_block_variant(const Variant& v, const Options& o, Batche
 }
 
 // The variants to run: --variants, then each sparse one in every --weight-blocks shape, then
-// each sparse one in bf16 (--precision with bf16).
+// (--precision with bf16) each one in bf16, and each sparse one in every shape in bf16.
 std::vector<std::string> variant_names(const Options& o) {
   std::vector<std::string> names = o.variants;
   for (const std::string& shape : o.weight_blocks)
     for (const std::string& name : o.variants)
       if (name == "ffn" || name == "all") names.push_back(name + "/" + shape);
-  if (std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end())
+  if (std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end()) {
     for (const std::string& name : o.variants)
       if (name == "dense" || name == "ffn" || name == "all") names.push_back(name + "/bf16");
+    for (const std::string& shape : o.weight_blocks)
+      for (const std::string& name : o.variants)
+        if (name == "ffn" || name == "all") names.push_back(name + "/" + shape + "/bf16");
+  }
   return names;
 }
 

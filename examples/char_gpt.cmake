@@ -37,14 +37,15 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "in 4x4 blocks.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
-  # The same loop with bf16 products in the sparse projections (float masters), and block
-  # shapes refused with bf16 by name.
+  # The same loop with bf16 products in the sparse projections (float masters), unstructured
+  # and in 8x8 blocks, GPT-2's initialisation in the second.
   add_test(NAME example:char_gpt_bf16_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --precision bf16 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_bf16_smoke PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "bf16 products.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
-  add_test(NAME example:char_gpt_bf16_rejects_blocks COMMAND char_gpt ${CHAR_GPT_TINY} --precision bf16 --weight-blocks 4x4)
-  set_tests_properties(example:char_gpt_bf16_rejects_blocks PROPERTIES LABELS example
-                       PASS_REGULAR_EXPRESSION "--precision bf16 runs unstructured sparse projections only")
+  add_test(NAME example:char_gpt_bf16_blocks_smoke
+           COMMAND char_gpt ${CHAR_GPT_TINY} --precision bf16 --weight-blocks 8x8 --init gpt2 --steps 30 --eval-every 10)
+  set_tests_properties(example:char_gpt_bf16_blocks_smoke PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "in 8x8 blocks, 32-bit indices, bf16 products.*topology: rigl.*RESULT val_loss=[0-9.]+ ms_per_step=")
   # Every other block shape the block kernels are built for: 2 steps, RigL updating the block
   # grid at each (--delta-t 1), validation and sampling in that shape.
   foreach(_shape IN ITEMS 1x4 4x1 8x1 8x8 16x1)

@@ -126,6 +126,7 @@ struct Config {
   int index_bits = 32;                     // column index width of the sparse projections: 16 or 32
   std::string weight_blocks;               // "RxC": sparse projections in dense R x C blocks; empty: unstructured
   std::string precision = "fp32";          // of the projections' products: fp32 or bf16
+  std::string init = "kaiming";            // of the projections and the head: kaiming or gpt2 (GPTInit)
   std::string export_file;                 // --export: the weights as safetensors at the end
   std::string export_form;                 // dense (also when empty) or compressed
   std::string export_dtype;                // fp32 (also when empty) or bf16
@@ -303,7 +304,7 @@ void write_logits(const std::string& path, Model& model, std::span<const std::in
 
 // What defines the model and the run (examples/run_settings.hpp), saved in each checkpoint and
 // compared on --resume. Not settings, so free to change on resume: --threads, --eval-every,
-// --eval-windows, --csv, --checkpoint-every, --stop-after-steps, --sample,
+// --eval-windows, --init (a resume loads the weights), --csv, --checkpoint-every, --stop-after-steps, --sample,
 // --sample-full-window, --temperature, --prompt, --distributed, --export, --export-form,
 // --export-dtype, --eval-only, --dump-logits.
 template <class Index>
@@ -385,6 +386,7 @@ int run(Config cfg) {
   spec.distribution =
       cfg.distribution == "erk" ? sprig::models::Distribution::erk : sprig::models::Distribution::uniform;
   spec.seed = cfg.seed;
+  spec.init = cfg.init == "gpt2" ? sprig::GPTInit::gpt2 : sprig::GPTInit::kaiming_uniform;
   spec.precision = sprig::parse_precision(cfg.precision);
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   auto model = [&] {
@@ -725,9 +727,14 @@ int program(int argc, char** argv) {
                  "Sparse projections in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices; DST on "
                  "the block grid)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
+  app.add_option("--init", cfg.init,
+                 "Initialisation of the projections and the head: kaiming (Kaiming-uniform, effective fan-in) or gpt2 "
+                 "(normal(0, 0.02), residual projections / sqrt(2 layers), sparse ones scaled by 1/sqrt(density))")
+      ->check(CLI::IsMember({"kaiming", "gpt2"}))
+      ->capture_default_str();
   app.add_option("--precision", cfg.precision,
                  "Products of the projections: fp32, or bf16 (bf16 weights and activations, float accumulation, "
-                 "float master weights; not with --weight-blocks; the head and attention stay fp32)")
+                 "float master weights; the head and attention stay fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--distributed", cfg.distributed,
@@ -749,8 +756,6 @@ int program(int argc, char** argv) {
                                " needs --attn-sparsity or --ffn-sparsity > 0");
   if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
     throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
-  if (cfg.precision == "bf16" && !cfg.weight_blocks.empty())
-    throw sprig::ArgumentError("char_gpt: --precision bf16 runs unstructured sparse projections only, not --weight-blocks");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);

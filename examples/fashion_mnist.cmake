@@ -48,6 +48,11 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
              COMMAND fashion_mnist --precision bf16 --algorithm rigl --delta-t 10 --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_bf16_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "bf16 products.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
+    add_test(NAME example:fashion_mnist_bf16_blocks_smoke
+             COMMAND fashion_mnist --precision bf16 --block 4x4 --algorithm rigl --delta-t 10 --epochs 1 --max-steps 30
+                     --threads 1)
+    set_tests_properties(example:fashion_mnist_bf16_blocks_smoke PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "4x4 blocks.*bf16 products.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
     add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm snfs --max-steps 1)
     set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs")

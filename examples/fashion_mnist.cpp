@@ -119,7 +119,7 @@ int program(int argc, char** argv) {
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_option("--precision", cfg.precision,
                  "Products of the hidden layers: fp32, or bf16 (bf16 weights and activations, float accumulation "
-                 "and master weights; not with --block; the output layer stays fp32)")
+                 "and master weights; the output layer stays fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--distributed", cfg.distributed,
@@ -137,8 +137,6 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   if (!cfg.block.empty() && cfg.index_bits != 32)
     throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
-  if (cfg.precision == "bf16" && !cfg.block.empty())
-    throw sprig::ArgumentError("fashion_mnist: --precision bf16 runs unstructured sparse layers only, not --block");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);

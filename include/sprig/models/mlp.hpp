@@ -38,8 +38,8 @@ struct MLPSpec {
   // dense_output), in order, in [0, 1), instead of sparsity and distribution; 0 makes that
   // layer a dense Linear. ERK over a chosen subset: erk_sparsities of those layers' shapes.
   std::vector<double> layer_sparsities{};
-  // Of the hidden layers' products (set_precision; bf16 needs T = float and unstructured
-  // layers: build_block_mlp rejects it). The output layer stays fp32.
+  // Of the hidden layers' products (set_precision; bf16 needs T = float). A dense output
+  // layer stays fp32.
   Precision precision = Precision::fp32;
 };
 
@@ -164,18 +164,17 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
 template <Value T, ColumnIndex Index, int R, int C>
 Sequential<T, Index, BlockSparseLinear<T, Index, R, C>> build_block_mlp(const MLPSpec& spec) {
   constexpr const char* fn = "models::build_block_mlp";
-  if (spec.precision != Precision::fp32)
-    throw ArgumentError(sprig::detail::message(fn, ": precision ", precision_name(spec.precision),
-                                               " needs unstructured layers (models::build_mlp)"));
   return detail::build_mlp_with<Sequential<T, Index, BlockSparseLinear<T, Index, R, C>>>(
       fn, spec, detail::mlp_sparsities(fn, spec, R, C),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
-        return BlockSparseLinear<T, Index, R, C>(in, out,
-                                                 {.density = density,
-                                                  .seed = spec.seed,
-                                                  .layer_key = key,
-                                                  .padding_ratio = spec.padding_ratio,
-                                                  .growth_reserve = spec.growth_reserve});
+        BlockSparseLinear<T, Index, R, C> layer(in, out,
+                                                {.density = density,
+                                                 .seed = spec.seed,
+                                                 .layer_key = key,
+                                                 .padding_ratio = spec.padding_ratio,
+                                                 .growth_reserve = spec.growth_reserve});
+        layer.set_precision(spec.precision);
+        return layer;
       },
       C);
 }
