@@ -131,6 +131,18 @@ Model build_mlp_with(const char* fn, const MLPSpec& spec, const std::vector<doub
   }
   return model;
 }
+// A sparse layer (SparseLinear or BlockSparseLinear) of the MLP at `density`, in spec.precision.
+template <class Layer>
+Layer mlp_sparse_layer(const MLPSpec& spec, std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
+  Layer layer(in, out,
+              typename Layer::Options{.density = density,
+                                      .seed = spec.seed,
+                                      .layer_key = key,
+                                      .padding_ratio = spec.padding_ratio,
+                                      .growth_reserve = spec.growth_reserve});
+  layer.set_precision(spec.precision);
+  return layer;
+}
 }  // namespace detail
 
 // Builds the MLP of `spec`: SparseLinear layers at the sparsities of mlp_sparsities, Linear
@@ -146,14 +158,7 @@ Sequential<T, Index> build_mlp(const MLPSpec& spec) {
   return detail::build_mlp_with<Sequential<T, Index>>(
       fn, spec, detail::mlp_sparsities(fn, spec),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
-        SparseLinear<T, Index> layer(in, out,
-                                     {.density = density,
-                                      .seed = spec.seed,
-                                      .layer_key = key,
-                                      .padding_ratio = spec.padding_ratio,
-                                      .growth_reserve = spec.growth_reserve});
-        layer.set_precision(spec.precision);
-        return layer;
+        return detail::mlp_sparse_layer<SparseLinear<T, Index>>(spec, in, out, density, key);
       },
       1);
 }
@@ -167,14 +172,7 @@ Sequential<T, Index, BlockSparseLinear<T, Index, R, C>> build_block_mlp(const ML
   return detail::build_mlp_with<Sequential<T, Index, BlockSparseLinear<T, Index, R, C>>>(
       fn, spec, detail::mlp_sparsities(fn, spec, R, C),
       [&](std::int64_t in, std::int64_t out, double density, std::uint64_t key) {
-        BlockSparseLinear<T, Index, R, C> layer(in, out,
-                                                {.density = density,
-                                                 .seed = spec.seed,
-                                                 .layer_key = key,
-                                                 .padding_ratio = spec.padding_ratio,
-                                                 .growth_reserve = spec.growth_reserve});
-        layer.set_precision(spec.precision);
-        return layer;
+        return detail::mlp_sparse_layer<BlockSparseLinear<T, Index, R, C>>(spec, in, out, density, key);
       },
       C);
 }
