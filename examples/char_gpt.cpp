@@ -126,7 +126,7 @@ struct Config {
   int index_bits = 32;                     // column index width of the sparse projections: 16 or 32
   std::string weight_blocks;               // "RxC": sparse projections in dense R x C blocks; empty: unstructured
   std::string precision = "fp32";          // of the projections' products: fp32 or bf16
-  std::string init = "kaiming";            // of the projections and the head: kaiming or gpt2 (GPTInit)
+  std::string init = "gpt2";               // of the projections and the head: gpt2 or kaiming (GPTInit)
   std::string export_file;                 // --export: the weights as safetensors at the end
   std::string export_form;                 // dense (also when empty) or compressed
   std::string export_dtype;                // fp32 (also when empty) or bf16
@@ -728,8 +728,9 @@ int program(int argc, char** argv) {
                  "the block grid)")
       ->check(CLI::IsMember({"1x4", "4x1", "4x4", "8x1", "8x8", "16x1"}));
   app.add_option("--init", cfg.init,
-                 "Initialisation of the projections and the head: kaiming (Kaiming-uniform, effective fan-in) or gpt2 "
-                 "(normal(0, 0.02), residual projections / sqrt(2 layers), sparse ones scaled by 1/sqrt(density))")
+                 "Initialisation of the projections and the head: gpt2 (normal(0, 0.02), residual projections / "
+                 "sqrt(2 layers), sparse ones scaled by 1/sqrt(density)) or kaiming (Kaiming-uniform, effective "
+                 "fan-in; the default before 0.2.0)")
       ->check(CLI::IsMember({"kaiming", "gpt2"}))
       ->capture_default_str();
   app.add_option("--precision", cfg.precision,

@@ -172,8 +172,8 @@ TEST_CASE("GPTInit::gpt2: GPT-2's stds, residual projections by 1/sqrt(2 layers)
           "[nn][gpt][init]") {
   constexpr GPTConfig cfg{.layers = 3, .heads = 4, .d_model = 96, .d_ff = 384, .block_size = 16, .vocab = 300};
   const std::vector<GPTBlockDensity> dens(3, {.qkv = 1, .proj = 1, .fc = 0.25, .fc_proj = 0.25});
-  const GPT<float> gpt2(cfg, dens, {.seed = 2, .init = GPTInit::gpt2});
-  const GPT<float> kaiming(cfg, dens, {.seed = 2});
+  const GPT<float> gpt2(cfg, dens, {.seed = 2});  // gpt2 is the default
+  const GPT<float> kaiming(cfg, dens, {.seed = 2, .init = GPTInit::kaiming_uniform});
   const double residual = 0.02 / std::sqrt(6.0);
   std::vector<double> qkv, proj, fc, fc_proj;
   std::int64_t fc_live = 0, fc_proj_live = 0;

@@ -32,11 +32,11 @@ starts torch.randint(n_train - block) from a seeded torch.Generator; validation 
 starts s_k = floor(k * last / (count - 1)), last = n_val - block - 1, k < count (sprig's
 evaluation_window_starts).
 
-Initialisation (--init sprig, the default, as sprig's GPT): embeddings N(0, 0.02); every Linear
-weight U(-b, b), b = sqrt(6 / fan_in) with fan_in = live weights / rows (in * density for a
-masked one), biases 0; LayerNorm gain 1, bias 0. --init nanogpt (sprig's --init gpt2): N(0, 0.02)
-for every Linear and embedding, N(0, 0.02 / sqrt(2 layers)) for proj and fc_proj, a masked
-weight's std times sqrt(in / fan_in) (sprig's rule for sparse layers, nn/init.hpp), biases 0.
+Initialisation, as char_gpt's --init: gpt2 (the default, nanoGPT's): N(0, 0.02) for every
+Linear and embedding, N(0, 0.02 / sqrt(2 layers)) for proj and fc_proj, a masked weight's std
+times sqrt(in / fan_in) with fan_in = live weights / rows (sprig's rule for sparse layers,
+nn/init.hpp), biases 0; LayerNorm gain 1, bias 0. --init kaiming: embeddings N(0, 0.02); every
+Linear weight U(-b, b), b = sqrt(6 / fan_in), biases 0 (sprig's default before 0.2.0).
 
 Static masks (train, --attn-sparsity / --ffn-sparsity S): every qkv and proj (attention) or fc
 and fc_proj (FFN) weight keeps exactly round((1 - S) * rows * cols) live weights at uniformly
@@ -191,7 +191,7 @@ def exact_mask(torch, rows: int, cols: int, density: float, seed: int, key: int)
 
 
 def init_model(torch, model, cfg: dict, scheme: str, masks: dict, seed: int) -> None:
-    """--init sprig / nanogpt (module docstring); masked weights are drawn with their live fan-in."""
+    """--init gpt2 / kaiming (module docstring); masked weights are drawn with their live fan-in."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for emb in (model.tok_emb, model.pos_emb):
@@ -202,7 +202,7 @@ def init_model(torch, model, cfg: dict, scheme: str, masks: dict, seed: int) -> 
             mask = masks.get(name)
             live = float(mask.sum()) if mask is not None else float(w.numel())
             fan_in = live / w.shape[0]
-            if scheme == "sprig":
+            if scheme == "kaiming":
                 b = math.sqrt(6.0 / fan_in)
                 w.uniform_(-b, b, generator=g)
             else:
@@ -617,7 +617,7 @@ def main() -> None:
     t.add_argument("--eval-every", type=int, default=250)
     t.add_argument("--eval-windows", type=int, default=64)
     t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--init", choices=["sprig", "nanogpt"], default="sprig")
+    t.add_argument("--init", choices=["gpt2", "kaiming"], default="gpt2")
     t.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16: training steps under torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     t.add_argument("--seed", type=int, default=1)

@@ -32,7 +32,7 @@ struct GPTSpec {
   double attn_sparsity = 0, ffn_sparsity = 0;  // each in [0, 1)
   Distribution distribution = Distribution::uniform;
   std::uint64_t seed = 0;
-  GPTInit init = GPTInit::kaiming_uniform;      // of the projections and the head (GPTOptions::init)
+  GPTInit init = GPTInit::gpt2;                 // of the projections and the head (GPTOptions::init)
   double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the projections (GPTOptions::precision)
