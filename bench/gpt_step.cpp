@@ -224,11 +224,11 @@ Variant variant_of(const std::string& name, const Options& o) {
     v = {name, o.attn_sparsity, o.ffn_sparsity, ""};
   else
     throw std::invalid_argument("unknown variant '" + name +
-                                "' (dense, ffn or all, the sparse ones optionally /RxC or /bf16)");
+                                "' (dense, ffn or all, the sparse ones optionally /RxC, /bf16 or /RxC/bf16)");
   std::string rest = slash == std::string::npos ? "" : name.substr(slash + 1);
   if (rest == "bf16" || rest.ends_with("/bf16")) {
     v.precision = sprig::Precision::bf16;
-    rest = rest.substr(0, rest.size() - std::min<std::size_t>(rest.size(), 5));
+    rest.resize(rest == "bf16" ? 0 : rest.size() - 5);  // drop "bf16" or "/bf16"
   }
   if (!rest.empty()) {
     v.blocks = rest;

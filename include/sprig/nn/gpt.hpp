@@ -149,11 +149,11 @@ public:
                                               detail::gpt_projection_name(j), " outside (0, 1]"));
     }
     const std::int64_t d = config.d_model, f = config.d_ff;
+    const WeightInit in = detail::gpt_weight_init(options.init, config.layers, false),
+                     res = detail::gpt_weight_init(options.init, config.layers, true);
     blocks_.reserve(densities.size());
     for (std::size_t l = 0; l < densities.size(); ++l) {
       const std::uint64_t key = 2 + 4 * static_cast<std::uint64_t>(l);
-      const WeightInit in = detail::gpt_weight_init(options.init, config.layers, false),
-                       res = detail::gpt_weight_init(options.init, config.layers, true);
       blocks_.emplace_back(d, config.heads, make_projection(d, 3 * d, densities[l].qkv, options, key, in),
                            make_projection(d, d, densities[l].proj, options, key + 1, res),
                            make_projection(d, f, densities[l].fc, options, key + 2, in),
@@ -418,7 +418,8 @@ private:
       if constexpr (requires { layer.set_precision(o.precision); })
         layer.set_precision(o.precision);
       else if (o.precision != Precision::fp32)
-        throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision), " needs unstructured layers"));
+        throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision),
+                                            " needs projection layers with set_precision"));
     }, p);
     return p;
   }
