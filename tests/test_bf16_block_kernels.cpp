@@ -401,3 +401,65 @@ TEST_CASE("bf16 block kernels reject wrong shapes, shadow sizes and overlaps", "
   CHECK_THROWS_AS(bf16_block_sddmm(W, dYs, X.view(), std::span<float>(reinterpret_cast<float*>(shared.data()), g.size()), ws),
                   ArgumentError);
 }
+
+namespace {
+
+// bf16_block_spmm with the epilogue (bias, relu) against bf16_block_spmm (overwrite) followed
+// by the bias and ReLU passes done here in float, bit for bit, on the path it picks.
+template <int R, int C>
+void check_epilogue() {
+  for (const Case& c : cases()) {
+    CAPTURE(R, C, c.M, c.K, c.B);
+    const auto W = case_matrix<R, C>(c);
+    const auto vals = shadow_of(W);
+    const std::span<const bfloat16> v(vals);
+    CounterRng rng(c.seed, 0xE2);
+    const Bf16Matrix X(c.K, c.B, c.gap, rng);
+    std::vector<float> bias(static_cast<std::size_t>(c.M));
+    for (auto& b : bias) b = static_cast<float>(rng.uniform(-1.0, 1.0));
+    KernelWorkspace<float> ws;
+    std::vector<float> plain(static_cast<std::size_t>(c.M * c.B));
+    bf16_block_spmm(W, v, X.view(), MatrixView<float>(plain.data(), c.M, c.B), ws);
+    for (const FusedActivation act : {FusedActivation::none, FusedActivation::relu}) {
+      CAPTURE(act == FusedActivation::relu);
+      std::vector<float> want(plain.size()), got(plain.size(), std::numeric_limits<float>::quiet_NaN());
+      for (std::int64_t i = 0; i < c.M; ++i)
+        for (std::int64_t j = 0; j < c.B; ++j) {
+          const auto e = static_cast<std::size_t>(i * c.B + j);
+          const float y = plain[e] + bias[static_cast<std::size_t>(i)];
+          want[e] = act == FusedActivation::relu ? (y > 0.0f ? y : 0.0f) : y;
+        }
+      bf16_block_spmm(W, v, X.view(), MatrixView<float>(got.data(), c.M, c.B), ws, RowEpilogue<float>{bias, act});
+      std::int64_t differ = 0;
+      for (std::size_t e = 0; e < got.size(); ++e) differ += std::memcmp(&got[e], &want[e], sizeof(float)) != 0;
+      CHECK(differ == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16_block_spmm's epilogue is bitwise a bias pass and a ReLU pass after the product", "[bf16_block]") {
+  WARN("bf16_block_spmm's epilogue runs on the " << path_name(bf16_block_path<8, 8>(Bf16BlockKernel::spmm))
+                                                 << " path for 8x8 here");
+  check_epilogue<8, 8>();
+  check_epilogue<4, 4>();
+  check_epilogue<16, 1>();
+  check_epilogue<1, 4>();
+  sprig_test::with_threads(2, [] { check_epilogue<8, 8>(); });
+  // The bias's length, gelu and a bias inside Y are refused.
+  const auto W = BlockPaddedCSR<float, std::int32_t, 8, 8>::random(20, 12, 3, 1);
+  std::vector<bfloat16> vals(W.values().size());
+  CounterRng rng(3, 4);
+  const Bf16Matrix X(12, 5, 0, rng);
+  std::vector<float> y(20 * 5), bias(20);
+  KernelWorkspace<float> ws;
+  const MatrixView<float> Y(y.data(), 20, 5);
+  const std::span<const bfloat16> v(vals);
+  CHECK_THROWS_AS(bf16_block_spmm(W, v, X.view(), Y, ws, RowEpilogue<float>{std::span<const float>(bias).first(19)}),
+                  ShapeError);
+  CHECK_THROWS_AS(bf16_block_spmm(W, v, X.view(), Y, ws, RowEpilogue<float>{bias, FusedActivation::gelu}),
+                  ArgumentError);
+  CHECK_THROWS_AS(bf16_block_spmm(W, v, X.view(), Y, ws, RowEpilogue<float>{std::span<const float>(y.data(), 20)}),
+                  ArgumentError);
+}

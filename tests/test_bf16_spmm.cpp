@@ -278,3 +278,85 @@ TEST_CASE("bf16_spmm checks shapes, the shadow's length and overlap", "[bf16_spm
   // Empty outputs are no-ops.
   CHECK_NOTHROW(bf16_spmm(W, v, ConstMatrixView<bfloat16>(x.data(), 7, 0), MatrixView<float>(y.data(), 6, 0), ws));
 }
+
+namespace {
+
+// bf16_spmm with the epilogue (bias, relu) against bf16_spmm (overwrite, float Y) followed by
+// the bias and ReLU passes done here in float, bit for bit; a bf16 Y is that float rounded
+// once. An empty bias (none) is checked too.
+template <ColumnIndex Index>
+void check_epilogue(const PaddedCSR<float, Index>& W, std::int64_t B, KernelWorkspace<float>& ws, std::uint64_t seed) {
+  const auto shadow = st::shadow_of(W);
+  const std::span<const bfloat16> v(shadow);
+  CounterRng rng(seed, 0xE1);
+  st::BfOperand<bfloat16> X(W.cols(), B, st::Placement::unaligned, st::nan_of<bfloat16>());
+  X.fill_random(rng);
+  std::vector<float> bias(static_cast<std::size_t>(W.rows()));
+  for (auto& b : bias) b = static_cast<float>(rng.uniform(-0.5, 0.5));
+  st::BfOperand<float> plain(W.rows(), B, st::Placement::tight, 0.0f);
+  bf16_spmm(W, v, X.cview(), plain.view(), ws);
+  for (const bool with_bias : {false, true})
+    for (const FusedActivation act : {FusedActivation::none, FusedActivation::relu}) {
+      CAPTURE(with_bias, act == FusedActivation::relu);
+      const RowEpilogue<float> epi{with_bias ? std::span<const float>(bias) : std::span<const float>(), act};
+      std::vector<float> want;
+      for (std::int64_t i = 0; i < W.rows(); ++i)
+        for (std::int64_t j = 0; j < B; ++j) {
+          float y = plain(i, j);
+          if (with_bias) y += bias[static_cast<std::size_t>(i)];
+          if (act == FusedActivation::relu) y = y > 0.0f ? y : 0.0f;
+          want.push_back(y);
+        }
+      std::vector<bfloat16> want_b;
+      for (float y : want) want_b.push_back(bfloat16(y));
+      st::BfOperand<float> Y(W.rows(), B, st::Placement::strided, -7.0f);
+      st::BfOperand<bfloat16> Yb(W.rows(), B, st::Placement::unaligned, bfloat16(-7.0f));
+      Y.fill(st::nan_of<float>());
+      Yb.fill(st::nan_of<bfloat16>());
+      bf16_spmm(W, v, X.cview(), Y.view(), ws, epi);
+      bf16_spmm(W, v, X.cview(), Yb.view(), ws, epi);
+      CHECK(st::bitwise_differences_of(Y.contents(), want) == 0);
+      CHECK(st::bitwise_differences_of(Yb.contents(), want_b) == 0);
+      CHECK(Y.guard_violations() == 0);
+      CHECK(Yb.guard_violations() == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("bf16_spmm's epilogue is bitwise a bias pass and a ReLU pass after the product", "[bf16_spmm]") {
+  KernelWorkspace<float> ws;
+  for (const st::Case& c : st::kernel_cases(st::max_cols_for<std::int32_t>())) {
+    CAPTURE(c);
+    check_epilogue(st::case_matrix<float, std::int32_t>(c), c.B, ws, c.seed);
+  }
+  // Column blocks over grouped rows (the bias with each row's last block), and 2 threads.
+  for (std::int64_t budget : {std::int64_t{64}, std::int64_t{1024}}) {
+    auto W = st::scrambled_matrix<float, std::int16_t>(40, 70, 0.2, 3);
+    W.group_columns(2);
+    KernelWorkspace<float> small;
+    small.column_block_bytes = budget;
+    for (std::int64_t B : {1, 33, 300}) {
+      CAPTURE(budget, B);
+      check_epilogue(W, B, small, 11);
+    }
+  }
+  auto W = st::random_matrix<float, std::int32_t>(260, 300, 0.05, 8);
+  sprig_test::with_threads(2, [&] { check_epilogue(W, 1030, ws, 12); });
+}
+
+TEST_CASE("bf16_spmm's epilogue checks the bias and the activation", "[bf16_spmm]") {
+  auto W = st::random_matrix<float, std::int32_t>(6, 7, 0.5, 9);
+  const auto shadow = st::shadow_of(W);
+  const std::span<const bfloat16> v(shadow);
+  std::vector<bfloat16> x(7 * 4);
+  std::vector<float> y(6 * 4), bias(6), short_bias(5);
+  KernelWorkspace<float> ws;
+  const ConstMatrixView<bfloat16> X(x.data(), 7, 4);
+  const MatrixView<float> Y(y.data(), 6, 4);
+  CHECK_THROWS_AS(bf16_spmm(W, v, X, Y, ws, RowEpilogue<float>{short_bias, FusedActivation::none}), ShapeError);
+  CHECK_THROWS_AS(bf16_spmm(W, v, X, Y, ws, RowEpilogue<float>{bias, FusedActivation::gelu}), ArgumentError);
+  CHECK_THROWS_AS(bf16_spmm(W, v, X, Y, ws, RowEpilogue<float>{std::span<const float>(y.data(), 6)}), ArgumentError);
+  CHECK_THROWS_WITH(bf16_spmm(W, v, X, Y, ws, RowEpilogue<float>{short_bias}), Catch::Contains("bias has 5 entries"));
+  CHECK_NOTHROW(bf16_spmm(W, v, X, Y, ws, RowEpilogue<float>{bias, FusedActivation::relu}));
+}

@@ -4,6 +4,7 @@
 //
 //   refresh_bf16_values(W, values)                  values[k] = bfloat16(W.values()[k]), every entry
 //   bf16_block_spmm(W, values, X, Y, ws, mode)      Y[M,B]  (=|+=) W X
+//   bf16_block_spmm(W, values, X, Y, ws, epilogue)  Y = act(W X + bias), in the store
 //   bf16_block_spmm_transposed(W, values, cache, dY, dX, ws, mode)   dX[K,B] (=|+=) W^T dY
 //   bf16_block_sddmm(W, dY, X, grad, ws, mode)      grad (=|+=) the weight gradient at live blocks
 //   (each also with a trailing Bf16BlockPath: that path, for tests and benchmarks; without it
@@ -62,6 +63,7 @@
 #include "bfloat16_convert.hpp"
 #include "block_sddmm.hpp"
 #include "block_spmm.hpp"
+#include "row_epilogue.hpp"
 #include "simd.hpp"
 #include "transpose.hpp"
 #include "update_mode.hpp"
@@ -136,6 +138,31 @@ void check_bf16_block_operands(const char* fn, const BlockPaddedCSR<float, Index
 
 }  // namespace detail
 
+namespace detail {
+
+// bf16_block_spmm once its operands and path are checked; bias (W.rows() entries, or nullptr)
+// and relu: the forward's epilogue (row_epilogue.hpp) in the store.
+template <ColumnIndex Index, int R, int C>
+void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
+                         ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
+                         Update mode, Bf16BlockPath path, const float* bias, bool relu) {
+  if (Y.rows() == 0 || Y.cols() == 0) return;
+  const ForwardBlocks<bfloat16, R, C> blocks{values.data()};
+#if SPRIG_BF16_BLOCK_DP
+  if constexpr (C % 2 == 0)
+    if (path == Bf16BlockPath::avx512_bf16) {
+      block_spmm_simd<KernelArch, float, Index, decltype(blocks), bfloat16, true>(W.pattern(), blocks, X, Y, mode,
+                                                                                   workspace, bias, relu);
+      return;
+    }
+#else
+  (void)path;
+#endif
+  block_spmm_on<KernelArch>(W.pattern(), blocks, X, Y, mode, workspace, bias, relu);
+}
+
+}  // namespace detail
+
 // Y (=|+=) W X with W's block structure, the bf16 weights `values` (top of this file), X bf16
 // and Y float, with a caller-owned float workspace (the kind a float layer uses).
 // Preconditions: X is W.cols() x B, Y is W.rows() x B and values.size() == W.values().size()
@@ -152,24 +179,35 @@ void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<cons
   constexpr const char* fn = "sprig::bf16_block_spmm";
   detail::check_bf16_block_operands(fn, W, values, "X", X, W.cols(), "Y", Y, W.rows());
   detail::check_bf16_block_path<R, C>(fn, Bf16BlockKernel::spmm, path);
-  if (Y.rows() == 0 || Y.cols() == 0) return;
-  const detail::ForwardBlocks<bfloat16, R, C> blocks{values.data()};
-#if SPRIG_BF16_BLOCK_DP
-  if constexpr (C % 2 == 0)
-    if (path == Bf16BlockPath::avx512_bf16) {
-      detail::block_spmm_simd<detail::KernelArch, float, Index, decltype(blocks), bfloat16, true>(
-          W.pattern(), blocks, X, Y, mode, workspace, nullptr, false);
-      return;
-    }
-#endif
-  detail::block_spmm_on<detail::KernelArch>(W.pattern(), blocks, X, Y, mode, workspace,
-                                            static_cast<const float*>(nullptr), false);
+  detail::bf16_block_spmm_run(W, values, X, Y, workspace, mode, path, nullptr, false);
 }
 template <ColumnIndex Index, int R, int C>
 void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
                      ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
                      Update mode = Update::overwrite) {
   bf16_block_spmm(W, values, X, Y, workspace, mode, bf16_block_path<R, C>(Bf16BlockKernel::spmm));
+}
+
+// Y = act(W X + bias) (row_epilogue.hpp) on the path bf16_block_spmm takes, the bias added in
+// float after the sum and the ReLU after it, in the kernel's store: bitwise the same as
+// bf16_block_spmm (overwrite) followed by a bias pass and a ReLU pass. Throws as
+// bf16_block_spmm; ShapeError unless the bias is empty (none) or has W.rows() entries;
+// ArgumentError for gelu (not a forward epilogue) or a bias overlapping Y. Complexity and
+// threads as bf16_block_spmm.
+template <ColumnIndex Index, int R, int C>
+void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
+                     ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
+                     const RowEpilogue<float>& epilogue) {
+  constexpr const char* fn = "sprig::bf16_block_spmm";
+  detail::check_bf16_block_operands(fn, W, values, "X", X, W.cols(), "Y", Y, W.rows());
+  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
+    throw ShapeError(detail::message(fn, ": bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
+  detail::check_forward_activation(fn, epilogue.activation);
+  detail::check_no_overlap(fn, "Y", Y, "the bias", epilogue.bias);
+  detail::bf16_block_spmm_run(W, values, X, Y, workspace, Update::overwrite,
+                              bf16_block_path<R, C>(Bf16BlockKernel::spmm),
+                              epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
+                              epilogue.activation == FusedActivation::relu);
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float, reading the bf16 weights through the cached transposed

@@ -4,6 +4,7 @@
 //
 //   refresh_bf16_values(W, values)                    values[s] = bfloat16(W.values()[s]), every slot
 //   bf16_spmm(W, values, X, Y, ws, mode)              Y (=|+=) W X
+//   bf16_spmm(W, values, X, Y, ws, epilogue)          Y = act(W X + bias), in the store
 //   bf16_spmm_transposed(W, values, cache, dY, dX, ws, mode)   dX (=|+=) W^T dY
 //
 // W (a PaddedCSR<float, Index>, whose float values are the optimizer's master weights) gives
@@ -149,37 +150,43 @@ void pack_bf16_halves(const PanelPlan& plan, ConstMatrixView<bfloat16> X, std::u
 }
 
 // Stores the float register v as `count` (<= N) outputs at y: float or bf16, the old value
-// added first when accumulating.
+// added first when accumulating, then the bias (*bias, when not null), then the ReLU (relu),
+// all in float (spmm.hpp's finish), a bf16 output rounded once at the end.
 template <class A, class Out>
-SPRIG_ALWAYS_INLINE void store_bf16_spmm(Out* y, Batch<float, A> v, std::int64_t count, bool accumulate) noexcept {
+SPRIG_ALWAYS_INLINE void store_bf16_spmm(Out* y, Batch<float, A> v, std::int64_t count, bool accumulate,
+                                         const float* bias, bool relu) noexcept {
   using F = Batch<float, A>;
   constexpr std::int64_t N = F::size;
   if (count == N) {
     if constexpr (std::is_same_v<Out, float>) {
       if (accumulate) v += F::load_unaligned(y);
-      v.store_unaligned(y);
     } else {
       if (accumulate) v += load_bfloat16<A>(y);
-      store_bfloat16<A>(y, v);
     }
+    if (bias) v += F(*bias);
+    if (relu) v = xsimd::select(v > F(0.0f), v, F(0.0f));
+    if constexpr (std::is_same_v<Out, float>)
+      v.store_unaligned(y);
+    else
+      store_bfloat16<A>(y, v);
     return;
   }
   alignas(64) float tmp[N];
   v.store_aligned(tmp);
   for (std::int64_t j = 0; j < count; ++j) {
     const float old = accumulate ? static_cast<float>(y[j]) : 0.0f;
-    const float s = accumulate ? old + tmp[j] : tmp[j];
-    y[j] = static_cast<Out>(s);
+    y[j] = static_cast<Out>(finish(tmp[j], &old, accumulate, bias, relu));
   }
 }
 
 // Y[i, panel] for one row: `n` live weights (cols, vals: bf16), packed X panel rows `xs`
-// 32-bit words apart from xp; stores the first `valid` columns at y. R pair registers: 2R float
+// 32-bit words apart from xp; stores the first `valid` columns at y through store_bf16_spmm
+// (bias: the row's bias or nullptr). R pair registers: 2R float
 // accumulators per chain, C = spmm_chains(2R) chains dealt round-robin, summed pairwise.
 template <class A, class Index, int R, class Vals, class Out>
 SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
                                         const std::uint32_t* __restrict xp, std::int64_t xs, Out* __restrict y,
-                                        std::int64_t valid, bool accumulate) noexcept {
+                                        std::int64_t valid, bool accumulate, const float* bias, bool relu) noexcept {
   using F = Batch<float, A>;
   using U = xsimd::batch<std::uint32_t, A>;
   constexpr std::int64_t N = F::size;
@@ -214,22 +221,23 @@ SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals,
   SPRIG_UNROLL for (int r = 0; r < RF; ++r) {
     const std::int64_t first = r * N;  // register 2j: columns [2jN, 2jN + N), 2j + 1 the next N
     if (first >= valid) break;
-    store_bf16_spmm<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate);
+    store_bf16_spmm<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate, bias, relu);
   }
 }
 
 // Rows [r0, r1) over one panel, block by block where W's columns are blocked (spmm.hpp's
-// spmm_panel_rows, the same order).
+// spmm_panel_rows, the same order; the epilogue with a row's last block).
 template <class A, class Index, int R, class Vals, class Out>
 void bf16_spmm_panel_rows(const PaddedCSR<float, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1,
                           const std::uint32_t* xp, std::int64_t xs, MatrixView<Out> Y, std::int64_t b0,
-                          std::int64_t valid, bool accumulate, const std::int64_t* bounds,
-                          std::int64_t blocks) noexcept {
+                          std::int64_t valid, bool accumulate, const float* bias, bool relu,
+                          const std::int64_t* bounds, std::int64_t blocks) noexcept {
   const Index* cols = W.col_indices().data();
   for_each_row_segment(
       W, r0, r1, bounds, blocks, [&](std::int64_t next) SPRIG_ALWAYS_INLINE_LAMBDA { vals.prefetch_slots(next); },
-      [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool) SPRIG_ALWAYS_INLINE_LAMBDA {
-        bf16_spmm_tile<A, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first);
+      [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool last) SPRIG_ALWAYS_INLINE_LAMBDA {
+        bf16_spmm_tile<A, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first,
+                                    last && bias ? bias + i : nullptr, last && relu);
       });
 }
 #endif
@@ -239,14 +247,15 @@ void bf16_spmm_panel_rows(const PaddedCSR<float, Index>& W, const Vals& vals, st
 template <class Out>
 inline constexpr bool kBf16BlocksFor = std::is_same_v<Out, float>;
 
-// The kernel on architecture A. `source` (W^T's slot -> W's slot, transpose.hpp), when not
+// The kernel on architecture A; bias (W.rows() entries, or nullptr) and relu: the forward's
+// epilogue (row_epilogue.hpp) in the store. `source` (W^T's slot -> W's slot, transpose.hpp), when not
 // empty, says that vals reads through that permutation: with more panels than
 // SPRIG_SPMM_T_FUSED_PANELS the gather would repeat per panel, so the weights are then gathered
 // once into the workspace (each thread a storage range, before the rows) and read directly.
 template <class A, ColumnIndex Index, class Vals, class Out>
 void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatrixView<bfloat16> X, MatrixView<Out> Y,
-                   Update mode, KernelWorkspace<float>& ws, std::span<const SourceSlot> source = {},
-                   const bfloat16* source_values = nullptr) {
+                   Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
+                   std::span<const SourceSlot> source = {}, const bfloat16* source_values = nullptr) {
   const bool accumulate = mode == Update::accumulate;
   const std::int64_t Bw = X.cols();
   ws.partition.update(W);
@@ -271,7 +280,8 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
         const std::int64_t xs = regs * N;
         const std::int64_t valid = plan.columns(p);
         const auto run = [&]<int R>(std::integral_constant<int, R>) {
-          bf16_spmm_panel_rows<A, Index, R>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bounds, blocks.count);
+          bf16_spmm_panel_rows<A, Index, R>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
+                                            blocks.count);
         };
         switch (regs) {
           case 1: run(std::integral_constant<int, 1>{}); break;
@@ -317,8 +327,10 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
               const bfloat16* x = X.row(cols[s + q]) + b0;
               for (std::int64_t j = 0; j < nb; ++j) acc[j] += w * static_cast<float>(x[j]);
             }
-            for (std::int64_t j = 0; j < nb; ++j)
-              y[b0 + j] = static_cast<Out>(accumulate ? static_cast<float>(y[b0 + j]) + acc[j] : acc[j]);
+            for (std::int64_t j = 0; j < nb; ++j) {
+              const float old = accumulate ? static_cast<float>(y[b0 + j]) : 0.0f;
+              y[b0 + j] = static_cast<Out>(finish(acc[j], &old, accumulate, bias ? bias + i : nullptr, relu));
+            }
           }
         }
       });
@@ -327,15 +339,16 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
 // The kernel on architecture A once the operands are checked and the output is not empty:
 // what a dispatching build's table points to (dispatch.hpp). `source` empty: W's own slots
 // (values[s] is slot s's weight); else W is a cached transpose and source its permutation
-// into the slots of `values`.
+// into the slots of `values`. bias and relu: the epilogue (bf16_spmm_run).
 template <class A, ColumnIndex Index, class Out>
 void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
-                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode) {
+                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode,
+                  const float* bias, bool relu) {
   if (source.empty())
-    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws);
+    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws, bias, relu);
   else
     bf16_spmm_run<A>(W, PermutedValues<bfloat16>{values, source.data(), source.data() + source.size()}, X, Y, mode, ws,
-                     source, values);
+                     bias, relu, source, values);
 }
 
 }  // namespace detail
@@ -355,7 +368,28 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
                MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode);
+  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode, nullptr, false);
+}
+
+// Y = act(W X + bias) (row_epilogue.hpp), the bias added in float after the sum and the ReLU
+// after it, in the kernel's store: bitwise the same as bf16_spmm (overwrite) with a float Y
+// followed by a bias pass and a ReLU pass; a bf16 Y is that float result rounded once.
+// Throws as bf16_spmm; ShapeError unless the bias is empty (none) or has W.rows() entries;
+// ArgumentError for gelu (not a forward epilogue) or a bias overlapping Y. Complexity and
+// threads as bf16_spmm.
+template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
+void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
+               MatrixView<Out> Y, KernelWorkspace<float>& workspace, const RowEpilogue<float>& epilogue) {
+  constexpr const char* fn = "sprig::bf16_spmm";
+  detail::check_bf16_spmm_operands(fn, W, values, W.cols(), W.rows(), X, Y);
+  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
+    throw ShapeError(detail::message(fn, ": bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
+  detail::check_forward_activation(fn, epilogue.activation);
+  detail::check_no_overlap(fn, "Y", Y, "the bias", epilogue.bias);
+  if (Y.rows() == 0 || Y.cols() == 0) return;
+  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, Update::overwrite,
+                                         epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
+                                         epilogue.activation == FusedActivation::relu);
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float or bf16, reading the bf16 weights through the cached
@@ -375,7 +409,7 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
   detail::bf16_spmm_kernel<Index, Out>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
-                                         workspace, mode);
+                                         workspace, mode, nullptr, false);
 }
 
 }  // namespace sprig

@@ -114,7 +114,8 @@ void scale_array_on(T* p, T c, std::int64_t n);
 // values, bf16 operands.
 template <class A, ColumnIndex Index, class Out>
 void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
-                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode);
+                  ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode,
+                  const float* bias, bool relu);
 template <class A, ColumnIndex Index>
 void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
                             std::span<float> grad, KernelWorkspace<float>& ws, Update mode);

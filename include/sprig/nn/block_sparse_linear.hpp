@@ -29,9 +29,9 @@
 // (T = float only) the products run on the bf16 block kernels (kernels/bf16_block_kernels.hpp):
 // forward rounds W's values into a bf16 shadow (W.values()' layout, refreshed from the float
 // masters on every forward, so an optimizer step is seen by the next forward) and X to bf16,
-// multiplies with float accumulation and adds the bias (and ReLU) in float; backward rounds X
-// and dY and uses the shadow of the last forward. Gradients, bias and optimizer state stay
-// float. X and dY are rounded into the layer's own bf16 buffer or a model's
+// multiplies with float accumulation and adds the bias (and ReLU) in float in the kernel's
+// store; backward rounds X and dY and uses the shadow of the last forward. Gradients, bias and
+// optimizer state stay float. X and dY are rounded into the layer's own bf16 buffer or a model's
 // (share_bf16_scratch).
 #pragma once
 
@@ -283,8 +283,8 @@ private:
     const auto values = bf16_.shadow(weight.matrix.values().size());
     refresh_bf16_values(weight.matrix, values);
     const auto Xb = bf16_.rounded(X);
-    bf16_block_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
-    detail::add_bias<float>(bias.value, Y, act);
+    bf16_block_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_,
+                    RowEpilogue<float>{bias.value, act});
   }
   // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {

@@ -43,9 +43,9 @@
 // products run on the bf16 kernels (kernels/bf16_spmm.hpp, bf16_sddmm.hpp): forward rounds
 // W's values into a bf16 shadow (W's slot layout, refreshed from the float masters on every
 // forward, so an optimizer step, a topology change or a restored checkpoint is always seen)
-// and X to bf16, multiplies with float accumulation and adds the bias in float; backward
-// rounds X and dY, computes dW (float, at W's slots) and dX = W^T dY (float) from them, and
-// applies x_activation in a pass after. Activations, gradients, bias, optimizer state and DST
+// and X to bf16, multiplies with float accumulation and adds the bias (and a ReLU) in float in
+// the kernel's store; backward rounds X and dY, computes dW (float, at W's slots) and
+// dX = W^T dY (float) from them, and applies x_activation in a pass after. Activations, gradients, bias, optimizer state and DST
 // stay float; the rounded X and dY live only within the call, in a Bf16Scratch (the layer's
 // own, or a model's: share_bf16_scratch). Results: each output within the bound of the
 // fp32 products computed from the rounded operands (the kernels' headers), bitwise identical
@@ -326,8 +326,7 @@ private:
     const auto values = bf16_.shadow(static_cast<std::size_t>(weight.matrix.storage_size()));
     refresh_bf16_values(weight.matrix, values);
     const auto Xb = bf16_.rounded(X);
-    bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_);
-    detail::add_bias<float>(bias.value, Y, act);
+    bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_, RowEpilogue<float>{bias.value, act});
   }
   // dW at W's slots, and dX = W^T dY when dX is given (no activation: the caller's pass).
   void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
