@@ -41,10 +41,19 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
   add_test(NAME bench:train_step_bad_precision COMMAND train_step --precision fp16)
   set_tests_properties(bench:train_step_bad_precision PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "--precision: fp16 not in \\{fp32,bf16\\}")
-  # block-sparse layers have no bf16 path: --block without fp32 in --precision is refused
-  add_test(NAME bench:train_step_block_needs_fp32 COMMAND train_step --precision bf16 --block 4x4)
-  set_tests_properties(bench:train_step_block_needs_fp32 PROPERTIES TIMEOUT 60
-    PASS_REGULAR_EXPRESSION "train_step: --block runs in fp32 only \\(BlockSparseLinear has no bf16 path\\)")
+  # block-sparse rows run in bf16 too (BlockSparseLinear on the bf16 block kernels), in their own
+  # process with the precision passed on
+  add_test(NAME bench:train_step_block_bf16_smoke
+           COMMAND train_step --models ffn --sparsities 0.9 --block 8x8 --precision bf16 --threads 1 --rounds 1
+                   --steps-per-round 2 --warmup 1 --set-updates 1 --delta-t 4 --batch 16 --csv)
+  set_tests_properties(bench:train_step_block_bf16_smoke PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "ffn,0.9,1,sprig-sparse-i16/bf16,[^\n]*\nffn,0.9,1,sprig-block8x8-i16/bf16,"
+    FAIL_REGULAR_EXPRESSION "warning: .* loss is")
+  add_test(NAME bench:train_step_single_block_bf16
+           COMMAND train_step --single ffn,0.9,1,8x8 --precision bf16 --warmup 1 --steps-per-round 1 --set-updates 1
+                   --batch 16)
+  set_tests_properties(bench:train_step_single_block_bf16 PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "layer 0 block 8x8 4096x1024 bf16 .*layer 2 block 8x8 1024x4096 bf16 .*SINGLE peak_rss_kb=")
 else()
   message(STATUS "sprig: train_step skipped (needs CLI11, OpenMP and the OpenMP build of OpenBLAS)")
 endif()

@@ -61,8 +61,8 @@
 // output layer stays fp32, as models::MLPSpec::precision has it) and both FFN layers, sparse
 // (SparseLinear on the bf16 kernels) and dense (Linear on bf16_gemm, not OpenBLAS) alike.
 // Its rows' impl ends in "/bf16" (sprig-sparse-i16/bf16; the dense ones are sprig-dense/bf16,
-// since no BLAS runs their products). BlockSparseLinear has no bf16 path: block rows run in
-// fp32 only (--block without fp32 in --precision is an error), and the report says so.
+// since no BLAS runs their products). Block rows run in each precision too (BlockSparseLinear
+// on the bf16 block kernels, kernels/bf16_block_kernels.hpp).
 // "speedup vs dense" and "RSS vs dense" of every row, bf16 ones included, are against the
 // fp32 dense row of its model and thread count (none without fp32 in --precision).
 // --single takes one precision (--precision bf16 runs that configuration in bf16).
@@ -301,17 +301,17 @@ struct Run {
         opt(sprig::SGDOptions{o.lr, o.momentum, 0.0, false}),
         block(std::move(block_shape)),
         precision(p) {
-    if (precision == sprig::Precision::bf16 && !block.empty())
-      throw sprig::ArgumentError("--precision bf16 runs unstructured sparse layers only, not --block");
     const double density = 1.0 - s;
     const bool dense = s <= 0.0;
     std::uint64_t key = 0;
     auto linear = [&](std::int64_t in, std::int64_t out, bool sparse) {
       if (sparse && !dense && !block.empty()) {
         if (!with_block_shape(block, [&]<int R, int C>() {
-              if constexpr (kTimedBlock<R, C>)
-                model.add(Block<R, C>(in, out, {.density = density, .seed = o.seed, .layer_key = key++}));
-              else
+              if constexpr (kTimedBlock<R, C>) {
+                Block<R, C> layer(in, out, {.density = density, .seed = o.seed, .layer_key = key++});
+                layer.set_precision(precision);
+                model.add(std::move(layer));
+              } else
                 throw std::invalid_argument("train_step is built for 4x4, 8x1 and 8x8 blocks, not " + block);
             }))
           throw std::invalid_argument("unknown block shape '" + block + "'");
@@ -735,10 +735,11 @@ int run_single(const Options& o) {
             layer_total += l.memory_bytes();
           } else if constexpr (requires { l.weight.entry_count(); }) {  // block-sparse
             const auto& W = l.weight.matrix;
-            std::fprintf(stderr, "layer %zu block %dx%d %lldx%lld blocks %lld: weight %.2f MB, grad+state %.2f MB\n", k,
-                         L::kBlockRows, L::kBlockCols, static_cast<long long>(W.rows()),
-                         static_cast<long long>(W.cols()), static_cast<long long>(W.nnz_blocks()),
-                         l.weight_bytes() / 1048576.0, (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
+            std::fprintf(stderr, "layer %zu block %dx%d %lldx%lld %s blocks %lld: weight %.2f MB, grad+state %.2f MB\n",
+                         k, L::kBlockRows, L::kBlockCols, static_cast<long long>(W.rows()),
+                         static_cast<long long>(W.cols()), sprig::precision_name(l.precision()),
+                         static_cast<long long>(W.nnz_blocks()), l.weight_bytes() / 1048576.0,
+                         (l.weight.state_bytes() + l.bias.state_bytes()) / 1048576.0);
             layer_total += l.memory_bytes();
           } else if constexpr (std::is_same_v<L, sprig::Linear<T>>) {
             std::fprintf(stderr, "layer %zu dense %lldx%lld %s: weight %.2f MB, grad+state %.2f MB\n", k,
@@ -831,7 +832,7 @@ std::vector<Result> time_configs(const Options& o, int threads) {
         r.precision = sprig::parse_precision(p);
         r.block.clear();
         res.push_back(r);
-        if (s > 0.0 && r.precision == sprig::Precision::fp32)  // no bf16 path in BlockSparseLinear
+        if (s > 0.0)
           for (const auto& b : o.blocks) {
             r.block = b;
             res.push_back(r);
@@ -898,7 +899,9 @@ const Result* dense_of(const std::vector<Result>& all, const Result& r) {
 
 std::string impl_of(const Result& r) {
   const std::string blas = SPRIG_TRAIN_STEP_BLAS ? "openblas" : "portable";
-  if (!r.block.empty()) return "sprig-block" + r.block + "-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS);
+  if (!r.block.empty())
+    return "sprig-block" + r.block + "-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) +
+           (r.precision == sprig::Precision::bf16 ? "/bf16" : "");
   if (r.precision == sprig::Precision::bf16)  // products on the bf16 kernels and bf16_gemm, no BLAS
     return r.sparsity <= 0.0 ? "sprig-dense/bf16"
                              : "sprig-sparse-i" + std::to_string(SPRIG_TRAIN_STEP_INDEX_BITS) +
@@ -948,7 +951,6 @@ void write_table(std::ostream& os, const std::vector<Result>& all, const Options
   if (bf16)
     os << "\n/bf16 rows: bf16 products with fp32 accumulation (Precision::bf16) in the MLP's hidden layers and both "
           "FFN layers (the MLP's output layer fp32); speedup and RSS vs dense are against the fp32 dense row"
-       << (o.blocks.empty() ? "" : "; block-sparse rows not run in bf16 (BlockSparseLinear has no bf16 path)")
        << (o.profile.empty() ? "" : "; not profiled") << "\n";
 }
 
@@ -1072,7 +1074,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precisions,
                  "fp32 and/or bf16: every configuration runs in each, as its own row; bf16 = bf16 products with "
                  "fp32 accumulation in the MLP's hidden layers and both FFN layers, dense ones too (impl named "
-                 ".../bf16; unstructured only: block rows run in fp32 alone)")
+                 ".../bf16; block rows too)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
@@ -1124,9 +1126,6 @@ int main(int argc, char** argv) {
     if (fp32) o.precisions.emplace_back("fp32");
     if (bf16) o.precisions.emplace_back("bf16");
     if (o.precisions.empty()) throw std::invalid_argument("--precision is empty (fp32 and/or bf16)");
-    if (!o.blocks.empty() && !fp32)
-      throw std::invalid_argument(
-          "--block runs in fp32 only (BlockSparseLinear has no bf16 path): add fp32 to --precision");
     if (!o.single.empty()) return run_single(o);
 
     const std::string load_at_start = load_average();
