@@ -103,8 +103,11 @@ public:
   const UpdateSchedule& schedule() const noexcept { return schedule_; }
   std::uint64_t seed() const noexcept { return seed_; }
   // A layer whose dead slots (left behind by relocated rows) exceed this fraction of its
-  // storage is compacted after the update.
-  double compact_threshold = 0.2;
+  // storage is compacted after the update (O(storage)). 0: whenever any are left, so after
+  // every update the weights, gradient and optimizer state hold only the rows' capacities and
+  // a DST run needs no more memory than a fixed topology; larger keeps relocated rows' old
+  // storage until that fraction is dead.
+  double compact_threshold = 0.0;
   // Constant fan-in (SRigL, Lasby et al. 2024): every output row keeps its live count through
   // every update. Row i drops the per_row = floor(f(t) * n) weights of smallest |w| of that
   // row (n: the common live count of the layer's rows, so the layer drops rows * per_row, at
