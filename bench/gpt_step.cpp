@@ -725,16 +725,17 @@ std::vector<Result> run_block_variant(const Variant& v, const Options& o, Batche
 // The variants to run: --variants, then each sparse one in every --weight-blocks shape, then
 // (--precision with bf16) each one in bf16, and each sparse one in every shape in bf16.
 std::vector<std::string> variant_names(const Options& o) {
-  std::vector<std::string> names = o.variants;
-  for (const std::string& shape : o.weight_blocks)
+  // the variants as given, then the sparse ones in each block shape ("/RxC"); with bf16 asked
+  // for, the same list again with "/bf16" appended (the unknown names left to variant_of)
+  const bool bf16 = std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end();
+  std::vector<std::string> names;
+  for (const std::string precision : {"", "/bf16"}) {
+    if (!precision.empty() && !bf16) break;
     for (const std::string& name : o.variants)
-      if (name == "ffn" || name == "all") names.push_back(name + "/" + shape);
-  if (std::find(o.precisions.begin(), o.precisions.end(), "bf16") != o.precisions.end()) {
-    for (const std::string& name : o.variants)
-      if (name == "dense" || name == "ffn" || name == "all") names.push_back(name + "/bf16");
+      if (precision.empty() || name == "dense" || name == "ffn" || name == "all") names.push_back(name + precision);
     for (const std::string& shape : o.weight_blocks)
       for (const std::string& name : o.variants)
-        if (name == "ffn" || name == "all") names.push_back(name + "/" + shape + "/bf16");
+        if (name == "ffn" || name == "all") names.push_back(name + "/" + shape + precision);
   }
   return names;
 }
