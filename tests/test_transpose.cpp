@@ -403,6 +403,33 @@ TEMPLATE_LIST_TEST_CASE("TransposeCache: structure only under spmm_transposed, v
     for (std::int64_t b = 0; b < 16; ++b) CHECK(double(dX(k, b)) == Approx(want[k * 16 + b]).margin(1e-5));
 }
 
+TEMPLATE_LIST_TEST_CASE("spmm_transposed over several batch panels: the bits of spmm on get(W), no values kept",
+                        "[transpose][cache][spmm_transposed]", st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto W = st::random_matrix<T, Index>(70, 90, 0.2, 17);
+  st::scramble(W, 17);  // relocated rows: W's slots are not in W^T's order
+  KernelWorkspace<T> ws, ws_ref;
+  TransposeCache<T, Index> cache, ref_cache;
+  constexpr bool simd = detail::kSimdFor<T>;
+  for (std::int64_t B : {200, 301, 1024}) {  // past SPRIG_SPMM_T_FUSED_PANELS: the values are gathered
+    CAPTURE(B);
+    CounterRng rng(17, static_cast<std::uint64_t>(B));
+    Matrix<T> dY(W.rows(), B), dX(W.cols(), B), want(W.cols(), B);
+    st::fill_uniform(dY, rng);
+    for (int round = 0; round < 2; ++round) {
+      CAPTURE(round);
+      if (round == 1)  // new values, same topology: the next call must read them
+        for (T& v : W.values()) v = v * T(-0.75) + T(0.25) * (v != T(0));
+      spmm_transposed(W, cache, ConstMatrixView<T>(dY.view()), dX.view(), ws);
+      spmm(ref_cache.get(W), ConstMatrixView<T>(dY.view()), want.view(), ws_ref);
+      CHECK(st::bitwise_differences<T>(dX.view(), want.view()) == 0);
+      // the SIMD path gathers into the workspace; only the scalar one refreshes the cache
+      CHECK(cache.transposed().matrix.values().empty() == simd);
+    }
+  }
+}
+
 #ifdef _OPENMP
 TEMPLATE_LIST_TEST_CASE("spmm_transposed is bitwise identical for 1, 2 and 3 threads",
                         "[transpose][spmm_transposed][threads]", st::AllTypes) {

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <span>
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
@@ -206,39 +207,58 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
       });
 }
 
+// `gather_from` (W^T's slot -> W's slot, transpose.hpp's SourceSlot), when not empty, says
+// that W is a cached transpose whose weights are gather_values[gather_from[s]] (0 where
+// negative): they are gathered once per call into the workspace's buffer behind the packed
+// panels (each thread a range of slots, before the rows) and read from there, instead of
+// vals. The same values as a TransposeCache's refresh, so the same bits, without the cache
+// keeping a copy of every weight between calls.
 template <class A, Value T, ColumnIndex Index, class Vals>
 void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T> X, MatrixView<T> Y, Update mode,
-               KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {}) {
+               KernelWorkspace<T>& ws, const RowEpilogue<T>& epilogue = {},
+               std::span<const std::int32_t> gather_from = {}, const T* gather_values = nullptr) {
   constexpr std::int64_t N = Batch<T, A>::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
   // Full-width panels over column blocks where K rows of one would overflow L2.
   const ColumnBlocks blocks = spmm_column_blocks<T, A>(K, Bw, ws.column_block_bytes);
   const PanelPlan plan(Bw, std::min(K, blocks.width), N, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
-  const bool in_place = plan.in_place();
-  T* packed = in_place ? nullptr : ws.buffer(static_cast<std::size_t>(plan.packed_size(K)));
+  const bool in_place = plan.in_place(), gather = !gather_from.empty();
+  const std::int64_t packed_size = in_place ? 0 : (plan.packed_size(K) + 15) / 16 * 16, S = std::ssize(gather_from);
+  T* buffer = in_place && !gather ? nullptr : ws.buffer(static_cast<std::size_t>(packed_size + (gather ? S : 0)));
+  T* packed = in_place ? nullptr : buffer;
+  T* gathered = gather ? buffer + packed_size : nullptr;
   const std::int64_t* bounds = blocks.count > 1 ? ws.column_bounds(W, blocks) : nullptr;
   ws.partition.update(W);
   const bool accumulate = mode == Update::accumulate;
   const T* bias = epilogue.bias.empty() ? nullptr : epilogue.bias.data();
   const bool relu = epilogue.activation == FusedActivation::relu;
+  const auto rows = [&](const auto& v, std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t p = 0; p < plan.count(); ++p) {
+      const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
+      const T* xp = in_place ? X.data() : packed + K * b0;
+      const std::int64_t xs = in_place ? X.stride() : regs * N;
+      const std::int64_t valid = plan.columns(p);
+      with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
+        spmm_panel_rows<A, T, Index, R>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
+                                        blocks.count);
+      });
+    }
+  };
   run_partitioned(
       ws.partition, W.nnz() * Bw,
       [&](int t, int n) {
+        if (gather)
+          for (std::int64_t s = S * t / n, e = S * (t + 1) / n; s < e; ++s)
+            gathered[s] = gather_from[s] >= 0 ? gather_values[gather_from[s]] : T(0);
         if (in_place) return;
         const std::int64_t c0 = K * t / n, c1 = K * (t + 1) / n;
         pack_panels(plan, X, packed, c0, c1);
       },
       [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t p = 0; p < plan.count(); ++p) {
-          const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
-          const T* xp = in_place ? X.data() : packed + K * b0;
-          const std::int64_t xs = in_place ? X.stride() : regs * N;
-          const std::int64_t valid = plan.columns(p);
-          with_panel_regs(regs, [&]<int R>(std::integral_constant<int, R>) {
-            spmm_panel_rows<A, T, Index, R>(W, vals, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
-                                            blocks.count);
-          });
-        }
+        if (gather)
+          rows(DirectValues<T>{gathered}, r0, r1);
+        else
+          rows(vals, r0, r1);
       });
 }
 #endif

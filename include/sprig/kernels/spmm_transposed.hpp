@@ -4,8 +4,9 @@
 // Equal to spmm(cache.get(W), dY, dX) but faster: a separate value refresh is a pass of its
 // own, a gather over W's values in transposed order, which inside the spmm overlaps with the
 // multiply-adds (docs/design.md, "The transpose and spmm_transposed"). With several batch
-// panels the gather would repeat per panel, so then the values are refreshed once and the
-// plain spmm runs.
+// panels the gather would repeat per panel, so then the values are gathered once per call
+// into the workspace (not into the cache, which keeps no values: 4 bytes per weight less
+// between calls) and the plain spmm reads them. The scalar path uses cache.get(W).
 #pragma once
 
 #include <type_traits>
@@ -26,14 +27,15 @@ void spmm_transposed_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& 
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
     const PanelPlan plan(dY.cols(), dY.rows(), Batch<T, A>::size, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
-    if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS) {
-      const auto& t = cache.sync_topology(W);
-      spmm_simd<A>(t.matrix,
-                   PermutedValues<T>{W.values().data(), t.source_slot.data(),
-                                     t.source_slot.data() + t.source_slot.size()},
-                   dY, dX, mode, workspace);
-      return;
-    }
+    const auto& t = cache.sync_topology(W);
+    const PermutedValues<T> permuted{W.values().data(), t.source_slot.data(),
+                                     t.source_slot.data() + t.source_slot.size()};
+    if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS)
+      spmm_simd<A>(t.matrix, permuted, dY, dX, mode, workspace);
+    else  // the values gathered once into the workspace, then read in slot order per panel
+      spmm_simd<A>(t.matrix, permuted, dY, dX, mode, workspace, RowEpilogue<T>{},
+                   std::span<const std::int32_t>(t.source_slot), W.values().data());
+    return;
   }
 #endif
   spmm_on<A>(cache.get(W), dY, dX, workspace, mode, RowEpilogue<T>{});
