@@ -200,10 +200,7 @@ void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<cons
                      const RowEpilogue<float>& epilogue) {
   constexpr const char* fn = "sprig::bf16_block_spmm";
   detail::check_bf16_block_operands(fn, W, values, "X", X, W.cols(), "Y", Y, W.rows());
-  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(detail::message(fn, ": bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
-  detail::check_forward_activation(fn, epilogue.activation);
-  detail::check_no_overlap(fn, "Y", Y, "the bias", epilogue.bias);
+  detail::check_row_epilogue(fn, epilogue, W.rows(), Y);
   detail::bf16_block_spmm_run(W, values, X, Y, workspace, Update::overwrite,
                               bf16_block_path<R, C>(Bf16BlockKernel::spmm),
                               epilogue.bias.empty() ? nullptr : epilogue.bias.data(),

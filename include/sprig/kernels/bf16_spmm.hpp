@@ -295,9 +295,7 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
         ws.partition, W.nnz() * Bw,
         [&](int t, int n) {
           pack_bf16_halves<A>(plan, X, packed, K * t / n, K * (t + 1) / n);
-          if (gather)
-            for (std::int64_t s = S * t / n, e = S * (t + 1) / n; s < e; ++s)
-              gathered[s] = source[s] >= 0 ? source_values[source[s]] : bfloat16{};
+          if (gather) gather_slots(source.data(), source_values, gathered, S * t / n, S * (t + 1) / n);
         },
         [&](std::int64_t r0, std::int64_t r1) {
           if (gather)
@@ -382,10 +380,7 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
                MatrixView<Out> Y, KernelWorkspace<float>& workspace, const RowEpilogue<float>& epilogue) {
   constexpr const char* fn = "sprig::bf16_spmm";
   detail::check_bf16_spmm_operands(fn, W, values, W.cols(), W.rows(), X, Y);
-  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(detail::message(fn, ": bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
-  detail::check_forward_activation(fn, epilogue.activation);
-  detail::check_no_overlap(fn, "Y", Y, "the bias", epilogue.bias);
+  detail::check_row_epilogue(fn, epilogue, W.rows(), Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
   detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, Update::overwrite,
                                          epilogue.bias.empty() ? nullptr : epilogue.bias.data(),

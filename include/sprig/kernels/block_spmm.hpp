@@ -410,11 +410,7 @@ template <Value T, ColumnIndex Index, int R, int C>
 void block_spmm(const BlockPaddedCSR<T, Index, R, C>& W, std::type_identity_t<ConstMatrixView<T>> X,
                 std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
   detail::check_block_operands("sprig::block_spmm", W, "X", X, W.cols(), "Y", Y, W.rows());
-  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(
-        detail::message("sprig::block_spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
-  detail::check_forward_activation("sprig::block_spmm", epilogue.activation);
-  detail::check_no_overlap("sprig::block_spmm", "Y", Y, "the bias", epilogue.bias);
+  detail::check_row_epilogue("sprig::block_spmm", epilogue, W.rows(), Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
   detail::block_spmm_on<detail::KernelArch>(W.pattern(), detail::ForwardBlocks<T, R, C>{W.values().data()}, X, Y,
                                             Update::overwrite, workspace,

@@ -92,4 +92,17 @@ struct RowEpilogue {
   FusedActivation activation = FusedActivation::none;
 };
 
+namespace detail {
+// The checks every forward kernel's epilogue overload makes, with fn naming the kernel:
+// ShapeError unless the bias is empty or has `rows` entries (W's rows); ArgumentError for an
+// activation that is not a forward epilogue (gelu) or a bias that overlaps Y. O(1).
+template <class T, class Out>
+void check_row_epilogue(const char* fn, const RowEpilogue<T>& epilogue, std::int64_t rows, const Out& Y) {
+  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != rows)
+    throw ShapeError(message(fn, ": bias has ", epilogue.bias.size(), " entries, W has ", rows, " rows"));
+  check_forward_activation(fn, epilogue.activation);
+  check_no_overlap(fn, "Y", Y, "the bias", epilogue.bias);
+}
+}  // namespace detail
+
 }  // namespace sprig

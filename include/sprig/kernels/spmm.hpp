@@ -32,6 +32,7 @@
 #include "row_epilogue.hpp"
 #include "row_partition.hpp"
 #include "simd.hpp"
+#include "transpose.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
 
@@ -210,8 +211,8 @@ void spmm_panel_rows(const PaddedCSR<T, Index>& W, const Vals& vals, std::int64_
 // `gather_from` (W^T's slot -> W's slot, transpose.hpp's SourceSlot), when not empty, says
 // that W is a cached transpose whose weights are gather_values[gather_from[s]] (0 where
 // negative): they are gathered once per call into the workspace's buffer behind the packed
-// panels (each thread a range of slots, before the rows) and read from there, instead of
-// vals. The same values as a TransposeCache's refresh, so the same bits, without the cache
+// panels (each thread a range of slots, before the rows) and read from there; vals is then
+// not read. The same values as a TransposeCache's refresh, so the same bits, without the cache
 // keeping a copy of every weight between calls.
 template <class A, Value T, ColumnIndex Index, class Vals>
 void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T> X, MatrixView<T> Y, Update mode,
@@ -247,9 +248,7 @@ void spmm_simd(const PaddedCSR<T, Index>& W, const Vals& vals, ConstMatrixView<T
   run_partitioned(
       ws.partition, W.nnz() * Bw,
       [&](int t, int n) {
-        if (gather)
-          for (std::int64_t s = S * t / n, e = S * (t + 1) / n; s < e; ++s)
-            gathered[s] = gather_from[s] >= 0 ? gather_values[gather_from[s]] : T(0);
+        if (gather) gather_slots(gather_from.data(), gather_values, gathered, S * t / n, S * (t + 1) / n);
         if (in_place) return;
         const std::int64_t c0 = K * t / n, c1 = K * (t + 1) / n;
         pack_panels(plan, X, packed, c0, c1);
@@ -346,11 +345,7 @@ template <Value T, ColumnIndex Index>
 void spmm(const PaddedCSR<T, Index>& W, std::type_identity_t<ConstMatrixView<T>> X,
           std::type_identity_t<MatrixView<T>> Y, KernelWorkspace<T>& workspace, const RowEpilogue<T>& epilogue) {
   detail::check_spmm_operands("sprig::spmm", W, X, Y);
-  if (!epilogue.bias.empty() && std::ssize(epilogue.bias) != W.rows())
-    throw ShapeError(
-        detail::message("sprig::spmm: bias has ", epilogue.bias.size(), " entries, W has ", W.rows(), " rows"));
-  detail::check_forward_activation("sprig::spmm", epilogue.activation);
-  detail::check_no_overlap("sprig::spmm", "Y", Y, "the bias", epilogue.bias);
+  detail::check_row_epilogue("sprig::spmm", epilogue, W.rows(), Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
   detail::spmm_kernel<T, Index>()(W, X, Y, workspace, Update::overwrite, epilogue);
 }

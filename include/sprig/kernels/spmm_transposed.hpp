@@ -28,13 +28,13 @@ void spmm_transposed_on(const PaddedCSR<T, Index>& W, TransposeCache<T, Index>& 
   if constexpr (kSimdFor<T, A>) {
     const PanelPlan plan(dY.cols(), dY.rows(), Batch<T, A>::size, sizeof(T), kPanelBudgetBytes, kMaxPanelRegs);
     const auto& t = cache.sync_topology(W);
-    const PermutedValues<T> permuted{W.values().data(), t.source_slot.data(),
-                                     t.source_slot.data() + t.source_slot.size()};
     if (plan.count() <= SPRIG_SPMM_T_FUSED_PANELS)
-      spmm_simd<A>(t.matrix, permuted, dY, dX, mode, workspace);
-    else  // the values gathered once into the workspace, then read in slot order per panel
-      spmm_simd<A>(t.matrix, permuted, dY, dX, mode, workspace, RowEpilogue<T>{},
-                   std::span<const std::int32_t>(t.source_slot), W.values().data());
+      spmm_simd<A>(t.matrix,
+                   PermutedValues<T>{W.values().data(), t.source_slot.data(), t.source_slot.data() + t.source_slot.size()},
+                   dY, dX, mode, workspace);
+    else  // the values gathered once into the workspace, then read in slot order per panel (vals unread)
+      spmm_simd<A>(t.matrix, DirectValues<T>{nullptr}, dY, dX, mode, workspace,
+                   RowEpilogue<T>{}, std::span<const SourceSlot>(t.source_slot), W.values().data());
     return;
   }
 #endif

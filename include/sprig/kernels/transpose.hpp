@@ -12,6 +12,7 @@
 #include "../core/config.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
+#include "parallel.hpp"
 #include "simd.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -57,6 +58,20 @@ struct PaddedCSRAccess {
 // slots (16 GiB of float weights and indices) is far beyond what a CPU step can train.
 using SourceSlot = std::int32_t;
 inline constexpr std::int64_t kMaxTransposeSlots = std::numeric_limits<SourceSlot>::max();
+
+namespace detail {
+// out[s] = values[source[s]] for the slots s in [s0, s1), T{} for a padding slot (source[s] <
+// 0): W's values in W^T's slot order, one thread's share of it. Asks for the source values
+// SPRIG_REFRESH_PREFETCH slots ahead (they are scattered over W's storage). O(s1 - s0).
+template <class T>
+void gather_slots(const SourceSlot* source, const T* values, T* out, std::int64_t s0, std::int64_t s1) noexcept {
+  constexpr std::int64_t ahead = SPRIG_REFRESH_PREFETCH;
+  for (std::int64_t s = s0; s < s1; ++s) {
+    if (s + ahead < s1) prefetch(values + std::max<std::int64_t>(source[s + ahead], 0));
+    out[s] = source[s] >= 0 ? values[source[s]] : T{};
+  }
+}
+}  // namespace detail
 
 template <Value T, ColumnIndex Index>
 struct Transposed {
@@ -150,14 +165,7 @@ public:
     const T* vals = W.values().data();
     const SourceSlot* src = cached_.source_slot.data();
     const auto n = std::ssize(cached_.source_slot);
-    constexpr std::int64_t kRefreshPrefetch = SPRIG_REFRESH_PREFETCH;
-#if SPRIG_HAS_OPENMP
-#  pragma omp parallel for schedule(static) if (n >= detail::kParallelMinWork && !omp_in_parallel())
-#endif
-    for (std::int64_t t = 0; t < n; ++t) {
-      if (t + kRefreshPrefetch < n) detail::prefetch(vals + std::max<std::int64_t>(src[t + kRefreshPrefetch], 0));
-      if (src[t] >= 0) tvals[t] = vals[src[t]];
-    }
+    detail::run_even_split(n, n, [&](std::int64_t s0, std::int64_t s1) { detail::gather_slots(src, vals, tvals, s0, s1); });
     ++refreshes_;
   }
 
