@@ -12,6 +12,7 @@
 #include <span>
 
 #include "aligned_allocator.hpp"
+#include "bfloat16.hpp"
 #include "concepts.hpp"
 #include "config.hpp"
 #include "error.hpp"
@@ -110,8 +111,10 @@ public:
 // stride may be requested (for example to move it off a power of two, which avoids cache
 // set conflicts when a kernel walks many rows at once). Constructors and resize throw
 // ShapeError for a negative shape or a stride below cols (and std::bad_alloc); element
-// access is unchecked (SPRIG_ASSERT in debug builds).
-template <Value T>
+// access is unchecked (SPRIG_ASSERT in debug builds). T: float, double, or bfloat16 (storage
+// only: an activation kept in bf16, nn/projection_input.hpp).
+template <class T>
+  requires Value<T> || std::is_same_v<T, bfloat16>
 class Matrix {
 public:
   using value_type = T;

@@ -300,7 +300,8 @@ private:
     const T scale = T(1) / static_cast<T>(comm_.size());
     for (std::size_t l = 0; l < layers.size(); ++l) {
       if (algorithm.excluded(static_cast<std::int64_t>(layers[l].sparse_index))) continue;
-      layers[l].input = gather_columns(layers[l].input, inputs_[l], T(1));
+      layers[l].input = gather_columns(layers[l].float_input(widened_), inputs_[l], T(1));
+      layers[l].input_bf16 = {};  // (gathered in T: the update reads input)
       layers[l].output_grad = gather_columns(layers[l].output_grad, output_grads_[l], scale);
     }
     stats_.gather_seconds += seconds_since(start);
@@ -429,6 +430,7 @@ private:
   std::vector<std::int64_t> in_flight_;
   bool blocking_ = false;  // this average's mode, set by begin_average
   std::vector<Matrix<T>> inputs_, output_grads_;
+  Matrix<T> widened_;  // a bf16 input widened before its gather
   AlignedVector<T> pack_, unpack_;
 };
 

@@ -210,6 +210,8 @@ protected:
   // `dropped`; a just-dropped position may be returned, and then stays with its value and
   // state). update() checks all of this in every build type before the layer changes and
   // throws ArgumentError naming the algorithm, the layer and the first offending position.
+  // With needs_gradients(), layer.input is the input in T (a model's bf16 input widened), here
+  // and in grow_linear_positions_per_row; drop_counts and grow_counts see the layers as given.
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                           CounterRng& rng) = 0;
 
@@ -243,6 +245,16 @@ protected:
   }
 
 private:
+  // The layer with its input in T: a bf16 input (SparseLayerRef::input_bf16) widened into
+  // widened_input_, valid until the next call. What the grow rules see.
+  const LayerRef& with_float_input(const LayerRef& layer) {
+    if (!layer.input_bf16.data()) return layer;
+    widened_layer_ = layer;
+    widened_layer_.input = layer.float_input(widened_input_);
+    widened_layer_.input_bf16 = {};
+    return widened_layer_;
+  }
+
   // Rows of the layer's grid per block of the streamed dense gradient: about 2^18 elements
   // of dY X^T (R x in of them per grid row of a block layer).
   static std::int64_t gradient_block_rows(const LayerRef& layer) {
@@ -289,14 +301,15 @@ private:
     if (!needs_gradients()) return;
     for (const LayerRef& l : layers) {
       const std::int64_t rows = l.out_features(), cols = l.in_features();
-      const ConstMatrixView<T> X = l.input, dY = l.output_grad;
-      if (X.rows() == cols && dY.rows() == rows && X.cols() == dY.cols() && X.cols() > 0) continue;
-      const bool none = X.rows() * X.cols() == 0 && dY.rows() * dY.cols() == 0;
+      const ConstMatrixView<T> dY = l.output_grad;
+      const std::int64_t xr = l.input_rows(), xc = l.input_cols();
+      if (xr == cols && dY.rows() == rows && xc == dY.cols() && xc > 0) continue;
+      const bool none = xr * xc == 0 && dY.rows() * dY.cols() == 0;
       throw ArgumentError(sprig::detail::message(
           caller, ": ", name(), " needs the input and output gradient of sparse layer ", l.sparse_index,
           " (model layer ", l.position, ", ", rows, "x", cols, ") from a forward and backward on this step; ",
           none ? std::string("none was recorded")
-               : sprig::detail::message("the input recorded is ", X.rows(), "x", X.cols(), " and the output gradient ",
+               : sprig::detail::message("the input recorded is ", xr, "x", xc, " and the output gradient ",
                                         dY.rows(), "x", dY.cols(), ", expected ", cols, "xB and ", rows, "xB"),
           " (call forward and backward before an update step)"));
     }
@@ -473,9 +486,10 @@ private:
       const DropSet drop = per_row[l] >= 0 ? select_drop_per_row(param.matrix, per_row[l], caller)
                                            : select_drop(param.matrix, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
+      const LayerRef& grow_layer = needs_gradients() ? with_float_input(layers[l]) : layers[l];
       std::vector<std::int64_t> grow_at = per_row[l] >= 0
-                                              ? grow_linear_positions_per_row(layers[l], drop, per_row[l], rng)
-                                              : grow_linear_positions(layers[l], drop, grow[l], rng);
+                                              ? grow_linear_positions_per_row(grow_layer, drop, per_row[l], rng)
+                                              : grow_linear_positions(grow_layer, drop, grow[l], rng);
       check_grow_positions(layers[l], drop, grow_at, grow[l], per_row[l], caller);
       SlotLog log;
       BlockTopology<T, Index>* blocks = layers[l].blocks;
@@ -506,6 +520,8 @@ private:
   std::int64_t updates_ = 0;
   Matrix<T> gradient_block_;
   Matrix<T> block_gradient_;  // scratch of block_gradient_sums
+  Matrix<T> widened_input_;   // a bf16 input in T (with_float_input)
+  LayerRef widened_layer_;    // the layer with that input
 };
 
 // One optimizer step and/or topology update for training step t (0-based), after forward

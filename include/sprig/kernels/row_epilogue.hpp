@@ -40,14 +40,14 @@ namespace detail {
 // dX(i, j) = f(A(i, j), dX(i, j)) element by element, OpenMP over rows for large inputs. In
 // place on purpose: each element is read and then written by one thread, so A may even be dX
 // itself. O(rows x cols); the same bits for any thread count.
-template <class T, class F>
-void combine_rows(ConstMatrixView<T> A, MatrixView<T> dX, F f) noexcept {
+template <class T, class U, class F>
+void combine_rows(ConstMatrixView<U> A, MatrixView<T> dX, F f) noexcept {
   const std::int64_t K = dX.rows(), B = dX.cols();
 #if SPRIG_HAS_OPENMP
 #  pragma omp parallel for schedule(static) if (K * B >= kParallelMinWork && !omp_in_parallel())
 #endif
   for (std::int64_t c = 0; c < K; ++c) {
-    const T* a = A.row(c);
+    const U* a = A.row(c);
     T* d = dX.row(c);
     for (std::int64_t j = 0; j < B; ++j) d[j] = f(a[j], d[j]);
   }
@@ -56,12 +56,13 @@ void combine_rows(ConstMatrixView<T> A, MatrixView<T> dX, F f) noexcept {
 // The backward's x_activation applied by a pass over dX, where a kernel could not apply it in
 // its store (sddmm_dx off its one pass, the narrow kernels for gelu, Linear on a gemm): relu
 // gives relu_backward(X, dX); gelu gives dX * x_derivative, what GELU::backward computes from
-// the same derivative, so the bits are the same; none leaves dX alone.
-template <class T>
-void input_activation_rows(FusedActivation x_activation, ConstMatrixView<T> X, ConstMatrixView<T> x_derivative,
+// the same derivative, so the bits are the same; none leaves dX alone. X may be bf16 (a layer
+// whose input is kept in bf16): relu then reads its widened values.
+template <class T, class XT>
+void input_activation_rows(FusedActivation x_activation, ConstMatrixView<XT> X, ConstMatrixView<T> x_derivative,
                            MatrixView<T> dX) noexcept {
   if (x_activation == FusedActivation::relu)
-    combine_rows<T>(X, dX, [](T x, T d) { return relu_backward(x, d); });
+    combine_rows<T>(X, dX, [](XT x, T d) { return relu_backward(static_cast<T>(x), d); });
   else if (x_activation == FusedActivation::gelu)
     combine_rows<T>(x_derivative, dX, [](T s, T d) { return d * s; });
 }
@@ -73,8 +74,8 @@ inline void check_forward_activation(const char* who, FusedActivation act) {
 }
 
 // Throws ShapeError unless x_derivative has X's shape when x_activation is gelu.
-template <class T>
-void check_input_activation(const char* who, FusedActivation x_activation, ConstMatrixView<T> X,
+template <class T, class XT>
+void check_input_activation(const char* who, FusedActivation x_activation, ConstMatrixView<XT> X,
                             ConstMatrixView<T> x_derivative) {
   if (x_activation == FusedActivation::gelu && (x_derivative.rows() != X.rows() || x_derivative.cols() != X.cols()))
     throw ShapeError(message(who, ": x_activation gelu needs x_derivative of X's shape ", X.rows(), "x", X.cols(),

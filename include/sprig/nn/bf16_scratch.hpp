@@ -130,15 +130,28 @@ public:
     return *scratch_;
   }
 
-  // X rounded to bf16 in the scratch (valid until the scratch's next use).
+  // X rounded to bf16 in the scratch (valid until the scratch's next use); a bf16 X as it is.
   ConstMatrixView<bfloat16> rounded(ConstMatrixView<float> X) {
     return detail::narrow_rows(X, scratch().data(X.rows() * X.cols()));
   }
+  static ConstMatrixView<bfloat16> rounded(ConstMatrixView<bfloat16> X) noexcept { return X; }
   // X and dY rounded to bf16, side by side in the scratch (valid until its next use).
   std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(ConstMatrixView<float> X,
                                                                           ConstMatrixView<float> dY) {
     bfloat16* buffer = scratch().data((X.rows() + dY.rows()) * X.cols());
     return {detail::narrow_rows(X, buffer), detail::narrow_rows(dY, buffer + X.rows() * X.cols())};
+  }
+  std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(ConstMatrixView<bfloat16> X,
+                                                                          ConstMatrixView<float> dY) {
+    return {X, rounded(dY)};
+  }
+
+  // Throws ArgumentError naming `where` unless the layer is in Precision::bf16: what a layer
+  // checks before it takes a bf16 X (a float layer's products need a float X).
+  void require_bf16_input(const char* where) const {
+    if (!bf16())
+      throw ArgumentError(std::string(where) +
+                          ": a bf16 X needs the layer in Precision::bf16 (set_precision); this layer runs in fp32");
   }
 
   // The shadow, resized to n values (contents unspecified after a size change).

@@ -152,6 +152,17 @@ public:
       }
     block_spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
+  // The same with X in bf16 (a model that keeps its activations in bf16,
+  // nn/projection_input.hpp): bitwise the float form's results for a float X that rounds to
+  // this X. Needs Precision::bf16 (else ArgumentError); throws as the float form.
+  void forward(ConstMatrixView<bfloat16> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("BlockSparseLinear::forward");
+    detail::check_forward_activation("BlockSparseLinear::forward", act);
+    forward_bf16(X, Y, act);
+  }
 
   // Weight and bias gradients (overwritten) and dX = W^T dY, with the backward of X's
   // activation applied to dX (x_activation relu: relu_backward(X, .); gelu: x_derivative *
@@ -160,26 +171,16 @@ public:
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
                 std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
-    if (dX.rows() != in_features() || dX.cols() != X.cols())
-      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
-                                       in_features(), "x", X.cols()));
-    detail::check_input_activation("BlockSparseLinear::backward", x_activation, X, x_derivative);
-    check_backward(X, dY);
-    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);
-    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "dY", dY);
-    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
-                             std::span<const T>(weight.grad));
-    if constexpr (std::is_same_v<T, float>)
-      if (bf16_.bf16()) {
-        backward_bf16(X, dY, &dX);
-        detail::sum_rows<T>(dY, bias.grad);
-        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
-        return;
-      }
-    block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
-    detail::sum_rows<T>(dY, bias.grad);
-    block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
-    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+    backward_of(X, dY, dX, x_activation, x_derivative);
+  }
+  // The same with X in bf16, as forward's bf16 form (x_activation relu reads X widened).
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {})
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("BlockSparseLinear::backward");
+    backward_of(X, dY, dX, x_activation, x_derivative);
   }
 
   // Weight and bias gradients only (the first layer of a network).
@@ -192,6 +193,14 @@ public:
         return;
       }
     block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    detail::sum_rows<T>(dY, bias.grad);
+  }
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("BlockSparseLinear::backward");
+    check_backward(X, dY);
+    backward_bf16(X, dY, nullptr);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
@@ -267,7 +276,37 @@ public:
 private:
   static constexpr std::uint64_t kInitKey = 0xB10C'11A1ULL;
 
-  void check_backward(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+  // The three-argument backward for a float X (XT = T) or a bf16 one (the layer then in bf16:
+  // checked by the caller).
+  template <class XT>
+  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<T> dY, MatrixView<T> dX, FusedActivation x_activation,
+                   ConstMatrixView<T> x_derivative) {
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
+                                       in_features(), "x", X.cols()));
+    detail::check_input_activation("BlockSparseLinear::backward", x_activation, X, x_derivative);
+    check_backward(X, dY);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "dY", dY);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "the weight gradient",
+                             std::span<const T>(weight.grad));
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16_.bf16()) {
+        backward_bf16(X, dY, &dX);
+        detail::sum_rows<T>(dY, bias.grad);
+        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+        return;
+      }
+    if constexpr (std::is_same_v<XT, T>) {
+      block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+      detail::sum_rows<T>(dY, bias.grad);
+      block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
+      detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+    }
+  }
+
+  template <class XT>
+  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<T> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("BlockSparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
@@ -276,7 +315,8 @@ private:
 
   // The bf16 products (T = float): see the top of this file. Checks as block_spmm's before
   // anything is rounded or written (the shapes: ShapeError; overlaps: ArgumentError).
-  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+  template <class XT>
+  void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
     detail::check_block_operands("BlockSparseLinear::forward", weight.matrix, "X", X, in_features(), "Y", Y,
                                  out_features());
     detail::check_no_overlap("BlockSparseLinear::forward", "Y", Y, "the bias", std::span<const float>(bias.value));
@@ -287,7 +327,8 @@ private:
                     RowEpilogue<float>{bias.value, act});
   }
   // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
-  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+  template <class XT>
+  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
     const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);

@@ -71,9 +71,15 @@
 // kernels of all of them, sized by the largest request, instead of private ones per
 // projection; the layers run one after another, so sharing is safe and gives the same bits.
 // Precision: GPTOptions::precision is every projection's (set_precision); the head's is fp32.
+// A bf16 projection's input (LN1's, the attention's, LN2's or the GELU's output) is kept in
+// bf16 (ProjectionInput, nn/projection_input.hpp; GPTOptions::bf16_inputs = false keeps it in
+// float): written in float into a buffer dead in forward (a scratch gradient, fc's spare) and
+// rounded once, the same bits the projection would round it to, so the results do not
+// change; DST then sees it as SparseLayerRef::input_bf16.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
-// per block, (8 d_model + 2 d_ff) x N activation values and 2 d_model x N gradient values,
+// per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
+// bf16 where the projections run in bf16) and 2 d_model x N gradient values,
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
 // a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
@@ -111,6 +117,7 @@
 #include "model.hpp"
 #include "model_scratch.hpp"
 #include "parameter.hpp"
+#include "projection_input.hpp"
 #include "residual.hpp"
 #include "sequential.hpp"
 #include "sparse_linear.hpp"
@@ -160,6 +167,7 @@ public:
                            make_projection(f, d, densities[l].fc_proj, options, key + 3, res));
     }
     share_scratch_with_layers();
+    bf16_inputs_ = options.bf16_inputs;
   }
 
   const GPTConfig& config() const noexcept { return config_; }
@@ -222,17 +230,21 @@ public:
     for (std::size_t l = 0; l < blocks_.size(); ++l) {
       Block& b = blocks_[l];
       const ConstMatrixView<T> x = input_of(l);
-      b.ln1.forward(x, b.ln1_out.view());
-      run_forward(b.qkv, b.ln1_out.view(), b.qkv_out.view());
+      // (the lent scratch buffers are dead in forward: a bf16 input is written there, then narrowed)
+      b.ln1_out.write([&](MatrixView<T> y) { b.ln1.forward(x, y); }, scratch_a_.view());
+      run_forward(b.qkv, b.ln1_out, b.qkv_out.view());
       const ConstMatrixView<T> qkv = b.qkv_out.view();
-      b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()), qkv.block(2 * d, 0, d, qkv.cols()),
-                     batch, seq_len, b.att_out.view());
-      run_forward(b.proj, b.att_out.view(), b.x_mid.view());
+      b.att_out.write([&](MatrixView<T> y) {
+        b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
+                       qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, y);
+      }, scratch_a_.view());
+      run_forward(b.proj, b.att_out, b.x_mid.view());
       add_into<T>(x, b.x_mid.view());
-      b.ln2.forward(b.x_mid.view(), b.ln2_out.view());
-      run_forward(b.fc, b.ln2_out.view(), b.fc_out.view());
-      gelu_.forward_keep_derivative(b.fc_out.view(), b.gelu_out.view());  // fc_out := gelu'(fc's output)
-      run_forward(b.fc_proj, b.gelu_out.view(), b.x_out.view());
+      b.ln2_out.write([&](MatrixView<T> y) { b.ln2.forward(b.x_mid.view(), y); }, scratch_a_.view());
+      run_forward(b.fc, b.ln2_out, b.fc_out.view());
+      // fc_out := gelu'(fc's output)
+      b.gelu_out.write([&](MatrixView<T> y) { gelu_.forward_keep_derivative(b.fc_out.view(), y); }, spare_fc_.view());
+      run_forward(b.fc_proj, b.gelu_out, b.x_out.view());
       add_into<T>(b.x_mid.view(), b.x_out.view());
     }
     ln_f_.forward(input_of(blocks_.size()), lnf_out_.view());
@@ -266,14 +278,13 @@ public:
     ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
-      run_backward(b.fc_proj, b.gelu_out.view(), b.g_out.view(), spare_fc_.view(), FusedActivation::gelu,
-                   b.fc_out.view());
+      run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
       // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
       if (is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
-      run_backward(b.fc, b.ln2_out.view(), dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
+      run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view());
-      run_backward(b.proj, b.att_out.view(), b.g_mid.view(), scratch_a_.view());
+      run_backward(b.proj, b.att_out, b.g_mid.view(), scratch_a_.view());
       const ConstMatrixView<T> qkv = b.qkv_out.view();
       const MatrixView<T> d_qkv = spare_qkv_.view();
       const std::int64_t n = qkv.cols();
@@ -281,7 +292,7 @@ public:
                       d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
       // qkv_out (Q, K, V) is dead now: the same for a sparse qkv's dY
       if (is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
-      run_backward(b.qkv, b.ln1_out.view(), dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
+      run_backward(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
     }
@@ -313,12 +324,12 @@ public:
       for (std::size_t j = 0; j < 4; ++j) {
         const auto which = static_cast<GPTProjection>(j);
         if (auto* s = std::get_if<SparseLayer>(&projection_of(b, which))) {
-          const ConstMatrixView<T> in = input_buffer(b, which).view();
+          const ProjectionInput<T>& in = input_buffer(b, which);
           const ConstMatrixView<T> dy = backward_done_ ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
           if constexpr (requires { s->topology_stand_in(); })
-            out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in, dy, s});
+            out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in.wide(), dy, s, in.narrow()});
           else
-            out.push_back({4 * l + j, out.size(), s, in, dy});
+            out.push_back({4 * l + j, out.size(), s, in.wide(), dy, nullptr, in.narrow()});
         }
       }
     }
@@ -357,9 +368,9 @@ public:
     std::int64_t bytes = sum_layers([](const auto& l) { return l.memory_bytes(); });
     for (const Block& b : blocks_) {
       bytes += b.attn.memory_bytes();
-      for (const Matrix<T>* m : {&b.ln1_out, &b.qkv_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.fc_out, &b.gelu_out,
-                                 &b.x_out, &b.g_mid, &b.g_out})
+      for (const Matrix<T>* m : {&b.qkv_out, &b.x_mid, &b.fc_out, &b.x_out, &b.g_mid, &b.g_out})
         bytes += m->memory_bytes();
+      for (const ProjectionInput<T>* m : {&b.ln1_out, &b.att_out, &b.ln2_out, &b.gelu_out}) bytes += m->memory_bytes();
     }
     for (const Matrix<T>* m :
          {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_})
@@ -392,8 +403,10 @@ private:
     CausalSelfAttention<T> attn;
     Projection qkv, proj, fc, fc_proj;
     // activations of the last forward (fc_out holds gelu' of fc's output); after backward,
-    // qkv_out and fc_out hold a sparse qkv's and fc's dY instead (see backward)
-    Matrix<T> ln1_out, qkv_out, att_out, x_mid, ln2_out, fc_out, gelu_out, x_out;
+    // qkv_out and fc_out hold a sparse qkv's and fc's dY instead (see backward); the
+    // projections' inputs in bf16 where the projection runs in bf16 (see the top)
+    ProjectionInput<T> ln1_out, att_out, ln2_out, gelu_out;
+    Matrix<T> qkv_out, x_mid, fc_out, x_out;
     // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
     Matrix<T> g_mid, g_out;
   };
@@ -442,7 +455,7 @@ private:
   }
 
   // The X a projection of block b sees, and the buffer its dY is written to.
-  static Matrix<T>& input_buffer(Block& b, GPTProjection which) noexcept {
+  static const ProjectionInput<T>& input_buffer(const Block& b, GPTProjection which) noexcept {
     switch (which) {
       case GPTProjection::qkv: return b.ln1_out;
       case GPTProjection::proj: return b.att_out;
@@ -467,12 +480,23 @@ private:
     return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view();
   }
 
-  static void run_forward(Projection& p, ConstMatrixView<T> X, MatrixView<T> Y) {
-    std::visit([&](auto& layer) { layer.forward(X, Y); }, p);
+  static void run_forward(Projection& p, const ProjectionInput<T>& X, MatrixView<T> Y) {
+    X.visit([&](auto x) { std::visit([&](auto& layer) { layer.forward(x, Y); }, p); });
   }
-  static void run_backward(Projection& p, ConstMatrixView<T> X, ConstMatrixView<T> dY, MatrixView<T> dX,
+  static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> dY, MatrixView<T> dX,
                            FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
-    std::visit([&](auto& layer) { layer.backward(X, dY, dX, x_activation, x_derivative); }, p);
+    X.visit([&](auto x) { std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p); });
+  }
+  // Whether projection p's input is kept in bf16: it runs its products in bf16 (and the
+  // options asked for it).
+  bool bf16_input(const Projection& p) const noexcept {
+    if (!bf16_inputs_) return false;
+    return std::visit([](const auto& layer) {
+      if constexpr (std::is_same_v<T, float> && requires { layer.precision(); })
+        return layer.precision() == Precision::bf16;
+      else
+        return false;
+    }, p);
   }
 
   static void reshape(Matrix<T>& m, std::int64_t rows, std::int64_t cols) {
@@ -482,12 +506,15 @@ private:
   // Shapes every buffer for N columns (a no-op when N is unchanged).
   void shape_buffers(std::int64_t n) {
     const std::int64_t d = config_.d_model, f = config_.d_ff, v = config_.vocab;
+    const std::int64_t stride = Sequential<T, Index>::activation_stride(n);
     for (Block& b : blocks_) {
-      for (Matrix<T>* m : {&b.ln1_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.x_out, &b.g_mid, &b.g_out})
-        reshape(*m, d, n);
+      for (Matrix<T>* m : {&b.x_mid, &b.x_out, &b.g_mid, &b.g_out}) reshape(*m, d, n);
       reshape(b.qkv_out, 3 * d, n);
       reshape(b.fc_out, f, n);
-      reshape(b.gelu_out, f, n);
+      b.ln1_out.reshape(d, n, stride, bf16_input(b.qkv));
+      b.att_out.reshape(d, n, stride, bf16_input(b.proj));
+      b.ln2_out.reshape(d, n, stride, bf16_input(b.fc));
+      b.gelu_out.reshape(f, n, stride, bf16_input(b.fc_proj));
     }
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
@@ -559,6 +586,7 @@ private:
   bool backward_started_ = false;  // since the last forward (a second backward throws)
   bool backward_done_ = false;     // and finished: sparse_layers() shows the dY
   ModelScratch<T> scratch_;        // the sparse projections' packing buffer (see the top)
+  bool bf16_inputs_ = true;        // GPTOptions::bf16_inputs
 };
 
 }  // namespace sprig

@@ -41,6 +41,9 @@ struct GPTOptions {
   double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the four projections (set_precision; the head: fp32)
+  // With bf16 projections, keep their inputs in bf16 between forward and backward (GPT's
+  // "Buffers"): the same results in half the memory. false keeps them in float.
+  bool bf16_inputs = true;
 };
 
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).

@@ -81,10 +81,7 @@ public:
   // ArgumentError for act = gelu (not a forward epilogue).
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
-    if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
-      throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
-                                       X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
-    detail::check_forward_activation("Linear::forward", act);
+    check_forward(X, Y, act);
     if constexpr (std::is_same_v<T, float>)
       if (bf16_.bf16()) {
         forward_bf16(X, Y, act);
@@ -96,6 +93,17 @@ public:
     }
     gemm<T>(Trans::no, Trans::no, T(1), weight.view(), X, T(0), Y);
     detail::add_bias<T>(bias.value, Y, act);
+  }
+  // The same with X in bf16 (a model that keeps its activations in bf16,
+  // nn/projection_input.hpp): bitwise the float form's results for a float X that rounds to
+  // this X. Needs Precision::bf16 (else ArgumentError); throws as the float form.
+  void forward(ConstMatrixView<bfloat16> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("Linear::forward");
+    check_forward(X, Y, act);
+    forward_bf16(X, Y, act);
   }
 
   // With x_activation = relu (X is a ReLU's output), dX gets that ReLU's backward too:
@@ -126,6 +134,21 @@ public:
     gemm<T>(Trans::yes, Trans::no, T(1), weight.view(), dY, T(0), dX);
     detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
   }
+  // The same with X in bf16, as forward's bf16 form (x_activation relu reads X widened).
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {})
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("Linear::backward");
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message("Linear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
+                                       in_features(), "x", X.cols()));
+    detail::check_input_activation<T>("Linear::backward", x_activation, X, x_derivative);
+    check_backward_shapes(X, dY);
+    backward_bf16(X, dY, &dX);
+    detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+  }
 
   // Weight and bias gradients only (no dX: the first layer of a network). Throws ShapeError
   // as the three-argument form.
@@ -141,6 +164,13 @@ public:
     else
       gemm<T>(Trans::no, Trans::yes, T(1), dY, X, T(0), weight.grad_view());
     detail::sum_rows<T>(dY, bias.grad);
+  }
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("Linear::backward");
+    check_backward_shapes(X, dY);
+    backward_bf16(X, dY, nullptr);
   }
 
   // The precision of the layer's products (top of this file); fp32 by default. Switching
@@ -182,7 +212,15 @@ public:
 
 private:
   // The bf16 products (T = float): see the top of this file.
-  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+  template <class XT>
+  void check_forward(ConstMatrixView<XT> X, MatrixView<T> Y, FusedActivation act) const {
+    if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
+      throw ShapeError(detail::message("Linear::forward: layer is ", out_features(), "x", in_features(), ", X is ",
+                                       X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    detail::check_forward_activation("Linear::forward", act);
+  }
+  template <class XT>
+  void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
     const auto W = bf16_.shadow(weight.value.size());
     to_bfloat16(std::span<const float>(weight.value), W);
     const auto Xb = bf16_.rounded(X);
@@ -190,7 +228,8 @@ private:
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW = dY X^T, db, and dX = W^T dY when dX is given (no activation: the caller's pass).
-  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+  template <class In>
+  void backward_bf16(ConstMatrixView<In> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
     const auto W = bf16_.forwarded_shadow(weight.value.size(), "Linear::backward");
     const std::int64_t B = X.cols(), in = in_features(), out = out_features();
     bfloat16* buffer = bf16_.scratch().data(B * (in + out) + (dX ? in * out : 0));
@@ -206,7 +245,8 @@ private:
 
   Bf16Operands<T> bf16_;  // precision, bf16 shadow of W, rounded operands
 
-  void check_backward_shapes(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+  template <class XT>
+  void check_backward_shapes(ConstMatrixView<XT> X, ConstMatrixView<T> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("Linear::backward: layer is ", out_features(), "x", in_features(), ", X is ",
                                        X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));

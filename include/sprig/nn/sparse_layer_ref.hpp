@@ -21,7 +21,10 @@ namespace sprig {
 // SparseParameter is layer->weight), the input it saw and the gradient of its output.
 // For a block-sparse layer, `blocks` is the layer and `layer` its stand-in over the block
 // grid (BlockTopology), valid until the layer's next structural change; input and
-// output_grad are the layer's own, [in x B] and [out x B] in elements.
+// output_grad are the layer's own, [in x B] and [out x B] in elements. A model that keeps a
+// layer's input in bf16 (nn/projection_input.hpp) gives it as input_bf16 and leaves input
+// empty; consumers read either through input_rows() / input_cols() and, for the values,
+// float_input().
 template <Value T, ColumnIndex Index>
 struct SparseLayerRef {
   std::size_t position;      // where the layer sits in its model (the model documents it)
@@ -30,10 +33,24 @@ struct SparseLayerRef {
   ConstMatrixView<T> input;                   // X of the last forward   [in x B]
   ConstMatrixView<T> output_grad;             // dY of the last backward [out x B]
   BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
+  ConstMatrixView<bfloat16> input_bf16{};     // X in bf16, in place of input (see above)
 
   // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
   std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.matrix.rows(); }
   std::int64_t in_features() const noexcept { return blocks ? blocks->in_features() : layer->weight.matrix.cols(); }
+
+  // The shape of the input, whichever form holds it.
+  std::int64_t input_rows() const noexcept { return input_bf16.data() ? input_bf16.rows() : input.rows(); }
+  std::int64_t input_cols() const noexcept { return input_bf16.data() ? input_bf16.cols() : input.cols(); }
+  // The input in T: `input` itself, or input_bf16 widened (exactly) into `buffer`, reshaped
+  // here (a caller that reuses it allocates once). O(in x B) when it widens.
+  ConstMatrixView<T> float_input(Matrix<T>& buffer) const {
+    if (!input_bf16.data()) return input;
+    buffer.resize(input_bf16.rows(), input_bf16.cols());
+    for (std::int64_t i = 0; i < input_bf16.rows(); ++i)
+      for (std::int64_t j = 0; j < input_bf16.cols(); ++j) buffer(i, j) = static_cast<T>(static_cast<float>(input_bf16(i, j)));
+    return buffer.view();
+  }
 };
 
 // Throws ArgumentError naming `caller` and the index if two entries of `layers` (a model's

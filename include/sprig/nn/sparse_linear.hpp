@@ -176,18 +176,17 @@ public:
   // or for overlapping operands.
   void forward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<MatrixView<T>> Y,
                FusedActivation act = FusedActivation::none) {
-    if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
-      throw ShapeError(detail::message("SparseLinear::forward: layer is ", out_features(), "x", in_features(),
-                                       ", X is ", X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
-    // spmm checks these too, but only after the regrouping below has moved the slots
-    detail::check_forward_activation("SparseLinear::forward", act);
-    detail::check_spmm_operands("SparseLinear::forward", weight.matrix, X, Y);
-    if (X.cols() > 0) regroup(X.cols(), slot_log_);
-    if (bf16_.bf16()) {
-      if constexpr (std::is_same_v<T, float>) forward_bf16(X, Y, act);
-      return;
-    }
-    spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+    forward_of(X, Y, act);
+  }
+  // The same with X in bf16 (a model that keeps its activations in bf16,
+  // nn/projection_input.hpp): bitwise the float form's results for a float X that rounds to
+  // this X. Needs Precision::bf16 (else ArgumentError); throws as the float form.
+  void forward(ConstMatrixView<bfloat16> X, std::type_identity_t<MatrixView<T>> Y,
+               FusedActivation act = FusedActivation::none)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("SparseLinear::forward");
+    forward_of(X, Y, act);
   }
 
   // Weight and bias gradients (weight.grad, bias.grad: overwritten), and dX = W^T dY. With
@@ -202,24 +201,16 @@ public:
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
                 std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) {
-    if (dX.rows() != in_features() || dX.cols() != X.cols())
-      throw ShapeError(detail::message("SparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
-                                       in_features(), "x", X.cols()));
-    check_backward(X, dY);
-    if (bf16_.bf16()) {
-      if constexpr (std::is_same_v<T, float>) {
-        detail::check_input_activation<T>("SparseLinear::backward", x_activation, X, x_derivative);
-        detail::check_no_overlap("SparseLinear::backward", "dX", dX, "dY", dY);
-        detail::check_no_overlap("SparseLinear::backward", "dX", dX, "X", X);
-        backward_bf16(X, dY, &dX);
-        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
-      }
-      detail::sum_rows<T>(dY, bias.grad);
-      return;
-    }
-    sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
-             x_activation, x_derivative);
-    detail::sum_rows<T>(dY, bias.grad);
+    backward_of(X, dY, dX, x_activation, x_derivative);
+  }
+  // The same with X in bf16, as forward's bf16 form (x_activation relu reads X widened).
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY,
+                std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {})
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("SparseLinear::backward");
+    backward_of(X, dY, dX, x_activation, x_derivative);
   }
 
   // Weight and bias gradients only (no dX: the first layer of a network). Throws as the
@@ -233,6 +224,14 @@ public:
         return;
       }
     sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
+    detail::sum_rows<T>(dY, bias.grad);
+  }
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("SparseLinear::backward");
+    check_backward(X, dY);
+    backward_bf16(X, dY, nullptr);
     detail::sum_rows<T>(dY, bias.grad);
   }
 
@@ -313,8 +312,59 @@ public:
 private:
   static constexpr std::uint64_t kInitKey = 0x11A1'7EA2ULL;
 
-  // The checks both backward forms make before writing any gradient.
-  void check_backward(ConstMatrixView<T> X, ConstMatrixView<T> dY) const {
+  // forward for a float X (XT = T) or a bf16 one (the layer then in bf16: checked by the caller).
+  template <class XT>
+  void forward_of(ConstMatrixView<XT> X, MatrixView<T> Y, FusedActivation act) {
+    constexpr const char* fn = "SparseLinear::forward";
+    if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
+      throw ShapeError(detail::message(fn, ": layer is ", out_features(), "x", in_features(), ", X is ", X.rows(), "x",
+                                       X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
+    // the kernels check these too, but only after the regrouping below has moved the slots
+    detail::check_forward_activation(fn, act);
+    if constexpr (std::is_same_v<XT, T>) {
+      detail::check_spmm_operands(fn, weight.matrix, X, Y);
+    } else {
+      detail::check_no_overlap(fn, "the output", Y, "the input", X);
+      detail::check_no_overlap(fn, "the output", Y, "W's values", weight.matrix.values());
+    }
+    if (X.cols() > 0) regroup(X.cols(), slot_log_);
+    if (bf16_.bf16()) {
+      if constexpr (std::is_same_v<T, float>) forward_bf16(X, Y, act);
+      return;
+    }
+    if constexpr (std::is_same_v<XT, T>) spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+  }
+
+  // The three-argument backward for a float or a bf16 X (as forward_of).
+  template <class XT>
+  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<T> dY, MatrixView<T> dX, FusedActivation x_activation,
+                   ConstMatrixView<T> x_derivative) {
+    constexpr const char* fn = "SparseLinear::backward";
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message(fn, ": dX is ", dX.rows(), "x", dX.cols(), ", expected ", in_features(), "x",
+                                       X.cols()));
+    check_backward(X, dY);
+    if (bf16_.bf16()) {
+      if constexpr (std::is_same_v<T, float>) {
+        detail::check_input_activation<T>(fn, x_activation, X, x_derivative);
+        detail::check_no_overlap(fn, "dX", dX, "dY", dY);
+        detail::check_no_overlap(fn, "dX", dX, "X", X);
+        backward_bf16(X, dY, &dX);
+        detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+      }
+      detail::sum_rows<T>(dY, bias.grad);
+      return;
+    }
+    if constexpr (std::is_same_v<XT, T>) {
+      sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
+               x_activation, x_derivative);
+      detail::sum_rows<T>(dY, bias.grad);
+    }
+  }
+
+  // The checks every backward form makes before writing any gradient.
+  template <class XT>
+  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<T> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
@@ -322,14 +372,16 @@ private:
   }
 
   // The bf16 products (T = float): see the top of this file.
-  void forward_bf16(ConstMatrixView<float> X, MatrixView<float> Y, FusedActivation act) {
+  template <class XT>
+  void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
     const auto values = bf16_.shadow(static_cast<std::size_t>(weight.matrix.storage_size()));
     refresh_bf16_values(weight.matrix, values);
     const auto Xb = bf16_.rounded(X);
     bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_, RowEpilogue<float>{bias.value, act});
   }
   // dW at W's slots, and dX = W^T dY when dX is given (no activation: the caller's pass).
-  void backward_bf16(ConstMatrixView<float> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+  template <class XT>
+  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
     const auto values =
         bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);

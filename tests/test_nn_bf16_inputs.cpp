@@ -1,0 +1,261 @@
+// Layers and the GPT with their inputs kept in bf16 (nn/projection_input.hpp). SparseLinear,
+// BlockSparseLinear (8x8, 4x4, 8x1) and Linear (wide and narrow) in Precision::bf16 given a
+// bf16 X: forward, weight and bias gradients and dX bit for bit those of the same layer given
+// the float X that rounds to it (the float form rounds X itself), with no, ReLU and GELU input
+// activations and the two-argument backward; a bf16 X on an fp32 layer is an ArgumentError.
+// ProjectionInput: the stored values are the producer's rounded element by element, float
+// storage passes through, bad scratch / type errors. The GPT in bf16 with and without
+// GPTOptions::bf16_inputs: three AdamW steps give the same logits and weights bit for bit
+// (fixed topology), the inputs it shows DST are the float model's rounded, its activations
+// take (3 d_model + d_ff) x N x 2 bytes less per block, and a RigL update runs on them (the
+// dense gradient from the widened bf16 inputs).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sprig/core/rng.hpp"
+#include "sprig/dst/rigl.hpp"
+#include "sprig/nn/block_sparse_linear.hpp"
+#include "sprig/nn/gpt.hpp"
+#include "sprig/nn/linear.hpp"
+#include "sprig/nn/projection_input.hpp"
+#include "sprig/nn/softmax_cross_entropy.hpp"
+#include "sprig/nn/sparse_linear.hpp"
+#include "sprig/optim/adamw.hpp"
+
+using namespace sprig;
+
+namespace {
+
+Matrix<float> random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  Matrix<float> m(rows, cols);
+  CounterRng rng(seed, 3);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<float>(rng.uniform(-2.0, 2.0));
+  return m;
+}
+
+// X rounded to bf16, and that bf16 X widened back to float (exact).
+struct RoundedX {
+  Matrix<bfloat16> narrow;
+  Matrix<float> wide;
+};
+RoundedX rounded(const Matrix<float>& X) {
+  RoundedX r{Matrix<bfloat16>(X.rows(), X.cols()), Matrix<float>(X.rows(), X.cols())};
+  for (std::int64_t i = 0; i < X.rows(); ++i)
+    for (std::int64_t j = 0; j < X.cols(); ++j) {
+      r.narrow(i, j) = bfloat16(X(i, j));
+      r.wide(i, j) = static_cast<float>(r.narrow(i, j));
+    }
+  return r;
+}
+
+std::vector<std::uint32_t> bits(const float* p, std::int64_t n) {
+  std::vector<std::uint32_t> out(static_cast<std::size_t>(n));
+  std::memcpy(out.data(), p, static_cast<std::size_t>(n) * sizeof(float));
+  return out;
+}
+std::vector<std::uint32_t> bits(const Matrix<float>& m) { return bits(m.data(), m.rows() * m.stride()); }
+
+template <class L>
+std::vector<std::uint32_t> grads(const L& layer) {
+  auto g = bits(layer.weight.grad.data(), std::ssize(layer.weight.grad));
+  const auto b = bits(layer.bias.grad.data(), std::ssize(layer.bias.grad));
+  g.insert(g.end(), b.begin(), b.end());
+  return g;
+}
+
+// Two bf16 layers made alike by `make`, one given the bf16 X and one the float X it came from:
+// the same bits everywhere, for each input activation and the two-argument backward.
+template <class Make>
+void check_same_bits(Make make, std::int64_t in, std::int64_t out) {
+  auto a = make(), b = make();
+  a.set_precision(Precision::bf16);
+  b.set_precision(Precision::bf16);
+  const std::int64_t B = 19;
+  const auto X = rounded(random_matrix(in, B, 5));
+  const auto dY = random_matrix(out, B, 6);
+  const auto deriv = random_matrix(in, B, 7);
+  for (const auto act : {FusedActivation::none, FusedActivation::relu, FusedActivation::gelu}) {
+    CAPTURE(static_cast<int>(act));
+    Matrix<float> Ya(out, B), Yb(out, B), dXa(in, B), dXb(in, B);
+    a.forward(X.narrow.view(), Ya.view());
+    b.forward(X.wide.view(), Yb.view());
+    CHECK(bits(Ya) == bits(Yb));
+    const ConstMatrixView<float> d = act == FusedActivation::gelu ? deriv.view() : ConstMatrixView<float>{};
+    a.backward(X.narrow.view(), dY.view(), dXa.view(), act, d);
+    b.backward(X.wide.view(), dY.view(), dXb.view(), act, d);
+    CHECK(bits(dXa) == bits(dXb));
+    CHECK(grads(a) == grads(b));
+  }
+  Matrix<float> Ya(out, B), Yb(out, B);
+  a.forward(X.narrow.view(), Ya.view(), FusedActivation::relu);
+  b.forward(X.wide.view(), Yb.view(), FusedActivation::relu);
+  CHECK(bits(Ya) == bits(Yb));
+  a.backward(X.narrow.view(), dY.view());
+  b.backward(X.wide.view(), dY.view());
+  CHECK(grads(a) == grads(b));
+  // shapes are checked as for a float X
+  CHECK_THROWS_AS(a.forward(X.narrow.view().block(0, 0, in - 1, B), Ya.view()), ShapeError);
+
+  // an fp32 layer refuses a bf16 X, naming the precision it needs
+  auto f = make();
+  Matrix<float> dX(in, B);
+  CHECK_THROWS_WITH(f.forward(X.narrow.view(), Ya.view()), Catch::Contains("Precision::bf16"));
+  CHECK_THROWS_AS(f.backward(X.narrow.view(), dY.view(), dX.view()), ArgumentError);
+  CHECK_THROWS_AS(f.backward(X.narrow.view(), dY.view()), ArgumentError);
+}
+
+constexpr GPTConfig kConfig{.layers = 2, .heads = 2, .d_model = 16, .d_ff = 40, .block_size = 8, .vocab = 11};
+
+struct Batch {
+  std::vector<std::int32_t> tokens;
+  std::vector<int> labels;
+};
+Batch batch() {
+  Batch b{std::vector<std::int32_t>(3 * 8), std::vector<int>(3 * 8)};
+  for (std::size_t n = 0; n < b.tokens.size(); ++n) {
+    b.tokens[n] = static_cast<std::int32_t>((7 * n + 3) % 11);
+    b.labels[n] = static_cast<int>((5 * n + 1) % 11);
+  }
+  return b;
+}
+
+// Logits after `steps` AdamW steps, then every parameter value, as bits.
+template <class M>
+std::vector<std::uint32_t> train(M& m, int steps) {
+  const Batch data = batch();
+  SoftmaxCrossEntropy<float> ce;
+  AdamW<float> opt({.lr = 1e-2});
+  for (int s = 0; s < steps; ++s) {
+    const auto Z = m.forward(data.tokens, 3, 8);
+    ce.forward_backward(Z, data.labels, m.output_grad());
+    m.backward();
+    opt.step(m);
+  }
+  const auto Z = m.forward(data.tokens, 3, 8);
+  std::vector<std::uint32_t> out;
+  for (std::int64_t i = 0; i < Z.rows(); ++i) {
+    const auto r = bits(Z.row(i), Z.cols());
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  m.for_each_parameter([&](const auto& p) {
+    if constexpr (requires { p.value; }) {
+      const auto v = bits(p.value.data(), std::ssize(p.value));
+      out.insert(out.end(), v.begin(), v.end());
+    } else {
+      const auto v = bits(p.matrix.values().data(), std::ssize(p.matrix.values()));
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 layers given a bf16 X: the same bits as given the float X it rounds from",
+          "[nn][bf16][bf16_inputs]") {
+  SECTION("SparseLinear") {
+    check_same_bits([] { return SparseLinear<float, std::int32_t>(37, 29, {.density = 0.3, .seed = 3}); }, 37, 29);
+  }
+  SECTION("BlockSparseLinear 8x8") {
+    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 8, 8>(40, 24, {.density = 0.4, .seed = 3}); }, 40,
+                    24);
+  }
+  SECTION("BlockSparseLinear 4x4") {
+    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 4, 4>(37, 29, {.density = 0.4, .seed = 3}); }, 37,
+                    29);
+  }
+  SECTION("BlockSparseLinear 8x1") {
+    check_same_bits([] { return BlockSparseLinear<float, std::int16_t, 8, 1>(37, 29, {.density = 0.4, .seed = 3}); }, 37,
+                    29);
+  }
+  SECTION("Linear, wide and narrow") {
+    check_same_bits([] { return Linear<float>(37, 29, 5); }, 37, 29);
+    check_same_bits([] { return Linear<float>(37, 5, 5); }, 37, 5);
+  }
+}
+
+TEST_CASE("ProjectionInput: bf16 storage holds the producer's values rounded, float storage passes through",
+          "[nn][bf16][bf16_inputs]") {
+  const auto source = random_matrix(5, 13, 9);
+  Matrix<float> scratch(5, 13);
+  ProjectionInput<float> in;
+  in.reshape(5, 13, 16, true);
+  REQUIRE(in.bf16());
+  in.write([&](MatrixView<float> y) {
+    for (std::int64_t i = 0; i < 5; ++i)
+      for (std::int64_t j = 0; j < 13; ++j) y(i, j) = source(i, j);
+  }, scratch.view());
+  const auto narrow = in.narrow();
+  REQUIRE(narrow.rows() == 5);
+  CHECK(in.wide().data() == nullptr);
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 13; ++j) CHECK(narrow(i, j).bits == bfloat16(source(i, j)).bits);
+  CHECK(in.memory_bytes() == 5 * 16 * 2);
+  Matrix<float> small(4, 13);
+  CHECK_THROWS_AS(in.write([](MatrixView<float>) {}, small.view()), ShapeError);
+
+  in.reshape(5, 13, 16, false);  // float: the producer writes the buffer itself, the scratch is not used
+  in.write([&](MatrixView<float> y) { y(2, 3) = 7.5f; }, MatrixView<float>{});
+  CHECK(in.wide()(2, 3) == 7.5f);
+  CHECK(in.narrow().data() == nullptr);
+  CHECK(in.visit([](auto v) { return v.cols(); }) == 13);
+
+  ProjectionInput<double> d;
+  CHECK_THROWS_AS(d.reshape(2, 2, 2, true), ArgumentError);
+}
+
+TEST_CASE("GPT in bf16 keeps its projections' inputs in bf16: the same bits, less memory, DST on them",
+          "[nn][gpt][bf16][bf16_inputs]") {
+  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 1.0, .fc = 0.3, .fc_proj = 0.4});
+  const auto make = [&](bool bf16_inputs) {
+    return GPT<float>(kConfig, dens, {.seed = 4, .growth_reserve = 0.5, .precision = Precision::bf16,
+                                      .bf16_inputs = bf16_inputs});
+  };
+  auto narrow = make(true), wide = make(false);
+  CHECK(train(narrow, 3) == train(wide, 3));
+
+  // DST sees the float model's inputs rounded; a bf16 input leaves `input` empty
+  const Batch data = batch();
+  SoftmaxCrossEntropy<float> ce;
+  for (auto* m : {&narrow, &wide}) {
+    const auto Z = m->forward(data.tokens, 3, 8);
+    ce.forward_backward(Z, data.labels, m->output_grad());
+    m->backward();
+  }
+  const auto a = narrow.sparse_layers(), b = wide.sparse_layers();
+  REQUIRE(a.size() == 6);  // proj is dense
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CAPTURE(k);
+    CHECK(a[k].input.data() == nullptr);
+    CHECK(b[k].input_bf16.data() == nullptr);
+    REQUIRE(a[k].input_rows() == b[k].input_rows());
+    REQUIRE(a[k].input_cols() == 24);
+    for (std::int64_t i = 0; i < b[k].input.rows(); ++i)
+      for (std::int64_t j = 0; j < 24; ++j) CHECK(a[k].input_bf16(i, j).bits == bfloat16(b[k].input(i, j)).bits);
+  }
+
+  // per block: LN1, attention and LN2 outputs (d_model) and the GELU output (d_ff), 2 bytes
+  // less per value (Sequential's activation stride for N = 24 is 24 here)
+  const std::int64_t per_block = (3 * kConfig.d_model + kConfig.d_ff) * 24 * 2;
+  CHECK(wide.memory_bytes() - narrow.memory_bytes() >= kConfig.layers * per_block);
+
+  // a RigL update reads the bf16 inputs (widened) and changes the topology
+  AdamW<float> opt({.lr = 1e-2});
+  dst::RigL<float, std::int32_t> rigl({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 1);
+  std::vector<TopologyKey> before;
+  for (const auto& r : narrow.sparse_layers()) before.push_back(r.layer->weight.matrix.topology_key());
+  REQUIRE_NOTHROW(dst::apply_step(rigl, opt, narrow, 0));
+  std::size_t changed = 0;
+  const auto after = narrow.sparse_layers();
+  for (std::size_t k = 0; k < after.size(); ++k) changed += after[k].layer->weight.matrix.topology_key() != before[k];
+  CHECK(changed > 0);
+  const auto Z = narrow.forward(data.tokens, 3, 8);
+  CHECK(std::isfinite(Z(0, 0)));
+}
