@@ -157,22 +157,21 @@ std::vector<std::uint32_t> train(M& m, int steps) {
 
 }  // namespace
 
-TEST_CASE("bf16 layers given a bf16 X: the same bits as given the float X it rounds from",
-          "[nn][bf16][bf16_inputs]") {
+TEST_CASE("bf16 layers given a bf16 X: the same bits as given the float X it rounds from", "[nn][bf16][bf16_inputs]") {
   SECTION("SparseLinear") {
     check_same_bits([] { return SparseLinear<float, std::int32_t>(37, 29, {.density = 0.3, .seed = 3}); }, 37, 29);
   }
   SECTION("BlockSparseLinear 8x8") {
-    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 8, 8>(40, 24, {.density = 0.4, .seed = 3}); }, 40,
-                    24);
+    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 8, 8>(40, 24, {.density = 0.4, .seed = 3}); },
+                    40, 24);
   }
   SECTION("BlockSparseLinear 4x4") {
-    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 4, 4>(37, 29, {.density = 0.4, .seed = 3}); }, 37,
-                    29);
+    check_same_bits([] { return BlockSparseLinear<float, std::int32_t, 4, 4>(37, 29, {.density = 0.4, .seed = 3}); },
+                    37, 29);
   }
   SECTION("BlockSparseLinear 8x1") {
-    check_same_bits([] { return BlockSparseLinear<float, std::int16_t, 8, 1>(37, 29, {.density = 0.4, .seed = 3}); }, 37,
-                    29);
+    check_same_bits([] { return BlockSparseLinear<float, std::int16_t, 8, 1>(37, 29, {.density = 0.4, .seed = 3}); },
+                    37, 29);
   }
   SECTION("Linear, wide and narrow") {
     check_same_bits([] { return Linear<float>(37, 29, 5); }, 37, 29);
@@ -187,10 +186,12 @@ TEST_CASE("ProjectionInput: bf16 storage holds the producer's values rounded, fl
   ProjectionInput<float> in;
   in.reshape(5, 13, 16, true);
   REQUIRE(in.bf16());
-  in.write([&](MatrixView<float> y) {
-    for (std::int64_t i = 0; i < 5; ++i)
-      for (std::int64_t j = 0; j < 13; ++j) y(i, j) = source(i, j);
-  }, scratch.view());
+  in.write(
+      [&](MatrixView<float> y) {
+        for (std::int64_t i = 0; i < 5; ++i)
+          for (std::int64_t j = 0; j < 13; ++j) y(i, j) = source(i, j);
+      },
+      scratch.view());
   const auto narrow = in.narrow();
   REQUIRE(narrow.rows() == 5);
   CHECK(in.wide().data() == nullptr);
@@ -214,8 +215,8 @@ TEST_CASE("GPT in bf16 keeps its projections' inputs in bf16: the same bits, les
           "[nn][gpt][bf16][bf16_inputs]") {
   const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 1.0, .fc = 0.3, .fc_proj = 0.4});
   const auto make = [&](bool bf16_inputs) {
-    return GPT<float>(kConfig, dens, {.seed = 4, .growth_reserve = 0.5, .precision = Precision::bf16,
-                                      .bf16_inputs = bf16_inputs});
+    return GPT<float>(kConfig, dens,
+                      {.seed = 4, .growth_reserve = 0.5, .precision = Precision::bf16, .bf16_inputs = bf16_inputs});
   };
   auto narrow = make(true), wide = make(false);
   CHECK(train(narrow, 3) == train(wide, 3));

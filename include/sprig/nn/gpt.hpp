@@ -485,7 +485,9 @@ private:
   }
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> dY, MatrixView<T> dX,
                            FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
-    X.visit([&](auto x) { std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p); });
+    X.visit([&](auto x) {
+      std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p);
+    });
   }
   // Whether projection p's input is kept in bf16: it runs its products in bf16 (and the
   // options asked for it).

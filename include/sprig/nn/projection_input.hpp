@@ -33,8 +33,7 @@ public:
   // Shapes the buffer rows x cols (row stride `stride`), in bf16 when `bf16` (T = float only;
   // else ArgumentError); the other storage is released. Contents unspecified after a change.
   void reshape(std::int64_t rows, std::int64_t cols, std::int64_t stride, bool bf16) {
-    if (bf16 && !std::is_same_v<T, float>)
-      throw ArgumentError("ProjectionInput: bf16 storage needs a float model");
+    if (bf16 && !std::is_same_v<T, float>) throw ArgumentError("ProjectionInput: bf16 storage needs a float model");
     bf16_ = bf16;
     if (bf16) {
       if (narrow_.rows() != rows || narrow_.cols() != cols) narrow_.resize(rows, cols, stride);

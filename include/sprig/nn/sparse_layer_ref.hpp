@@ -48,7 +48,8 @@ struct SparseLayerRef {
     if (!input_bf16.data()) return input;
     buffer.resize(input_bf16.rows(), input_bf16.cols());
     for (std::int64_t i = 0; i < input_bf16.rows(); ++i)
-      for (std::int64_t j = 0; j < input_bf16.cols(); ++j) buffer(i, j) = static_cast<T>(static_cast<float>(input_bf16(i, j)));
+      for (std::int64_t j = 0; j < input_bf16.cols(); ++j)
+        buffer(i, j) = static_cast<T>(static_cast<float>(input_bf16(i, j)));
     return buffer.view();
   }
 };
