@@ -1,5 +1,8 @@
 // bench_attention: the causal attention core, new (nn/attention.hpp) against the previous
-// implementation (tests/attention_reference.hpp), forward and backward at one shape.
+// implementation (tests/attention_reference.hpp), forward and backward at one shape, and the
+// new one in bf16 (CausalSelfAttention::set_precision) on each path: `bf16-portable`
+// (float kernels on rounded operands) and `bf16-avx512` (reported as an error where the CPU
+// lacks AVX512-BF16).
 //
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 //
@@ -10,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/rng.hpp"
@@ -48,10 +52,21 @@ struct Operands {
   double forward_flops() const { return 2.0 * 2.0 * double(B * heads * dh) * double(T * (T + 1) / 2); }
 };
 
-template <class Layer, bool Backward>
+enum class Mode { fp32, bf16_portable, bf16_avx512 };
+
+template <class Layer, bool Backward, Mode M = Mode::fp32>
 void BM_attention(benchmark::State& state) {
   Operands o(state.range(0), state.range(1), state.range(2), state.range(3));
   Layer layer(o.dm, o.heads);
+  if constexpr (M != Mode::fp32) {
+    const auto path =
+        M == Mode::bf16_avx512 ? sprig::Bf16AttentionPath::avx512_bf16 : sprig::Bf16AttentionPath::portable;
+    if (const std::string why = sprig::bf16_attention_unavailable_reason(path); !why.empty()) {
+      state.SkipWithError(("NOT RUN: " + why).c_str());
+      return;
+    }
+    layer.set_precision(sprig::Precision::bf16, path);
+  }
   layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
   for (auto _ : state) {
     if constexpr (Backward)
@@ -76,6 +91,10 @@ BENCHMARK_TEMPLATE(BM_attention, Old, false)->Name("forward/old")->Apply(shapes)
 BENCHMARK_TEMPLATE(BM_attention, New, false)->Name("forward/new")->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, Old, true)->Name("backward/old")->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, New, true)->Name("backward/new")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, false, Mode::bf16_portable)->Name("forward/bf16-portable")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, false, Mode::bf16_avx512)->Name("forward/bf16-avx512")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, true, Mode::bf16_portable)->Name("backward/bf16-portable")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, true, Mode::bf16_avx512)->Name("backward/bf16-avx512")->Apply(shapes);
 
 }  // namespace
 

@@ -44,8 +44,8 @@
 // (forward(X, Y) and backward(X, dY, dX, gelu-fusion) on the model's own Linear /
 // SparseLinear objects, so their caches and workspaces are the ones the model's step uses),
 // final norm, head and the model's parameters for clipping and AdamW; per block LayerNorms
-// and CausalSelfAttention objects of the profiler's own (the model's are private; their cost
-// does not depend on the values) and activation buffers shaped as the model shapes its own.
+// and CausalSelfAttention objects of the profiler's own in the model's precision (the model's
+// are private; their cost does not depend on the values) and activation buffers shaped as the model shapes its own.
 // fc_proj's backward applies the GELU's backward in its dX pass (FusedActivation::gelu) as in
 // the model, so "GELU" is the forward only. The profile runs --steps steps after one warm-up
 // step, each followed by one of the model's own steps (timed, so drift and other load hit
@@ -348,10 +348,15 @@ public:
   using Model = sprig::GPT<T, Index, SparseLayer>;
   using Projection = typename Model::Projection;
 
-  explicit Profiler(Model& model) : m_(model) {
+  // attention: the model's attention precision (bf16 where its projections are, as
+  // GPTOptions::bf16_attention's default gives).
+  Profiler(Model& model, sprig::Precision attention) : m_(model) {
     const sprig::GPTConfig& c = model.config();
     blocks_.reserve(static_cast<std::size_t>(c.layers));
-    for (std::int64_t l = 0; l < c.layers; ++l) blocks_.emplace_back(c.d_model, c.heads);
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+      blocks_.emplace_back(c.d_model, c.heads);
+      blocks_.back().attn.set_precision(attention);
+    }
   }
 
   // steps profiled steps after one warm-up, each followed by one timed model_step() (the
@@ -623,7 +628,7 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
     r.activation_bytes = model.memory_bytes() - r.pm.weights - r.pm.optimizer_state - r.pm.gradients - r.scratch_bytes;
     r.peak_rss_bytes = peak_rss_bytes();
     if (profile) {
-      Profiler<Index, SparseLayer> p(model);
+      Profiler<Index, SparseLayer> p(model, v.precision);
       r.profile = p.run(data, o.batch, o.block, opt, o.clip, o.steps, step);
       r.has_profile = true;
     }

@@ -240,6 +240,7 @@ void attention_transposed_sum(AttentionBlockTriangle<T> P, const T* x, std::int6
 // Softmax over the keys k <= q of every query q, in place: P(k, q) = exp(scale (S(k, q) -
 // m_q)) / sum_{k' <= q} exp(scale (S(k', q) - m_q)) with m_q = max_{k <= q} S(k, q), and 0
 // below the key. m and sum are scratch of padded() entries. k ascending in every reduction.
+// P's group width is the SIMD width or a multiple of it (the bf16 core's 32).
 template <class T, class Arch = KernelArch>
 void attention_softmax(AttentionBlockTriangle<T> P, T scale, T* m, T* sum) noexcept {
   const std::int64_t t = P.t;
@@ -254,20 +255,19 @@ void attention_softmax(AttentionBlockTriangle<T> P, T scale, T* m, T* sum) noexc
     const V lanes = V::load_aligned(lane_index), lowest(std::numeric_limits<T>::lowest()), zero(T(0)), sc(scale);
     std::fill(m, m + tp, std::numeric_limits<T>::lowest());
     std::fill(sum, sum + tp, T(0));
-    for (std::int64_t k = 0; k < t; ++k) {  // the diagonal register keeps the lanes q >= k
+    for (std::int64_t k = 0; k < t; ++k) {  // the registers at or below the key keep the lanes q >= k
       const T* p = P.row(k);
-      const std::int64_t q0 = P.start(k);
-      const V first = xsimd::select(lanes >= V(T(k - q0)), V::load_unaligned(p + q0), lowest);
-      xsimd::max(V::load_unaligned(m + q0), first).store_unaligned(m + q0);
-      for (std::int64_t q = q0 + w; q < tp; q += w)
-        xsimd::max(V::load_unaligned(m + q), V::load_unaligned(p + q)).store_unaligned(m + q);
+      for (std::int64_t q = P.start(k); q < tp; q += w) {
+        V s = V::load_unaligned(p + q);
+        if (q <= k) s = xsimd::select(lanes >= V(T(k - q)), s, lowest);
+        xsimd::max(V::load_unaligned(m + q), s).store_unaligned(m + q);
+      }
     }
     for (std::int64_t k = 0; k < t; ++k) {
       T* p = P.row(k);
-      const std::int64_t q0 = P.start(k);
-      for (std::int64_t q = q0; q < tp; q += w) {
+      for (std::int64_t q = P.start(k); q < tp; q += w) {
         V e = xsimd::exp(sc * (V::load_unaligned(p + q) - V::load_unaligned(m + q)));
-        if (q == q0) e = xsimd::select(lanes >= V(T(k - q0)), e, zero);
+        if (q <= k) e = xsimd::select(lanes >= V(T(k - q)), e, zero);
         e.store_unaligned(p + q);
         (V::load_unaligned(sum + q) + e).store_unaligned(sum + q);
       }
@@ -281,6 +281,7 @@ void attention_softmax(AttentionBlockTriangle<T> P, T scale, T* m, T* sum) noexc
     return;
   }
 #endif
+  for (std::int64_t k = 0; k < t; ++k) std::fill(P.row(k) + P.start(k), P.row(k) + k, T(0));
   std::copy(P.row(0), P.row(0) + t, m);
   for (std::int64_t k = 1; k < t; ++k)
     for (std::int64_t q = k; q < t; ++q) m[q] = std::max(m[q], P.row(k)[q]);

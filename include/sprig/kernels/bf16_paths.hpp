@@ -1,7 +1,7 @@
 // sprig/kernels/bf16_paths.hpp — which instruction paths the bf16 kernels may take on this CPU
-// and OS: Bf16GemmPath, Bf16SddmmPath, Bf16BlockPath, path_name, and detail::bf16_gemm_reason (why a path
-// cannot run, empty when it can; probed once per process: CPUID, XCR0 and, for AMX, Linux's
-// grant of the tile state, which the probe asks for). Part of kernels/bf16_gemm.hpp and
+// and OS: Bf16GemmPath, Bf16SddmmPath, Bf16BlockPath, Bf16AttentionPath, path_name, and
+// detail::bf16_gemm_reason (why a path cannot run, empty when it can; probed once per process:
+// CPUID, XCR0 and, for AMX, Linux's grant of the tile state, which the probe asks for). Part of kernels/bf16_gemm.hpp and
 // kernels/bf16_sddmm.hpp, which state their paths.
 #pragma once
 
@@ -60,6 +60,15 @@ enum class Bf16BlockPath { portable, avx512_bf16 };
 // "portable", "avx512_bf16".
 constexpr const char* path_name(Bf16BlockPath p) noexcept {
   return p == Bf16BlockPath::avx512_bf16 ? "avx512_bf16" : "portable";
+}
+
+// The instruction paths of the bf16 attention core (kernels/bf16_attention.hpp,
+// nn/attention.hpp).
+enum class Bf16AttentionPath { portable, avx512_bf16 };
+
+// "portable", "avx512_bf16".
+constexpr const char* path_name(Bf16AttentionPath p) noexcept {
+  return p == Bf16AttentionPath::avx512_bf16 ? "avx512_bf16" : "portable";
 }
 
 namespace detail {

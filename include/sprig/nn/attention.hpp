@@ -38,6 +38,15 @@
 // MB at B 8, 10 heads, T 128. The scratch per thread is 4 head copies, one triangle (dS) and
 // two vectors, kept between calls.
 //
+// Precision::bf16 (set_precision; a float core only): Q, K, V and dOut rounded to bf16, P and
+// s dS rounded to bf16 before the products that read them, every sum and the softmax in
+// float, P cached in bf16 (half the cache). Two paths (bf16_attention_path()): avx512_bf16
+// runs kernels/bf16_attention.hpp's `vdpbf16ps` products on bf16 copies laid out in pairs
+// along each product's reduction; portable runs the float kernels above on the rounded
+// values. The paths round the same operands and sum in different orders, so a float score
+// may round P to the neighbouring bf16: they agree to about one bf16 ulp per term, not bit
+// for bit. Each path is bitwise identical for any thread count.
+//
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
 // disjoint row blocks of one matrix, as a fused QKV projection gives, are fine).
@@ -59,13 +68,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
 
 #include "../core/aligned_allocator.hpp"
 #include "../core/concepts.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../core/precision.hpp"
 #include "../kernels/attention.hpp"
+#include "../kernels/bf16_attention.hpp"
 #include "../kernels/simd.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -95,6 +109,24 @@ public:
   std::int64_t heads() const noexcept { return heads_; }
   std::int64_t head_dim() const noexcept { return d_head_; }
 
+  // Precision::bf16 (float only): Q, K, V, dOut, P and dS rounded to bf16 for the products,
+  // every sum in float, P cached in bf16; on bf16_attention_path(), or `path` (tests,
+  // benchmarks). Invalidates the cache (backward needs a forward after it). Throws
+  // ArgumentError for bf16 on a double core or a path not available here.
+  void set_precision(Precision p, Bf16AttentionPath path = bf16_attention_path()) {
+    if (p == Precision::bf16 && !std::is_same_v<T, float>)
+      throw ArgumentError("CausalSelfAttention::set_precision: bf16 needs a float core, this one is double");
+    if (const std::string why = bf16_attention_unavailable_reason(path); p == Precision::bf16 && !why.empty())
+      throw ArgumentError(detail::message("CausalSelfAttention::set_precision: the ", path_name(path),
+                                          " path is not available: ", why));
+    precision_ = p;
+    path_ = path;
+    cached_b_ = cached_t_ = 0;
+  }
+  Precision precision() const noexcept { return precision_; }
+  // The bf16 path in use (meaningful in Precision::bf16).
+  Bf16AttentionPath bf16_path() const noexcept { return path_; }
+
   // Out = the causal attention of Q, K, V over B sequences of T tokens (header comment), and
   // the probabilities cached for backward. Throws ArgumentError for B or T < 1, ShapeError
   // unless Q, K, V and Out are all d_model x (B*T), ArgumentError if Out overlaps an input.
@@ -114,7 +146,10 @@ public:
     detail::check_no_overlap(fn, "Out", Out, "V", V);
     cached_b_ = cached_t_ = 0;  // no valid cache until this forward has run
     prepare(B, T_len);
-    run_pairs([&](std::int64_t pair, T* scratch) { forward_pair(pair, Q, K, V, Out, scratch); });
+    if (fast_bf16())
+      run_pairs([&](std::int64_t pair, T* scratch) { forward_pair_dp(pair, Q, K, V, Out, scratch); });
+    else
+      run_pairs([&](std::int64_t pair, T* scratch) { forward_pair(pair, Q, K, V, Out, scratch); });
     cached_b_ = B;
     cached_t_ = T_len;
   }
@@ -146,12 +181,16 @@ public:
       for (int p = o + 1; p < 3; ++p)
         detail::check_no_overlap(fn, output_names[o], outputs[o], output_names[p], outputs[p]);
     }
-    run_pairs([&](std::int64_t pair, T* scratch) { backward_pair(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
+    if (fast_bf16())
+      run_pairs([&](std::int64_t pair, T* scratch) { backward_pair_dp(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
+    else
+      run_pairs([&](std::int64_t pair, T* scratch) { backward_pair(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
   }
 
   // Bytes of the probability cache and the scratch (allocation capacity).
   std::int64_t memory_bytes() const noexcept {
-    return static_cast<std::int64_t>((probs_.capacity() + scratch_.capacity()) * sizeof(T));
+    return static_cast<std::int64_t>((probs_.capacity() + scratch_.capacity()) * sizeof(T) +
+                                     (probs16_.capacity() + scratch16_.capacity()) * sizeof(bfloat16));
   }
 
 private:
@@ -179,11 +218,19 @@ private:
 
   // Sizes the cache for B sequences of T_len tokens (allocating only when it grows) and sets
   // the scratch's per-thread stride.
+  bool bf16() const noexcept { return precision_ == Precision::bf16; }
+  bool fast_bf16() const noexcept { return bf16() && path_ == Bf16AttentionPath::avx512_bf16; }
+
   void prepare(std::int64_t B, std::int64_t T_len) {
     t_ = T_len;
     pairs_ = B * heads_;
+    if (fast_bf16()) return prepare_dp();
     const auto probs = static_cast<std::size_t>(pairs_ * triangle(T_len));
-    if (probs_.size() < probs) probs_.resize(probs);
+    if (bf16()) {  // the portable bf16 path: P cached in bf16, a second float triangle for it in backward
+      if (probs16_.size() < probs) probs16_.resize(probs);
+    } else if (probs_.size() < probs) {
+      probs_.resize(probs);
+    }
     // Per thread: the head copies (below), one triangle (dS) and two vectors of the padded
     // length, in whole 64-byte lines (no false sharing). A copy's rows are T rounded up to a
     // line (a whole number of SIMD registers), plus a line when that is a multiple of 512
@@ -197,10 +244,36 @@ private:
     if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;
     const std::int64_t tri = (triangle(T_len) + line - 1) / line * line;
     const std::int64_t vec = (T_len + line - 1) / line * line;
-    scratch_stride_ = 4 * d_head_ * head_stride_ + tri + 2 * vec;
+    scratch_stride_ = 4 * d_head_ * head_stride_ + (bf16() ? 2 : 1) * tri + 2 * vec;
     triangle_at_ = 4 * d_head_ * head_stride_;
     vector_at_ = triangle_at_ + tri;
     sums_at_ = vector_at_ + vec;
+    probs_at_ = sums_at_ + vec;
+  }
+
+  // The AVX512-BF16 path's scratch (kernels/bf16_attention.hpp's layouts): per thread, float:
+  // a triangle of group width 32 and two vectors; bf16: three head copies in d pairs, three
+  // natural ones, and a row triangle and a pair triangle of dS (P's pairs in forward).
+  void prepare_dp() {
+    const std::int64_t t = t_, tri = detail::bf16_attention_triangle<T>(nullptr, t).size();
+    const auto probs = static_cast<std::size_t>(pairs_ * tri);
+    if (probs16_.size() < probs) probs16_.resize(probs);
+    constexpr std::int64_t line = 32;  // bf16 in a 64-byte line, and the triangles' group width
+    const std::int64_t tp = (t + line - 1) / line * line;
+    head_stride_ = tp % 256 == 0 ? tp + line : tp;  // no 512-byte row stride (L1 sets)
+    pair_stride_ = 2 * head_stride_;
+    const std::int64_t pair_copy = (d_head_ + 1) / 2 * pair_stride_, natural = d_head_ * head_stride_;
+    const std::int64_t tri_lines = (tri + line - 1) / line * line;
+    const std::int64_t pair_tri = (detail::Bf16PairTriangle{nullptr, t}.size() + line - 1) / line * line;
+    scratch16_stride_ = 3 * pair_copy + 3 * natural + tri_lines + pair_tri;
+    natural_at_ = 3 * pair_copy;
+    row_tri_at_ = natural_at_ + 3 * natural;
+    pair_tri_at_ = row_tri_at_ + tri_lines;
+    const std::int64_t vec = tp;
+    triangle_at_ = 0;
+    vector_at_ = tri_lines;  // float lines are 16 entries: tri_lines (a multiple of 32) keeps them whole
+    sums_at_ = vector_at_ + vec;
+    scratch_stride_ = sums_at_ + vec;
   }
 
   // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_, and 0 for j in
@@ -220,6 +293,8 @@ private:
     const std::int64_t stride = scratch_stride_;
     const auto needed = static_cast<std::size_t>(stride * threads);
     if (scratch_.size() < needed) scratch_.resize(needed);
+    if (fast_bf16() && scratch16_.size() < static_cast<std::size_t>(scratch16_stride_ * threads))
+      scratch16_.resize(static_cast<std::size_t>(scratch16_stride_ * threads));
     T* scratch = scratch_.data();
 #if SPRIG_HAS_OPENMP
     const std::int64_t work = pairs_ * d_head_ * triangle(t_);
@@ -238,16 +313,24 @@ private:
                     MatrixView<T> Out, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
-    const auto P = triangle_at(probs_.data() + pair * triangle(t), t);
+    const std::int64_t n = triangle(t);
+    const auto P = triangle_at(bf16() ? scratch + triangle_at_ : probs_.data() + pair * n, t);
     T* q_h = scratch;
     T* k_h = q_h + dh * hs;
     T* v_h = k_h + dh * hs;
     copy_head(Q, r0, c0, q_h);
     copy_head(K, r0, c0, k_h);
     copy_head(V, r0, c0, v_h);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16()) detail::round_to_bfloat16(q_h, 3 * dh * hs);
     // raw scores P(k, q) = K_h[:, k] . Q_h[:, q], then the causal softmax of every query
     detail::attention_scores(k_h, q_h, hs, dh, P);
     detail::attention_softmax(P, scale_, scratch + vector_at_, scratch + sums_at_);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16()) {  // P rounded for the product and kept in bf16 (exact: already rounded)
+        detail::round_to_bfloat16(P.base, n);
+        to_bfloat16(std::span<const float>(P.base, n), std::span<bfloat16>(probs16_.data() + pair * n, n));
+      }
     // Out_h[d, q] = sum_{k <= q} V_h[d, k] P(k, q)
     detail::attention_weighted_sum(v_h, hs, P, dh, Out.row(r0) + c0, Out.stride());
   }
@@ -256,7 +339,8 @@ private:
                      ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
-    const auto P = triangle_at(probs_.data() + pair * triangle(t), t);
+    const std::int64_t n = triangle(t);
+    const auto P = triangle_at(bf16() ? scratch + probs_at_ : probs_.data() + pair * n, t);
     const auto G = triangle_at(scratch + triangle_at_, t);  // dP, then s * dS
     T* q_h = scratch;
     T* k_h = q_h + dh * hs;
@@ -266,18 +350,128 @@ private:
     copy_head(K, r0, c0, k_h);
     copy_head(V, r0, c0, v_h);
     copy_head(dOut, r0, c0, g_h);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16()) {
+        to_float(std::span<const bfloat16>(probs16_.data() + pair * n, n), std::span<float>(P.base, n));
+        detail::round_to_bfloat16(q_h, 4 * dh * hs);
+      }
     // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
     detail::attention_transposed_sum(P, g_h, hs, dh, dV.row(r0) + c0, dV.stride());
     // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS
     detail::attention_scores(v_h, g_h, hs, dh, G);
     detail::attention_softmax_backward(P, G, scale_, scratch + vector_at_);
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16()) detail::round_to_bfloat16(G.base, n);
     // dQ_h[d, q] = sum_{k <= q} K_h[d, k] (s dS)(k, q);  dK_h[d, k] = sum_{q >= k} (s dS)(k, q) Q_h[d, q]
     detail::attention_weighted_sum(k_h, hs, G, dh, dQ.row(r0) + c0, dQ.stride());
     detail::attention_transposed_sum(G, q_h, hs, dh, dK.row(r0) + c0, dK.stride());
   }
 
+  // The AVX512-BF16 path (kernels/bf16_attention.hpp): copies narrowed into the layouts each
+  // product reads, scores and softmax in float, P kept as bf16 rows (and its key pairs for Out).
+  bfloat16* scratch16_of(const T* scratch) noexcept {
+    return scratch16_.data() + (scratch - scratch_.data()) / scratch_stride_ * scratch16_stride_;
+  }
+  // dst[(d / 2) pair_stride_ + 2 j + d % 2] = X(r0 + d, c0 + j), zero for j >= t_ (and an odd
+  // d_head's last high half).
+  void copy_pairs(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
+#if SPRIG_BF16_GEMM_X86
+    if constexpr (std::is_same_v<T, float>)
+      for (std::int64_t d = 0; d < d_head_; d += 2) {
+        bfloat16* row = dst + d / 2 * pair_stride_;
+        const float* hi = d + 1 < d_head_ ? X.row(r0 + d + 1) + c0 : nullptr;
+        detail::to_bfloat16_pairs_avx512(X.row(r0 + d) + c0, hi, t_, row);
+        std::memset(static_cast<void*>(row + 2 * t_), 0, sizeof(bfloat16) * (pair_stride_ - 2 * t_));
+      }
+#else
+    (void)X, (void)r0, (void)c0, (void)dst;
+#endif
+  }
+  // dst[d head_stride_ + j] = X(r0 + d, c0 + j), zero for j >= t_.
+  void copy_natural(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
+#if SPRIG_BF16_GEMM_X86
+    if constexpr (std::is_same_v<T, float>)
+      for (std::int64_t d = 0; d < d_head_; ++d) {
+        bfloat16* row = dst + d * head_stride_;
+        detail::to_bfloat16_avx512(X.row(r0 + d) + c0, t_, row);
+        std::memset(static_cast<void*>(row + t_), 0, sizeof(bfloat16) * (head_stride_ - t_));
+      }
+#else
+    (void)X, (void)r0, (void)c0, (void)dst;
+#endif
+  }
+
+  void forward_pair_dp(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+                       MatrixView<T> Out, T* scratch) {
+#if SPRIG_BF16_GEMM_X86
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t t = t_, dh = d_head_, b = pair / heads_, r0 = (pair % heads_) * dh, c0 = b * t;
+      const auto S = detail::bf16_attention_triangle(scratch + triangle_at_, t);
+      bfloat16* s16 = scratch16_of(scratch);
+      bfloat16* q_p = s16;
+      bfloat16* k_p = q_p + (dh + 1) / 2 * pair_stride_;
+      bfloat16* v_n = s16 + natural_at_;
+      const detail::Bf16PairTriangle P_pairs{s16 + pair_tri_at_, t};
+      copy_pairs(Q, r0, c0, q_p);
+      copy_pairs(K, r0, c0, k_p);
+      copy_natural(V, r0, c0, v_n);
+      detail::bf16_attention_scores_avx512(k_p, q_p, pair_stride_, dh, S);
+      detail::attention_softmax(S, scale_, scratch + vector_at_, scratch + sums_at_);
+      const std::int64_t n = S.size();
+      detail::to_bfloat16_avx512(S.base, n, probs16_.data() + pair * n);
+      detail::to_bfloat16_key_pairs_avx512(S, P_pairs);
+      detail::bf16_attention_pair_sum_avx512(v_n, head_stride_, P_pairs, dh, Out.row(r0) + c0, Out.stride());
+    }
+#else
+    (void)pair, (void)Q, (void)K, (void)V, (void)Out, (void)scratch;
+#endif
+  }
+
+  void backward_pair_dp(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+                        ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
+#if SPRIG_BF16_GEMM_X86
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
+                         c0 = b * t;
+      const auto G = detail::bf16_attention_triangle(scratch + triangle_at_, t);  // dP, then s * dS
+      const std::int64_t n = G.size();
+      const auto P = detail::bf16_attention_triangle(probs16_.data() + pair * n, t);
+      bfloat16* s16 = scratch16_of(scratch);
+      bfloat16* v_p = s16;
+      bfloat16* g_p = v_p + (dh + 1) / 2 * pair_stride_;
+      bfloat16* g_n = s16 + natural_at_;
+      bfloat16* k_n = g_n + dh * hs;
+      bfloat16* q_n = k_n + dh * hs;
+      const auto dS_rows = detail::bf16_attention_triangle(s16 + row_tri_at_, t);
+      const detail::Bf16PairTriangle dS_pairs{s16 + pair_tri_at_, t};
+      copy_natural(dOut, r0, c0, g_n);
+      // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
+      detail::bf16_attention_row_sum_avx512(P, g_n, hs, dh, dV.row(r0) + c0, dV.stride());
+      // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS, in bf16 rows and key pairs
+      copy_pairs(V, r0, c0, v_p);
+      copy_pairs(dOut, r0, c0, g_p);
+      detail::bf16_attention_scores_avx512(v_p, g_p, pair_stride_, dh, G);
+      detail::bf16_attention_softmax_backward(P, G, scale_, scratch + vector_at_);
+      detail::to_bfloat16_avx512(G.base, n, dS_rows.base);
+      detail::to_bfloat16_key_pairs_avx512(G, dS_pairs);
+      copy_natural(K, r0, c0, k_n);
+      copy_natural(Q, r0, c0, q_n);
+      detail::bf16_attention_pair_sum_avx512(k_n, hs, dS_pairs, dh, dQ.row(r0) + c0, dQ.stride());
+      detail::bf16_attention_row_sum_avx512(dS_rows, q_n, hs, dh, dK.row(r0) + c0, dK.stride());
+    }
+#else
+    (void)pair, (void)Q, (void)K, (void)V, (void)dOut, (void)dQ, (void)dK, (void)dV, (void)scratch;
+#endif
+  }
+
   std::int64_t d_model_ = 0, heads_ = 0, d_head_ = 0;
   T scale_ = T(1);
+  Precision precision_ = Precision::fp32;
+  Bf16AttentionPath path_ = Bf16AttentionPath::portable;
+  // bf16: the portable path's float copy of P in backward; the AVX512-BF16 path's layout
+  std::int64_t probs_at_ = 0, pair_stride_ = 0, scratch16_stride_ = 0, natural_at_ = 0, row_tri_at_ = 0,
+               pair_tri_at_ = 0;
+  AlignedVector<bfloat16> probs16_, scratch16_;  // bf16: P (rows) and the per-thread bf16 scratch
   std::int64_t t_ = 0, pairs_ = 0, scratch_stride_ = 0;
   // the head copies' row stride, and where a thread's scratch holds the triangle and the vectors
   std::int64_t head_stride_ = 0, triangle_at_ = 0, vector_at_ = 0, sums_at_ = 0;

@@ -75,7 +75,8 @@
 // bf16 (ProjectionInput, nn/projection_input.hpp; GPTOptions::bf16_inputs = false keeps it in
 // float): written in float into a buffer dead in forward (a scratch gradient, fc's spare) and
 // rounded once, the same bits the projection would round it to, so the results do not
-// change; DST then sees it as SparseLayerRef::input_bf16.
+// change; DST then sees it as SparseLayerRef::input_bf16. The attention core then runs in
+// bf16 too (nn/attention.hpp; GPTOptions::bf16_attention = false keeps it float).
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
@@ -165,6 +166,8 @@ public:
                            make_projection(d, d, densities[l].proj, options, key + 1, res),
                            make_projection(d, f, densities[l].fc, options, key + 2, in),
                            make_projection(f, d, densities[l].fc_proj, options, key + 3, res));
+      if (options.precision == Precision::bf16 && options.bf16_attention)
+        blocks_.back().attn.set_precision(Precision::bf16);
     }
     share_scratch_with_layers();
     bf16_inputs_ = options.bf16_inputs;

@@ -44,6 +44,9 @@ struct GPTOptions {
   // With bf16 projections, keep their inputs in bf16 between forward and backward (GPT's
   // "Buffers"): the same results in half the memory. false keeps them in float.
   bool bf16_inputs = true;
+  // With bf16 projections, run the attention core in bf16 (CausalSelfAttention::set_precision:
+  // Q, K, V, P and dS rounded, P cached in bf16). false keeps it float.
+  bool bf16_attention = true;
 };
 
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
