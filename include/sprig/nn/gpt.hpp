@@ -112,6 +112,7 @@
 #include "attention.hpp"
 #include "embedding.hpp"
 #include "gelu.hpp"
+#include "gpt_block.hpp"
 #include "gpt_config.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
@@ -393,26 +394,7 @@ public:
   }
 
 private:
-  struct Block {
-    Block(std::int64_t d, std::int64_t heads, Projection qkv_, Projection proj_, Projection fc_, Projection fc_proj_)
-        : ln1(d),
-          ln2(d),
-          attn(d, heads),
-          qkv(std::move(qkv_)),
-          proj(std::move(proj_)),
-          fc(std::move(fc_)),
-          fc_proj(std::move(fc_proj_)) {}
-    LayerNorm<T> ln1, ln2;
-    CausalSelfAttention<T> attn;
-    Projection qkv, proj, fc, fc_proj;
-    // activations of the last forward (fc_out holds gelu' of fc's output); after backward,
-    // qkv_out and fc_out hold a sparse qkv's and fc's dY instead (see backward); the
-    // projections' inputs in bf16 where the projection runs in bf16 (see the top)
-    ProjectionInput<T> ln1_out, att_out, ln2_out, gelu_out;
-    Matrix<T> qkv_out, x_mid, fc_out, x_out;
-    // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
-    Matrix<T> g_mid, g_out;
-  };
+  using Block = detail::GPTBlock<T, Projection>;
 
   static GPTConfig checked_config(const GPTConfig& c) {
     detail::check_gpt_config("GPT", c);
