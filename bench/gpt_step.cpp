@@ -45,7 +45,8 @@
 // SparseLinear objects, so their caches and workspaces are the ones the model's step uses),
 // final norm, head and the model's parameters for clipping and AdamW; per block LayerNorms
 // and CausalSelfAttention objects of the profiler's own in the model's precision (the model's
-// are private; their cost does not depend on the values) and activation buffers shaped as the model shapes its own.
+// are private; their cost does not depend on the values) and activation buffers shaped as the
+// model shapes its own.
 // fc_proj's backward applies the GELU's backward in its dX pass (FusedActivation::gelu) as in
 // the model, so "GELU" is the forward only. The profile runs --steps steps after one warm-up
 // step, each followed by one of the model's own steps (timed, so drift and other load hit

@@ -182,7 +182,7 @@ TEST_CASE("bf16 attention AVX512-BF16 products match exact sums of their bf16 op
         for (std::int64_t q = Pft.start(k); q < Pft.padded(); ++q)
           Pft.row(k)[q] = q < k ? 0.0f : float(bfloat16(float(rng.uniform(-1.0, 1.0))));
       to_bfloat16(std::span<const float>(Pf), std::span<bfloat16>(rows));
-      detail::to_bfloat16_key_pairs(Pft, Pp);
+      detail::to_bfloat16_key_pairs_avx512(Pft, Pp);
       auto p = [&](std::int64_t k, std::int64_t q) { return double(Pft.row(k)[q]); };
       for (std::int64_t k = 0; k < t; ++k)
         for (std::int64_t q = Pft.start(k); q < Pft.padded(); ++q) {

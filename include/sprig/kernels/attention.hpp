@@ -20,7 +20,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "../core/bfloat16.hpp"
+#include "bfloat16_convert.hpp"
 #include "simd.hpp"
 
 namespace sprig::detail {
@@ -294,9 +297,11 @@ void attention_softmax(AttentionBlockTriangle<T> P, T scale, T* m, T* sum) noexc
 }
 
 // G(k, q) = scale P(k, q) (G(k, q) - r_q) in place, r_q = sum_k P(k, q) G(k, q) (k ascending):
-// dP into scale dS. r is scratch of padded() entries; P and G share the shape.
-template <class T, class Arch = KernelArch>
-void attention_softmax_backward(AttentionBlockTriangle<T> P, AttentionBlockTriangle<T> G, T scale, T* r) noexcept {
+// dP into scale dS. r is scratch of padded() entries; P and G share the shape. P is T or, for
+// the bf16 core, bfloat16 (widened exactly as it is read).
+template <class T, class PT = T, class Arch = KernelArch>
+void attention_softmax_backward(AttentionBlockTriangle<PT> P, AttentionBlockTriangle<T> G, T scale, T* r) noexcept {
+  static_assert(std::is_same_v<PT, T> || (std::is_same_v<PT, bfloat16> && std::is_same_v<T, float>));
   const std::int64_t t = P.t;
   [[maybe_unused]] const std::int64_t tp = P.padded();
   std::int64_t w = 1;
@@ -304,15 +309,21 @@ void attention_softmax_backward(AttentionBlockTriangle<T> P, AttentionBlockTrian
   if constexpr (kSimdFor<T, Arch>) {
     using V = Batch<T, Arch>;
     w = V::size;
+    auto load_p = [](const PT* p) {
+      if constexpr (std::is_same_v<PT, T>)
+        return V::load_unaligned(p);
+      else
+        return load_bfloat16<Arch>(p);
+    };
     std::fill(r, r + tp, T(0));
     for (std::int64_t k = 0; k < t; ++k)
       for (std::int64_t q = P.start(k); q < tp; q += w)
-        xsimd::fma(V::load_unaligned(P.row(k) + q), V::load_unaligned(G.row(k) + q), V::load_unaligned(r + q))
+        xsimd::fma(load_p(P.row(k) + q), V::load_unaligned(G.row(k) + q), V::load_unaligned(r + q))
             .store_unaligned(r + q);
     const V sc(scale);
     for (std::int64_t k = 0; k < t; ++k)
       for (std::int64_t q = P.start(k); q < tp; q += w) {
-        const V pv = V::load_unaligned(P.row(k) + q);
+        const V pv = load_p(P.row(k) + q);
         (sc * pv * (V::load_unaligned(G.row(k) + q) - V::load_unaligned(r + q))).store_unaligned(G.row(k) + q);
       }
     return;
@@ -320,9 +331,9 @@ void attention_softmax_backward(AttentionBlockTriangle<T> P, AttentionBlockTrian
 #endif
   std::fill(r, r + tp, T(0));
   for (std::int64_t k = 0; k < t; ++k)
-    for (std::int64_t q = P.start(k); q < tp; q += w) r[q] += P.row(k)[q] * G.row(k)[q];
+    for (std::int64_t q = P.start(k); q < tp; q += w) r[q] += T(P.row(k)[q]) * G.row(k)[q];
   for (std::int64_t k = 0; k < t; ++k)
-    for (std::int64_t q = P.start(k); q < tp; q += w) G.row(k)[q] = scale * P.row(k)[q] * (G.row(k)[q] - r[q]);
+    for (std::int64_t q = P.start(k); q < tp; q += w) G.row(k)[q] = scale * T(P.row(k)[q]) * (G.row(k)[q] - r[q]);
 }
 
 }  // namespace sprig::detail

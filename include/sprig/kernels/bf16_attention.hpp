@@ -69,19 +69,6 @@ struct Bf16PairTriangle {
   bfloat16* pair(std::int64_t k) const noexcept { return base + rows().offset(k) - 2 * rows().start(k); }
 };
 
-#if SPRIG_KERNEL_SIMD
-// store_bfloat16's rounding of every lane of v: the bf16's bits in the high half of each lane.
-template <class A>
-SPRIG_ALWAYS_INLINE xsimd::batch<std::uint32_t, A> bfloat16_high_bits(xsimd::batch<float, A> v) noexcept {
-  using F = xsimd::batch<float, A>;
-  using U = xsimd::batch<std::uint32_t, A>;
-  const U u = xsimd::bitwise_cast<U>(v);
-  const U rounded = u + U(0x7FFFu) + ((u >> 16) & U(1u));
-  return xsimd::bitwise_cast<U>(
-      xsimd::select(xsimd::isnan(v), xsimd::bitwise_cast<F>(u | U(0x0040'0000u)), xsimd::bitwise_cast<F>(rounded)));
-}
-#endif
-
 // p[i] = float(bfloat16(p[i])) for i < n: the values rounded in place.
 inline void round_to_bfloat16(float* p, std::int64_t n) noexcept {
   std::int64_t i = 0;
@@ -105,10 +92,9 @@ inline void to_bfloat16_pairs(const float* lo, const float* hi, std::int64_t n, 
     using F = Batch<float, KernelArch>;
     using U = xsimd::batch<std::uint32_t, KernelArch>;
     constexpr std::int64_t w = F::size;
-    auto bits = [](F v) { return bfloat16_high_bits(v); };
     for (; j + w <= n; j += w) {
-      const U low = bits(F::load_unaligned(lo + j)) >> 16;
-      const U high = hi ? bits(F::load_unaligned(hi + j)) & U(0xFFFF'0000u) : U(0u);
+      const U low = bfloat16_high_bits(F::load_unaligned(lo + j)) >> 16;
+      const U high = hi ? bfloat16_high_bits(F::load_unaligned(hi + j)) & U(0xFFFF'0000u) : U(0u);
       (low | high).store_unaligned(reinterpret_cast<std::uint32_t*>(out + 2 * j));
     }
   }
@@ -117,44 +103,6 @@ inline void to_bfloat16_pairs(const float* lo, const float* hi, std::int64_t n, 
     out[2 * j] = bfloat16(lo[j]);
     out[2 * j + 1] = hi ? bfloat16(hi[j]) : bfloat16(0.0f);
   }
-}
-
-// The float triangle S (group width 32) into P's key pairs, rounded.
-inline void to_bfloat16_key_pairs(AttentionBlockTriangle<float> S, Bf16PairTriangle P) noexcept {
-  const std::int64_t t = S.t, tp = S.padded();
-  for (std::int64_t k = 0; k < t; k += 2) {
-    const std::int64_t q0 = S.start(k);
-    to_bfloat16_pairs(S.row(k) + q0, k + 1 < t ? S.row(k + 1) + q0 : nullptr, tp - q0, P.pair(k) + 2 * q0);
-  }
-}
-
-// G(k, q) = scale P(k, q) (G(k, q) - r_q), r_q = sum_k P(k, q) G(k, q) (k ascending), with P
-// bf16 and G float on triangles of group width 32: attention_softmax_backward for a bf16 P.
-// r is scratch of padded() entries.
-inline void bf16_attention_softmax_backward(AttentionBlockTriangle<bfloat16> P, AttentionBlockTriangle<float> G,
-                                            float scale, float* r) noexcept {
-  const std::int64_t t = P.t, tp = P.padded();
-  std::fill(r, r + tp, 0.0f);
-#if SPRIG_KERNEL_SIMD
-  if constexpr (kSimdFor<float, KernelArch>) {
-    using F = Batch<float, KernelArch>;
-    constexpr std::int64_t w = F::size;
-    for (std::int64_t k = 0; k < t; ++k)
-      for (std::int64_t q = P.start(k); q < tp; q += w)
-        xsimd::fma(load_bfloat16(P.row(k) + q), F::load_unaligned(G.row(k) + q), F::load_unaligned(r + q))
-            .store_unaligned(r + q);
-    const F sc(scale);
-    for (std::int64_t k = 0; k < t; ++k)
-      for (std::int64_t q = P.start(k); q < tp; q += w)
-        (sc * load_bfloat16(P.row(k) + q) * (F::load_unaligned(G.row(k) + q) - F::load_unaligned(r + q)))
-            .store_unaligned(G.row(k) + q);
-    return;
-  }
-#endif
-  for (std::int64_t k = 0; k < t; ++k)
-    for (std::int64_t q = P.start(k); q < tp; ++q) r[q] += float(P.row(k)[q]) * G.row(k)[q];
-  for (std::int64_t k = 0; k < t; ++k)
-    for (std::int64_t q = P.start(k); q < tp; ++q) G.row(k)[q] = scale * float(P.row(k)[q]) * (G.row(k)[q] - r[q]);
 }
 
 #if SPRIG_BF16_GEMM_X86
@@ -187,7 +135,7 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void to_bfloat16_pairs_avx512(const float* lo
   if (j < n) to_bfloat16_pairs(lo + j, hi ? hi + j : nullptr, n - j, out + 2 * j);
 }
 
-// to_bfloat16_key_pairs with to_bfloat16_pairs_avx512.
+// The float triangle S (group width 32) into P's key pairs, rounded (subnormals to zero).
 SPRIG_DETAIL_BF16_DP_TARGET inline void to_bfloat16_key_pairs_avx512(AttentionBlockTriangle<float> S,
                                                                      Bf16PairTriangle P) noexcept {
   const std::int64_t t = S.t, tp = S.padded();

@@ -109,22 +109,26 @@ SPRIG_ALWAYS_INLINE xsimd::batch<float, A> load_bfloat16(const bfloat16* p) noex
   return xsimd::bitwise_cast<xsimd::batch<float, A>>(wide << 16);
 }
 
-// v rounded to bfloat16 (nearest even, NaN quieted), stored at p: detail::bfloat16_bits_of
-// lane by lane.
+// Every lane of v rounded to bfloat16 (nearest even, NaN quieted: detail::bfloat16_bits_of
+// lane by lane), the bf16's bits in the high half of each 32-bit lane.
 template <class A = KernelArch>
-SPRIG_ALWAYS_INLINE void store_bfloat16(bfloat16* p, const xsimd::batch<float, A>& v) noexcept {
+SPRIG_ALWAYS_INLINE xsimd::batch<std::uint32_t, A> bfloat16_high_bits(const xsimd::batch<float, A>& v) noexcept {
   using F = xsimd::batch<float, A>;
   using U = xsimd::batch<std::uint32_t, A>;
-  using I = xsimd::batch<std::int32_t, A>;
   const U u = xsimd::bitwise_cast<U>(v);
   const U rounded = u + U(0x7FFFu) + ((u >> 16) & U(1u));  // wraps for NaNs only, replaced below
   // The choice is made on floats (isnan: an unordered compare, which xsimd's != is not on
   // AVX), where every ISA has a blend: xsimd 8.1's 32-bit integer select on AVX-512BW does not
   // compile without optimisation.
-  const F out =
-      xsimd::select(xsimd::isnan(v), xsimd::bitwise_cast<F>(u | U(0x0040'0000u)), xsimd::bitwise_cast<F>(rounded));
-  const I out_bits = xsimd::bitwise_cast<I>(out);
-  store_high_u16<A>(reinterpret_cast<std::uint16_t*>(p), out_bits);
+  return xsimd::bitwise_cast<U>(
+      xsimd::select(xsimd::isnan(v), xsimd::bitwise_cast<F>(u | U(0x0040'0000u)), xsimd::bitwise_cast<F>(rounded)));
+}
+
+// v rounded to bfloat16 (bfloat16_high_bits), stored at p.
+template <class A = KernelArch>
+SPRIG_ALWAYS_INLINE void store_bfloat16(bfloat16* p, const xsimd::batch<float, A>& v) noexcept {
+  store_high_u16<A>(reinterpret_cast<std::uint16_t*>(p),
+                    xsimd::bitwise_cast<xsimd::batch<std::int32_t, A>>(bfloat16_high_bits<A>(v)));
 }
 
 #endif  // SPRIG_KERNEL_SIMD

@@ -216,11 +216,11 @@ private:
 #endif
   }
 
-  // Sizes the cache for B sequences of T_len tokens (allocating only when it grows) and sets
-  // the scratch's per-thread stride.
   bool bf16() const noexcept { return precision_ == Precision::bf16; }
   bool fast_bf16() const noexcept { return bf16() && path_ == Bf16AttentionPath::avx512_bf16; }
 
+  // Sizes the cache for B sequences of T_len tokens (allocating only when it grows) and sets
+  // the scratch's per-thread stride.
   void prepare(std::int64_t B, std::int64_t T_len) {
     t_ = T_len;
     pairs_ = B * heads_;
@@ -451,7 +451,7 @@ private:
       copy_pairs(V, r0, c0, v_p);
       copy_pairs(dOut, r0, c0, g_p);
       detail::bf16_attention_scores_avx512(v_p, g_p, pair_stride_, dh, G);
-      detail::bf16_attention_softmax_backward(P, G, scale_, scratch + vector_at_);
+      detail::attention_softmax_backward(P, G, scale_, scratch + vector_at_);
       detail::to_bfloat16_avx512(G.base, n, dS_rows.base);
       detail::to_bfloat16_key_pairs_avx512(G, dS_pairs);
       copy_natural(K, r0, c0, k_n);
