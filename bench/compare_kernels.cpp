@@ -24,8 +24,9 @@
 // (bf16_block_spmm, bf16_block_spmm_transposed, bf16_block_sddmm: bf16 shadow of W, X and dY
 // rounded to bf16, float outputs) as implementation "RxC/bf16", and the summary gives the fp32
 // block kernel's time over the bf16 one's: the median of the per-rep ratios and their range.
-// --bf16-block-path portable times their portable path (widen in registers) instead of the
-// fastest one here (avx512_bf16 where it runs).
+// --bf16-block-path portable (widen in registers) or avx512_bf16 times that path, where it runs
+// the kernel, instead of the fastest one here (amx for the forward, else avx512_bf16, where they
+// run).
 //
 // Every configuration times the implementations alternately, rep by rep, and reports the
 // median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
@@ -51,6 +52,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -149,11 +151,14 @@ double rel_diff(const sprig::Matrix<float>& a, const sprig::Matrix<float>& b) {
 
 using sprig_bench::with_block_shape;
 
-// The bf16 block kernels' path: portable if --bf16-block-path portable, else the fastest here.
-bool g_bf16_block_portable = false;
+// The bf16 block kernels' path: the one --bf16-block-path names where it runs kernel k, else
+// the fastest here.
+std::optional<sprig::Bf16BlockPath> g_bf16_block_path;
 template <int R, int C>
 sprig::Bf16BlockPath bf16_block_path_for(sprig::Bf16BlockKernel k) {
-  return g_bf16_block_portable ? sprig::Bf16BlockPath::portable : sprig::bf16_block_path<R, C>(k);
+  if (g_bf16_block_path && sprig::bf16_block_unavailable_reason<R, C>(k, *g_bf16_block_path).empty())
+    return *g_bf16_block_path;
+  return sprig::bf16_block_path<R, C>(k);
 }
 
 double geomean(const std::vector<double>& v) {
@@ -291,10 +296,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   std::string bf16_block_path = "fastest";
   app.add_option("--bf16-block-path", bf16_block_path,
-                 "fastest (default) or portable: the path of the bf16 block kernels (--block with --precision bf16)")
-      ->check(CLI::IsMember({"fastest", "portable"}));
+                 "fastest (default), portable or avx512_bf16: the path of the bf16 block kernels where it runs "
+                 "them (--block with --precision bf16)")
+      ->check(CLI::IsMember({"fastest", "portable", "avx512_bf16"}));
   CLI11_PARSE(app, argc, argv);
-  g_bf16_block_portable = bf16_block_path == "portable";
+  if (bf16_block_path == "portable") g_bf16_block_path = sprig::Bf16BlockPath::portable;
+  if (bf16_block_path == "avx512_bf16") g_bf16_block_path = sprig::Bf16BlockPath::avx512_bf16;
   const bool bf16 = precision == "bf16";
   if (bf16) std::fprintf(stderr, "bf16 kernels: bf16_sddmm path %s\n", sprig::path_name(sprig::bf16_sddmm_path()));
   if (bf16 && !block_shapes.empty())

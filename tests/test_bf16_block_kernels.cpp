@@ -5,8 +5,8 @@
 // float additions); block shapes 8x8, 4x4, 16x1 and 1x4; M, K, B not multiples of the block or
 // the SIMD width; an empty and a full block row; padding and dead slots (erase and insert);
 // strided operands; overwrite and accumulate; bitwise identical results for 1 and 2 threads;
-// shape and overlap errors. Every path that runs here (Bf16BlockPath: portable, avx512_bf16)
-// is checked against the reference and against the portable path on the same inputs (within
+// shape and overlap errors. Every path that runs here (Bf16BlockPath: portable, avx512_bf16,
+// amx: the forward only, also on 16x16 blocks, a tile of 16 rows) is checked against the reference and against the portable path on the same inputs (within
 // twice the bound: they sum in different orders); a path the build or the CPU lacks is
 // reported with WARN as NOT RUN, never passed.
 #include "sprig/kernels/bf16_block_kernels.hpp"
@@ -102,6 +102,13 @@ std::vector<Case> cases() {
       {8, 8, 7, 1.0, 0, 6},      // a single block row
       {3, 5, 17, 1.0, 2, 7},     // smaller than one block
   };
+}
+
+// Outputs of more than 4 MiB (SPRIG_BF16_BLOCK_AMX_STREAM_BYTES: the amx forward's streaming
+// stores), Y row strides a multiple of 64 bytes and not.
+std::vector<Case> large_cases() {
+  static_assert(SPRIG_BF16_BLOCK_AMX_STREAM_BYTES <= 1100 * 1040 * 4);
+  return {{1100, 24, 1040, 0.3, 0, 8}, {1030, 19, 1070, 0.2, 16, 9}};
 }
 
 // The bf16 shadow of W's values, rounded here (sprig::bfloat16's constructor).
@@ -200,11 +207,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Y (overwrite and accumulate) and dX for one block shape over every case; 1 and 2 threads.
 template <int R, int C>
-void check_products(Bf16BlockPath path) {
+void check_products(Bf16BlockPath path, const std::vector<Case>& which = cases()) {
   const bool fwd = runs_here<R, C>(Bf16BlockKernel::spmm, path);
   const bool bwd = runs_here<R, C>(Bf16BlockKernel::spmm_transposed, path);
   if (!fwd && !bwd) return;
-  for (const Case& c : cases()) {
+  for (const Case& c : which) {
     INFO(R << "x" << C << " blocks, " << path_name(path) << " path, M=" << c.M << " K=" << c.K << " B=" << c.B << " seed=" << c.seed);
     const auto W = case_matrix<R, C>(c);
     const auto shadow = shadow_of(W);
@@ -314,16 +321,18 @@ void check_gradient(Bf16BlockPath path) {
 }  // namespace
 
 TEST_CASE("bf16_block_spmm and bf16_block_spmm_transposed match a double reference", "[bf16_block]") {
-  for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16}) {
+  for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16, Bf16BlockPath::amx}) {
     check_products<8, 8>(path);
     check_products<4, 4>(path);
     check_products<16, 1>(path);
     check_products<1, 4>(path);
   }
+  check_products<16, 16>(Bf16BlockPath::amx);
+  check_products<8, 8>(Bf16BlockPath::amx, large_cases());
 }
 
 TEST_CASE("bf16_block_sddmm matches a double reference", "[bf16_block]") {
-  for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16}) {
+  for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16, Bf16BlockPath::amx}) {
     check_gradient<8, 8>(path);
     check_gradient<4, 4>(path);
     check_gradient<16, 1>(path);
@@ -336,8 +345,15 @@ TEST_CASE("bf16 block kernels name their paths and pick the fastest available", 
   for (const K k : {K::spmm, K::spmm_transposed, K::sddmm}) {
     CHECK(bf16_block_unavailable_reason<8, 8>(k, Bf16BlockPath::portable).empty());
     const bool dp = bf16_block_unavailable_reason<8, 8>(k, Bf16BlockPath::avx512_bf16).empty();
-    CHECK(bf16_block_path<8, 8>(k) == (dp ? Bf16BlockPath::avx512_bf16 : Bf16BlockPath::portable));
+    const bool amx = bf16_block_unavailable_reason<8, 8>(k, Bf16BlockPath::amx).empty();
+    CHECK(bf16_block_path<8, 8>(k) ==
+          (amx ? Bf16BlockPath::amx : dp ? Bf16BlockPath::avx512_bf16 : Bf16BlockPath::portable));
+    if (k != K::spmm) CHECK_FALSE(amx);  // the amx path is the forward's only
   }
+  // AMX tiles hold at most 16 rows and 64 bytes a row: 32 bf16 columns, in pairs.
+  CHECK_FALSE(bf16_block_unavailable_reason<16, 1>(K::spmm, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<32, 2>(K::spmm, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<4, 64>(K::spmm, Bf16BlockPath::amx).empty());
   // Pairs along an odd block dimension do not exist: 16x1's forward, 1x4's input gradient.
   CHECK_FALSE(bf16_block_unavailable_reason<16, 1>(K::spmm, Bf16BlockPath::avx512_bf16).empty());
   CHECK_FALSE(bf16_block_unavailable_reason<1, 4>(K::spmm_transposed, Bf16BlockPath::avx512_bf16).empty());

@@ -122,3 +122,14 @@
 #ifndef SPRIG_BF16_GEMM_AMX_CHUNK_BYTES
 #  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
 #endif
+
+// --- The bf16 block forward's AMX path (kernels/bf16_block_amx.hpp; docs/transformers.md, "On a Xeon with AMX") ---
+
+// Outputs of at least this many bytes are written by the AMX block forward with streaming
+// (non-temporal) stores in overwrite mode: the tiles make the products so fast that fetching
+// Y's lines before writing them (read for ownership) became the bound, and an output larger
+// than L2 is written back to memory anyway. At mini40m's shapes this doubled the kernel's rate
+// on the lines it applies to (Xeon with AMX).
+#ifndef SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
+#  define SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (std::int64_t{4} << 20)
+#endif

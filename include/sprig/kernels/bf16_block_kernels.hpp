@@ -32,6 +32,9 @@
 //   weight grad adjacent batch columns: 32 bf16 of dY and of X per step, no repacking.
 // The forward paths read X zero-padded to whole blocks, so an edge block's out-of-matrix weights
 // meet zeros there (BlockPaddedCSR keeps them 0, and refresh_bf16_values rounds them to 0).
+// The amx path (bf16_block_amx.hpp), the forward only: each block is a tile of A for `tdpbf16ps`
+// against X's pair rows, on blocks of at most 16 rows and an even number of columns up to 32;
+// where the CPU has AMX and Linux grants the tile state, it is the forward's default.
 // The path exists where the kernels are built for AVX-512 with AVX512-BF16 (-march on such a CPU:
 // it reuses the tiles' 512-bit xsimd registers), and runs where the CPU and OS allow it (the
 // probe bf16_gemm uses). It sums each output in a different order from the portable path (and
@@ -59,6 +62,7 @@
 #include "../core/block_padded_csr.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "bf16_block_amx.hpp"
 #include "bf16_paths.hpp"
 #include "bfloat16_convert.hpp"
 #include "block_sddmm.hpp"
@@ -88,10 +92,24 @@ void refresh_bf16_values(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
 enum class Bf16BlockKernel { spmm, spmm_transposed, sddmm };
 
 // Why `path` cannot run `kernel` on R x C blocks in this process, empty when it can (portable:
-// always).
+// always). amx runs the forward only (bf16_block_amx.hpp), on blocks of at most 16 rows and an
+// even number of columns up to 32.
 template <int R, int C>
 std::string bf16_block_unavailable_reason(Bf16BlockKernel kernel, Bf16BlockPath path) {
   if (path == Bf16BlockPath::portable) return {};
+  if (path == Bf16BlockPath::amx) {
+#if SPRIG_BF16_BLOCK_AMX
+    if (kernel != Bf16BlockKernel::spmm) return "the amx path runs the forward (bf16_block_spmm) only";
+    if (!detail::kAmxBlockForward<R, C>)
+      return detail::message("the amx forward takes blocks of at most 16 rows and an even number of columns up to 32, not ",
+                             R, "x", C);
+    return detail::bf16_gemm_reason(Bf16GemmPath::amx);
+#else
+    (void)kernel;
+    return "the kernels are not compiled for AVX-512 with AVX512-BF16 on x86-64 Linux (build with -march for such a "
+           "CPU)";
+#endif
+  }
 #if SPRIG_BF16_BLOCK_DP
   if (kernel == Bf16BlockKernel::spmm && C % 2 != 0)
     return detail::message("the forward pairs W's block columns and C = ", C, " is odd");
@@ -104,12 +122,13 @@ std::string bf16_block_unavailable_reason(Bf16BlockKernel kernel, Bf16BlockPath 
 #endif
 }
 
-// The path the bf16 block kernel `kernel` takes on R x C blocks without one named:
-// avx512_bf16 where it can run, else portable.
+// The path the bf16 block kernel `kernel` takes on R x C blocks without one named: amx where it
+// can run, else avx512_bf16 where it can, else portable.
 template <int R, int C>
 Bf16BlockPath bf16_block_path(Bf16BlockKernel kernel) {
-  return bf16_block_unavailable_reason<R, C>(kernel, Bf16BlockPath::avx512_bf16).empty() ? Bf16BlockPath::avx512_bf16
-                                                                                          : Bf16BlockPath::portable;
+  for (const Bf16BlockPath p : {Bf16BlockPath::amx, Bf16BlockPath::avx512_bf16})
+    if (bf16_block_unavailable_reason<R, C>(kernel, p).empty()) return p;
+  return Bf16BlockPath::portable;
 }
 
 namespace detail {
@@ -148,6 +167,13 @@ void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
                          Update mode, Bf16BlockPath path, const float* bias, bool relu) {
   if (Y.rows() == 0 || Y.cols() == 0) return;
   const ForwardBlocks<bfloat16, R, C> blocks{values.data()};
+#if SPRIG_BF16_BLOCK_AMX
+  if constexpr (kAmxBlockForward<R, C>)
+    if (path == Bf16BlockPath::amx) {
+      block_spmm_amx<KernelArch, Index, R, C>(W.pattern(), values.data(), X, Y, mode, workspace, bias, relu);
+      return;
+    }
+#endif
 #if SPRIG_BF16_BLOCK_DP
   if constexpr (C % 2 == 0)
     if (path == Bf16BlockPath::avx512_bf16) {

@@ -55,6 +55,7 @@
 #include "../core/matrix.hpp"
 #include "bfloat16_convert.hpp"
 #include "dense_gemm.hpp"
+#include "amx_tiles.hpp"
 #include "update_mode.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -166,22 +167,11 @@ inline void pack_b_pairs_fast(ConstMatrixView<bfloat16> B, std::int64_t P, std::
 
 #if SPRIG_BF16_GEMM_AMX
 
-// AMX's tile configuration (palette 1): every tile 16 rows of 64 bytes. Tiles 0..3 hold a
-// 2 x 2 block of C (tile 2 r + c), 4 and 5 two row tiles of A, 6 and 7 two column tiles of B.
-struct alignas(64) AmxTileConfig {
-  std::uint8_t palette_id = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-static_assert(sizeof(AmxTileConfig) == 64);
+// The tile configuration used here (amx_tiles.hpp's defaults): every tile 16 rows of 64 bytes.
+// Tiles 0..3 hold a 2 x 2 block of C (tile 2 r + c), 4 and 5 two row tiles of A, 6 and 7 two
+// column tiles of B.
 
-// GCC 12's tile intrinsics are asm statements whose operands name only the first 8 bytes of
-// the configuration and none of the memory a tile load reads: a compiler barrier that sees
-// the address makes every store before it (the whole configuration, C copied into scratch)
-// happen before the tile instructions.
-SPRIG_ALWAYS_INLINE void amx_compiler_barrier(const void* p) noexcept { __asm__ volatile("" : : "r"(p) : "memory"); }
+
 
 // One block of MT x NT C tiles (MT, NT in {1, 2}) over all KT k-tiles. a[r]: row tile r of
 // packed A (16 x 32 bf16 per k-tile, 512 elements apart); b[c]: column panel c of packed B
@@ -219,11 +209,6 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block(const bfloat1
   if constexpr (MT > 1 && NT > 1) _tile_stored(3, c[3], ldc[3]);
 }
 
-__attribute__((target("amx-tile"))) inline void amx_begin(const AmxTileConfig& cfg) noexcept {
-  amx_compiler_barrier(&cfg);
-  _tile_loadconfig(&cfg);
-}
-__attribute__((target("amx-tile"))) inline void amx_end() noexcept { _tile_release(); }
 
 // Thread t of n's rows of C: row-block pairs of tiles [ib0, ib1). K runs in even blocks of at
 // most SPRIG_BF16_GEMM_AMX_K_TILES k-tiles of 32 (a block's two A row tiles stay in L1/L2

@@ -55,11 +55,11 @@ constexpr const char* path_name(Bf16SddmmPath p) noexcept {
 }
 
 // The instruction paths of the bf16 block kernels (kernels/bf16_block_kernels.hpp).
-enum class Bf16BlockPath { portable, avx512_bf16 };
+enum class Bf16BlockPath { portable, avx512_bf16, amx };
 
-// "portable", "avx512_bf16".
+// "portable", "avx512_bf16", "amx".
 constexpr const char* path_name(Bf16BlockPath p) noexcept {
-  return p == Bf16BlockPath::avx512_bf16 ? "avx512_bf16" : "portable";
+  return p == Bf16BlockPath::amx ? "amx" : p == Bf16BlockPath::avx512_bf16 ? "avx512_bf16" : "portable";
 }
 
 // The instruction paths of the bf16 attention core (kernels/bf16_attention.hpp,
