@@ -123,13 +123,12 @@
 #  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
 #endif
 
-// --- The bf16 block forward's AMX path (kernels/bf16_block_amx.hpp; docs/transformers.md, "On a Xeon with AMX") ---
+// --- The bf16 block forward's AMX path (kernels/bf16_block_amx.hpp; docs/transformers.md) ---
 
 // Outputs of at least this many bytes are written by the AMX block forward with streaming
-// (non-temporal) stores in overwrite mode: the tiles make the products so fast that fetching
-// Y's lines before writing them (read for ownership) became the bound, and an output larger
-// than L2 is written back to memory anyway. At mini40m's shapes this doubled the kernel's rate
-// on the lines it applies to (Xeon with AMX).
+// (non-temporal) stores in overwrite mode: with the products on tiles, fetching Y's lines
+// before writing them (read for ownership) bounds the kernel, and an output larger than L2 is
+// written back to memory anyway (the measurements: docs/transformers.md, bf16 training).
 #ifndef SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
 #  define SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (std::int64_t{4} << 20)
 #endif

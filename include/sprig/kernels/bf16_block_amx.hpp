@@ -8,8 +8,9 @@
 // up to four 16-column chunks of a panel, four C tiles stay in the tile registers across all
 // the row's blocks: each block is one A load, then one B load and one tdpbf16ps per chunk.
 // The tiles are stored to a small float buffer and finished (accumulate, bias, ReLU) in
-// 16-float registers into Y; an overwritten Y of at least SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
-// (tuning.hpp) with streaming stores, since waiting for Y's lines became the bound.
+// 16-float registers into Y (bf16_spmm.hpp's store_bf16_spmm); an overwritten Y of at least
+// SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (tuning.hpp) with streaming stores, since waiting for Y's
+// lines became the bound.
 //
 // Shapes: R <= 16 (a tile's rows), C even and C <= 32 (a tile row of A holds 64 bytes);
 // kAmxBlockForward<R, C>. Edges as the other paths: X's pair rows are zero past K (BlockPaddedCSR
@@ -31,6 +32,7 @@
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
 #include "amx_tiles.hpp"
+#include "bf16_spmm.hpp"
 #include "operands.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
@@ -153,24 +155,13 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
                 for (std::int64_t r = 0; r < rows; ++r) {
                   float* y = Y.row(i * R + r) + j0;
                   B v = B::load_aligned(sums + c * 256 + r * 16);
-                  if (nv == N) {
-                    if (accumulate) v += B::load_unaligned(y);
-                    if (bias) v += B(bias[i * R + r]);
+                  const float* br = bias ? bias + i * R + r : nullptr;
+                  if (stream && nv == N && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0) {  // overwrite
+                    if (br) v += B(*br);
                     if (relu) v = xsimd::select(v > B(0.0f), v, B(0.0f));
-                    if (stream && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0)
-                      _mm512_stream_ps(y, v);
-                    else
-                      v.store_unaligned(y);
+                    _mm512_stream_ps(y, v);
                   } else {
-                    alignas(64) float tmp[N];
-                    v.store_aligned(tmp);
-                    for (std::int64_t j = 0; j < nv; ++j) {
-                      float e = tmp[j];
-                      if (accumulate) e += y[j];
-                      if (bias) e += bias[i * R + r];
-                      if (relu) e = e > 0.0f ? e : 0.0f;
-                      y[j] = e;
-                    }
+                    store_bf16_spmm<A>(y, v, nv, accumulate, br, relu);
                   }
                 }
               }

@@ -101,8 +101,8 @@ std::string bf16_block_unavailable_reason(Bf16BlockKernel kernel, Bf16BlockPath 
 #if SPRIG_BF16_BLOCK_AMX
     if (kernel != Bf16BlockKernel::spmm) return "the amx path runs the forward (bf16_block_spmm) only";
     if (!detail::kAmxBlockForward<R, C>)
-      return detail::message("the amx forward takes blocks of at most 16 rows and an even number of columns up to 32, not ",
-                             R, "x", C);
+      return detail::message("the amx forward takes blocks of at most 16 rows and an even number of columns up ",
+                             "to 32, not ", R, "x", C);
     return detail::bf16_gemm_reason(Bf16GemmPath::amx);
 #else
     (void)kernel;
