@@ -24,9 +24,8 @@
 // (bf16_block_spmm, bf16_block_spmm_transposed, bf16_block_sddmm: bf16 shadow of W, X and dY
 // rounded to bf16, float outputs) as implementation "RxC/bf16", and the summary gives the fp32
 // block kernel's time over the bf16 one's: the median of the per-rep ratios and their range.
-// --bf16-block-path portable (widen in registers) or avx512_bf16 times that path, where it runs
-// the kernel, instead of the fastest one here (amx for the forward, else avx512_bf16, where they
-// run).
+// --bf16-block-path portable (widen in registers), avx512_bf16 or amx times that path, where it
+// runs the kernel, instead of the fastest one here (amx, else avx512_bf16, where they run).
 //
 // Every configuration times the implementations alternately, rep by rep, and reports the
 // median, so slow drift of the machine hits all of them alike. GFLOP/s counts useful work:
@@ -296,12 +295,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   std::string bf16_block_path = "fastest";
   app.add_option("--bf16-block-path", bf16_block_path,
-                 "fastest (default), portable or avx512_bf16: the path of the bf16 block kernels where it runs "
+                 "fastest (default), portable, avx512_bf16 or amx: the path of the bf16 block kernels where it runs "
                  "them (--block with --precision bf16)")
-      ->check(CLI::IsMember({"fastest", "portable", "avx512_bf16"}));
+      ->check(CLI::IsMember({"fastest", "portable", "avx512_bf16", "amx"}));
   CLI11_PARSE(app, argc, argv);
   if (bf16_block_path == "portable") g_bf16_block_path = sprig::Bf16BlockPath::portable;
   if (bf16_block_path == "avx512_bf16") g_bf16_block_path = sprig::Bf16BlockPath::avx512_bf16;
+  if (bf16_block_path == "amx") g_bf16_block_path = sprig::Bf16BlockPath::amx;
   const bool bf16 = precision == "bf16";
   if (bf16) std::fprintf(stderr, "bf16 kernels: bf16_sddmm path %s\n", sprig::path_name(sprig::bf16_sddmm_path()));
   if (bf16 && !block_shapes.empty())

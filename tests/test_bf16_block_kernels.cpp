@@ -6,7 +6,8 @@
 // the SIMD width; an empty and a full block row; padding and dead slots (erase and insert);
 // strided operands; overwrite and accumulate; bitwise identical results for 1 and 2 threads;
 // shape and overlap errors. Every path that runs here (Bf16BlockPath: portable, avx512_bf16,
-// amx: the forward only, also on 16x16 blocks, a tile of 16 rows) is checked against the reference and against the portable path on the same inputs (within
+// amx, also on 16x16 blocks, a tile of 16 rows) is checked against the reference and against
+// the portable path on the same inputs (within
 // twice the bound: they sum in different orders); a path the build or the CPU lacks is
 // reported with WARN as NOT RUN, never passed.
 #include "sprig/kernels/bf16_block_kernels.hpp"
@@ -110,6 +111,10 @@ std::vector<Case> large_cases() {
   static_assert(SPRIG_BF16_BLOCK_AMX_STREAM_BYTES <= 1100 * 1040 * 4);
   return {{1100, 24, 1040, 0.3, 0, 8}, {1030, 19, 1070, 0.2, 16, 9}};
 }
+
+// The amx weight gradient reads dY in place where M is whole blocks and B whole chunks of 32
+// columns: strided and not, one chunk and several.
+std::vector<Case> whole_chunk_cases() { return {{48, 40, 96, 0.3, 5, 10}, {32, 50, 32, 0.5, 0, 11}}; }
 
 // The bf16 shadow of W's values, rounded here (sprig::bfloat16's constructor).
 template <int R, int C>
@@ -259,10 +264,10 @@ void check_products(Bf16BlockPath path, const std::vector<Case>& which = cases()
 
 // grad (overwrite and accumulate) for one block shape over every case; 1 and 2 threads.
 template <int R, int C>
-void check_gradient(Bf16BlockPath path) {
+void check_gradient(Bf16BlockPath path, const std::vector<Case>& which = cases()) {
   constexpr std::int64_t RC = std::int64_t{R} * C;
   if (!runs_here<R, C>(Bf16BlockKernel::sddmm, path)) return;
-  for (const Case& c : cases()) {
+  for (const Case& c : which) {
     INFO(R << "x" << C << " blocks, " << path_name(path) << " path, M=" << c.M << " K=" << c.K << " B=" << c.B << " seed=" << c.seed);
     const auto W = case_matrix<R, C>(c);
     CounterRng rng(c.seed, 0x6AD);
@@ -338,6 +343,10 @@ TEST_CASE("bf16_block_sddmm matches a double reference", "[bf16_block]") {
     check_gradient<16, 1>(path);
     check_gradient<1, 4>(path);
   }
+  check_gradient<16, 16>(Bf16BlockPath::amx);
+  check_gradient<8, 8>(Bf16BlockPath::amx, whole_chunk_cases());
+  check_gradient<16, 16>(Bf16BlockPath::amx, whole_chunk_cases());
+  check_gradient<8, 8>(Bf16BlockPath::amx, large_cases());
 }
 
 TEST_CASE("bf16 block kernels name their paths and pick the fastest available", "[bf16_block]") {
@@ -348,12 +357,18 @@ TEST_CASE("bf16 block kernels name their paths and pick the fastest available", 
     const bool amx = bf16_block_unavailable_reason<8, 8>(k, Bf16BlockPath::amx).empty();
     CHECK(bf16_block_path<8, 8>(k) ==
           (amx ? Bf16BlockPath::amx : dp ? Bf16BlockPath::avx512_bf16 : Bf16BlockPath::portable));
-    if (k != K::spmm) CHECK_FALSE(amx);  // the amx path is the forward's only
+    if (!dp) CHECK_FALSE(amx);  // AMX implies AVX512-BF16
   }
-  // AMX tiles hold at most 16 rows and 64 bytes a row: 32 bf16 columns, in pairs.
+  // AMX tiles hold at most 16 rows and 64 bytes a row: 32 bf16 columns in pairs for the
+  // products (W's blocks, or their transposes, are tiles of A), 16 float columns for the
+  // weight gradient (a block's gradient is a tile of C).
   CHECK_FALSE(bf16_block_unavailable_reason<16, 1>(K::spmm, Bf16BlockPath::amx).empty());
   CHECK_FALSE(bf16_block_unavailable_reason<32, 2>(K::spmm, Bf16BlockPath::amx).empty());
   CHECK_FALSE(bf16_block_unavailable_reason<4, 64>(K::spmm, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<1, 4>(K::spmm_transposed, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<2, 32>(K::spmm_transposed, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<32, 2>(K::sddmm, Bf16BlockPath::amx).empty());
+  CHECK_FALSE(bf16_block_unavailable_reason<2, 32>(K::sddmm, Bf16BlockPath::amx).empty());
   // Pairs along an odd block dimension do not exist: 16x1's forward, 1x4's input gradient.
   CHECK_FALSE(bf16_block_unavailable_reason<16, 1>(K::spmm, Bf16BlockPath::avx512_bf16).empty());
   CHECK_FALSE(bf16_block_unavailable_reason<1, 4>(K::spmm_transposed, Bf16BlockPath::avx512_bf16).empty());

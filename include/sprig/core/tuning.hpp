@@ -123,12 +123,13 @@
 #  define SPRIG_BF16_GEMM_AMX_CHUNK_BYTES (1024 * 1024)
 #endif
 
-// --- The bf16 block forward's AMX path (kernels/bf16_block_amx.hpp; docs/transformers.md) ---
+// --- The bf16 block kernels' AMX path (kernels/bf16_block_amx.hpp; docs/transformers.md) ---
 
-// Outputs of at least this many bytes are written by the AMX block forward with streaming
-// (non-temporal) stores in overwrite mode: with the products on tiles, fetching Y's lines
-// before writing them (read for ownership) bounds the kernel, and an output larger than L2 is
-// written back to memory anyway (the measurements: docs/transformers.md, bf16 training).
+// Outputs of at least this many bytes are written by the AMX block forward and input gradient
+// with streaming (non-temporal) stores in overwrite mode: with the products on tiles, fetching
+// the output's lines before writing them (read for ownership) bounds the kernel, and an output
+// of more than half an L2 is mostly written back to memory anyway (the measurements:
+// docs/transformers.md, bf16 training).
 #ifndef SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
-#  define SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (std::int64_t{4} << 20)
+#  define SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (std::int64_t{1} << 20)
 #endif

@@ -1,42 +1,60 @@
-// sprig/kernels/bf16_block_amx.hpp — the AMX path of the bf16 block forward (bf16_block_kernels.hpp):
-// Y (=|+=) W X for a BlockPaddedCSR W in R x C blocks, bf16 weights and X, float sums and Y.
+// sprig/kernels/bf16_block_amx.hpp — the AMX path of the bf16 block kernels (bf16_block_kernels.hpp)
+// for a BlockPaddedCSR W in R x C blocks: bf16 weights, X and dY, float sums, Y, dX and grad.
 //
-// How: a block is already a tile of A. `tdpbf16ps` multiplies an R x C bf16 tile (one block,
-// rows 2C bytes apart as W's bf16 shadow stores it) by a C x 16 tile of X packed in pairs
-// (operands.hpp's pair rows: rows 2k and 2k + 1 interleaved per batch column, C / 2 pair rows
-// of one block column, one panel's row apart) into R x 16 floats. Per block row and group of
-// up to four 16-column chunks of a panel, four C tiles stay in the tile registers across all
-// the row's blocks: each block is one A load, then one B load and one tdpbf16ps per chunk.
-// The tiles are stored to a small float buffer and finished (accumulate, bias, ReLU) in
-// 16-float registers into Y (bf16_spmm.hpp's store_bf16_spmm); an overwritten Y of at least
-// SPRIG_BF16_BLOCK_AMX_STREAM_BYTES (tuning.hpp) with streaming stores, since waiting for Y's
-// lines became the bound.
+// Forward, Y (=|+=) W X: a block is already a tile of A. `tdpbf16ps` multiplies an R x C bf16
+// tile (one block, rows 2C bytes apart as W's bf16 shadow stores it) by a C x 16 tile of X
+// packed in pairs (operands.hpp's pair rows: rows 2k and 2k + 1 interleaved per batch column,
+// C / 2 pair rows of one block column, one panel's row apart) into R x 16 floats. Per block row
+// and group of up to four 16-column chunks of a panel, four C tiles stay in the tile registers
+// across all the row's blocks: each block is one A load, then one B load and one tdpbf16ps per
+// chunk, with the next block's X pair rows prefetched. The tiles are stored to a small float
+// buffer and finished (accumulate, bias, ReLU) in 16-float registers into Y (bf16_spmm.hpp's
+// store_bf16_spmm); an overwritten Y of at least SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
+// (tuning.hpp) with streaming stores, since waiting for Y's lines became the bound.
 //
-// Shapes: R <= 16 (a tile's rows), C even and C <= 32 (a tile row of A holds 64 bytes);
-// kAmxBlockForward<R, C>. Edges as the other paths: X's pair rows are zero past K (BlockPaddedCSR
-// keeps an edge block's out-of-matrix weights 0), the batch is padded to whole chunks with
-// zeros and only Y's rows and columns inside the matrix are stored.
+// Input gradient, dX (=|+=) W^T dY: the forward's code on W's transposed block pattern
+// (transpose.hpp), each C x R tile of A the transpose of a block, copied transposed into the
+// workspace first (O(nnz_blocks R C), against O(nnz_blocks R C B) multiply-adds).
 //
-// Numerics: each output is a float sum of the block row's products (exact in float) in an
-// order fixed by W's row and the block shape (tdpbf16ps adds the pair products of a tile row
-// into the accumulator in the hardware's order), within the bound bf16_block_kernels.hpp states;
-// subnormal inputs and results are flushed as on the avx512_bf16 path. Bitwise identical for
-// every thread count (rows are computed whole by one thread).
+// Weight gradient, grad (=|+=) dY X^T at the live blocks: a block's R x C gradient is a tile
+// of C, summed over chunks of 32 batch columns of R rows of dY (A, 64 bytes a row, read in
+// place where it can be) times 16 pairs of adjacent batch columns of the block's C rows of X (B,
+// packed pair-major by an AVX-512 register transpose). Four blocks of a block row share each
+// dY tile.
+//
+// Shapes: the forward takes R <= 16 (a tile's rows) and C even, C <= 32 (a tile row of A holds
+// 64 bytes), kAmxBlockForward<R, C>; the input gradient the transposed shape,
+// kAmxBlockForward<C, R>; the weight gradient R, C <= 16 (a tile row of C holds 16 floats),
+// kAmxBlockWeightGrad<R, C>. Edges as the other paths: operands are zero-padded to whole blocks
+// and chunks, and only entries inside the matrix are stored (grad's out-of-matrix entries of an
+// edge block as the other paths leave them).
+//
+// Numerics: each output is a float sum of its products (exact in float) in an order fixed by
+// W's row (forward), column (input gradient) or the batch (weight gradient) and the block
+// shape; tdpbf16ps adds the pair products of a tile row into the accumulator in the hardware's
+// order, within the bound bf16_block_kernels.hpp states; subnormal inputs and results are
+// flushed as on the avx512_bf16 path. Bitwise identical for every thread count (each output
+// is computed whole by one thread).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <span>
 
 #include "../core/bfloat16.hpp"
+#include "../core/block_padded_csr.hpp"
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
 #include "amx_tiles.hpp"
 #include "bf16_spmm.hpp"
+#include "block_sddmm.hpp"
 #include "operands.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "simd.hpp"
+#include "transpose.hpp"
 #include "update_mode.hpp"
 #include "workspace.hpp"
 
@@ -84,6 +102,11 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block_row(const Ind
   const std::int64_t block_row_bytes = std::int64_t{C / 2} * xs_bytes;
   for (std::int64_t q = s; q < s + n; ++q) {
     const char* x = xp + static_cast<std::int64_t>(cols[q]) * block_row_bytes;
+    if (q + 1 < s + n) {  // the next block's X pair rows
+      const char* xn = xp + static_cast<std::int64_t>(cols[q + 1]) * block_row_bytes;
+      for (int r = 0; r < C / 2; ++r)
+        for (int c = 0; c < Q; ++c) prefetch(xn + r * xs_bytes + c * 64);
+    }
     _tile_loadd(4, values + q * (std::int64_t{R} * C), 2 * C);
     _tile_loadd(5, x, xs_bytes);
     _tile_dpbf16ps(0, 4, 5);
@@ -104,21 +127,37 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block_row(const Ind
   if constexpr (Q > 1) _tile_stored(1, out + 256, 64);
   if constexpr (Q > 2) _tile_stored(2, out + 512, 64);
   if constexpr (Q > 3) _tile_stored(3, out + 768, 64);
+  amx_compiler_barrier(out);
 }
 
-// Y (=|+=) P X (+ bias, ReLU) on the AMX tiles; P is W's block pattern, values its bf16
-// shadow. Needs bf16_gemm_reason(Bf16GemmPath::amx) empty and kAmxBlockForward<R, C>.
+// out (C x R, row-major) = the transpose of the R x C block in (row-major).
+template <int R, int C>
+inline void transpose_block(const bfloat16* __restrict in, bfloat16* __restrict out) noexcept {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
+}
+
+// Y (=|+=) P X (+ bias, ReLU) on the AMX tiles; P's slot q holds the R x C block at values +
+// q R C (W's bf16 shadow), or with `source` (the input gradient: P is W's transposed block
+// pattern, transpose.hpp) the transpose of W's C x R block at values + source[q] R C, copied
+// transposed into the workspace first (O(nnz_blocks R C)). Needs bf16_gemm_reason(
+// Bf16GemmPath::amx) empty and kAmxBlockForward<R, C>.
 template <class A, ColumnIndex Index, int R, int C>
 void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, ConstMatrixView<bfloat16> X,
-                    MatrixView<float> Y, Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu) {
+                    MatrixView<float> Y, Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
+                    const SourceSlot* source = nullptr) {
   static_assert(kAmxBlockForward<R, C>);
   using B = Batch<float, A>;
   static_assert(B::size == 16, "the AMX path runs where the kernels are built for AVX-512");
-  constexpr std::int64_t N = 16;
+  constexpr std::int64_t N = 16, RC = std::int64_t{R} * C;
   const std::int64_t Bw = X.cols(), M = Y.rows();
   const std::int64_t lines = P.cols() * C / 2;
   const PanelPlan plan(Bw, lines, N, sizeof(Bf16Pair), kPanelBudgetBytes, 2 * kAmxBlockChunks);
-  Bf16Pair* packed = operand_buffer<Bf16Pair>(ws, plan.packed_size(lines));
+  const std::int64_t slots = source ? P.storage_size() : 0;
+  const bfloat16* const values_in = values;
+  Bf16Pair* packed = operand_buffer<Bf16Pair>(ws, plan.packed_size(lines) + (slots * RC + 1) / 2);
+  bfloat16* transposed = reinterpret_cast<bfloat16*>(packed + plan.packed_size(lines));
+  if (source) values = transposed;
   ws.partition.update(P);
   const bool accumulate = mode == Update::accumulate;
   // Streaming stores (tuning.hpp) for a large overwritten Y; ordered before the caller's next
@@ -127,7 +166,11 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
   const AmxTileConfig cfg = amx_block_forward_config<R, C>();
   run_partitioned(
       ws.partition, P.nnz() * R * C * Bw,
-      [&](int t, int n) { pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n); },
+      [&](int t, int n) {
+        pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n);
+        for (std::int64_t q = slots * t / n; q < slots * (t + 1) / n; ++q)
+          if (source[q] >= 0) transpose_block<C, R>(values_in + std::int64_t{source[q]} * RC, transposed + q * RC);
+      },
       [&](std::int64_t i0, std::int64_t i1) {
         if (i0 >= i1) return;
         alignas(64) float sums[kAmxBlockChunks * 256];
@@ -170,6 +213,220 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
         }
         amx_end();
         if (stream) _mm_sfence();
+      });
+}
+
+// The block shapes the AMX weight gradient takes: a block's gradient is a tile of C (R rows of
+// C floats).
+template <int R, int C>
+inline constexpr bool kAmxBlockWeightGrad = R >= 1 && R <= 16 && C >= 1 && C <= 16;
+
+// The weight gradient's tiles: 0..3 accumulate four blocks' R x C gradients, 4 holds R rows of
+// 32 dY entries (one chunk of the batch), 5..7 take turns with 16 X pairs of C features.
+template <int R, int C>
+AmxTileConfig amx_block_grad_config() noexcept {
+  AmxTileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = static_cast<std::uint8_t>(t <= 4 ? R : 16);
+    cfg.colsb[t] = static_cast<std::uint16_t>(t == 4 ? 64 : 4 * C);
+  }
+  return cfg;
+}
+
+// The pair transpose of a power-of-two C <= 16 in vpermt2d steps: C registers (register c: X
+// row c's 16 pairs of one chunk, p = ph * (16 / C) + pl) become C registers (register ph: pairs
+// ph * (16 / C) + pl of every row, lane pl * C + c). Step j exchanges register bit j (c_j) with
+// ph_j; between steps register bit i holds ph_i for i < j and c_i above, lane pl * C + (c_i for
+// i < j, ph_i above) (the first step also reorders the lanes). kPairTransposeIndex<C>[j][v]: the
+// vpermt2d indices of the outputs whose new register bit is v, from the sources with c_j = 0
+// (lanes 0..15) and 1 (16..31).
+template <int C>
+struct PairTransposeIndex {
+  std::uint32_t idx[4][2][16] = {};
+  constexpr PairTransposeIndex() {
+    constexpr int PL = 16 / C;
+    for (int j = 0; j < 4 && (1 << j) < C; ++j)
+      for (int v = 0; v < 2; ++v)
+        for (int lane = 0; lane < 16; ++lane) {
+          // The element this output lane holds after step j: pl, c_i (i <= j), ph_i (i > j, bit j: v).
+          const int pl = lane / C, low = lane % C;
+          int c = 0, ph = 0;
+          for (int i = 0; i < 4 && (1 << i) < C; ++i) {
+            const int bit = (low >> i) & 1;
+            if (i <= j)
+              c |= bit << i;
+            else
+              ph |= bit << i;
+          }
+          ph |= v << j;
+          // Where it was before step j: lane (j == 0: the input's, ph * PL + pl), source c_j.
+          const int before = j == 0 ? ph * PL + pl : pl * C + ((c & ((1 << j) - 1)) | (ph & ~((1 << j) - 1)));
+          idx[j][v][lane] = static_cast<std::uint32_t>(before + 16 * ((c >> j) & 1));
+        }
+  }
+};
+
+// Block column bj's rows of X (C features, zero past X.rows()) for bj in [bj0, bj1), as pairs of
+// adjacent batch columns, pair-major: unit (bj, j, c) = out[(bj * pairs + j) * C + c] holds
+// X[bj C + c, 2j] (low half) and X[bj C + c, 2j + 1], zero past the batch. Chunk h of the batch
+// (32 columns) of block column bj is then a 16 x C tile of B at out + (bj * pairs + 16 h) * C.
+// Whole chunks of a power-of-two C in vpermt2d steps (PairTransposeIndex), the rest unit by unit.
+template <int C>
+void pack_pair_columns(ConstMatrixView<bfloat16> X, std::int64_t pairs, std::uint32_t* out, std::int64_t bj0,
+                       std::int64_t bj1) noexcept {
+  const std::int64_t K = X.rows(), Bw = X.cols(), full = Bw / 2;
+  constexpr bool fast = C >= 2 && (C & (C - 1)) == 0;
+  const std::int64_t whole = fast ? Bw / 32 : 0;  // chunks done in registers
+  for (std::int64_t bj = bj0; bj < bj1; ++bj) {
+    std::uint32_t* base = out + bj * pairs * C;
+    if constexpr (fast) {
+      static constexpr PairTransposeIndex<C> tix{};
+      constexpr int steps = C == 2 ? 1 : C == 4 ? 2 : C == 8 ? 3 : 4;
+      for (std::int64_t h = 0; h < whole; ++h) {
+        __m512i v[C];
+        for (int c = 0; c < C; ++c)
+          v[c] = bj * C + c < K ? _mm512_loadu_si512(X.row(bj * C + c) + 32 * h) : _mm512_setzero_si512();
+        for (int j = 0; j < steps; ++j) {
+          const __m512i i0 = _mm512_loadu_si512(tix.idx[j][0]), i1 = _mm512_loadu_si512(tix.idx[j][1]);
+          __m512i w[C];
+          for (int r = 0; r < C; ++r) {
+            const int a = r & ~(1 << j);
+            w[r] = _mm512_permutex2var_epi32(v[a], (r >> j) & 1 ? i1 : i0, v[a | (1 << j)]);
+          }
+          for (int r = 0; r < C; ++r) v[r] = w[r];
+        }
+        for (int r = 0; r < C; ++r) _mm512_storeu_si512(base + (16 * h + r * (16 / C)) * C, v[r]);
+      }
+    }
+    for (std::int64_t c = 0; c < C; ++c) {
+      std::uint32_t* dst = base + c;
+      const std::int64_t k = bj * C + c;
+      std::int64_t j = 16 * whole;
+      if (k < K) {
+        const bfloat16* src = X.row(k);
+        for (; j < full; ++j) std::memcpy(dst + j * C, src + 2 * j, sizeof(std::uint32_t));
+        if (Bw % 2 != 0) {
+          std::uint16_t lo;
+          std::memcpy(&lo, src + 2 * j, sizeof lo);
+          dst[j++ * C] = lo;
+        }
+      }
+      for (; j < pairs; ++j) dst[j * C] = 0;
+    }
+  }
+}
+
+// The gradients of Q blocks of one block row over nch chunks of 32 batch columns: dY's R rows
+// at d (rows ds_bytes apart, chunks 64 bytes), block g's X pairs at x[g] (chunks 64 C bytes
+// apart); the sums of block g end in acc[g] (R rows of C floats).
+template <int R, int C, int Q>
+__attribute__((target("amx-tile,amx-bf16"))) inline void amx_grad_blocks(const char* d, std::int64_t ds_bytes,
+                                                                         const char* const* x, std::int64_t nch,
+                                                                         float* const* acc) noexcept {
+  constexpr std::int64_t cb = 4 * C, step = 64 * C;
+  amx_compiler_barrier(acc);
+  _tile_zero(0);
+  if constexpr (Q > 1) _tile_zero(1);
+  if constexpr (Q > 2) _tile_zero(2);
+  if constexpr (Q > 3) _tile_zero(3);
+  for (std::int64_t h = 0; h < nch; ++h) {
+    _tile_loadd(4, d + h * 64, ds_bytes);
+    _tile_loadd(5, x[0] + h * step, cb);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (Q > 1) {
+      _tile_loadd(6, x[1] + h * step, cb);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (Q > 2) {
+      _tile_loadd(7, x[2] + h * step, cb);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (Q > 3) {
+      _tile_loadd(5, x[3] + h * step, cb);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, acc[0], cb);
+  if constexpr (Q > 1) _tile_stored(1, acc[1], cb);
+  if constexpr (Q > 2) _tile_stored(2, acc[2], cb);
+  if constexpr (Q > 3) _tile_stored(3, acc[3], cb);
+  amx_compiler_barrier(acc);
+}
+
+// grad (=|+=) the weight gradient of W's live blocks (bf16_block_sddmm's contract) on the AMX
+// tiles: each block's R x C gradient is a tile of C, the sum over 32-column chunks of the batch
+// of dY's R rows (A, read in place where the batch is whole chunks and M whole blocks, else
+// from a zero-padded copy) times X's C features in pairs of batch columns (B,
+// pack_pair_columns). Overwritten full blocks go from the tiles into grad directly; edge
+// blocks and accumulation through block_sddmm_store. Needs bf16_gemm_reason(
+// Bf16GemmPath::amx) empty and kAmxBlockWeightGrad<R, C>.
+template <class A, ColumnIndex Index, int R, int C>
+void block_sddmm_amx(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixView<bfloat16> dY,
+                     ConstMatrixView<bfloat16> X, std::span<float> grad, Update mode, KernelWorkspace<float>& ws) {
+  static_assert(kAmxBlockWeightGrad<R, C>);
+  constexpr std::int64_t RC = std::int64_t{R} * C, T = 32;
+  const auto& P = W.pattern();
+  const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
+  const std::int64_t Mp = P.rows() * R, Kb = P.cols(), nch = (Bw + T - 1) / T, Bp = nch * T, pairs = Bp / 2;
+  const bool dy_in_place = Bw % T == 0 && Mp == M;
+  const std::int64_t x_units = Kb * pairs * C, dy_elems = dy_in_place ? 0 : Mp * Bp;
+  std::uint32_t* xt = operand_buffer<std::uint32_t>(ws, x_units + (dy_elems + 1) / 2);
+  bfloat16* dyp = reinterpret_cast<bfloat16*>(xt + x_units);
+  const char* dbase = reinterpret_cast<const char*>(dy_in_place ? dY.data() : dyp);
+  const std::int64_t ds_bytes = (dy_in_place ? dY.stride() : Bp) * std::int64_t{sizeof(bfloat16)};
+  ws.partition.update(P);
+  const Index* cols = P.col_indices().data();
+  const bool overwrite = mode == Update::overwrite;
+  const bool dead = P.dead_slots() > 0;
+  const AmxTileConfig cfg = amx_block_grad_config<R, C>();
+  run_partitioned(
+      ws.partition, P.nnz() * RC * Bw,
+      [&](int t, int n) {
+        pack_pair_columns<C>(X, pairs, xt, Kb * t / n, Kb * (t + 1) / n);
+        if (!dy_in_place)
+          for (std::int64_t i = Mp * t / n; i < Mp * (t + 1) / n; ++i) {
+            bfloat16* dst = dyp + i * Bp;
+            const std::int64_t nb = i < M ? Bw : 0;
+            if (nb > 0) std::memcpy(dst, dY.row(i), static_cast<std::size_t>(nb) * sizeof(bfloat16));
+            std::fill(dst + nb, dst + Bp, bfloat16{});
+          }
+        if (overwrite && dead) {  // slots owned by no row: zeroed by storage range
+          const std::int64_t S = std::ssize(grad);
+          std::fill(grad.data() + S * t / n, grad.data() + S * (t + 1) / n, 0.0f);
+        }
+      },
+      [&](std::int64_t r0, std::int64_t r1) {
+        if (r0 >= r1) return;
+        alignas(64) float edge[kAmxBlockChunks][RC];
+        amx_begin(cfg);
+        for (std::int64_t bi = r0; bi < r1; ++bi) {
+          const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
+          if (overwrite) std::fill(grad.data() + (s0 + nb) * RC, grad.data() + (s0 + P.row_capacity(bi)) * RC, 0.0f);
+          const std::int64_t rows_in = std::min<std::int64_t>(R, M - bi * R);
+          const char* d = dbase + bi * R * ds_bytes;
+          for (std::int64_t q = 0; q < nb; q += kAmxBlockChunks) {
+            const std::int64_t n = std::min<std::int64_t>(kAmxBlockChunks, nb - q);
+            const char* x[kAmxBlockChunks];
+            float* acc[kAmxBlockChunks];
+            for (std::int64_t g = 0; g < n; ++g) {
+              const std::int64_t bj = cols[s0 + q + g];
+              x[g] = reinterpret_cast<const char*>(xt + bj * pairs * C);
+              const bool direct = overwrite && rows_in == R && K - bj * C >= C;
+              acc[g] = direct ? grad.data() + (s0 + q + g) * RC : edge[g];
+            }
+            switch (n) {
+              case 1: amx_grad_blocks<R, C, 1>(d, ds_bytes, x, nch, acc); break;
+              case 2: amx_grad_blocks<R, C, 2>(d, ds_bytes, x, nch, acc); break;
+              case 3: amx_grad_blocks<R, C, 3>(d, ds_bytes, x, nch, acc); break;
+              default: amx_grad_blocks<R, C, 4>(d, ds_bytes, x, nch, acc); break;
+            }
+            for (std::int64_t g = 0; g < n; ++g)
+              if (acc[g] == edge[g])
+                block_sddmm_store<float, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, !overwrite,
+                                               edge[g]);
+          }
+        }
+        amx_end();
       });
 }
 

@@ -32,14 +32,14 @@
 //   weight grad adjacent batch columns: 32 bf16 of dY and of X per step, no repacking.
 // The forward paths read X zero-padded to whole blocks, so an edge block's out-of-matrix weights
 // meet zeros there (BlockPaddedCSR keeps them 0, and refresh_bf16_values rounds them to 0).
-// The amx path (bf16_block_amx.hpp), the forward only: each block is a tile of A for `tdpbf16ps`
-// against X's pair rows, on blocks of at most 16 rows and an even number of columns up to 32;
-// where the CPU has AMX and Linux grants the tile state, it is the forward's default.
-// The path exists where the kernels are built for AVX-512 with AVX512-BF16 (-march on such a CPU:
-// it reuses the tiles' 512-bit xsimd registers), and runs where the CPU and OS allow it (the
-// probe bf16_gemm uses). It sums each output in a different order from the portable path (and
-// `vdpbf16ps` flushes subnormal inputs and results): the two agree to twice the bound below,
-// not bit for bit.
+// The amx path (bf16_block_amx.hpp): every block (or its transpose, for the input gradient)
+// is a tile of A for `tdpbf16ps`, and each block's weight gradient a tile of C; where the CPU
+// has AMX and Linux grants the tile state, it is the default for the shapes it takes.
+// Both paths exist where the kernels are built for AVX-512 with AVX512-BF16 (-march on such a
+// CPU: they reuse the tiles' 512-bit xsimd registers; amx also needs x86-64 Linux), and run
+// where the CPU and OS allow them (the probe bf16_gemm uses). Each sums each output in a
+// different order from the portable path (and `vdpbf16ps` and `tdpbf16ps` flush subnormal
+// inputs and results): they agree to twice the bound below, not bit for bit.
 //
 // Numerics: every product is exact in float (a bf16 times a bf16 fits), and each result is a
 // float sum of n = (C for Y, R for dX) x (live blocks of its row or column) products (n = B for
@@ -92,17 +92,23 @@ void refresh_bf16_values(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
 enum class Bf16BlockKernel { spmm, spmm_transposed, sddmm };
 
 // Why `path` cannot run `kernel` on R x C blocks in this process, empty when it can (portable:
-// always). amx runs the forward only (bf16_block_amx.hpp), on blocks of at most 16 rows and an
-// even number of columns up to 32.
+// always). amx (bf16_block_amx.hpp) takes for the forward blocks of at most 16 rows and an even
+// number of columns up to 32, for the input gradient the transposed shapes, and for the weight
+// gradient blocks of at most 16 rows and 16 columns.
 template <int R, int C>
 std::string bf16_block_unavailable_reason(Bf16BlockKernel kernel, Bf16BlockPath path) {
   if (path == Bf16BlockPath::portable) return {};
   if (path == Bf16BlockPath::amx) {
 #if SPRIG_BF16_BLOCK_AMX
-    if (kernel != Bf16BlockKernel::spmm) return "the amx path runs the forward (bf16_block_spmm) only";
-    if (!detail::kAmxBlockForward<R, C>)
+    if (kernel == Bf16BlockKernel::spmm && !detail::kAmxBlockForward<R, C>)
       return detail::message("the amx forward takes blocks of at most 16 rows and an even number of columns up ",
                              "to 32, not ", R, "x", C);
+    if (kernel == Bf16BlockKernel::spmm_transposed && !detail::kAmxBlockForward<C, R>)
+      return detail::message("the amx input gradient takes blocks of an even number of rows up to 32 and at most ",
+                             "16 columns, not ", R, "x", C);
+    if (kernel == Bf16BlockKernel::sddmm && !detail::kAmxBlockWeightGrad<R, C>)
+      return detail::message("the amx weight gradient takes blocks of at most 16 rows and 16 columns, not ", R, "x",
+                             C);
     return detail::bf16_gemm_reason(Bf16GemmPath::amx);
 #else
     (void)kernel;
@@ -253,6 +259,14 @@ void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W.pattern());
   const detail::TransposedBlocks<bfloat16, R, C> blocks{values.data(), t.source_slot.data()};
+#if SPRIG_BF16_BLOCK_AMX
+  if constexpr (detail::kAmxBlockForward<C, R>)
+    if (path == Bf16BlockPath::amx) {
+      detail::block_spmm_amx<detail::KernelArch, Index, C, R>(t.matrix, values.data(), dY, dX, mode, workspace,
+                                                              nullptr, false, t.source_slot.data());
+      return;
+    }
+#endif
 #if SPRIG_BF16_BLOCK_DP
   if constexpr (R % 2 == 0)
     if (path == Bf16BlockPath::avx512_bf16) {
@@ -295,6 +309,13 @@ void bf16_block_sddmm(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixVi
   }
 #if SPRIG_KERNEL_SIMD
   if constexpr (detail::kSimdFor<float>) {
+#  if SPRIG_BF16_BLOCK_AMX
+    if constexpr (detail::kAmxBlockWeightGrad<R, C>)
+      if (path == Bf16BlockPath::amx) {
+        detail::block_sddmm_amx<detail::KernelArch>(W, dY, X, grad, mode, workspace);
+        return;
+      }
+#  endif
 #  if SPRIG_BF16_BLOCK_DP
     if (path == Bf16BlockPath::avx512_bf16) {
       detail::block_sddmm_simd<detail::KernelArch, float, Index, R, C, bfloat16, true>(W, dY, X, grad, mode, workspace);
