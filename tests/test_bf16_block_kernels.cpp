@@ -112,9 +112,11 @@ std::vector<Case> large_cases() {
   return {{1100, 24, 1040, 0.3, 0, 8}, {1030, 19, 1070, 0.2, 16, 9}};
 }
 
-// The amx weight gradient reads dY in place where M is whole blocks and B whole chunks of 32
-// columns: strided and not, one chunk and several.
-std::vector<Case> whole_chunk_cases() { return {{48, 40, 96, 0.3, 5, 10}, {32, 50, 32, 0.5, 0, 11}}; }
+// The amx weight gradient reads dY (X where K > M) in place where its rows are whole blocks and
+// B whole chunks of 32 columns: strided and not, one chunk and several, both operands.
+std::vector<Case> whole_chunk_cases() {
+  return {{48, 40, 96, 0.3, 5, 10}, {32, 50, 32, 0.5, 0, 11}, {24, 64, 64, 0.4, 3, 12}};
+}
 
 // The bf16 shadow of W's values, rounded here (sprig::bfloat16's constructor).
 template <int R, int C>

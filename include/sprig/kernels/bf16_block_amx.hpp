@@ -221,14 +221,17 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
 template <int R, int C>
 inline constexpr bool kAmxBlockWeightGrad = R >= 1 && R <= 16 && C >= 1 && C <= 16;
 
-// The weight gradient's tiles: 0..3 accumulate four blocks' R x C gradients, 4 holds R rows of
-// 32 dY entries (one chunk of the batch), 5..7 take turns with 16 X pairs of C features.
-template <int R, int C>
+// The weight gradient's tiles, for accumulators of AR rows of N floats: 0..3 accumulate four
+// blocks' sums, 4 holds the operand the blocks of a block row share (SharedA: AR rows of 32
+// bf16, one chunk of the batch; else 16 pairs of N), 5..7 take turns with each block's own
+// (the other shape).
+template <int AR, int N, bool SharedA>
 AmxTileConfig amx_block_grad_config() noexcept {
   AmxTileConfig cfg;
   for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = static_cast<std::uint8_t>(t <= 4 ? R : 16);
-    cfg.colsb[t] = static_cast<std::uint16_t>(t == 4 ? 64 : 4 * C);
+    const bool a_shape = t < 4 ? false : (t == 4) == SharedA;
+    cfg.rows[t] = static_cast<std::uint8_t>(t < 4 || a_shape ? AR : 16);
+    cfg.colsb[t] = static_cast<std::uint16_t>(a_shape ? 64 : 4 * N);
   }
   return cfg;
 }
@@ -316,34 +319,48 @@ void pack_pair_columns(ConstMatrixView<bfloat16> X, std::int64_t pairs, std::uin
   }
 }
 
-// The gradients of Q blocks of one block row over nch chunks of 32 batch columns: dY's R rows
-// at d (rows ds_bytes apart, chunks 64 bytes), block g's X pairs at x[g] (chunks 64 C bytes
-// apart); the sums of block g end in acc[g] (R rows of C floats).
-template <int R, int C, int Q>
-__attribute__((target("amx-tile,amx-bf16"))) inline void amx_grad_blocks(const char* d, std::int64_t ds_bytes,
-                                                                         const char* const* x, std::int64_t nch,
-                                                                         float* const* acc) noexcept {
-  constexpr std::int64_t cb = 4 * C, step = 64 * C;
+// The sums of Q blocks of one block row over nch chunks of 32 batch columns into acc[g]
+// (amx_block_grad_config's rows, cb bytes apart): the shared operand at sh (chunks sh_step
+// bytes apart, rows sh_stride), block g's own at own[g] (own_step, own_stride); SharedA: the
+// shared one is A (tdpbf16ps's left operand), else B.
+template <int Q, bool SharedA>
+__attribute__((target("amx-tile,amx-bf16"))) inline void amx_grad_blocks(const char* sh, std::int64_t sh_step,
+                                                                         std::int64_t sh_stride, const char* const* own,
+                                                                         std::int64_t own_step, std::int64_t own_stride,
+                                                                         std::int64_t nch, float* const* acc,
+                                                                         std::int64_t cb) noexcept {
   amx_compiler_barrier(acc);
   _tile_zero(0);
   if constexpr (Q > 1) _tile_zero(1);
   if constexpr (Q > 2) _tile_zero(2);
   if constexpr (Q > 3) _tile_zero(3);
   for (std::int64_t h = 0; h < nch; ++h) {
-    _tile_loadd(4, d + h * 64, ds_bytes);
-    _tile_loadd(5, x[0] + h * step, cb);
-    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(4, sh + h * sh_step, sh_stride);
+    _tile_loadd(5, own[0] + h * own_step, own_stride);
+    if constexpr (SharedA)
+      _tile_dpbf16ps(0, 4, 5);
+    else
+      _tile_dpbf16ps(0, 5, 4);
     if constexpr (Q > 1) {
-      _tile_loadd(6, x[1] + h * step, cb);
-      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(6, own[1] + h * own_step, own_stride);
+      if constexpr (SharedA)
+        _tile_dpbf16ps(1, 4, 6);
+      else
+        _tile_dpbf16ps(1, 6, 4);
     }
     if constexpr (Q > 2) {
-      _tile_loadd(7, x[2] + h * step, cb);
-      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(7, own[2] + h * own_step, own_stride);
+      if constexpr (SharedA)
+        _tile_dpbf16ps(2, 4, 7);
+      else
+        _tile_dpbf16ps(2, 7, 4);
     }
     if constexpr (Q > 3) {
-      _tile_loadd(5, x[3] + h * step, cb);
-      _tile_dpbf16ps(3, 4, 5);
+      _tile_loadd(5, own[3] + h * own_step, own_stride);
+      if constexpr (SharedA)
+        _tile_dpbf16ps(3, 4, 5);
+      else
+        _tile_dpbf16ps(3, 5, 4);
     }
   }
   _tile_stored(0, acc[0], cb);
@@ -354,12 +371,14 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_grad_blocks(const c
 }
 
 // grad (=|+=) the weight gradient of W's live blocks (bf16_block_sddmm's contract) on the AMX
-// tiles: each block's R x C gradient is a tile of C, the sum over 32-column chunks of the batch
-// of dY's R rows (A, read in place where the batch is whole chunks and M whole blocks, else
-// from a zero-padded copy) times X's C features in pairs of batch columns (B,
-// pack_pair_columns). Overwritten full blocks go from the tiles into grad directly; edge
-// blocks and accumulation through block_sddmm_store. Needs bf16_gemm_reason(
-// Bf16GemmPath::amx) empty and kAmxBlockWeightGrad<R, C>.
+// tiles, summed over 32-column chunks of the batch. Each block's gradient is a tile of C: R x C,
+// dY's R rows (A) times the block's X rows in pairs of batch columns (B, pack_pair_columns); or,
+// where K > M, C x R (the transpose), X's C rows (A) times dY's block rows in pairs (B), so that
+// the smaller operand is the one packed. The A operand is read in place where the batch is
+// whole chunks and its rows whole blocks, else from a zero-padded copy; four blocks of a block
+// row share the tile of dY. Overwritten full R x C blocks go from the tiles into grad directly;
+// the rest through block_sddmm_store. Needs bf16_gemm_reason(Bf16GemmPath::amx) empty and
+// kAmxBlockWeightGrad<R, C>.
 template <class A, ColumnIndex Index, int R, int C>
 void block_sddmm_amx(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixView<bfloat16> dY,
                      ConstMatrixView<bfloat16> X, std::span<float> grad, Update mode, KernelWorkspace<float>& ws) {
@@ -367,27 +386,37 @@ void block_sddmm_amx(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixVie
   constexpr std::int64_t RC = std::int64_t{R} * C, T = 32;
   const auto& P = W.pattern();
   const std::int64_t M = W.rows(), K = W.cols(), Bw = X.cols();
-  const std::int64_t Mp = P.rows() * R, Kb = P.cols(), nch = (Bw + T - 1) / T, Bp = nch * T, pairs = Bp / 2;
-  const bool dy_in_place = Bw % T == 0 && Mp == M;
-  const std::int64_t x_units = Kb * pairs * C, dy_elems = dy_in_place ? 0 : Mp * Bp;
-  std::uint32_t* xt = operand_buffer<std::uint32_t>(ws, x_units + (dy_elems + 1) / 2);
-  bfloat16* dyp = reinterpret_cast<bfloat16*>(xt + x_units);
-  const char* dbase = reinterpret_cast<const char*>(dy_in_place ? dY.data() : dyp);
-  const std::int64_t ds_bytes = (dy_in_place ? dY.stride() : Bp) * std::int64_t{sizeof(bfloat16)};
+  const std::int64_t nch = (Bw + T - 1) / T, Bp = nch * T, pairs = Bp / 2;
+  const bool tr = K > M;
+  const ConstMatrixView<bfloat16> a_op = tr ? X : dY;            // rows read as tiles of A
+  const std::int64_t a_rows = tr ? P.cols() * C : P.rows() * R;  // padded to whole blocks
+  const std::int64_t pair_blocks = tr ? P.rows() : P.cols();     // block rows or columns paired
+  const std::int64_t pair_width = tr ? R : C;                    // units a pair row
+  const bool in_place = Bw % T == 0 && a_rows == a_op.rows();
+  const std::int64_t pair_units = pair_blocks * pairs * pair_width, copy = in_place ? 0 : a_rows * Bp;
+  std::uint32_t* pt = operand_buffer<std::uint32_t>(ws, pair_units + (copy + 1) / 2);
+  bfloat16* a_copy = reinterpret_cast<bfloat16*>(pt + pair_units);
+  const char* a_base = reinterpret_cast<const char*>(in_place ? a_op.data() : a_copy);
+  const std::int64_t a_stride = (in_place ? a_op.stride() : Bp) * std::int64_t{sizeof(bfloat16)};
+  const std::int64_t pair_bytes = 4 * pair_width;
   ws.partition.update(P);
   const Index* cols = P.col_indices().data();
   const bool overwrite = mode == Update::overwrite;
   const bool dead = P.dead_slots() > 0;
-  const AmxTileConfig cfg = amx_block_grad_config<R, C>();
+  const AmxTileConfig cfg = tr ? amx_block_grad_config<C, R, false>() : amx_block_grad_config<R, C, true>();
   run_partitioned(
       ws.partition, P.nnz() * RC * Bw,
       [&](int t, int n) {
-        pack_pair_columns<C>(X, pairs, xt, Kb * t / n, Kb * (t + 1) / n);
-        if (!dy_in_place)
-          for (std::int64_t i = Mp * t / n; i < Mp * (t + 1) / n; ++i) {
-            bfloat16* dst = dyp + i * Bp;
-            const std::int64_t nb = i < M ? Bw : 0;
-            if (nb > 0) std::memcpy(dst, dY.row(i), static_cast<std::size_t>(nb) * sizeof(bfloat16));
+        const std::int64_t b0 = pair_blocks * t / n, b1 = pair_blocks * (t + 1) / n;
+        if (tr)
+          pack_pair_columns<R>(dY, pairs, pt, b0, b1);
+        else
+          pack_pair_columns<C>(X, pairs, pt, b0, b1);
+        if (!in_place)
+          for (std::int64_t i = a_rows * t / n; i < a_rows * (t + 1) / n; ++i) {
+            bfloat16* dst = a_copy + i * Bp;
+            const std::int64_t nb = i < a_op.rows() ? Bw : 0;
+            if (nb > 0) std::memcpy(dst, a_op.row(i), static_cast<std::size_t>(nb) * sizeof(bfloat16));
             std::fill(dst + nb, dst + Bp, bfloat16{});
           }
         if (overwrite && dead) {  // slots owned by no row: zeroed by storage range
@@ -397,33 +426,46 @@ void block_sddmm_amx(const BlockPaddedCSR<float, Index, R, C>& W, ConstMatrixVie
       },
       [&](std::int64_t r0, std::int64_t r1) {
         if (r0 >= r1) return;
-        alignas(64) float edge[kAmxBlockChunks][RC];
+        alignas(64) float sums[kAmxBlockChunks][RC];
+        alignas(64) float block[RC];
         amx_begin(cfg);
         for (std::int64_t bi = r0; bi < r1; ++bi) {
           const std::int64_t s0 = P.row_start(bi), nb = P.row_nnz(bi);
           if (overwrite) std::fill(grad.data() + (s0 + nb) * RC, grad.data() + (s0 + P.row_capacity(bi)) * RC, 0.0f);
           const std::int64_t rows_in = std::min<std::int64_t>(R, M - bi * R);
-          const char* d = dbase + bi * R * ds_bytes;
+          const char* shared = tr ? reinterpret_cast<const char*>(pt + bi * pairs * R) : a_base + bi * R * a_stride;
           for (std::int64_t q = 0; q < nb; q += kAmxBlockChunks) {
             const std::int64_t n = std::min<std::int64_t>(kAmxBlockChunks, nb - q);
-            const char* x[kAmxBlockChunks];
+            const char* own[kAmxBlockChunks];
             float* acc[kAmxBlockChunks];
             for (std::int64_t g = 0; g < n; ++g) {
               const std::int64_t bj = cols[s0 + q + g];
-              x[g] = reinterpret_cast<const char*>(xt + bj * pairs * C);
-              const bool direct = overwrite && rows_in == R && K - bj * C >= C;
-              acc[g] = direct ? grad.data() + (s0 + q + g) * RC : edge[g];
+              own[g] = tr ? a_base + bj * C * a_stride : reinterpret_cast<const char*>(pt + bj * pairs * C);
+              const bool direct = !tr && overwrite && rows_in == R && K - bj * C >= C;
+              acc[g] = direct ? grad.data() + (s0 + q + g) * RC : sums[g];
             }
+            auto run = [&]<int Q>() {
+              if (tr)
+                amx_grad_blocks<Q, false>(shared, 64 * R, pair_bytes, own, 64, a_stride, nch, acc, pair_bytes);
+              else
+                amx_grad_blocks<Q, true>(shared, 64, a_stride, own, 64 * C, pair_bytes, nch, acc, pair_bytes);
+            };
             switch (n) {
-              case 1: amx_grad_blocks<R, C, 1>(d, ds_bytes, x, nch, acc); break;
-              case 2: amx_grad_blocks<R, C, 2>(d, ds_bytes, x, nch, acc); break;
-              case 3: amx_grad_blocks<R, C, 3>(d, ds_bytes, x, nch, acc); break;
-              default: amx_grad_blocks<R, C, 4>(d, ds_bytes, x, nch, acc); break;
+              case 1: run.template operator()<1>(); break;
+              case 2: run.template operator()<2>(); break;
+              case 3: run.template operator()<3>(); break;
+              default: run.template operator()<4>(); break;
             }
-            for (std::int64_t g = 0; g < n; ++g)
-              if (acc[g] == edge[g])
-                block_sddmm_store<float, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, !overwrite,
-                                               edge[g]);
+            for (std::int64_t g = 0; g < n; ++g) {
+              if (acc[g] != sums[g]) continue;
+              const float* r = sums[g];
+              if (tr) {  // C x R -> R x C
+                for (int i = 0; i < R; ++i)
+                  for (int c = 0; c < C; ++c) block[i * C + c] = sums[g][c * R + i];
+                r = block;
+              }
+              block_sddmm_store<float, R, C>(grad.data(), s0 + q + g, rows_in, K - cols[s0 + q + g] * C, !overwrite, r);
+            }
           }
         }
         amx_end();
