@@ -6,8 +6,8 @@
 // the SIMD width; an empty and a full block row; padding and dead slots (erase and insert);
 // strided operands; overwrite and accumulate; bitwise identical results for 1 and 2 threads;
 // shape and overlap errors. Every path that runs here (Bf16BlockPath: portable, avx512_bf16,
-// amx, also on 16x16 blocks, a tile of 16 rows) is checked against the reference and against
-// the portable path on the same inputs (within
+// amx, also on 16x16 blocks, a tile of 16 rows, and on cases that read dY or X in place) is
+// checked against the reference and against the portable path on the same inputs (within
 // twice the bound: they sum in different orders); a path the build or the CPU lacks is
 // reported with WARN as NOT RUN, never passed.
 #include "sprig/kernels/bf16_block_kernels.hpp"
