@@ -246,8 +246,9 @@ void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<cons
 // Preconditions: dY is W.rows() x B, dX is W.cols() x B, values.size() == W.values().size()
 // (else ShapeError); dX shares no memory with dY, values or W's values (else ArgumentError);
 // the transpose's own limits (transpose.hpp: ArgumentError). Overwrite never reads dX.
-// Complexity: O(nnz_blocks x R x C x B) multiply-adds plus O(M x B) to pack dY. Threads: as
-// bf16_block_spmm, bitwise identical for any thread count.
+// Complexity: O(nnz_blocks x R x C x B) multiply-adds plus O(M x B) to pack dY (and on the amx
+// path O(nnz_blocks x R x C) to copy the blocks transposed). Threads: as bf16_block_spmm,
+// bitwise identical for any thread count.
 template <ColumnIndex Index, int R, int C>
 void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
                                 TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY,
