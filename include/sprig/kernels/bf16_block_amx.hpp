@@ -86,6 +86,58 @@ AmxTileConfig amx_block_forward_config() noexcept {
   return cfg;
 }
 
+// The tile steps both AMX kernels take on their four sums (tiles 0..Q-1), one shared operand
+// (tile 4) and the operands of each sum in turn (tiles 5, 6, 7, 5):
+//   amx_zero_sums<Q>()                        tiles 0..Q-1 = 0
+//   amx_shared_products<Q, SharedA>(sh, ss, own, os)
+//       tile 4 = rows at sh (ss bytes apart); for g < Q a turn tile = rows at own[g] (os bytes
+//       apart) and tile g += tile 4 x it (SharedA: tile 4 is tdpbf16ps's A) or it x tile 4
+//   amx_store_sums<Q>(out, stride)            tile g stored at out[g], rows stride bytes apart
+template <int Q>
+__attribute__((always_inline, target("amx-tile"))) inline void amx_zero_sums() noexcept {
+  _tile_zero(0);
+  if constexpr (Q > 1) _tile_zero(1);
+  if constexpr (Q > 2) _tile_zero(2);
+  if constexpr (Q > 3) _tile_zero(3);
+}
+
+// tdpbf16ps into sum tile D with tile 4 and turn tile T, in the order SharedA names.
+#  define SPRIG_AMX_SHARED_DP(D, T) \
+    if constexpr (SharedA)          \
+      _tile_dpbf16ps(D, 4, T);      \
+    else                            \
+      _tile_dpbf16ps(D, T, 4)
+
+template <int Q, bool SharedA>
+__attribute__((always_inline, target("amx-tile,amx-bf16"))) inline void amx_shared_products(
+    const void* sh, std::int64_t sh_stride, const char* const* own, std::int64_t own_stride) noexcept {
+  _tile_loadd(4, sh, sh_stride);
+  _tile_loadd(5, own[0], own_stride);
+  SPRIG_AMX_SHARED_DP(0, 5);
+  if constexpr (Q > 1) {
+    _tile_loadd(6, own[1], own_stride);
+    SPRIG_AMX_SHARED_DP(1, 6);
+  }
+  if constexpr (Q > 2) {
+    _tile_loadd(7, own[2], own_stride);
+    SPRIG_AMX_SHARED_DP(2, 7);
+  }
+  if constexpr (Q > 3) {
+    _tile_loadd(5, own[3], own_stride);
+    SPRIG_AMX_SHARED_DP(3, 5);
+  }
+}
+#  undef SPRIG_AMX_SHARED_DP
+
+template <int Q>
+__attribute__((always_inline, target("amx-tile"))) inline void amx_store_sums(float* const* out,
+                                                                              std::int64_t stride) noexcept {
+  _tile_stored(0, out[0], stride);
+  if constexpr (Q > 1) _tile_stored(1, out[1], stride);
+  if constexpr (Q > 2) _tile_stored(2, out[2], stride);
+  if constexpr (Q > 3) _tile_stored(3, out[3], stride);
+}
+
 // One block row (slots [s, s + n) with block columns cols[]) times Q chunks of one panel
 // (xp: the panel's first pair row; xs_bytes: between pair rows), the R x 16 sums of chunk q
 // stored at out + q * 256 (rows 64 bytes apart).
@@ -95,10 +147,7 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block_row(const Ind
                                                                        const char* xp, std::int64_t xs_bytes,
                                                                        float* out) noexcept {
   amx_compiler_barrier(out);
-  _tile_zero(0);
-  if constexpr (Q > 1) _tile_zero(1);
-  if constexpr (Q > 2) _tile_zero(2);
-  if constexpr (Q > 3) _tile_zero(3);
+  amx_zero_sums<Q>();
   const std::int64_t block_row_bytes = std::int64_t{C / 2} * xs_bytes;
   for (std::int64_t q = s; q < s + n; ++q) {
     const char* x = xp + static_cast<std::int64_t>(cols[q]) * block_row_bytes;
@@ -107,26 +156,13 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block_row(const Ind
       for (int r = 0; r < C / 2; ++r)
         for (int c = 0; c < Q; ++c) prefetch(xn + r * xs_bytes + c * 64);
     }
-    _tile_loadd(4, values + q * (std::int64_t{R} * C), 2 * C);
-    _tile_loadd(5, x, xs_bytes);
-    _tile_dpbf16ps(0, 4, 5);
-    if constexpr (Q > 1) {
-      _tile_loadd(6, x + 64, xs_bytes);
-      _tile_dpbf16ps(1, 4, 6);
-    }
-    if constexpr (Q > 2) {
-      _tile_loadd(7, x + 128, xs_bytes);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if constexpr (Q > 3) {
-      _tile_loadd(5, x + 192, xs_bytes);
-      _tile_dpbf16ps(3, 4, 5);
-    }
+    const char* chunks[Q];
+    for (int c = 0; c < Q; ++c) chunks[c] = x + 64 * c;
+    amx_shared_products<Q, true>(values + q * (std::int64_t{R} * C), 2 * C, chunks, xs_bytes);
   }
-  _tile_stored(0, out, 64);
-  if constexpr (Q > 1) _tile_stored(1, out + 256, 64);
-  if constexpr (Q > 2) _tile_stored(2, out + 512, 64);
-  if constexpr (Q > 3) _tile_stored(3, out + 768, 64);
+  float* sums[Q];
+  for (int c = 0; c < Q; ++c) sums[c] = out + 256 * c;
+  amx_store_sums<Q>(sums, 64);
   amx_compiler_barrier(out);
 }
 
@@ -330,43 +366,13 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_grad_blocks(const c
                                                                          std::int64_t nch, float* const* acc,
                                                                          std::int64_t cb) noexcept {
   amx_compiler_barrier(acc);
-  _tile_zero(0);
-  if constexpr (Q > 1) _tile_zero(1);
-  if constexpr (Q > 2) _tile_zero(2);
-  if constexpr (Q > 3) _tile_zero(3);
+  amx_zero_sums<Q>();
   for (std::int64_t h = 0; h < nch; ++h) {
-    _tile_loadd(4, sh + h * sh_step, sh_stride);
-    _tile_loadd(5, own[0] + h * own_step, own_stride);
-    if constexpr (SharedA)
-      _tile_dpbf16ps(0, 4, 5);
-    else
-      _tile_dpbf16ps(0, 5, 4);
-    if constexpr (Q > 1) {
-      _tile_loadd(6, own[1] + h * own_step, own_stride);
-      if constexpr (SharedA)
-        _tile_dpbf16ps(1, 4, 6);
-      else
-        _tile_dpbf16ps(1, 6, 4);
-    }
-    if constexpr (Q > 2) {
-      _tile_loadd(7, own[2] + h * own_step, own_stride);
-      if constexpr (SharedA)
-        _tile_dpbf16ps(2, 4, 7);
-      else
-        _tile_dpbf16ps(2, 7, 4);
-    }
-    if constexpr (Q > 3) {
-      _tile_loadd(5, own[3] + h * own_step, own_stride);
-      if constexpr (SharedA)
-        _tile_dpbf16ps(3, 4, 5);
-      else
-        _tile_dpbf16ps(3, 5, 4);
-    }
+    const char* at[Q];
+    for (int g = 0; g < Q; ++g) at[g] = own[g] + h * own_step;
+    amx_shared_products<Q, SharedA>(sh + h * sh_step, sh_stride, at, own_stride);
   }
-  _tile_stored(0, acc[0], cb);
-  if constexpr (Q > 1) _tile_stored(1, acc[1], cb);
-  if constexpr (Q > 2) _tile_stored(2, acc[2], cb);
-  if constexpr (Q > 3) _tile_stored(3, acc[3], cb);
+  amx_store_sums<Q>(acc, cb);
   amx_compiler_barrier(acc);
 }
 
