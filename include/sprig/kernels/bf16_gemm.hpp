@@ -53,9 +53,9 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "amx_tiles.hpp"
 #include "bfloat16_convert.hpp"
 #include "dense_gemm.hpp"
-#include "amx_tiles.hpp"
 #include "update_mode.hpp"
 
 #if SPRIG_HAS_OPENMP
@@ -171,8 +171,6 @@ inline void pack_b_pairs_fast(ConstMatrixView<bfloat16> B, std::int64_t P, std::
 // Tiles 0..3 hold a 2 x 2 block of C (tile 2 r + c), 4 and 5 two row tiles of A, 6 and 7 two
 // column tiles of B.
 
-
-
 // One block of MT x NT C tiles (MT, NT in {1, 2}) over all KT k-tiles. a[r]: row tile r of
 // packed A (16 x 32 bf16 per k-tile, 512 elements apart); b[c]: column panel c of packed B
 // (k-tile kt at + 512 kt); c[t], ldc[t] (bytes): C tile t (2 r + c), loaded when load_c.
@@ -208,7 +206,6 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block(const bfloat1
   if constexpr (MT > 1) _tile_stored(2, c[2], ldc[2]);
   if constexpr (MT > 1 && NT > 1) _tile_stored(3, c[3], ldc[3]);
 }
-
 
 // Thread t of n's rows of C: row-block pairs of tiles [ib0, ib1). K runs in even blocks of at
 // most SPRIG_BF16_GEMM_AMX_K_TILES k-tiles of 32 (a block's two A row tiles stay in L1/L2
