@@ -9,17 +9,28 @@
 // (fixed topology), the inputs it shows DST are the float model's rounded, its activations
 // take (3 d_model + d_ff) x N x 2 bytes less per block, and a RigL update runs on them (the
 // dense gradient from the widened bf16 inputs).
+// GPTOptions::bf16_activations (Q, K, V, gelu' and a sparse qkv's and fc's dY in bf16): the
+// sparse layers' bf16-dY backward and the attention core's bf16 Q, K, V bit for bit their
+// float forms on the same values; GELU's bf16 forward and backward the float ones rounded; the
+// GPT with Q, K, V alone in bf16 bit for bit without; with everything, the dY DST sees the
+// float model's rounded (qkv) or within the derivative's rounding (fc), (6 d_model + 2 d_ff)
+// x N bytes less per block, and a RigL update on them.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "sprig/core/rng.hpp"
 #include "sprig/dst/rigl.hpp"
+#include "sprig/nn/attention.hpp"
 #include "sprig/nn/block_sparse_linear.hpp"
+#include "sprig/nn/gelu.hpp"
 #include "sprig/nn/gpt.hpp"
 #include "sprig/nn/linear.hpp"
 #include "sprig/nn/projection_input.hpp"
@@ -69,13 +80,20 @@ std::vector<std::uint32_t> grads(const L& layer) {
   return g;
 }
 
+// Two layers made alike by `make`, both in Precision::bf16.
+template <class Make>
+auto bf16_twins(Make make) {
+  auto a = make(), b = make();
+  a.set_precision(Precision::bf16);
+  b.set_precision(Precision::bf16);
+  return std::pair{std::move(a), std::move(b)};
+}
+
 // Two bf16 layers made alike by `make`, one given the bf16 X and one the float X it came from:
 // the same bits everywhere, for each input activation and the two-argument backward.
 template <class Make>
 void check_same_bits(Make make, std::int64_t in, std::int64_t out) {
-  auto a = make(), b = make();
-  a.set_precision(Precision::bf16);
-  b.set_precision(Precision::bf16);
+  auto [a, b] = bf16_twins(make);
   const std::int64_t B = 19;
   const auto X = rounded(random_matrix(in, B, 5));
   const auto dY = random_matrix(out, B, 6);
@@ -155,6 +173,23 @@ std::vector<std::uint32_t> train(M& m, int steps) {
   return out;
 }
 
+// After a forward and backward: a RigL update of every sparse layer changes some topology, and
+// the model runs on.
+void check_rigl_update(GPT<float>& m) {
+  AdamW<float> opt({.lr = 1e-2});
+  dst::RigL<float, std::int32_t> rigl({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 1);
+  std::vector<TopologyKey> before;
+  for (const auto& r : m.sparse_layers()) before.push_back(r.layer->weight.matrix.topology_key());
+  REQUIRE_NOTHROW(dst::apply_step(rigl, opt, m, 0));
+  std::size_t changed = 0;
+  const auto after = m.sparse_layers();
+  for (std::size_t k = 0; k < after.size(); ++k) changed += after[k].layer->weight.matrix.topology_key() != before[k];
+  CHECK(changed > 0);
+  const Batch data = batch();
+  const auto Z = m.forward(data.tokens, 3, 8);
+  CHECK(std::isfinite(Z(0, 0)));
+}
+
 }  // namespace
 
 TEST_CASE("bf16 layers given a bf16 X: the same bits as given the float X it rounds from", "[nn][bf16][bf16_inputs]") {
@@ -216,7 +251,11 @@ TEST_CASE("GPT in bf16 keeps its projections' inputs in bf16: the same bits, les
   const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 1.0, .fc = 0.3, .fc_proj = 0.4});
   const auto make = [&](bool bf16_inputs) {
     return GPT<float>(kConfig, dens,
-                      {.seed = 4, .growth_reserve = 0.5, .precision = Precision::bf16, .bf16_inputs = bf16_inputs});
+                      {.seed = 4,
+                       .growth_reserve = 0.5,
+                       .precision = Precision::bf16,
+                       .bf16_inputs = bf16_inputs,
+                       .bf16_activations = false});
   };
   auto narrow = make(true), wide = make(false);
   CHECK(train(narrow, 3) == train(wide, 3));
@@ -248,15 +287,194 @@ TEST_CASE("GPT in bf16 keeps its projections' inputs in bf16: the same bits, les
   CHECK(wide.memory_bytes() - narrow.memory_bytes() >= kConfig.layers * per_block);
 
   // a RigL update reads the bf16 inputs (widened) and changes the topology
-  AdamW<float> opt({.lr = 1e-2});
-  dst::RigL<float, std::int32_t> rigl({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 1);
-  std::vector<TopologyKey> before;
-  for (const auto& r : narrow.sparse_layers()) before.push_back(r.layer->weight.matrix.topology_key());
-  REQUIRE_NOTHROW(dst::apply_step(rigl, opt, narrow, 0));
-  std::size_t changed = 0;
-  const auto after = narrow.sparse_layers();
-  for (std::size_t k = 0; k < after.size(); ++k) changed += after[k].layer->weight.matrix.topology_key() != before[k];
-  CHECK(changed > 0);
-  const auto Z = narrow.forward(data.tokens, 3, 8);
-  CHECK(std::isfinite(Z(0, 0)));
+  check_rigl_update(narrow);
+}
+
+namespace {
+
+// A bf16 layer given a bf16 dY against the same layer given the float dY that holds its values.
+template <class Make>
+void check_bf16_dy(Make make, std::int64_t in, std::int64_t out) {
+  auto [a, b] = bf16_twins(make);
+  const std::int64_t B = 21;
+  const auto X = rounded(random_matrix(in, B, 15));
+  const auto dY = rounded(random_matrix(out, B, 16));
+  Matrix<float> Ya(out, B), Yb(out, B), dXa(in, B), dXb(in, B);
+  a.forward(X.narrow.view(), Ya.view());
+  b.forward(X.narrow.view(), Yb.view());
+  a.backward(X.narrow.view(), dY.narrow.view(), dXa.view());
+  b.backward(X.narrow.view(), dY.wide.view(), dXb.view());
+  CHECK(bits(dXa) == bits(dXb));
+  CHECK(grads(a) == grads(b));
+  CHECK_THROWS_AS(a.backward(X.narrow.view(), dY.narrow.view().block(0, 0, out - 1, B), dXa.view()), ShapeError);
+  auto f = make();  // fp32: refused
+  CHECK_THROWS_WITH(f.backward(X.narrow.view(), dY.narrow.view(), dXa.view()), Catch::Contains("Precision::bf16"));
+}
+
+}  // namespace
+
+TEST_CASE("bf16 sparse layers given a bf16 dY: the same bits as given the float dY of its values",
+          "[nn][bf16][bf16_activations]") {
+  SECTION("SparseLinear") {
+    check_bf16_dy([] { return SparseLinear<float, std::int32_t>(37, 29, {.density = 0.3, .seed = 3}); }, 37, 29);
+  }
+  SECTION("BlockSparseLinear 8x8") {
+    check_bf16_dy([] { return BlockSparseLinear<float, std::int32_t, 8, 8>(40, 24, {.density = 0.4, .seed = 3}); }, 40,
+                  24);
+  }
+  SECTION("BlockSparseLinear 4x4") {
+    check_bf16_dy([] { return BlockSparseLinear<float, std::int32_t, 4, 4>(37, 29, {.density = 0.4, .seed = 3}); }, 37,
+                  29);
+  }
+}
+
+TEST_CASE("GELU's bf16 forms: the float forms' results rounded", "[nn][bf16][bf16_activations][gelu]") {
+  // 600 columns: two whole 256-chunks and a tail that is not a whole register
+  const std::int64_t R = 3, C = 600;
+  const auto Z = random_matrix(R, C, 21);
+  Matrix<float> z1 = Z, z2 = Z, y(R, C);
+  Matrix<bfloat16> y16(R, C), d16(R, C);
+  GELU<float> gelu;
+  gelu.forward_keep_derivative(z1.view(), y.view());
+  gelu.forward_keep_derivative(z2.view(), y16.view(), d16.view());
+  CHECK(bits(z1) == bits(z2));
+  bool same = true;
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j)
+      same = same && y16(i, j).bits == bfloat16(y(i, j)).bits && d16(i, j).bits == bfloat16(z1(i, j)).bits;
+  CHECK(same);
+
+  const auto dX = random_matrix(R, C, 22);
+  Matrix<bfloat16> dy16 = d16;
+  GELU<float>::backward(dy16.view(), dX.view(), dy16.view());  // in place of the derivative
+  Matrix<float> dx = dX;
+  GELU<float>::backward(d16.view(), dx.view());
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j) {
+      const float expect = dX(i, j) * static_cast<float>(d16(i, j));
+      same = same && dx(i, j) == expect && dy16(i, j).bits == bfloat16(expect).bits;
+    }
+  CHECK(same);
+  Matrix<bfloat16> small(R, C - 1);
+  CHECK_THROWS_AS(gelu.forward_keep_derivative(z2.view(), small.view(), d16.view()), ShapeError);
+  CHECK_THROWS_AS(GELU<float>::backward(d16.view(), dX.view(), small.view()), ShapeError);
+}
+
+TEST_CASE("The bf16 attention core given bf16 Q, K, V: the same bits as given their float values",
+          "[nn][bf16][bf16_activations][attention]") {
+  std::vector<Bf16AttentionPath> paths{Bf16AttentionPath::portable};
+  if (bf16_attention_unavailable_reason(Bf16AttentionPath::avx512_bf16).empty())
+    paths.push_back(Bf16AttentionPath::avx512_bf16);
+  else
+    WARN("NOT RUN: the avx512_bf16 attention path with bf16 Q, K, V ("
+         << bf16_attention_unavailable_reason(Bf16AttentionPath::avx512_bf16) << ")");
+  const std::int64_t d = 24, heads = 3, B = 2, T = 13;  // d_head 8, odd T
+  const auto Q = rounded(random_matrix(d, B * T, 31)), K = rounded(random_matrix(d, B * T, 32)),
+             V = rounded(random_matrix(d, B * T, 33));
+  const auto dOut = random_matrix(d, B * T, 34);
+  for (const auto path : paths) {
+    CAPTURE(path_name(path));
+    CausalSelfAttention<float> a(d, heads), b(d, heads);
+    a.set_precision(Precision::bf16, path);
+    b.set_precision(Precision::bf16, path);
+    Matrix<float> Oa(d, B * T), Ob(d, B * T);
+    a.forward(Q.narrow.view(), K.narrow.view(), V.narrow.view(), B, T, Oa.view());
+    b.forward(Q.wide.view(), K.wide.view(), V.wide.view(), B, T, Ob.view());
+    CHECK(bits(Oa) == bits(Ob));
+    Matrix<float> ga(3 * d, B * T), gb(3 * d, B * T);
+    const auto part = [&](Matrix<float>& g, std::int64_t k) { return g.view().block(k * d, 0, d, B * T); };
+    a.backward(Q.narrow.view(), K.narrow.view(), V.narrow.view(), dOut.view(), part(ga, 0), part(ga, 1), part(ga, 2));
+    b.backward(Q.wide.view(), K.wide.view(), V.wide.view(), dOut.view(), part(gb, 0), part(gb, 1), part(gb, 2));
+    CHECK(bits(ga) == bits(gb));
+  }
+  CausalSelfAttention<float> f(d, heads);  // fp32: refused
+  Matrix<float> O(d, B * T);
+  CHECK_THROWS_WITH(f.forward(Q.narrow.view(), K.narrow.view(), V.narrow.view(), B, T, O.view()),
+                    Catch::Contains("Precision::bf16"));
+}
+
+TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST rounded, less memory",
+          "[nn][gpt][bf16][bf16_activations]") {
+  SECTION("a dense qkv with float inputs keeps only Q, K, V in bf16: the same bits as without") {
+    const std::vector<GPTBlockDensity> dens(2, {.qkv = 1.0, .proj = 0.5, .fc = 0.3, .fc_proj = 0.4});
+    const auto make = [&](bool act) {
+      return GPT<float>(kConfig, dens,
+                        {.seed = 4, .precision = Precision::bf16, .bf16_inputs = false, .bf16_activations = act});
+    };
+    auto on = make(true), off = make(false);
+    CHECK(train(on, 3) == train(off, 3));
+    CHECK(off.memory_bytes() - on.memory_bytes() >= kConfig.layers * 3 * kConfig.d_model * 24 * 2);
+  }
+  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 1.0, .fc = 0.3, .fc_proj = 0.4});
+  const auto make = [&](bool act) {
+    return GPT<float>(kConfig, dens,
+                      {.seed = 4, .growth_reserve = 0.5, .precision = Precision::bf16, .bf16_activations = act});
+  };
+  const Batch data = batch();
+  SoftmaxCrossEntropy<float> ce;
+  const auto step = [&](auto& m) {
+    const auto Z = m.forward(data.tokens, 3, 8);
+    ce.forward_backward(Z, data.labels, m.output_grad());
+    m.backward();
+  };
+  SECTION("with fc_proj in fp32 (gelu' float): a sparse qkv's dY for DST is the float model's rounded") {
+    auto on = make(true), off = make(false);
+    for (auto* m : {&on, &off})
+      for (std::size_t l = 0; l < 2; ++l)
+        std::visit([](auto& layer) { layer.set_precision(Precision::fp32); }, m->projection(l, GPTProjection::fc_proj));
+    step(on);
+    step(off);
+    const auto a = on.sparse_layers(), b = off.sparse_layers();
+    REQUIRE(a.size() == 6);
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      CAPTURE(k);
+      REQUIRE(a[k].output_grad_cols() == 24);
+      if (a[k].position % 4 != 0) {  // fc and fc_proj: float in both, the same bits
+        CHECK(bits(a[k].output_grad.data(), a[k].output_grad.rows() * a[k].output_grad.stride()) ==
+              bits(b[k].output_grad.data(), b[k].output_grad.rows() * b[k].output_grad.stride()));
+        continue;
+      }
+      CHECK(a[k].output_grad.data() == nullptr);
+      REQUIRE(a[k].output_grad_bf16.rows() == b[k].output_grad.rows());
+      bool exact = true;
+      for (std::int64_t i = 0; i < b[k].output_grad.rows(); ++i)
+        for (std::int64_t c = 0; c < 24; ++c)
+          exact = exact && a[k].output_grad_bf16(i, c).bits == bfloat16(b[k].output_grad(i, c)).bits;
+      CHECK(exact);
+    }
+  }
+  SECTION("everything in bf16: qkv's and fc's dY for DST near the float model's, less memory, RigL on them") {
+    auto on = make(true), off = make(false);
+    step(on);
+    step(off);
+    const auto a = on.sparse_layers(), b = off.sparse_layers();
+    REQUIRE(a.size() == 6);  // per block qkv, fc, fc_proj
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      CAPTURE(k);
+      if (a[k].position % 4 == 3) continue;  // fc_proj's dY: the float residual gradient
+      CHECK(a[k].output_grad.data() == nullptr);
+      REQUIRE(a[k].output_grad_rows() == b[k].output_grad_rows());
+      REQUIRE(a[k].output_grad_cols() == 24);
+      Matrix<float> buffer;
+      const auto wide = a[k].float_output_grad(buffer);
+      double worst = 0.0, scale = 0.0;
+      for (std::int64_t i = 0; i < wide.rows(); ++i)
+        for (std::int64_t c = 0; c < 24; ++c) {
+          const double want = b[k].output_grad(i, c);
+          worst = std::max(worst, std::abs(static_cast<double>(wide(i, c)) - want));
+          scale = std::max(scale, std::abs(want));
+        }
+      // gelu' rounded (2^-9 relative) then the dY rounded, and what that changed upstream
+      CHECK(scale > 0.0);
+      CHECK(worst <= 0.02 * scale);
+    }
+    // Q, K, V (3 d_model) and gelu' (d_ff) at 2 bytes instead of 4, per block
+    const std::int64_t per_block = (3 * kConfig.d_model + kConfig.d_ff) * 24 * 2;
+    CHECK(off.memory_bytes() - on.memory_bytes() >= kConfig.layers * per_block);
+
+    check_rigl_update(on);  // a RigL update on the bf16 dY (widened)
+    train(on, 3);           // and it trains on
+    const auto Z = on.forward(data.tokens, 3, 8);
+    CHECK(std::isfinite(Z(0, 0)));
+  }
 }

@@ -302,7 +302,8 @@ private:
       if (algorithm.excluded(static_cast<std::int64_t>(layers[l].sparse_index))) continue;
       layers[l].input = gather_columns(layers[l].float_input(widened_), inputs_[l], T(1));
       layers[l].input_bf16 = {};  // (gathered in T: the update reads input)
-      layers[l].output_grad = gather_columns(layers[l].output_grad, output_grads_[l], scale);
+      layers[l].output_grad = gather_columns(layers[l].float_output_grad(widened_), output_grads_[l], scale);
+      layers[l].output_grad_bf16 = {};
     }
     stats_.gather_seconds += seconds_since(start);
     return layers;

@@ -210,8 +210,9 @@ protected:
   // `dropped`; a just-dropped position may be returned, and then stays with its value and
   // state). update() checks all of this in every build type before the layer changes and
   // throws ArgumentError naming the algorithm, the layer and the first offending position.
-  // With needs_gradients(), layer.input is the input in T (a model's bf16 input widened), here
-  // and in grow_linear_positions_per_row; drop_counts and grow_counts see the layers as given.
+  // With needs_gradients(), layer.input and layer.output_grad are in T (a model's bf16 ones
+  // widened), here and in grow_linear_positions_per_row; drop_counts and grow_counts see the
+  // layers as given.
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                           CounterRng& rng) = 0;
 
@@ -245,13 +246,16 @@ protected:
   }
 
 private:
-  // The layer with its input in T: a bf16 input (SparseLayerRef::input_bf16) widened into
-  // widened_input_, valid until the next call. What the grow rules see.
+  // The layer with its input and output gradient in T: bf16 ones (SparseLayerRef::input_bf16,
+  // output_grad_bf16) widened into widened_input_ / widened_grad_, valid until the next call.
+  // What the grow rules see.
   const LayerRef& with_float_input(const LayerRef& layer) {
-    if (!layer.input_bf16.data()) return layer;
+    if (!layer.input_bf16.data() && !layer.output_grad_bf16.data()) return layer;
     widened_layer_ = layer;
     widened_layer_.input = layer.float_input(widened_input_);
     widened_layer_.input_bf16 = {};
+    widened_layer_.output_grad = layer.float_output_grad(widened_grad_);
+    widened_layer_.output_grad_bf16 = {};
     return widened_layer_;
   }
 
@@ -301,16 +305,15 @@ private:
     if (!needs_gradients()) return;
     for (const LayerRef& l : layers) {
       const std::int64_t rows = l.out_features(), cols = l.in_features();
-      const ConstMatrixView<T> dY = l.output_grad;
-      const std::int64_t xr = l.input_rows(), xc = l.input_cols();
-      if (xr == cols && dY.rows() == rows && xc == dY.cols() && xc > 0) continue;
-      const bool none = xr * xc == 0 && dY.rows() * dY.cols() == 0;
+      const std::int64_t xr = l.input_rows(), xc = l.input_cols(), yr = l.output_grad_rows(), yc = l.output_grad_cols();
+      if (xr == cols && yr == rows && xc == yc && xc > 0) continue;
+      const bool none = xr * xc == 0 && yr * yc == 0;
       throw ArgumentError(sprig::detail::message(
           caller, ": ", name(), " needs the input and output gradient of sparse layer ", l.sparse_index,
           " (model layer ", l.position, ", ", rows, "x", cols, ") from a forward and backward on this step; ",
           none ? std::string("none was recorded")
-               : sprig::detail::message("the input recorded is ", xr, "x", xc, " and the output gradient ",
-                                        dY.rows(), "x", dY.cols(), ", expected ", cols, "xB and ", rows, "xB"),
+               : sprig::detail::message("the input recorded is ", xr, "x", xc, " and the output gradient ", yr, "x", yc,
+                                        ", expected ", cols, "xB and ", rows, "xB"),
           " (call forward and backward before an update step)"));
     }
   }
@@ -521,6 +524,7 @@ private:
   Matrix<T> gradient_block_;
   Matrix<T> block_gradient_;  // scratch of block_gradient_sums
   Matrix<T> widened_input_;   // a bf16 input in T (with_float_input)
+  Matrix<T> widened_grad_;    // a bf16 output gradient in T (with_float_input)
   LayerRef widened_layer_;    // the layer with that input
 };
 

@@ -135,6 +135,24 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void to_bfloat16_pairs_avx512(const float* lo
   if (j < n) to_bfloat16_pairs(lo + j, hi ? hi + j : nullptr, n - j, out + 2 * j);
 }
 
+// out[2 j] = lo[j], out[2 j + 1] = hi[j] (0 without hi) for j < n: two bf16 rows interleaved
+// into pairs (to_bfloat16_pairs for values that are bf16 already; exact).
+SPRIG_DETAIL_BF16_DP_TARGET inline void interleave_bfloat16_pairs_avx512(const bfloat16* lo, const bfloat16* hi,
+                                                                         std::int64_t n, bfloat16* out) noexcept {
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j)));
+    const __m512i h =
+        hi ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + j))), 16)
+           : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + 2 * j, _mm512_or_si512(l, h));
+  }
+  for (; j < n; ++j) {
+    out[2 * j] = lo[j];
+    out[2 * j + 1] = hi ? hi[j] : bfloat16(0.0f);
+  }
+}
+
 // The float triangle S (group width 32) into P's key pairs, rounded (subnormals to zero).
 SPRIG_DETAIL_BF16_DP_TARGET inline void to_bfloat16_key_pairs_avx512(AttentionBlockTriangle<float> S,
                                                                      Bf16PairTriangle P) noexcept {

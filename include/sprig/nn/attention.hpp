@@ -45,7 +45,8 @@
 // along each product's reduction; portable runs the float kernels above on the rounded
 // values. The paths round the same operands and sum in different orders, so a float score
 // may round P to the neighbouring bf16: they agree to about one bf16 ulp per term, not bit
-// for bit. Each path is bitwise identical for any thread count.
+// for bit. Each path is bitwise identical for any thread count. Q, K and V may be given in
+// bf16 (forward and backward's bf16 forms), which a model keeps instead of float copies.
 //
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
@@ -133,6 +134,53 @@ public:
   void forward(std::type_identity_t<ConstMatrixView<T>> Q, std::type_identity_t<ConstMatrixView<T>> K,
                std::type_identity_t<ConstMatrixView<T>> V, std::int64_t B, std::int64_t T_len,
                std::type_identity_t<MatrixView<T>> Out) {
+    forward_of(Q, K, V, B, T_len, Out);
+  }
+  // The same with Q, K and V in bf16 (a model that keeps them in bf16), read as they are:
+  // bitwise the float form's results for float inputs that hold these values (but subnormal
+  // ones, which the float form's avx512_bf16 path flushes to zero). Needs Precision::bf16 (else
+  // ArgumentError); throws as the float form.
+  void forward(ConstMatrixView<bfloat16> Q, ConstMatrixView<bfloat16> K, ConstMatrixView<bfloat16> V, std::int64_t B,
+               std::int64_t T_len, std::type_identity_t<MatrixView<T>> Out) requires std::is_same_v<T, float> {
+    require_bf16("CausalSelfAttention::forward");
+    forward_of(Q, K, V, B, T_len, Out);
+  }
+
+  // dQ, dK, dV (overwritten) from dOut, through the probabilities the last forward cached;
+  // Q, K, V must be that forward's inputs. Throws ArgumentError before any forward,
+  // ShapeError unless every operand is d_model x (B*T) of that forward, ArgumentError if an
+  // output overlaps an input or another output.
+  void backward(std::type_identity_t<ConstMatrixView<T>> Q, std::type_identity_t<ConstMatrixView<T>> K,
+                std::type_identity_t<ConstMatrixView<T>> V, std::type_identity_t<ConstMatrixView<T>> dOut,
+                std::type_identity_t<MatrixView<T>> dQ, std::type_identity_t<MatrixView<T>> dK,
+                std::type_identity_t<MatrixView<T>> dV) {
+    backward_of(Q, K, V, dOut, dQ, dK, dV);
+  }
+  // The same with Q, K and V in bf16, as forward's bf16 form.
+  void backward(ConstMatrixView<bfloat16> Q, ConstMatrixView<bfloat16> K, ConstMatrixView<bfloat16> V,
+                std::type_identity_t<ConstMatrixView<T>> dOut, std::type_identity_t<MatrixView<T>> dQ,
+                std::type_identity_t<MatrixView<T>> dK,
+                std::type_identity_t<MatrixView<T>> dV) requires std::is_same_v<T, float> {
+    require_bf16("CausalSelfAttention::backward");
+    backward_of(Q, K, V, dOut, dQ, dK, dV);
+  }
+
+  // Bytes of the probability cache and the scratch (allocation capacity).
+  std::int64_t memory_bytes() const noexcept {
+    return static_cast<std::int64_t>((probs_.capacity() + scratch_.capacity()) * sizeof(T) +
+                                     (probs16_.capacity() + scratch16_.capacity()) * sizeof(bfloat16));
+  }
+
+private:
+  void require_bf16(const char* fn) const {
+    if (!bf16())
+      throw ArgumentError(detail::message(fn, ": bf16 Q, K and V need the core in Precision::bf16 (set_precision)"));
+  }
+
+  // forward for float Q, K, V (QT = T) or bf16 ones (the core then in bf16: checked by the caller).
+  template <class QT>
+  void forward_of(ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V, std::int64_t B,
+                  std::int64_t T_len, MatrixView<T> Out) {
     constexpr const char* fn = "CausalSelfAttention::forward";
     if (B < 1 || T_len < 1)
       throw ArgumentError(
@@ -154,14 +202,10 @@ public:
     cached_t_ = T_len;
   }
 
-  // dQ, dK, dV (overwritten) from dOut, through the probabilities the last forward cached;
-  // Q, K, V must be that forward's inputs. Throws ArgumentError before any forward,
-  // ShapeError unless every operand is d_model x (B*T) of that forward, ArgumentError if an
-  // output overlaps an input or another output.
-  void backward(std::type_identity_t<ConstMatrixView<T>> Q, std::type_identity_t<ConstMatrixView<T>> K,
-                std::type_identity_t<ConstMatrixView<T>> V, std::type_identity_t<ConstMatrixView<T>> dOut,
-                std::type_identity_t<MatrixView<T>> dQ, std::type_identity_t<MatrixView<T>> dK,
-                std::type_identity_t<MatrixView<T>> dV) {
+  // backward for float or bf16 Q, K, V (as forward_of).
+  template <class QT>
+  void backward_of(ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V, ConstMatrixView<T> dOut,
+                   MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV) {
     constexpr const char* fn = "CausalSelfAttention::backward";
     if (cached_b_ == 0) throw ArgumentError(detail::message(fn, ": called before any forward"));
     const std::int64_t B = cached_b_, T_len = cached_t_;
@@ -172,12 +216,13 @@ public:
     check_shape(fn, "dQ", dQ, B, T_len);
     check_shape(fn, "dK", dK, B, T_len);
     check_shape(fn, "dV", dV, B, T_len);
-    const ConstMatrixView<T> inputs[] = {Q, K, V, dOut};
-    const char* input_names[] = {"Q", "K", "V", "dOut"};
+    const ConstMatrixView<QT> inputs[] = {Q, K, V};
+    const char* input_names[] = {"Q", "K", "V"};
     const MatrixView<T> outputs[] = {dQ, dK, dV};
     const char* output_names[] = {"dQ", "dK", "dV"};
     for (int o = 0; o < 3; ++o) {
-      for (int i = 0; i < 4; ++i) detail::check_no_overlap(fn, output_names[o], outputs[o], input_names[i], inputs[i]);
+      for (int i = 0; i < 3; ++i) detail::check_no_overlap(fn, output_names[o], outputs[o], input_names[i], inputs[i]);
+      detail::check_no_overlap(fn, output_names[o], outputs[o], "dOut", dOut);
       for (int p = o + 1; p < 3; ++p)
         detail::check_no_overlap(fn, output_names[o], outputs[o], output_names[p], outputs[p]);
     }
@@ -187,13 +232,6 @@ public:
       run_pairs([&](std::int64_t pair, T* scratch) { backward_pair(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
   }
 
-  // Bytes of the probability cache and the scratch (allocation capacity).
-  std::int64_t memory_bytes() const noexcept {
-    return static_cast<std::int64_t>((probs_.capacity() + scratch_.capacity()) * sizeof(T) +
-                                     (probs16_.capacity() + scratch16_.capacity()) * sizeof(bfloat16));
-  }
-
-private:
   template <class View>
   void check_shape(const char* fn, const char* name, const View& X, std::int64_t B, std::int64_t T_len) const {
     if (X.rows() != d_model_ || X.cols() != B * T_len)
@@ -278,10 +316,18 @@ private:
 
   // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_, and 0 for j in
   // [t_, head_stride_) (the kernels read the padding).
-  void copy_head(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, T* dst) const noexcept {
+  // (X in bf16: widened.)
+  template <class XT>
+  void copy_head(ConstMatrixView<XT> X, std::int64_t r0, std::int64_t c0, T* dst) const noexcept {
     for (std::int64_t d = 0; d < d_head_; ++d) {
-      T* row = std::copy_n(X.row(r0 + d) + c0, t_, dst + d * head_stride_);
-      std::fill(row, dst + (d + 1) * head_stride_, T(0));
+      T* row = dst + d * head_stride_;
+      const XT* x = X.row(r0 + d) + c0;
+      if constexpr (std::is_same_v<XT, T>)
+        std::copy_n(x, t_, row);
+      else
+        to_float(std::span<const bfloat16>(x, static_cast<std::size_t>(t_)),
+                 std::span<float>(row, static_cast<std::size_t>(t_)));
+      std::fill(row + t_, row + head_stride_, T(0));
     }
   }
 
@@ -309,7 +355,8 @@ private:
 
   // The scratch of a thread: copies of the head's Q_h, K_h, V_h (and dOut_h), one after
   // another at head_stride_, then a triangle, then two vectors.
-  void forward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+  template <class QT>
+  void forward_pair(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
                     MatrixView<T> Out, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
@@ -335,7 +382,8 @@ private:
     detail::attention_weighted_sum(v_h, hs, P, dh, Out.row(r0) + c0, Out.stride());
   }
 
-  void backward_pair(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+  template <class QT>
+  void backward_pair(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
                      ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
@@ -373,27 +421,35 @@ private:
     return scratch16_.data() + (scratch - scratch_.data()) / scratch_stride_ * scratch16_stride_;
   }
   // dst[(d / 2) pair_stride_ + 2 j + d % 2] = X(r0 + d, c0 + j), zero for j >= t_ (and an odd
-  // d_head's last high half).
-  void copy_pairs(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
+  // d_head's last high half); X float (rounded) or bf16 (copied).
+  template <class XT>
+  void copy_pairs(ConstMatrixView<XT> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
 #if SPRIG_BF16_GEMM_X86
     if constexpr (std::is_same_v<T, float>)
       for (std::int64_t d = 0; d < d_head_; d += 2) {
         bfloat16* row = dst + d / 2 * pair_stride_;
-        const float* hi = d + 1 < d_head_ ? X.row(r0 + d + 1) + c0 : nullptr;
-        detail::to_bfloat16_pairs_avx512(X.row(r0 + d) + c0, hi, t_, row);
+        const XT* hi = d + 1 < d_head_ ? X.row(r0 + d + 1) + c0 : nullptr;
+        if constexpr (std::is_same_v<XT, bfloat16>)
+          detail::interleave_bfloat16_pairs_avx512(X.row(r0 + d) + c0, hi, t_, row);
+        else
+          detail::to_bfloat16_pairs_avx512(X.row(r0 + d) + c0, hi, t_, row);
         std::memset(static_cast<void*>(row + 2 * t_), 0, sizeof(bfloat16) * (pair_stride_ - 2 * t_));
       }
 #else
     (void)X, (void)r0, (void)c0, (void)dst;
 #endif
   }
-  // dst[d head_stride_ + j] = X(r0 + d, c0 + j), zero for j >= t_.
-  void copy_natural(ConstMatrixView<T> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
+  // dst[d head_stride_ + j] = X(r0 + d, c0 + j), zero for j >= t_; X float (rounded) or bf16.
+  template <class XT>
+  void copy_natural(ConstMatrixView<XT> X, std::int64_t r0, std::int64_t c0, bfloat16* dst) const noexcept {
 #if SPRIG_BF16_GEMM_X86
     if constexpr (std::is_same_v<T, float>)
       for (std::int64_t d = 0; d < d_head_; ++d) {
         bfloat16* row = dst + d * head_stride_;
-        detail::to_bfloat16_avx512(X.row(r0 + d) + c0, t_, row);
+        if constexpr (std::is_same_v<XT, bfloat16>)
+          std::memcpy(static_cast<void*>(row), X.row(r0 + d) + c0, sizeof(bfloat16) * t_);
+        else
+          detail::to_bfloat16_avx512(X.row(r0 + d) + c0, t_, row);
         std::memset(static_cast<void*>(row + t_), 0, sizeof(bfloat16) * (head_stride_ - t_));
       }
 #else
@@ -401,7 +457,8 @@ private:
 #endif
   }
 
-  void forward_pair_dp(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+  template <class QT>
+  void forward_pair_dp(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
                        MatrixView<T> Out, T* scratch) {
 #if SPRIG_BF16_GEMM_X86
     if constexpr (std::is_same_v<T, float>) {
@@ -427,7 +484,8 @@ private:
 #endif
   }
 
-  void backward_pair_dp(std::int64_t pair, ConstMatrixView<T> Q, ConstMatrixView<T> K, ConstMatrixView<T> V,
+  template <class QT>
+  void backward_pair_dp(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
                         ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
 #if SPRIG_BF16_GEMM_X86
     if constexpr (std::is_same_v<T, float>) {

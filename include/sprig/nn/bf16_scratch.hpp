@@ -63,6 +63,15 @@ inline ConstMatrixView<bfloat16> narrow_rows(ConstMatrixView<float> X, bfloat16*
   return ConstMatrixView<bfloat16>(out, X.rows(), B);
 }
 
+// out = X rounded to bfloat16 (same shape, any strides), as the form above.
+inline void narrow_rows(ConstMatrixView<float> X, MatrixView<bfloat16> out) {
+  const std::int64_t B = X.cols();
+  for_rows(X.rows(), B, [&](std::int64_t i) {
+    to_bfloat16(std::span<const float>(X.row(i), static_cast<std::size_t>(B)),
+                std::span<bfloat16>(out.row(i), static_cast<std::size_t>(B)));
+  });
+}
+
 // out (a tight A.cols() x A.rows() block) = A^T rounded to bfloat16 (A float) or copied (A
 // bfloat16); returns the view of out. In 32 x 32 tiles, rows of out split over OpenMP
 // threads for a large A; the same bits for any thread count. O(rows x cols).
@@ -144,6 +153,10 @@ public:
   std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(ConstMatrixView<bfloat16> X,
                                                                           ConstMatrixView<float> dY) {
     return {X, rounded(dY)};
+  }
+  static std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(
+      ConstMatrixView<bfloat16> X, ConstMatrixView<bfloat16> dY) noexcept {
+    return {X, dY};
   }
 
   // Throws ArgumentError naming `where` unless the layer is in Precision::bf16: what a layer

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <span>
 
+#include "../core/bfloat16.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/bfloat16_convert.hpp"
 #include "../kernels/row_epilogue.hpp"
 #include "../kernels/simd.hpp"
 #include "rows.hpp"
@@ -55,6 +57,32 @@ void sum_rows(ConstMatrixView<T> dY, std::span<T> g) noexcept {
     }
 #endif
     for (; j < n; ++j) acc += d[j];
+    g[static_cast<std::size_t>(i)] = acc;
+  });
+}
+
+// The same for a bf16 dY: g[i] = sum_j float(dY[i, j]), bitwise the float form's result on the
+// widened dY (each register widened as it is loaded, summed in the float form's lane order).
+// O(rows x cols); allocates nothing.
+template <class Arch = KernelArch>
+void sum_rows(ConstMatrixView<bfloat16> dY, std::span<float> g) noexcept {
+  for_rows(dY.rows(), dY.cols(), [&](std::int64_t i) {
+    const bfloat16* d = dY.row(i);
+    const std::int64_t n = dY.cols();
+    std::int64_t j = 0;
+    float acc = 0.0f;
+#if SPRIG_KERNEL_SIMD
+    if constexpr (kSimdFor<float, Arch>) {
+      using B = Batch<float, Arch>;
+      constexpr std::int64_t N = B::size;
+      if (n >= N) {
+        B lanes(0.0f);
+        for (; j + N <= n; j += N) lanes += load_bfloat16<Arch>(d + j);
+        acc = reduce_add(lanes);
+      }
+    }
+#endif
+    for (; j < n; ++j) acc += static_cast<float>(d[j]);
     g[static_cast<std::size_t>(i)] = acc;
   });
 }

@@ -182,6 +182,16 @@ public:
     bf16_.require_bf16_input("BlockSparseLinear::backward");
     backward_of(X, dY, dX, x_activation, x_derivative);
   }
+  // The same with dY in bf16 too (a model that keeps its layers' dY in bf16, nn/gpt.hpp): the
+  // products read dY as it is (nothing rounded) and the bias gradient sums it widened:
+  // bitwise the float form's results for a float dY that holds these values. No x_activation.
+  // Needs Precision::bf16 (else ArgumentError); throws as the float form.
+  void backward(ConstMatrixView<bfloat16> X, ConstMatrixView<bfloat16> dY, std::type_identity_t<MatrixView<T>> dX)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("BlockSparseLinear::backward");
+    backward_of(X, dY, dX, FusedActivation::none, ConstMatrixView<T>{});
+  }
 
   // Weight and bias gradients only (the first layer of a network).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {
@@ -276,10 +286,10 @@ public:
 private:
   static constexpr std::uint64_t kInitKey = 0xB10C'11A1ULL;
 
-  // The three-argument backward for a float X (XT = T) or a bf16 one (the layer then in bf16:
-  // checked by the caller).
-  template <class XT>
-  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<T> dY, MatrixView<T> dX, FusedActivation x_activation,
+  // The three-argument backward for a float X and dY (XT = DYT = T) or bf16 ones (the layer
+  // then in bf16: checked by the caller).
+  template <class XT, class DYT>
+  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY, MatrixView<T> dX, FusedActivation x_activation,
                    ConstMatrixView<T> x_derivative) {
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
@@ -293,11 +303,11 @@ private:
     if constexpr (std::is_same_v<T, float>)
       if (bf16_.bf16()) {
         backward_bf16(X, dY, &dX);
-        detail::sum_rows<T>(dY, bias.grad);
+        detail::sum_rows(dY, std::span<float>(bias.grad));
         detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
         return;
       }
-    if constexpr (std::is_same_v<XT, T>) {
+    if constexpr (std::is_same_v<XT, T> && std::is_same_v<DYT, T>) {
       block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
       detail::sum_rows<T>(dY, bias.grad);
       block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
@@ -305,8 +315,8 @@ private:
     }
   }
 
-  template <class XT>
-  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<T> dY) const {
+  template <class XT, class DYT = T>
+  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("BlockSparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
@@ -327,8 +337,8 @@ private:
                     RowEpilogue<float>{bias.value, act});
   }
   // dW at W's live blocks, and dX = W^T dY when dX is given (no activation: the caller's pass).
-  template <class XT>
-  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+  template <class XT, class DYT>
+  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY, const MatrixView<float>* dX) {
     const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);

@@ -76,11 +76,18 @@
 // float): written in float into a buffer dead in forward (a scratch gradient, fc's spare) and
 // rounded once, the same bits the projection would round it to, so the results do not
 // change; DST then sees it as SparseLayerRef::input_bf16. The attention core then runs in
-// bf16 too (nn/attention.hpp; GPTOptions::bf16_attention = false keeps it float).
+// bf16 too (nn/attention.hpp; GPTOptions::bf16_attention = false keeps it float). With both,
+// GPTOptions::bf16_activations (default) keeps Q, K, V and gelu' in bf16 too (qkv16, fc16 in
+// place of qkv_out, fc_out: qkv's and fc's float outputs go through the dead spares and are
+// rounded once), and a sparse qkv's and fc's dY replace them in bf16 (no swap): the layer
+// reads that dY as is and DST sees it as SparseLayerRef::output_grad_bf16. Q, K, V in bf16
+// give the same bits; fc's dY becomes bf16(dX * bf16(gelu')) and a sparse qkv's and fc's bias
+// gradients sum the rounded dY, so the last bits differ from bf16_activations = false.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
-// bf16 where the projections run in bf16) and 2 d_model x N gradient values,
+// bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
+// bf16_activations) and 2 d_model x N gradient values,
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
 // a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
@@ -172,6 +179,7 @@ public:
     }
     share_scratch_with_layers();
     bf16_inputs_ = options.bf16_inputs;
+    bf16_activations_ = options.bf16_activations;
   }
 
   const GPTConfig& config() const noexcept { return config_; }
@@ -185,11 +193,9 @@ public:
   const TokenEmbedding<T>& token_embedding() const noexcept { return tok_; }
   PositionalEmbedding<T>& positional_embedding() noexcept { return pos_; }
   const PositionalEmbedding<T>& positional_embedding() const noexcept { return pos_; }
-  Projection& projection(std::size_t block, GPTProjection which) {
-    return projection_of(blocks_[checked(block)], which);
-  }
+  Projection& projection(std::size_t block, GPTProjection which) { return blocks_[checked(block)].projection(which); }
   const Projection& projection(std::size_t block, GPTProjection which) const {
-    return projection_of(blocks_[checked(block)], which);
+    return blocks_[checked(block)].projection(which);
   }
   // Block l's LayerNorm before its attention (LN1) and before its FFN (LN2), read by the
   // cached generator (nn/gpt_generate.hpp). Throw ArgumentError for block >= layers().
@@ -236,19 +242,31 @@ public:
       const ConstMatrixView<T> x = input_of(l);
       // (the lent scratch buffers are dead in forward: a bf16 input is written there, then narrowed)
       b.ln1_out.write([&](MatrixView<T> y) { b.ln1.forward(x, y); }, scratch_a_.view());
-      run_forward(b.qkv, b.ln1_out, b.qkv_out.view());
-      const ConstMatrixView<T> qkv = b.qkv_out.view();
-      b.att_out.write([&](MatrixView<T> y) {
-        b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
-                       qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, y);
-      }, scratch_a_.view());
-      run_forward(b.proj, b.att_out, b.x_mid.view());
+      const bool q16 = b.qkv_bf16;  // (fc's float output and Q, K, V go through the dead spares first)
+      Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
+      if constexpr (std::is_same_v<T, float>)
+        if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
+      b.att_out.write(
+          [&](MatrixView<T> y) {
+            b.with_qkv([&](auto qkv) {
+              b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
+                             qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, y);
+            });
+          },
+          scratch_a_.view());
+      Block::run_forward(b.proj, b.att_out, b.x_mid.view());
       add_into<T>(x, b.x_mid.view());
       b.ln2_out.write([&](MatrixView<T> y) { b.ln2.forward(b.x_mid.view(), y); }, scratch_a_.view());
-      run_forward(b.fc, b.ln2_out, b.fc_out.view());
-      // fc_out := gelu'(fc's output)
-      b.gelu_out.write([&](MatrixView<T> y) { gelu_.forward_keep_derivative(b.fc_out.view(), y); }, spare_fc_.view());
-      run_forward(b.fc_proj, b.gelu_out, b.x_out.view());
+      if (b.gelu_bf16) {
+        Block::run_forward(b.fc, b.ln2_out, spare_fc_.view());
+        if constexpr (std::is_same_v<T, float>)  // fc16 := gelu'(fc's output)
+          gelu_.forward_keep_derivative(spare_fc_.view(), b.gelu_out.narrow_buffer(), b.fc16.view());
+      } else {
+        Block::run_forward(b.fc, b.ln2_out, b.fc_out.view());
+        // fc_out := gelu'(fc's output)
+        b.gelu_out.write([&](MatrixView<T> y) { gelu_.forward_keep_derivative(b.fc_out.view(), y); }, spare_fc_.view());
+      }
+      Block::run_forward(b.fc_proj, b.gelu_out, b.x_out.view());
       add_into<T>(b.x_mid.view(), b.x_out.view());
     }
     ln_f_.forward(input_of(blocks_.size()), lnf_out_.view());
@@ -282,21 +300,41 @@ public:
     ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
-      run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
-      // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
-      if (is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
-      run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
+      if constexpr (std::is_same_v<T, float>)
+        if (b.gelu_bf16) {  // gelu' (fc16) is read once: a sparse fc's dY, rounded, replaces it
+          Block::run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view());
+          const bool sparse = Block::is_sparse(b.fc);
+          sparse ? GELU<T>::backward(b.fc16.view(), spare_fc_.view(), b.fc16.view())
+                 : GELU<T>::backward(b.fc16.view(), spare_fc_.view());
+          sparse ? Block::run_backward(b.fc, b.ln2_out, b.fc16.view(), scratch_a_.view())
+                 : Block::run_backward(b.fc, b.ln2_out, spare_fc_.view(), scratch_a_.view());
+        }
+      if (!b.gelu_bf16) {
+        Block::run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view(), FusedActivation::gelu,
+                            b.fc_out.view());
+        // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
+        if (Block::is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
+        Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
+      }
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view());
-      run_backward(b.proj, b.att_out, b.g_mid.view(), scratch_a_.view());
-      const ConstMatrixView<T> qkv = b.qkv_out.view();
+      Block::run_backward(b.proj, b.att_out, b.g_mid.view(), scratch_a_.view());
       const MatrixView<T> d_qkv = spare_qkv_.view();
-      const std::int64_t n = qkv.cols();
-      b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
-                      d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
-      // qkv_out (Q, K, V) is dead now: the same for a sparse qkv's dY
-      if (is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
-      run_backward(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
+      b.with_qkv([&](auto qkv) {
+        const std::int64_t n = qkv.cols();
+        b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
+                        d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
+      });
+      // Q, K, V are dead now: a sparse qkv's dY takes their buffer (swapped, or rounded into qkv16)
+      if constexpr (std::is_same_v<T, float>)
+        if (b.qkv_bf16 && Block::is_sparse(b.qkv)) {
+          detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
+          Block::run_backward(b.qkv, b.ln1_out, b.qkv16.view(), scratch_a_.view());
+        }
+      if (!b.qkv_bf16 || !Block::is_sparse(b.qkv)) {
+        if (!b.qkv_bf16 && Block::is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
+        Block::run_backward(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
+      }
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
     }
@@ -327,13 +365,15 @@ public:
       Block& b = blocks_[l];
       for (std::size_t j = 0; j < 4; ++j) {
         const auto which = static_cast<GPTProjection>(j);
-        if (auto* s = std::get_if<SparseLayer>(&projection_of(b, which))) {
-          const ProjectionInput<T>& in = input_buffer(b, which);
-          const ConstMatrixView<T> dy = backward_done_ ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
+        if (auto* s = std::get_if<SparseLayer>(&b.projection(which))) {
+          const ProjectionInput<T>& in = b.input(which);
+          const Matrix<bfloat16>* dy16 = b.dy16(which);
+          const ConstMatrixView<T> dy = backward_done_ && !dy16 ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
+          const ConstMatrixView<bfloat16> dyb = backward_done_ && dy16 ? dy16->view() : ConstMatrixView<bfloat16>{};
           if constexpr (requires { s->topology_stand_in(); })
-            out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in.wide(), dy, s, in.narrow()});
+            out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in.wide(), dy, s, in.narrow(), dyb});
           else
-            out.push_back({4 * l + j, out.size(), s, in.wide(), dy, nullptr, in.narrow()});
+            out.push_back({4 * l + j, out.size(), s, in.wide(), dy, nullptr, in.narrow(), dyb});
         }
       }
     }
@@ -345,7 +385,7 @@ public:
   void reserve_growth(double fraction = SparseParameter<T, Index>::kGrowthReserve) {
     for (Block& b : blocks_)
       for (std::size_t j = 0; j < 4; ++j)
-        if (auto* s = std::get_if<SparseLayer>(&projection_of(b, static_cast<GPTProjection>(j))))
+        if (auto* s = std::get_if<SparseLayer>(&b.projection(static_cast<GPTProjection>(j))))
           s->weight.reserve_growth(fraction);
   }
 
@@ -375,6 +415,7 @@ public:
       for (const Matrix<T>* m : {&b.qkv_out, &b.x_mid, &b.fc_out, &b.x_out, &b.g_mid, &b.g_out})
         bytes += m->memory_bytes();
       for (const ProjectionInput<T>* m : {&b.ln1_out, &b.att_out, &b.ln2_out, &b.gelu_out}) bytes += m->memory_bytes();
+      bytes += b.qkv16.memory_bytes() + b.fc16.memory_bytes();
     }
     for (const Matrix<T>* m :
          {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_})
@@ -428,52 +469,23 @@ private:
     return block;
   }
 
-  // Block or const Block; returns the projection with b's constness.
-  template <class B>
-  static auto& projection_of(B& b, GPTProjection which) noexcept {
-    switch (which) {
-      case GPTProjection::qkv: return b.qkv;
-      case GPTProjection::proj: return b.proj;
-      case GPTProjection::fc: return b.fc;
-      default: return b.fc_proj;
-    }
-  }
-
-  // The X a projection of block b sees, and the buffer its dY is written to.
-  static const ProjectionInput<T>& input_buffer(const Block& b, GPTProjection which) noexcept {
-    switch (which) {
-      case GPTProjection::qkv: return b.ln1_out;
-      case GPTProjection::proj: return b.att_out;
-      case GPTProjection::fc: return b.ln2_out;
-      default: return b.gelu_out;
-    }
-  }
-  // (qkv's and fc's: where backward leaves them, once it has passed that layer)
+  // The buffer a projection's dY is written to (qkv's and fc's: where backward leaves them,
+  // once it has passed that layer).
   Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
     switch (which) {
-      case GPTProjection::qkv: return is_sparse(b.qkv) ? b.qkv_out : spare_qkv_;
+      case GPTProjection::qkv: return Block::is_sparse(b.qkv) ? b.qkv_out : spare_qkv_;
       case GPTProjection::proj: return b.g_mid;
-      case GPTProjection::fc: return is_sparse(b.fc) ? b.fc_out : spare_fc_;
+      case GPTProjection::fc: return Block::is_sparse(b.fc) ? b.fc_out : spare_fc_;
       default: return b.g_out;
     }
   }
 
-  static bool is_sparse(const Projection& p) noexcept { return std::holds_alternative<SparseLayer>(p); }
 
   // The residual stream entering block l (l = layers: the input of LN_f).
   ConstMatrixView<T> input_of(std::size_t l) const noexcept {
     return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view();
   }
 
-  static void run_forward(Projection& p, const ProjectionInput<T>& X, MatrixView<T> Y) {
-    X.visit([&](auto x) { std::visit([&](auto& layer) { layer.forward(x, Y); }, p); });
-  }
-  static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> dY, MatrixView<T> dX,
-                           FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
-    X.visit([&](auto x) {
-      std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p);
-    });
-  }
   // Whether projection p's input is kept in bf16: it runs its products in bf16 (and the
   // options asked for it).
   bool bf16_input(const Projection& p) const noexcept {
@@ -496,8 +508,13 @@ private:
     const std::int64_t stride = Sequential<T, Index>::activation_stride(n);
     for (Block& b : blocks_) {
       for (Matrix<T>* m : {&b.x_mid, &b.x_out, &b.g_mid, &b.g_out}) reshape(*m, d, n);
-      reshape(b.qkv_out, 3 * d, n);
-      reshape(b.fc_out, f, n);
+      // GPTOptions::bf16_activations: with a bf16 attention core, and a bf16 fc_proj input; a
+      // sparse qkv or fc then takes its dY in bf16, which needs its input in bf16
+      b.qkv_bf16 =
+          bf16_activations_ && b.attn.precision() == Precision::bf16 && (!Block::is_sparse(b.qkv) || bf16_input(b.qkv));
+      b.gelu_bf16 = bf16_activations_ && bf16_input(b.fc_proj) && (!Block::is_sparse(b.fc) || bf16_input(b.fc));
+      Block::reshape_one_of(b.qkv_out, b.qkv16, b.qkv_bf16, 3 * d, n, stride);
+      Block::reshape_one_of(b.fc_out, b.fc16, b.gelu_bf16, f, n, stride);
       b.ln1_out.reshape(d, n, stride, bf16_input(b.qkv));
       b.att_out.reshape(d, n, stride, bf16_input(b.proj));
       b.ln2_out.reshape(d, n, stride, bf16_input(b.fc));
@@ -574,6 +591,7 @@ private:
   bool backward_done_ = false;     // and finished: sparse_layers() shows the dY
   ModelScratch<T> scratch_;        // the sparse projections' packing buffer (see the top)
   bool bf16_inputs_ = true;        // GPTOptions::bf16_inputs
+  bool bf16_activations_ = true;   // GPTOptions::bf16_activations
 };
 
 }  // namespace sprig

@@ -1,14 +1,22 @@
 // sprig/nn/gpt_block.hpp — detail::GPTBlock<T, Projection>: one transformer block of
 // nn/gpt.hpp's GPT, its layers and the buffers its forward and backward keep (GPT's
-// "Buffers" says which hold what when). GPT alone builds and runs it.
+// "Buffers" says which hold what when), and the calls that route a projection's operands
+// (float or bf16) to it. GPT alone builds and runs it.
 #pragma once
+
+#include <type_traits>
 
 #include <cstdint>
 #include <utility>
+#include <variant>
 
+#include "../core/bfloat16.hpp"
 #include "../core/concepts.hpp"
+#include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "../kernels/row_epilogue.hpp"
 #include "attention.hpp"
+#include "gpt_config.hpp"
 #include "layer_norm.hpp"
 #include "projection_input.hpp"
 
@@ -32,8 +40,82 @@ struct GPTBlock {
   // projections' inputs in bf16 where the projection runs in bf16
   ProjectionInput<T> ln1_out, att_out, ln2_out, gelu_out;
   Matrix<T> qkv_out, x_mid, fc_out, x_out;
+  // with GPTOptions::bf16_activations, qkv_out's and fc_out's roles in bf16 (the float ones
+  // then empty): Q, K, V, then a sparse qkv's dY; gelu', then a sparse fc's dY
+  Matrix<bfloat16> qkv16, fc16;
+  bool qkv_bf16 = false, gelu_bf16 = false;  // whether qkv16 and fc16 are in use (GPT::shape_buffers)
+
+  // fn(Q, K, V's rows: qkv_out, or qkv16 in bf16).
+  template <class Fn>
+  void with_qkv(Fn&& fn) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (qkv_bf16) return fn(qkv16.view());
+    fn(qkv_out.view());
+  }
+  // qkv's and fc's dY where they are kept in bf16 (qkv16, fc16), else nullptr.
+  const Matrix<bfloat16>* dy16(GPTProjection which) const noexcept {
+    if (which == GPTProjection::qkv && qkv_bf16) return &qkv16;
+    if (which == GPTProjection::fc && gelu_bf16) return &fc16;
+    return nullptr;
+  }
+  // Shapes `wide` (at `stride`) or, for bf16, `narrow` to rows x cols, and releases the other.
+  static void reshape_one_of(Matrix<T>& wide, Matrix<bfloat16>& narrow, bool bf16, std::int64_t rows, std::int64_t cols,
+                             std::int64_t stride) {
+    if (bf16) {
+      wide = Matrix<T>();
+      if (narrow.rows() != rows || narrow.cols() != cols) narrow.resize(rows, cols);
+    } else {
+      narrow = Matrix<bfloat16>();
+      if (wide.rows() != rows || wide.cols() != cols) wide.resize(rows, cols, stride);
+    }
+  }
   // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
   Matrix<T> g_mid, g_out;
+
+  Projection& projection(GPTProjection which) noexcept {
+    return const_cast<Projection&>(std::as_const(*this).projection(which));
+  }
+  const Projection& projection(GPTProjection which) const noexcept {
+    switch (which) {
+      case GPTProjection::qkv: return qkv;
+      case GPTProjection::proj: return proj;
+      case GPTProjection::fc: return fc;
+      default: return fc_proj;
+    }
+  }
+  // The X a projection sees.
+  const ProjectionInput<T>& input(GPTProjection which) const noexcept {
+    switch (which) {
+      case GPTProjection::qkv: return ln1_out;
+      case GPTProjection::proj: return att_out;
+      case GPTProjection::fc: return ln2_out;
+      default: return gelu_out;
+    }
+  }
+  // Projection is std::variant<Linear<T>, the sparse layer>.
+  static bool is_sparse(const Projection& p) noexcept { return p.index() == 1; }
+
+  static void run_forward(Projection& p, const ProjectionInput<T>& X, MatrixView<T> Y) {
+    X.visit([&](auto x) { std::visit([&](auto& layer) { layer.forward(x, Y); }, p); });
+  }
+  static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> dY, MatrixView<T> dX,
+                           FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
+    X.visit(
+        [&](auto x) { std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p); });
+  }
+  // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
+  static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {
+    X.visit([&](auto x) {
+      std::visit(
+          [&](auto& layer) {
+            if constexpr (requires { layer.backward(x, dY, dX); })
+              layer.backward(x, dY, dX);
+            else
+              throw ArgumentError("GPT: a bf16 dY needs a sparse projection with a bf16 input");
+          },
+          p);
+    });
+  }
 };
 
 }  // namespace sprig::detail

@@ -47,6 +47,11 @@ struct GPTOptions {
   // With bf16 projections, run the attention core in bf16 (CausalSelfAttention::set_precision:
   // Q, K, V, P and dS rounded, P cached in bf16). false keeps it float.
   bool bf16_attention = true;
+  // With both of those, also keep Q, K and V, the GELU's derivative and a sparse qkv's and fc's
+  // output gradients (kept for DST) in bf16 (GPT's "Buffers"): 6 d_model + 2 d_ff bytes fewer
+  // per token and block. fc's dY is then the float dX times the rounded derivative (its last
+  // bits differ). false keeps them in float.
+  bool bf16_activations = true;
 };
 
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).

@@ -80,6 +80,8 @@ public:
   }
   ConstMatrixView<T> wide() const noexcept { return bf16_ ? ConstMatrixView<T>{} : wide_.view(); }
   ConstMatrixView<bfloat16> narrow() const noexcept { return bf16_ ? narrow_.view() : ConstMatrixView<bfloat16>{}; }
+  // The bf16 storage to write in place (a producer that rounds itself; empty unless bf16()).
+  MatrixView<bfloat16> narrow_buffer() noexcept { return bf16_ ? narrow_.view() : MatrixView<bfloat16>{}; }
 
   // Bytes owned.
   std::int64_t memory_bytes() const noexcept { return wide_.memory_bytes() + narrow_.memory_bytes(); }

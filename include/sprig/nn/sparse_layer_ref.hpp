@@ -24,16 +24,18 @@ namespace sprig {
 // output_grad are the layer's own, [in x B] and [out x B] in elements. A model that keeps a
 // layer's input in bf16 (nn/projection_input.hpp) gives it as input_bf16 and leaves input
 // empty; consumers read either through input_rows() / input_cols() and, for the values,
-// float_input().
+// float_input(). The same for a dY kept in bf16 (output_grad_bf16, output_grad empty;
+// output_grad_rows() / output_grad_cols(), float_output_grad()).
 template <Value T, ColumnIndex Index>
 struct SparseLayerRef {
   std::size_t position;      // where the layer sits in its model (the model documents it)
   std::size_t sparse_index;  // 0, 1, ... among the model's sparse layers
   SparseLinear<T, Index>* layer;
-  ConstMatrixView<T> input;                   // X of the last forward   [in x B]
-  ConstMatrixView<T> output_grad;             // dY of the last backward [out x B]
-  BlockTopology<T, Index>* blocks = nullptr;  // the block-sparse layer behind `layer`, if any
-  ConstMatrixView<bfloat16> input_bf16{};     // X in bf16, in place of input (see above)
+  ConstMatrixView<T> input;                      // X of the last forward   [in x B]
+  ConstMatrixView<T> output_grad;                // dY of the last backward [out x B]
+  BlockTopology<T, Index>* blocks = nullptr;     // the block-sparse layer behind `layer`, if any
+  ConstMatrixView<bfloat16> input_bf16{};        // X in bf16, in place of input (see above)
+  ConstMatrixView<bfloat16> output_grad_bf16{};  // dY in bf16, in place of output_grad
 
   // The weight's shape in elements (the stand-in's grid times the block shape, clipped).
   std::int64_t out_features() const noexcept { return blocks ? blocks->out_features() : layer->weight.matrix.rows(); }
@@ -42,14 +44,27 @@ struct SparseLayerRef {
   // The shape of the input, whichever form holds it.
   std::int64_t input_rows() const noexcept { return input_bf16.data() ? input_bf16.rows() : input.rows(); }
   std::int64_t input_cols() const noexcept { return input_bf16.data() ? input_bf16.cols() : input.cols(); }
+  std::int64_t output_grad_rows() const noexcept {
+    return output_grad_bf16.data() ? output_grad_bf16.rows() : output_grad.rows();
+  }
+  std::int64_t output_grad_cols() const noexcept {
+    return output_grad_bf16.data() ? output_grad_bf16.cols() : output_grad.cols();
+  }
   // The input in T: `input` itself, or input_bf16 widened (exactly) into `buffer`, reshaped
   // here (a caller that reuses it allocates once). O(in x B) when it widens.
   ConstMatrixView<T> float_input(Matrix<T>& buffer) const {
-    if (!input_bf16.data()) return input;
-    buffer.resize(input_bf16.rows(), input_bf16.cols());
-    for (std::int64_t i = 0; i < input_bf16.rows(); ++i)
-      for (std::int64_t j = 0; j < input_bf16.cols(); ++j)
-        buffer(i, j) = static_cast<T>(static_cast<float>(input_bf16(i, j)));
+    return input_bf16.data() ? widened(input_bf16, buffer) : input;
+  }
+  // The same for the output gradient. O(out x B) when it widens.
+  ConstMatrixView<T> float_output_grad(Matrix<T>& buffer) const {
+    return output_grad_bf16.data() ? widened(output_grad_bf16, buffer) : output_grad;
+  }
+
+private:
+  static ConstMatrixView<T> widened(ConstMatrixView<bfloat16> X, Matrix<T>& buffer) {
+    buffer.resize(X.rows(), X.cols());
+    for (std::int64_t i = 0; i < X.rows(); ++i)
+      for (std::int64_t j = 0; j < X.cols(); ++j) buffer(i, j) = static_cast<T>(static_cast<float>(X(i, j)));
     return buffer.view();
   }
 };

@@ -212,6 +212,16 @@ public:
     bf16_.require_bf16_input("SparseLinear::backward");
     backward_of(X, dY, dX, x_activation, x_derivative);
   }
+  // The same with dY in bf16 too (a model that keeps its layers' dY in bf16, nn/gpt.hpp): the
+  // products read dY as it is (nothing rounded) and the bias gradient sums it widened:
+  // bitwise the float form's results for a float dY that holds these values. No x_activation.
+  // Needs Precision::bf16 (else ArgumentError); throws as the float form.
+  void backward(ConstMatrixView<bfloat16> X, ConstMatrixView<bfloat16> dY, std::type_identity_t<MatrixView<T>> dX)
+    requires std::is_same_v<T, float>
+  {
+    bf16_.require_bf16_input("SparseLinear::backward");
+    backward_of(X, dY, dX, FusedActivation::none, ConstMatrixView<T>{});
+  }
 
   // Weight and bias gradients only (no dX: the first layer of a network). Throws as the
   // three-argument form.
@@ -335,9 +345,10 @@ private:
     if constexpr (std::is_same_v<XT, T>) spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
-  // The three-argument backward for a float or a bf16 X (as forward_of).
-  template <class XT>
-  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<T> dY, MatrixView<T> dX, FusedActivation x_activation,
+  // The three-argument backward for a float or a bf16 X (as forward_of), and a float dY or (with
+  // a bf16 X) a bf16 one.
+  template <class XT, class DYT>
+  void backward_of(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY, MatrixView<T> dX, FusedActivation x_activation,
                    ConstMatrixView<T> x_derivative) {
     constexpr const char* fn = "SparseLinear::backward";
     if (dX.rows() != in_features() || dX.cols() != X.cols())
@@ -351,11 +362,11 @@ private:
         detail::check_no_overlap(fn, "dX", dX, "X", X);
         backward_bf16(X, dY, &dX);
         detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
+        detail::sum_rows(dY, std::span<float>(bias.grad));
       }
-      detail::sum_rows<T>(dY, bias.grad);
       return;
     }
-    if constexpr (std::is_same_v<XT, T>) {
+    if constexpr (std::is_same_v<XT, T> && std::is_same_v<DYT, T>) {
       sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
                x_activation, x_derivative);
       detail::sum_rows<T>(dY, bias.grad);
@@ -363,8 +374,8 @@ private:
   }
 
   // The checks every backward form makes before writing any gradient.
-  template <class XT>
-  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<T> dY) const {
+  template <class XT, class DYT = T>
+  void check_backward(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY) const {
     if (X.rows() != in_features() || dY.rows() != out_features() || dY.cols() != X.cols())
       throw ShapeError(detail::message("SparseLinear::backward: layer is ", out_features(), "x", in_features(),
                                        ", X is ", X.rows(), "x", X.cols(), ", dY is ", dY.rows(), "x", dY.cols()));
@@ -380,8 +391,8 @@ private:
     bf16_spmm(weight.matrix, std::span<const bfloat16>(values), Xb, Y, workspace_, RowEpilogue<float>{bias.value, act});
   }
   // dW at W's slots, and dX = W^T dY when dX is given (no activation: the caller's pass).
-  template <class XT>
-  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<float> dY, const MatrixView<float>* dX) {
+  template <class XT, class DYT>
+  void backward_bf16(ConstMatrixView<XT> X, ConstMatrixView<DYT> dY, const MatrixView<float>* dX) {
     const auto values =
         bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
