@@ -79,15 +79,18 @@
 // bf16 too (nn/attention.hpp; GPTOptions::bf16_attention = false keeps it float). With both,
 // GPTOptions::bf16_activations (default) keeps Q, K, V and gelu' in bf16 too (qkv16, fc16 in
 // place of qkv_out, fc_out: qkv's and fc's float outputs go through the dead spares and are
-// rounded once), and a sparse qkv's and fc's dY replace them in bf16 (no swap): the layer
-// reads that dY as is and DST sees it as SparseLayerRef::output_grad_bf16. Q, K, V in bf16
-// give the same bits; fc's dY becomes bf16(dX * bf16(gelu')) and a sparse qkv's and fc's bias
-// gradients sum the rounded dY, so the last bits differ from bf16_activations = false.
+// rounded once), and a sparse qkv's and fc's dY replace them in bf16 (no swap); the residual
+// gradients flow through one shared float buffer, and a sparse proj's and fc_proj's dY are
+// kept in bf16 (g_mid16, g_out16). Each sparse layer reads its bf16 dY as is and DST sees it
+// as SparseLayerRef::output_grad_bf16. Q, K, V in bf16 give the same bits; fc's dY becomes
+// bf16(dX * bf16(gelu')) and the sparse layers' bias gradients sum their rounded dY, so the
+// last bits differ from bf16_activations = false.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
 // bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
-// bf16_activations) and 2 d_model x N gradient values,
+// bf16_activations) and 2 d_model x N gradient values (bf16 ones for DST, or none, with
+// bf16_activations),
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
 // a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
@@ -297,12 +300,13 @@ public:
     backward_started_ = true;
     const std::int64_t d = config_.d_model;
     head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view());
-    ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view());
+    ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out_in(grad_));
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
+      const MatrixView<T> g_out = b.g_out_in(grad_), g_mid = b.g_mid_in(grad_);
       if constexpr (std::is_same_v<T, float>)
         if (b.gelu_bf16) {  // gelu' (fc16) is read once: a sparse fc's dY, rounded, replaces it
-          Block::run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view());
+          Block::backward_from(b.fc_proj, b.gelu_out, g_out, b.grad_bf16, b.g_out16, spare_fc_.view());
           const bool sparse = Block::is_sparse(b.fc);
           sparse ? GELU<T>::backward(b.fc16.view(), spare_fc_.view(), b.fc16.view())
                  : GELU<T>::backward(b.fc16.view(), spare_fc_.view());
@@ -310,15 +314,14 @@ public:
                  : Block::run_backward(b.fc, b.ln2_out, spare_fc_.view(), scratch_a_.view());
         }
       if (!b.gelu_bf16) {
-        Block::run_backward(b.fc_proj, b.gelu_out, b.g_out.view(), spare_fc_.view(), FusedActivation::gelu,
-                            b.fc_out.view());
+        Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
         // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
         if (Block::is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
         Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
       }
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
-      residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view());
-      Block::run_backward(b.proj, b.att_out, b.g_mid.view(), scratch_a_.view());
+      residual_add<T>(g_out, scratch_b_.view(), g_mid);
+      Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g_mid16, scratch_a_.view());
       const MatrixView<T> d_qkv = spare_qkv_.view();
       b.with_qkv([&](auto qkv) {
         const std::int64_t n = qkv.cols();
@@ -326,17 +329,11 @@ public:
                         d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
       });
       // Q, K, V are dead now: a sparse qkv's dY takes their buffer (swapped, or rounded into qkv16)
-      if constexpr (std::is_same_v<T, float>)
-        if (b.qkv_bf16 && Block::is_sparse(b.qkv)) {
-          detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
-          Block::run_backward(b.qkv, b.ln1_out, b.qkv16.view(), scratch_a_.view());
-        }
-      if (!b.qkv_bf16 || !Block::is_sparse(b.qkv)) {
-        if (!b.qkv_bf16 && Block::is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
-        Block::run_backward(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), scratch_a_.view());
-      }
+      if (!b.qkv_bf16 && Block::is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
+      Block::backward_from(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), b.qkv_bf16, b.qkv16,
+                           scratch_a_.view());
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
-      residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
+      residual_add<T>(g_mid, scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out_in(grad_) : g_in_.view());
     }
     tok_.backward(tokens_, g_in_.view());
     pos_.backward(seq_len_, g_in_.view());
@@ -410,15 +407,9 @@ public:
   }
   std::int64_t memory_bytes() const {
     std::int64_t bytes = sum_layers([](const auto& l) { return l.memory_bytes(); });
-    for (const Block& b : blocks_) {
-      bytes += b.attn.memory_bytes();
-      for (const Matrix<T>* m : {&b.qkv_out, &b.x_mid, &b.fc_out, &b.x_out, &b.g_mid, &b.g_out})
-        bytes += m->memory_bytes();
-      for (const ProjectionInput<T>* m : {&b.ln1_out, &b.att_out, &b.ln2_out, &b.gelu_out}) bytes += m->memory_bytes();
-      bytes += b.qkv16.memory_bytes() + b.fc16.memory_bytes();
-    }
+    for (const Block& b : blocks_) bytes += b.buffer_bytes();
     for (const Matrix<T>* m :
-         {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_})
+         {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_, &grad_})
       bytes += m->memory_bytes();
     return bytes + scratch_.memory_bytes();
   }
@@ -469,17 +460,16 @@ private:
     return block;
   }
 
-  // The buffer a projection's dY is written to (qkv's and fc's: where backward leaves them,
-  // once it has passed that layer).
+  // The buffer a projection's float dY is written to (qkv's and fc's: where backward leaves
+  // them, once it has passed that layer; qkv's before it is rounded into qkv16).
   Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
     switch (which) {
-      case GPTProjection::qkv: return Block::is_sparse(b.qkv) ? b.qkv_out : spare_qkv_;
+      case GPTProjection::qkv: return Block::is_sparse(b.qkv) && !b.qkv_bf16 ? b.qkv_out : spare_qkv_;
       case GPTProjection::proj: return b.g_mid;
       case GPTProjection::fc: return Block::is_sparse(b.fc) ? b.fc_out : spare_fc_;
       default: return b.g_out;
     }
   }
-
 
   // The residual stream entering block l (l = layers: the input of LN_f).
   ConstMatrixView<T> input_of(std::size_t l) const noexcept {
@@ -506,15 +496,19 @@ private:
   void shape_buffers(std::int64_t n) {
     const std::int64_t d = config_.d_model, f = config_.d_ff, v = config_.vocab;
     const std::int64_t stride = Sequential<T, Index>::activation_stride(n);
+    bool shared_grads = false;
     for (Block& b : blocks_) {
-      for (Matrix<T>* m : {&b.x_mid, &b.x_out, &b.g_mid, &b.g_out}) reshape(*m, d, n);
+      for (Matrix<T>* m : {&b.x_mid, &b.x_out}) reshape(*m, d, n);
       // GPTOptions::bf16_activations: with a bf16 attention core, and a bf16 fc_proj input; a
       // sparse qkv or fc then takes its dY in bf16, which needs its input in bf16
       b.qkv_bf16 =
           bf16_activations_ && b.attn.precision() == Precision::bf16 && (!Block::is_sparse(b.qkv) || bf16_input(b.qkv));
       b.gelu_bf16 = bf16_activations_ && bf16_input(b.fc_proj) && (!Block::is_sparse(b.fc) || bf16_input(b.fc));
+      b.grad_bf16 = b.gelu_bf16 && (!Block::is_sparse(b.proj) || bf16_input(b.proj));
+      shared_grads = shared_grads || b.grad_bf16;
       Block::reshape_one_of(b.qkv_out, b.qkv16, b.qkv_bf16, 3 * d, n, stride);
       Block::reshape_one_of(b.fc_out, b.fc16, b.gelu_bf16, f, n, stride);
+      b.shape_residual_grads(d, n, stride);
       b.ln1_out.reshape(d, n, stride, bf16_input(b.qkv));
       b.att_out.reshape(d, n, stride, bf16_input(b.proj));
       b.ln2_out.reshape(d, n, stride, bf16_input(b.fc));
@@ -525,6 +519,7 @@ private:
     reshape(dlogits_, v, n);
     reshape(spare_qkv_, 3 * d, n);
     reshape(spare_fc_, f, n);
+    shared_grads ? reshape(grad_, d, n) : void(grad_ = Matrix<T>());
   }
 
   // fn(param) over every parameter of `self` (GPT or const GPT) in the documented order.
@@ -584,6 +579,7 @@ private:
   // qkv's and fc's dY while backward runs; swapped with a block's dead qkv_out / fc_out
   // where that layer is sparse (see backward)
   Matrix<T> spare_qkv_, spare_fc_;
+  Matrix<T> grad_;  // the residual gradient of the blocks with grad_bf16 (GPTBlock::g_out_in)
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;
   bool forwarded_ = false;

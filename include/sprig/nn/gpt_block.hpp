@@ -16,6 +16,7 @@
 #include "../core/matrix.hpp"
 #include "../kernels/row_epilogue.hpp"
 #include "attention.hpp"
+#include "bf16_scratch.hpp"
 #include "gpt_config.hpp"
 #include "layer_norm.hpp"
 #include "projection_input.hpp"
@@ -43,7 +44,8 @@ struct GPTBlock {
   // with GPTOptions::bf16_activations, qkv_out's and fc_out's roles in bf16 (the float ones
   // then empty): Q, K, V, then a sparse qkv's dY; gelu', then a sparse fc's dY
   Matrix<bfloat16> qkv16, fc16;
-  bool qkv_bf16 = false, gelu_bf16 = false;  // whether qkv16 and fc16 are in use (GPT::shape_buffers)
+  // whether qkv16, fc16 and the bf16 residual gradients are in use (GPT::shape_buffers)
+  bool qkv_bf16 = false, gelu_bf16 = false, grad_bf16 = false;
 
   // fn(Q, K, V's rows: qkv_out, or qkv16 in bf16).
   template <class Fn>
@@ -56,7 +58,29 @@ struct GPTBlock {
   const Matrix<bfloat16>* dy16(GPTProjection which) const noexcept {
     if (which == GPTProjection::qkv && qkv_bf16) return &qkv16;
     if (which == GPTProjection::fc && gelu_bf16) return &fc16;
+    if (which == GPTProjection::proj && grad_bf16) return &g_mid16;
+    if (which == GPTProjection::fc_proj && grad_bf16) return &g_out16;
     return nullptr;
+  }
+  // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): the
+  // block's own, or with grad_bf16 the model's `shared` one, updated in place (residual_add
+  // allows it; each value is dead when the next overwrites it).
+  MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_out).view(); }
+  MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_mid).view(); }
+  // g_mid and g_out in float, or with grad_bf16 none, and a bf16 one per sparse proj, fc_proj.
+  void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
+    reshape_one_of(g_mid, g_mid16, grad_bf16, d, n, stride);
+    reshape_one_of(g_out, g_out16, grad_bf16, d, n, stride);
+    if (grad_bf16 && !is_sparse(proj)) g_mid16 = Matrix<bfloat16>();
+    if (grad_bf16 && !is_sparse(fc_proj)) g_out16 = Matrix<bfloat16>();
+  }
+  // Bytes of the block's buffers and its attention core's cache.
+  std::int64_t buffer_bytes() const noexcept {
+    std::int64_t bytes = attn.memory_bytes();
+    for (const Matrix<T>* m : {&qkv_out, &x_mid, &fc_out, &x_out, &g_mid, &g_out}) bytes += m->memory_bytes();
+    for (const ProjectionInput<T>* m : {&ln1_out, &att_out, &ln2_out, &gelu_out}) bytes += m->memory_bytes();
+    for (const Matrix<bfloat16>* m : {&qkv16, &fc16, &g_mid16, &g_out16}) bytes += m->memory_bytes();
+    return bytes;
   }
   // Shapes `wide` (at `stride`) or, for bf16, `narrow` to rows x cols, and releases the other.
   static void reshape_one_of(Matrix<T>& wide, Matrix<bfloat16>& narrow, bool bf16, std::int64_t rows, std::int64_t cols,
@@ -69,8 +93,11 @@ struct GPTBlock {
       if (wide.rows() != rows || wide.cols() != cols) wide.resize(rows, cols, stride);
     }
   }
-  // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY)
+  // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY); with grad_bf16
+  // the model's shared float ones flow instead, and a sparse proj's and fc_proj's dY (for DST)
+  // are kept in bf16
   Matrix<T> g_mid, g_out;
+  Matrix<bfloat16> g_mid16, g_out16;
 
   Projection& projection(GPTProjection which) noexcept {
     return const_cast<Projection&>(std::as_const(*this).projection(which));
@@ -102,6 +129,17 @@ struct GPTBlock {
                            FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
     X.visit(
         [&](auto x) { std::visit([&](auto& layer) { layer.backward(x, dY, dX, x_activation, x_derivative); }, p); });
+  }
+  // p's backward from the float dY g; where keep16 and p is sparse, g is rounded into g16 first
+  // and the layer reads that (it keeps the dY for DST; p's X must then be bf16).
+  static void backward_from(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> g, bool keep16,
+                            Matrix<bfloat16>& g16, MatrixView<T> dX) {
+    if constexpr (std::is_same_v<T, float>)
+      if (keep16 && is_sparse(p)) {
+        detail::narrow_rows(g, g16.view());
+        return run_backward(p, X, ConstMatrixView<bfloat16>(g16.view()), dX);
+      }
+    run_backward(p, X, g, dX);
   }
   // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {

@@ -47,10 +47,11 @@ struct GPTOptions {
   // With bf16 projections, run the attention core in bf16 (CausalSelfAttention::set_precision:
   // Q, K, V, P and dS rounded, P cached in bf16). false keeps it float.
   bool bf16_attention = true;
-  // With both of those, also keep Q, K and V, the GELU's derivative and a sparse qkv's and fc's
-  // output gradients (kept for DST) in bf16 (GPT's "Buffers"): 6 d_model + 2 d_ff bytes fewer
-  // per token and block. fc's dY is then the float dX times the rounded derivative (its last
-  // bits differ). false keeps them in float.
+  // With both of those, also keep Q, K and V, the GELU's derivative and the sparse layers'
+  // output gradients (kept for DST) in bf16 (GPT's "Precision"): 6 d_model + 2 d_ff bytes
+  // fewer per token and block, and 2 d_model to 4 d_model for the residual gradients. fc's dY
+  // is then the float dX times the rounded derivative, and the sparse layers' bias gradients
+  // sum their rounded dY (the last bits differ). false keeps them in float.
   bool bf16_activations = true;
 };
 
