@@ -54,7 +54,7 @@ struct GPTBlock {
       if (qkv_bf16) return fn(qkv16.view());
     fn(qkv_out.view());
   }
-  // qkv's and fc's dY where they are kept in bf16 (qkv16, fc16), else nullptr.
+  // A projection's dY where it is kept in bf16 (qkv16, fc16, g_mid16, g_out16), else nullptr.
   const Matrix<bfloat16>* dy16(GPTProjection which) const noexcept {
     if (which == GPTProjection::qkv && qkv_bf16) return &qkv16;
     if (which == GPTProjection::fc && gelu_bf16) return &fc16;
