@@ -413,20 +413,31 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
   };
   const Batch data = batch();
   SoftmaxCrossEntropy<float> ce;
-  const auto step = [&](auto& m) {
-    const auto Z = m.forward(data.tokens, 3, 8);
-    ce.forward_backward(Z, data.labels, m.output_grad());
-    m.backward();
+  // One forward and backward of each model, then their sparse layers (8: every projection but
+  // the dense ones; none is dense here).
+  const auto stepped_layers = [&](auto& on, auto& off) {
+    for (auto* m : {&on, &off}) {
+      const auto Z = m->forward(data.tokens, 3, 8);
+      ce.forward_backward(Z, data.labels, m->output_grad());
+      m->backward();
+    }
+    auto layers = std::pair{on.sparse_layers(), off.sparse_layers()};
+    REQUIRE(layers.first.size() == 8);
+    return layers;
+  };
+  // Whether a bf16 dY holds exactly the float one rounded.
+  const auto rounded_exactly = [](ConstMatrixView<bfloat16> a, ConstMatrixView<float> b) {
+    bool exact = a.rows() == b.rows() && a.cols() == b.cols();
+    for (std::int64_t i = 0; exact && i < b.rows(); ++i)
+      for (std::int64_t c = 0; c < b.cols(); ++c) exact = exact && a(i, c).bits == bfloat16(b(i, c)).bits;
+    return exact;
   };
   SECTION("with fc_proj in fp32 (gelu' float): a sparse qkv's dY for DST is the float model's rounded") {
     auto on = make(true), off = make(false);
     for (auto* m : {&on, &off})
       for (std::size_t l = 0; l < 2; ++l)
         std::visit([](auto& layer) { layer.set_precision(Precision::fp32); }, m->projection(l, GPTProjection::fc_proj));
-    step(on);
-    step(off);
-    const auto a = on.sparse_layers(), b = off.sparse_layers();
-    REQUIRE(a.size() == 8);
+    const auto [a, b] = stepped_layers(on, off);
     for (std::size_t k = 0; k < a.size(); ++k) {
       CAPTURE(k);
       REQUIRE(a[k].output_grad_cols() == 24);
@@ -436,20 +447,12 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
         continue;
       }
       CHECK(a[k].output_grad.data() == nullptr);
-      REQUIRE(a[k].output_grad_bf16.rows() == b[k].output_grad.rows());
-      bool exact = true;
-      for (std::int64_t i = 0; i < b[k].output_grad.rows(); ++i)
-        for (std::int64_t c = 0; c < 24; ++c)
-          exact = exact && a[k].output_grad_bf16(i, c).bits == bfloat16(b[k].output_grad(i, c)).bits;
-      CHECK(exact);
+      CHECK(rounded_exactly(a[k].output_grad_bf16, b[k].output_grad));
     }
   }
   SECTION("everything in bf16: the sparse layers' dY for DST near the float model's, less memory, RigL on them") {
     auto on = make(true), off = make(false);
-    step(on);
-    step(off);
-    const auto a = on.sparse_layers(), b = off.sparse_layers();
-    REQUIRE(a.size() == 8);
+    const auto [a, b] = stepped_layers(on, off);
     for (std::size_t k = 0; k < a.size(); ++k) {
       CAPTURE(k);
       CHECK(a[k].output_grad.data() == nullptr);
@@ -468,13 +471,8 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
       // what those changed upstream
       CHECK(scale > 0.0);
       CHECK(worst <= 0.02 * scale);
-      if (a[k].position == 7) {  // the last fc_proj's dY comes before any rounding: rounded once
-        bool exact = true;
-        for (std::int64_t i = 0; i < wide.rows(); ++i)
-          for (std::int64_t c = 0; c < 24; ++c)
-            exact = exact && a[k].output_grad_bf16(i, c).bits == bfloat16(b[k].output_grad(i, c)).bits;
-        CHECK(exact);
-      }
+      // the last fc_proj's dY comes before any rounding: rounded once
+      if (a[k].position == 7) CHECK(rounded_exactly(a[k].output_grad_bf16, b[k].output_grad));
     }
     // Q, K, V (3 d_model) and gelu' (d_ff) at 2 bytes instead of 4, per block
     const std::int64_t per_block = (3 * kConfig.d_model + kConfig.d_ff) * 24 * 2;

@@ -21,6 +21,7 @@
 #include "../core/matrix.hpp"
 #include "../kernels/bfloat16_convert.hpp"
 #include "../kernels/gelu.hpp"
+#include "../kernels/row_epilogue.hpp"
 #include "relu.hpp"
 #include "rows.hpp"
 
@@ -97,11 +98,7 @@ public:
   }
   static void backward(ConstMatrixView<bfloat16> D, MatrixView<float> dX) requires std::is_same_v<T, float> {
     check_derivative_shapes(D, dX.rows(), dX.cols(), dX.rows(), dX.cols());
-    detail::for_rows(D.rows(), D.cols(), [&](std::int64_t i) {
-      const bfloat16* d = D.row(i);
-      float* x = dX.row(i);
-      for (std::int64_t k = 0; k < D.cols(); ++k) x[k] *= static_cast<float>(d[k]);
-    });
+    detail::combine_rows<float>(D, dX, [](bfloat16 s, float d) { return d * static_cast<float>(s); });
   }
 
   // dX = dY * gelu'(X). dX may be dY (element by element, in place); X must not overlap dX.

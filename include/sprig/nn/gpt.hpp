@@ -307,11 +307,13 @@ public:
       if constexpr (std::is_same_v<T, float>)
         if (b.gelu_bf16) {  // gelu' (fc16) is read once: a sparse fc's dY, rounded, replaces it
           Block::backward_from(b.fc_proj, b.gelu_out, g_out, b.grad_bf16, b.g_out16, spare_fc_.view());
-          const bool sparse = Block::is_sparse(b.fc);
-          sparse ? GELU<T>::backward(b.fc16.view(), spare_fc_.view(), b.fc16.view())
-                 : GELU<T>::backward(b.fc16.view(), spare_fc_.view());
-          sparse ? Block::run_backward(b.fc, b.ln2_out, b.fc16.view(), scratch_a_.view())
-                 : Block::run_backward(b.fc, b.ln2_out, spare_fc_.view(), scratch_a_.view());
+          if (Block::is_sparse(b.fc)) {
+            GELU<T>::backward(b.fc16.view(), spare_fc_.view(), b.fc16.view());
+            Block::run_backward(b.fc, b.ln2_out, b.fc16.view(), scratch_a_.view());
+          } else {
+            GELU<T>::backward(b.fc16.view(), spare_fc_.view());
+            Block::run_backward(b.fc, b.ln2_out, spare_fc_.view(), scratch_a_.view());
+          }
         }
       if (!b.gelu_bf16) {
         Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());

@@ -67,12 +67,20 @@ struct GPTBlock {
   // allows it; each value is dead when the next overwrites it).
   MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_out).view(); }
   MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_mid).view(); }
-  // g_mid and g_out in float, or with grad_bf16 none, and a bf16 one per sparse proj, fc_proj.
+  // g_mid and g_out in float, or with grad_bf16 none, and a bf16 one per sparse proj, fc_proj
+  // (a dense one keeps no dY: nothing is allocated for it, step after step).
   void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
-    reshape_one_of(g_mid, g_mid16, grad_bf16, d, n, stride);
-    reshape_one_of(g_out, g_out16, grad_bf16, d, n, stride);
-    if (grad_bf16 && !is_sparse(proj)) g_mid16 = Matrix<bfloat16>();
-    if (grad_bf16 && !is_sparse(fc_proj)) g_out16 = Matrix<bfloat16>();
+    const std::pair<Matrix<T>*, Matrix<bfloat16>*> grads[] = {{&g_mid, &g_mid16}, {&g_out, &g_out16}};
+    const bool sparse[] = {is_sparse(proj), is_sparse(fc_proj)};
+    for (int k = 0; k < 2; ++k) {
+      const auto [wide, narrow] = grads[k];
+      if (grad_bf16 && !sparse[k]) {
+        *wide = Matrix<T>();
+        *narrow = Matrix<bfloat16>();
+      } else {
+        reshape_one_of(*wide, *narrow, grad_bf16, d, n, stride);
+      }
+    }
   }
   // Bytes of the block's buffers and its attention core's cache.
   std::int64_t buffer_bytes() const noexcept {
