@@ -359,6 +359,28 @@ TEMPLATE_TEST_CASE("dispatched gelu passes follow the formula", "[dispatch]", fl
   CHECK(bad == 0);
 }
 
+TEST_CASE("dispatched bf16 gelu passes: the float passes' results rounded", "[dispatch][bf16]") {
+  const std::int64_t n = 77;                     // whole registers and a tail on every target
+  const auto a = random_dense<float>(2, n, 45);  // rows: z, dx
+  INFO("on " << kernel_arch());
+  std::vector<float> z(a.row(0), a.row(0) + n), y(n);
+  detail::gelu_keep_derivative_kernel<float>()(z.data(), y.data(), n);  // z: gelu'
+  std::vector<bfloat16> y16(n), d16(n), dy16(n);
+  detail::gelu_keep_derivative_bf16_kernel<float>()(a.row(0), y16.data(), d16.data(), n);
+  detail::gelu_scale_bf16_kernel<float>()(d16.data(), a.row(1), dy16.data(), n);
+  std::vector<float> dx(a.row(1), a.row(1) + n);
+  detail::gelu_scale_widened_kernel<float>()(d16.data(), dx.data(), n);
+  std::int64_t bad = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    bad += y16[j].bits != bfloat16(y[j]).bits;
+    bad += d16[j].bits != bfloat16(z[j]).bits;
+    const float scaled = a(1, j) * static_cast<float>(d16[j]);
+    bad += dx[j] != scaled;
+    bad += dy16[j].bits != bfloat16(scaled).bits;
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE("every runnable target gives the oracle's results on one matrix", "[dispatch]") {
   // One float case on each target in turn, then back to the one this run was asked for.
   const auto W = random_matrix<float, std::int32_t>(96, 300, 0.1, 7, 0.1, 0.1);

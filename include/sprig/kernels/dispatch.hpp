@@ -109,6 +109,12 @@ template <class A, class T>
 void gelu_backward_on(const T* x, const T* dy, T* dx, std::int64_t n);
 template <class A, class T>
 void scale_array_on(T* p, T c, std::int64_t n);
+template <class A, class T>
+void gelu_keep_derivative_bf16_on(const T* z, bfloat16* y, bfloat16* d, std::int64_t n);
+template <class A, class T>
+void gelu_scale_bf16_on(const bfloat16* d, const T* dx, bfloat16* dy, std::int64_t n);
+template <class A, class T>
+void gelu_scale_widened_on(const bfloat16* d, T* dx, std::int64_t n);
 
 // The bf16 sparse kernels (bf16_spmm.hpp, bf16_sddmm.hpp): W's structure with float master
 // values, bf16 operands.
@@ -129,7 +135,8 @@ void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bf
 #define SPRIG_DETAIL_DENSE_KERNELS(X)                                                          \
   X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)   \
   X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)      \
-  X(sum_squares) X(scale_array) X(gelu_forward) X(gelu_keep_derivative) X(gelu_backward)
+  X(sum_squares) X(scale_array) X(gelu_forward) X(gelu_keep_derivative) X(gelu_backward)  \
+  X(gelu_keep_derivative_bf16) X(gelu_scale_bf16) X(gelu_scale_widened)
 // clang-format on
 
 // One target's sparse kernels for one (T, Index) pair: a pointer per kernel, named as it.

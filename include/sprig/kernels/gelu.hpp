@@ -4,6 +4,9 @@
 //   gelu_forward            y[j] = gelu(x[j])                          (y must not overlap x)
 //   gelu_keep_derivative    y[j] = gelu(z[j]), then z[j] = gelu'(z[j])  (one exp for both)
 //   gelu_backward           dx[j] = dy[j] * gelu'(x[j])                (dx may be dy)
+//   gelu_keep_derivative_bf16  y[j] = bf16(gelu(z[j])), d[j] = bf16(gelu'(z[j])) (z unchanged)
+//   gelu_scale_bf16         dy[j] = bf16(dx[j] * float(d[j]))          (dy may be d)
+//   gelu_scale_widened      dx[j] = dx[j] * float(d[j])
 //
 // GeluMath<T> holds the formulas, for a scalar or a register:
 //   gelu(x) = x/2 (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
@@ -13,16 +16,23 @@
 // gelu' = s + 2 x s (e s) u'(x). The same function within a few ulp of the tanh form; one exp
 // and one division are cheaper than xsimd::tanh (docs/design.md, "GELU"). For x -> -inf, e
 // overflows to inf and s, gelu and gelu' go to 0 (e s is then inf * 0: taken as 0).
-// Each element's result depends on its value alone, except that the scalar tail of a row
+// The bf16 forms (a model that keeps gelu' in bf16) compute in float for T = float (for
+// double: the same in double, rounded to bf16 once) and round as core/bfloat16.hpp does:
+// bitwise the float forms' results rounded. Each element's result depends on its value alone, except that the scalar tail of a row
 // (the last n mod register-width elements) uses std::exp and may differ from the register
 // body in the last ulp. Preconditions (not checked): the arrays hold n elements. O(n), one
 // thread, no allocation.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
+#include "../core/bfloat16.hpp"
 #include "../core/concepts.hpp"
+#include "bfloat16_convert.hpp"
 #include "dispatch.hpp"
 #include "simd.hpp"
 
@@ -121,6 +131,66 @@ void gelu_backward_on(const T* x, const T* dy, T* dx, std::int64_t n) {
   }
 #endif
   for (; j < n; ++j) dx[j] = dy[j] * M::derivative_of(x[j]);
+}
+
+// In chunks of kGeluChunk through two float buffers on the stack, each rounded by one
+// to_bfloat16 pass: rounding in the exp loop's registers measured slower.
+inline constexpr std::int64_t kGeluChunk = 256;
+
+template <class A, class T>
+void gelu_keep_derivative_bf16_on(const T* z, bfloat16* y, bfloat16* d, std::int64_t n) {
+  using M = GeluMath<T>;
+  std::int64_t j = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A> && std::is_same_v<T, float>) {
+    using B = xsimd::batch<T, A>;
+    static_assert(kGeluChunk % B::size == 0);
+    alignas(64) float yc[kGeluChunk], dc[kGeluChunk];
+    while (j + std::int64_t(B::size) <= n) {
+      const std::int64_t len = std::min(kGeluChunk, (n - j) / std::int64_t(B::size) * std::int64_t(B::size));
+      for (std::int64_t k = 0; k < len; k += B::size) {
+        const B x = B::load_unaligned(z + j + k), e = M::exp_term(x);
+        M::value_from(x, e).store_aligned(yc + k);
+        M::derivative_from(x, e).store_aligned(dc + k);
+      }
+      const auto m = static_cast<std::size_t>(len);
+      convert_array<A>("gelu_keep_derivative_bf16", std::span<const float>(yc, m), std::span<bfloat16>(y + j, m));
+      convert_array<A>("gelu_keep_derivative_bf16", std::span<const float>(dc, m), std::span<bfloat16>(d + j, m));
+      j += len;
+    }
+  }
+#endif
+  for (; j < n; ++j) {
+    const T x = z[j], e = M::exp_term(x);
+    y[j] = bfloat16(static_cast<float>(M::value_from(x, e)));
+    d[j] = bfloat16(static_cast<float>(M::derivative_from(x, e)));
+  }
+}
+
+template <class A, class T>
+void gelu_scale_bf16_on(const bfloat16* d, const T* dx, bfloat16* dy, std::int64_t n) {
+  std::int64_t j = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A> && std::is_same_v<T, float>) {
+    using B = xsimd::batch<T, A>;
+    for (; j + std::int64_t(B::size) <= n; j += B::size)
+      store_bfloat16<A>(dy + j, B::load_unaligned(dx + j) * load_bfloat16<A>(d + j));
+  }
+#endif
+  for (; j < n; ++j) dy[j] = bfloat16(static_cast<float>(dx[j] * static_cast<T>(static_cast<float>(d[j]))));
+}
+
+template <class A, class T>
+void gelu_scale_widened_on(const bfloat16* d, T* dx, std::int64_t n) {
+  std::int64_t j = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A> && std::is_same_v<T, float>) {
+    using B = xsimd::batch<T, A>;
+    for (; j + std::int64_t(B::size) <= n; j += B::size)
+      (B::load_unaligned(dx + j) * load_bfloat16<A>(d + j)).store_unaligned(dx + j);
+  }
+#endif
+  for (; j < n; ++j) dx[j] = dx[j] * static_cast<T>(static_cast<float>(d[j]));
 }
 
 }  // namespace sprig::detail

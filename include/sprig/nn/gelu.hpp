@@ -12,14 +12,11 @@
 
 #include <type_traits>
 
-#include <algorithm>
 #include <cstdint>
-#include <span>
 
 #include "../core/bfloat16.hpp"
 #include "../core/concepts.hpp"
 #include "../core/matrix.hpp"
-#include "../kernels/bfloat16_convert.hpp"
 #include "../kernels/gelu.hpp"
 #include "../kernels/row_epilogue.hpp"
 #include "relu.hpp"
@@ -57,25 +54,16 @@ public:
 
   // The same with both results rounded to bf16 (T = float; a model that keeps its activations
   // in bf16): Y = bf16(gelu(Z)) and D = bf16(gelu'(Z)), bitwise the float form's results
-  // rounded; Z is clobbered (it ends as the float form leaves it). Each row runs in chunks of
-  // 256 through a stack buffer (no float Y). Throws ShapeError unless Z, Y and D have one shape.
-  void forward_keep_derivative(MatrixView<float> Z, MatrixView<bfloat16> Y,
+  // rounded, in one pass over Z (left unchanged). Throws ShapeError unless Z, Y and D have one
+  // shape.
+  void forward_keep_derivative(ConstMatrixView<float> Z, MatrixView<bfloat16> Y,
                                MatrixView<bfloat16> D) const requires std::is_same_v<T, float> {
     constexpr const char* fn = "GELU::forward_keep_derivative";
     if (Y.rows() != Z.rows() || Y.cols() != Z.cols() || D.rows() != Z.rows() || D.cols() != Z.cols())
       throw ShapeError(detail::message(fn, ": Z is ", Z.rows(), "x", Z.cols(), ", Y ", Y.rows(), "x", Y.cols(), ", D ",
                                        D.rows(), "x", D.cols(), "; they must have one shape"));
-    const auto kernel = detail::gelu_keep_derivative_kernel<float>();
-    detail::for_rows(Z.rows(), Z.cols(), [&](std::int64_t i) {
-      alignas(64) float y[kChunk];
-      for (std::int64_t j = 0; j < Z.cols(); j += kChunk) {
-        const std::int64_t n = std::min(kChunk, Z.cols() - j);
-        const auto len = static_cast<std::size_t>(n);
-        kernel(Z.row(i) + j, y, n);
-        to_bfloat16(std::span<const float>(y, len), std::span<bfloat16>(Y.row(i) + j, len));
-        to_bfloat16(std::span<const float>(Z.row(i) + j, len), std::span<bfloat16>(D.row(i) + j, len));
-      }
-    });
+    const auto kernel = detail::gelu_keep_derivative_bf16_kernel<float>();
+    detail::for_rows(Z.rows(), Z.cols(), [&](std::int64_t i) { kernel(Z.row(i), Y.row(i), D.row(i), Z.cols()); });
   }
 
   // The backward from a derivative D kept in bf16 (the form above): dY = bf16(dX * float(D))
@@ -84,21 +72,13 @@ public:
   static void backward(ConstMatrixView<bfloat16> D, ConstMatrixView<float> dX,
                        MatrixView<bfloat16> dY) requires std::is_same_v<T, float> {
     check_derivative_shapes(D, dX.rows(), dX.cols(), dY.rows(), dY.cols());
-    detail::for_rows(D.rows(), D.cols(), [&](std::int64_t i) {
-      alignas(64) float g[kChunk];
-      for (std::int64_t j = 0; j < D.cols(); j += kChunk) {
-        const std::int64_t n = std::min(kChunk, D.cols() - j);
-        const bfloat16* d = D.row(i) + j;
-        const float* x = dX.row(i) + j;
-        for (std::int64_t k = 0; k < n; ++k) g[k] = x[k] * static_cast<float>(d[k]);
-        to_bfloat16(std::span<const float>(g, static_cast<std::size_t>(n)),
-                    std::span<bfloat16>(dY.row(i) + j, static_cast<std::size_t>(n)));
-      }
-    });
+    const auto kernel = detail::gelu_scale_bf16_kernel<float>();
+    detail::for_rows(D.rows(), D.cols(), [&](std::int64_t i) { kernel(D.row(i), dX.row(i), dY.row(i), D.cols()); });
   }
   static void backward(ConstMatrixView<bfloat16> D, MatrixView<float> dX) requires std::is_same_v<T, float> {
     check_derivative_shapes(D, dX.rows(), dX.cols(), dX.rows(), dX.cols());
-    detail::combine_rows<float>(D, dX, [](bfloat16 s, float d) { return d * static_cast<float>(s); });
+    const auto kernel = detail::gelu_scale_widened_kernel<float>();
+    detail::for_rows(D.rows(), D.cols(), [&](std::int64_t i) { kernel(D.row(i), dX.row(i), D.cols()); });
   }
 
   // dX = dY * gelu'(X). dX may be dY (element by element, in place); X must not overlap dX.
@@ -113,8 +93,6 @@ public:
   }
 
 private:
-  static constexpr std::int64_t kChunk = 256;  // a multiple of every SIMD width: rows split the same
-
   static void check_derivative_shapes(ConstMatrixView<bfloat16> D, std::int64_t xr, std::int64_t xc, std::int64_t yr,
                                       std::int64_t yc) {
     if (xr != D.rows() || xc != D.cols() || yr != D.rows() || yc != D.cols())
