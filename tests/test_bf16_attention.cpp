@@ -199,9 +199,25 @@ TEST_CASE("bf16 attention AVX512-BF16 products match exact sums of their bf16 op
           if (!(std::abs(y[d * t + q] - want) <= gamma(t) * abs)) ++bad;
         }
       CHECK(bad == 0);
+      // P's rows in query pairs: every entry where it belongs, zeros elsewhere (NaN before)
+      std::vector<bfloat16> query_pairs(detail::Bf16QueryPairs{nullptr, t}.size(),
+                                        bfloat16(std::numeric_limits<float>::quiet_NaN()));
+      const detail::Bf16QueryPairs Pq{query_pairs.data(), t};
+      detail::to_query_pairs_avx512(Pr, Pq);
+      const std::int64_t te = t + (t & 1);
+      bad = 0;
+      for (std::int64_t q = 0; q < te; q += 2)
+        for (std::int64_t k = 0; k < Pq.keys(); ++k)
+          for (std::int64_t j = 0; j < 2; ++j) {
+            const float want = k < t && q + j < t && q + j >= k ? Pft.row(k)[q + j] : 0.0f;
+            const bfloat16 got = Pq.pair(q)[2 * k + j];
+            // a tile reads the pairs from its first key (a multiple of 64) on
+            if (q >= k / 64 * 64 && !(float(got) == want && (want != 0.0f || got.bits == 0))) ++bad;
+          }
+      CHECK(bad == 0);
       // y(d, k) = sum_q P(k, q) x(d, q)
       std::fill(y.begin(), y.end(), -1.0f);
-      detail::bf16_attention_row_sum_avx512(Pr, x_nat.data(), hs, dh, y.data(), t);
+      detail::bf16_attention_query_pair_sum_avx512(x_nat.data(), hs, Pq, dh, y.data(), t);
       bad = 0;
       for (std::int64_t d = 0; d < dh; ++d)
         for (std::int64_t k = 0; k < t; ++k) {

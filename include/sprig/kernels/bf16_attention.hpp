@@ -12,14 +12,18 @@
 //              (an odd d_head's last pair has a zero high half); zero for j in [t, tp)
 //   natural    element (d, j) at [d hs + j], zero for j in [t, tp]
 //   key pairs  Bf16PairTriangle: the entries (k, q) and (k + 1, q) of a triangle adjacent
+//   query pairs Bf16QueryPairs: the entries (k, q) and (k, q + 1) adjacent, keys along a row
 //   rows       AttentionBlockTriangle<bfloat16> of group width 32
 // and the products:
 //   bf16_attention_scores_avx512    S(k, q) = sum_d a(d, k) x(d, q): a and x in d pairs, S a
 //                                   float triangle (the scores, a = K and x = Q; dP, a = V, x = dOut)
 //   bf16_attention_pair_sum_avx512  y(d, q) = sum_k a(d, k) P(k, q): a natural, P in key pairs
 //                                   (Out = V P, dQ = K dS)
-//   bf16_attention_row_sum_avx512   y(d, k) = sum_q P(k, q) x(d, q): P's rows, x natural
+//   bf16_attention_query_pair_sum_avx512  y(d, k) = sum_q P(k, q) x(d, q): P in query pairs
+//                                   (to_query_pairs_avx512 from its rows), x natural
 //                                   (dV = dOut P^T, dK = Q dS^T)
+// The sums run along registers of 16 outputs, the pair's other operand broadcast, so no
+// output needs a horizontal sum (which cost y(d, k) half its time from P's rows).
 // Every output entry sums its exact products in float in one order fixed by the shape, so
 // results do not depend on the thread count. `vdpbf16ps` treats subnormal inputs as zero and
 // flushes subnormal results. Nothing allocates or throws.
@@ -28,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../core/bfloat16.hpp"
 #include "attention.hpp"
@@ -67,6 +72,19 @@ struct Bf16PairTriangle {
   AttentionBlockTriangle<bfloat16> rows() const noexcept { return bf16_attention_triangle(base, t); }
   std::int64_t size() const noexcept { return rows().offset(t + (t & 1)); }
   bfloat16* pair(std::int64_t k) const noexcept { return base + rows().offset(k) - 2 * rows().start(k); }
+};
+
+// A causal triangle of bf16 in query pairs: row q / 2 (q even) holds, for every key k below
+// keys() (t rounded up to 64), the entries (k, q) and (k, q + 1) as one 32-bit word at
+// pair(q) + 2k; 0 where the query is below the key or at t or past it, and for keys >= t.
+struct Bf16QueryPairs {
+  bfloat16* base;
+  std::int64_t t;
+
+  static std::int64_t keys_of(std::int64_t t) noexcept { return (t + 63) / 64 * 64; }
+  std::int64_t keys() const noexcept { return keys_of(t); }
+  std::int64_t size() const noexcept { return (t + 1) / 2 * 2 * keys(); }
+  bfloat16* pair(std::int64_t q) const noexcept { return base + q * keys(); }
 };
 
 // p[i] = float(bfloat16(p[i])) for i < n: the values rounded in place.
@@ -257,40 +275,101 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_pair_sum_avx512(const bfl
   }
 }
 
-// y[d ys + k] = sum_{q in [start(k), tp)} P(k, q) x(d, q) for d < dh, k < t: P's rows (group
-// width 32, 0 below each key), x natural at row stride hs >= tp (zero past t). A tile is 16
-// accumulators (4 keys by 4 head rows, partial tiles repeating the last key or row) summed
-// along q in lanes, q pairs ascending, then reduced together.
-SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_row_sum_avx512(AttentionBlockTriangle<bfloat16> P,
-                                                                      const bfloat16* x, std::int64_t hs,
-                                                                      std::int64_t dh, float* y,
-                                                                      std::int64_t ys) noexcept {
-  const std::int64_t t = P.t, tp = P.padded();
-  constexpr std::int64_t kBlock = 32;  // key blocks whose rows stay in L1 across the head rows
-  for (std::int64_t kb = 0; kb < t; kb += kBlock)
-    for (std::int64_t d0 = 0; d0 < dh; d0 += 4)
-      for (std::int64_t k0 = kb; k0 < std::min(kb + kBlock, t); k0 += 4) {
-        const bfloat16* xr[4];
-        for (std::int64_t r = 0; r < 4; ++r) xr[r] = x + std::min(d0 + r, dh - 1) * hs;
-        const bfloat16* p[4];
-        for (std::int64_t j = 0; j < 4; ++j) p[j] = P.row(std::min(k0 + j, t - 1));
-        __m512 acc[16];  // acc[r 4 + j]: head row d0 + r, key k0 + j
-        SPRIG_UNROLL for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-        for (std::int64_t q = P.start(k0); q < tp; q += 32) {
-          __m512i pv[4];
-          SPRIG_UNROLL for (int j = 0; j < 4; ++j) pv[j] = _mm512_loadu_si512(p[j] + q);
-          SPRIG_UNROLL for (int r = 0; r < 4; ++r) {
-            const __m512i xv = _mm512_loadu_si512(xr[r] + q);
-            SPRIG_UNROLL for (int j = 0; j < 4; ++j) acc[r * 4 + j] =
-                _mm512_dpbf16_ps(acc[r * 4 + j], (__m512bh)pv[j], (__m512bh)xv);
-          }
-        }
-        alignas(64) float sums[16];
-        _mm512_store_ps(sums, avx512bf16_hsum16(acc));
-        const std::int64_t keys = std::min<std::int64_t>(4, t - k0);
-        for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r)
-          for (std::int64_t j = 0; j < keys; ++j) y[(d0 + r) * ys + k0 + j] = sums[r * 4 + j];
+// The 16 x 16 32-bit words of v transposed: word j of v[i] goes to word i of v[j].
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void transpose_words_16x16(__m512i (&v)[16]) noexcept {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
+    a[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4)  // 4 x 4 blocks: pairs of words
+    for (int j = 0; j < 2; ++j) {
+      b[i + j] = _mm512_unpacklo_epi64(a[i + j], a[i + j + 2]);
+      b[i + j + 2] = _mm512_unpackhi_epi64(a[i + j], a[i + j + 2]);
+    }
+  for (int i = 0; i < 16; i += 8)  // 8 x 8 blocks: 128-bit lanes
+    for (int j = 0; j < 4; ++j) {
+      a[i + j] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0x88);
+      a[i + j + 4] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0xDD);
+    }
+  for (int j = 0; j < 8; ++j) {  // 16 x 16: the halves
+    b[j] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0x88);
+    b[j + 8] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0xDD);
+  }
+  // b holds the rows in the order the lane shuffles left them
+  static constexpr int kOrder[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+  for (int i = 0; i < 16; ++i) v[i] = b[kOrder[i]];
+}
+
+// y[d ys + k] = sum_{q >= k, q < t} P(k, q) x(d, q) for d < dh, k < t: P in query pairs (0
+// where q < k, q >= t or k >= t), x natural at row stride hs >= t + 1 (zero at t). Tiles of 4
+// head rows by 4 or 2 registers of keys; query pairs ascending.
+template <int R>
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_query_pair_sum_tile(
+    const bfloat16* x, std::int64_t hs, Bf16QueryPairs P, std::int64_t dh, std::int64_t d0, std::int64_t k0, float* y,
+    std::int64_t ys) noexcept {
+  const std::int64_t t = P.t, te = t + (t & 1);
+  const bfloat16* xr[4];
+  for (std::int64_t r = 0; r < 4; ++r) xr[r] = x + std::min(d0 + r, dh - 1) * hs;
+  __m512 acc[4][R];
+  SPRIG_UNROLL for (int r = 0; r < 4; ++r) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[r][v] = _mm512_setzero_ps();
+  // queries below k0 + 32 see none of the keys from k0 + 32 on: registers 2.. skip them
+  const auto pairs = [&]<int V>(std::integral_constant<int, V>, std::int64_t q_begin, std::int64_t q_end) {
+    for (std::int64_t q = q_begin; q < q_end; q += 2) {
+      const bfloat16* p = P.pair(q) + 2 * k0;
+      __m512i pv[V];
+      SPRIG_UNROLL for (int v = 0; v < V; ++v) pv[v] = _mm512_loadu_si512(p + 32 * v);
+      SPRIG_UNROLL for (int r = 0; r < 4; ++r) {
+        const __m512i xv = bf16_pair_broadcast(xr[r] + q);
+        SPRIG_UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)xv, (__m512bh)pv[v]);
       }
+    }
+  };
+  pairs(std::integral_constant<int, std::min(R, 2)>{}, k0, std::min(k0 + 32, te));
+  pairs(std::integral_constant<int, R>{}, k0 + 32, te);
+  for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
+    float* out = y + (d0 + r) * ys;
+    SPRIG_UNROLL for (int v = 0; v < R; ++v) {
+      const std::int64_t k = k0 + 16 * v;
+      if (k + 16 <= t)
+        _mm512_storeu_ps(out + k, acc[r][v]);
+      else if (k < t)
+        _mm512_mask_storeu_ps(out + k, static_cast<__mmask16>((1u << (t - k)) - 1u), acc[r][v]);
+    }
+  }
+}
+
+SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_query_pair_sum_avx512(const bfloat16* x, std::int64_t hs,
+                                                                             Bf16QueryPairs P, std::int64_t dh,
+                                                                             float* y, std::int64_t ys) noexcept {
+  const std::int64_t t = P.t;
+  for (std::int64_t d0 = 0; d0 < dh; d0 += 4)
+    for (std::int64_t k0 = 0; k0 < t; k0 += 64) {
+      if (t - k0 > 32)
+        bf16_attention_query_pair_sum_tile<4>(x, hs, P, dh, d0, k0, y, ys);
+      else
+        bf16_attention_query_pair_sum_tile<2>(x, hs, P, dh, d0, k0, y, ys);
+    }
+}
+
+// Q = the bf16 triangle `rows` (group width 32, 0 below each key) in query pairs, with the
+// zeros the layout states: 16 keys by 16 query pairs at a time, one register transpose each,
+// for the query pairs a tile of bf16_attention_query_pair_sum reads (from its first key on).
+SPRIG_DETAIL_BF16_DP_TARGET inline void to_query_pairs_avx512(AttentionBlockTriangle<bfloat16> rows,
+                                                              Bf16QueryPairs Q) noexcept {
+  const std::int64_t t = rows.t, te = t + (t & 1);
+  for (std::int64_t kb = 0; kb < Q.keys(); kb += 16) {
+    const std::int64_t start = kb < t ? rows.start(kb) : te;  // the 16 keys share one group
+    for (std::int64_t qb = kb / 64 * 64; qb < te; qb += 32) {
+      __m512i v[16];
+      for (std::int64_t j = 0; j < 16; ++j)
+        v[j] = qb >= start && kb + j < t ? _mm512_loadu_si512(rows.row(kb + j) + qb) : _mm512_setzero_si512();
+      transpose_words_16x16(v);
+      for (std::int64_t i = 0; i < 16 && qb + 2 * i < te; ++i) _mm512_storeu_si512(Q.pair(qb + 2 * i) + 2 * kb, v[i]);
+    }
+  }
+  if (t & 1)  // the pair (t - 1, t): no query t
+    for (std::int64_t k = 0; k < Q.keys(); ++k) Q.pair(t - 1)[2 * k + 1] = bfloat16(0.0f);
 }
 
 #endif  // SPRIG_BF16_GEMM_X86

@@ -291,7 +291,8 @@ private:
 
   // The AVX512-BF16 path's scratch (kernels/bf16_attention.hpp's layouts): per thread, float:
   // a triangle of group width 32 and two vectors; bf16: three head copies in d pairs, three
-  // natural ones, and a row triangle and a pair triangle of dS (P's pairs in forward).
+  // natural ones, and a row triangle, a key-pair triangle of dS (P's pairs in forward) and the
+  // query pairs of P, then of dS (backward).
   void prepare_dp() {
     const std::int64_t t = t_, tri = detail::bf16_attention_triangle<T>(nullptr, t).size();
     const auto probs = static_cast<std::size_t>(pairs_ * tri);
@@ -303,10 +304,12 @@ private:
     const std::int64_t pair_copy = (d_head_ + 1) / 2 * pair_stride_, natural = d_head_ * head_stride_;
     const std::int64_t tri_lines = (tri + line - 1) / line * line;
     const std::int64_t pair_tri = (detail::Bf16PairTriangle{nullptr, t}.size() + line - 1) / line * line;
-    scratch16_stride_ = 3 * pair_copy + 3 * natural + tri_lines + pair_tri;
+    const std::int64_t query_pairs = detail::Bf16QueryPairs{nullptr, t}.size();  // whole lines
+    scratch16_stride_ = 3 * pair_copy + 3 * natural + tri_lines + pair_tri + query_pairs;
     natural_at_ = 3 * pair_copy;
     row_tri_at_ = natural_at_ + 3 * natural;
     pair_tri_at_ = row_tri_at_ + tri_lines;
+    query_pairs_at_ = pair_tri_at_ + pair_tri;
     const std::int64_t vec = tp;
     triangle_at_ = 0;
     vector_at_ = tri_lines;  // float lines are 16 entries: tri_lines (a multiple of 32) keeps them whole
@@ -502,9 +505,11 @@ private:
       bfloat16* q_n = k_n + dh * hs;
       const auto dS_rows = detail::bf16_attention_triangle(s16 + row_tri_at_, t);
       const detail::Bf16PairTriangle dS_pairs{s16 + pair_tri_at_, t};
+      const detail::Bf16QueryPairs query_pairs{s16 + query_pairs_at_, t};  // P's, then dS's
       copy_natural(dOut, r0, c0, g_n);
       // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
-      detail::bf16_attention_row_sum_avx512(P, g_n, hs, dh, dV.row(r0) + c0, dV.stride());
+      detail::to_query_pairs_avx512(P, query_pairs);
+      detail::bf16_attention_query_pair_sum_avx512(g_n, hs, query_pairs, dh, dV.row(r0) + c0, dV.stride());
       // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS, in bf16 rows and key pairs
       copy_pairs(V, r0, c0, v_p);
       copy_pairs(dOut, r0, c0, g_p);
@@ -515,7 +520,8 @@ private:
       copy_natural(K, r0, c0, k_n);
       copy_natural(Q, r0, c0, q_n);
       detail::bf16_attention_pair_sum_avx512(k_n, hs, dS_pairs, dh, dQ.row(r0) + c0, dQ.stride());
-      detail::bf16_attention_row_sum_avx512(dS_rows, q_n, hs, dh, dK.row(r0) + c0, dK.stride());
+      detail::to_query_pairs_avx512(dS_rows, query_pairs);
+      detail::bf16_attention_query_pair_sum_avx512(q_n, hs, query_pairs, dh, dK.row(r0) + c0, dK.stride());
     }
 #else
     (void)pair, (void)Q, (void)K, (void)V, (void)dOut, (void)dQ, (void)dK, (void)dV, (void)scratch;
@@ -528,7 +534,7 @@ private:
   Bf16AttentionPath path_ = Bf16AttentionPath::portable;
   // bf16: the portable path's float copy of P in backward; the AVX512-BF16 path's layout
   std::int64_t probs_at_ = 0, pair_stride_ = 0, scratch16_stride_ = 0, natural_at_ = 0, row_tri_at_ = 0,
-               pair_tri_at_ = 0;
+               pair_tri_at_ = 0, query_pairs_at_ = 0;
   AlignedVector<bfloat16> probs16_, scratch16_;  // bf16: P (rows) and the per-thread bf16 scratch
   std::int64_t t_ = 0, pairs_ = 0, scratch_stride_ = 0;
   // the head copies' row stride, and where a thread's scratch holds the triangle and the vectors
