@@ -329,6 +329,74 @@ TEST_CASE("bf16 sparse layers given a bf16 dY: the same bits as given the float 
   }
 }
 
+// RigL as it ran before streams_gradients(): X and dY widened whole before its grow rule.
+struct WideningRigL final : dst::SparsityAlgorithm<float, std::int32_t> {
+  using SparsityAlgorithm::SparsityAlgorithm;
+  std::string_view name() const override { return "rigl-widened"; }
+  bool needs_gradients() const override { return true; }
+  bool supports_blocks() const override { return true; }
+
+protected:
+  std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const dst::DropSet& dropped, std::int64_t k,
+                                                  CounterRng&) override {
+    return top_dense_gradient(layer, dropped, k);
+  }
+};
+
+// {r} with X and dY in the form they come in (bf16: input_bf16 and output_grad_bf16).
+template <class V>
+std::vector<SparseLayerRef<float, std::int32_t>> refs_with(SparseLayerRef<float, std::int32_t> r, V x, V dy) {
+  if constexpr (std::is_same_v<V, ConstMatrixView<bfloat16>>) {
+    r.input_bf16 = x;
+    r.output_grad_bf16 = dy;
+  } else {
+    r.input = x;
+    r.output_grad = dy;
+  }
+  return {r};
+}
+
+TEST_CASE("RigL streams bf16 X and dY in chunks of the batch: the growth of their widened values",
+          "[nn][bf16][bf16_activations][dst]") {
+  // 300 batch columns: chunks of 128, 128 and 44; the layers' X and dY given in bf16 to one
+  // algorithm and widened to float to the other, which computes dY X^T in one product
+  const std::int64_t B = 300;
+  const dst::UpdateSchedule schedule{.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3};
+  const auto run = [&](auto& streamed_layer, auto& widened_layer, auto refs_of) {
+    const std::int64_t in = streamed_layer.in_features(), out = streamed_layer.out_features();
+    const auto X = rounded(random_matrix(in, B, 41)), dY = rounded(random_matrix(out, B, 42));
+    const auto streamed = refs_of(streamed_layer, X.narrow.view(), dY.narrow.view());
+    const auto widened = refs_of(widened_layer, X.wide.view(), dY.wide.view());
+    dst::RigL<float, std::int32_t> rigl(schedule, 1);
+    WideningRigL reference(schedule, 1);
+    CHECK(rigl.streams_gradients());
+    CHECK_FALSE(reference.streams_gradients());
+    const auto a = rigl.update(streamed, 0), b = reference.update(widened, 0);
+    REQUIRE(a.layers[0].stats.grown > 0);
+    CHECK(a.layers[0].stats.grown == b.layers[0].stats.grown);
+    const auto live = [](const PaddedCSR<float, std::int32_t>& W) {
+      std::vector<std::int64_t> at;
+      W.for_each_live([&](std::int64_t i, std::int64_t c, float, std::int64_t) { at.push_back(i * W.cols() + c); });
+      std::sort(at.begin(), at.end());
+      return at;
+    };
+    CHECK(live(streamed[0].layer->weight.matrix) == live(widened[0].layer->weight.matrix));
+  };
+  SECTION("unstructured") {
+    SparseLinear<float, std::int32_t> s(37, 29, {.density = 0.3, .seed = 3}), w(37, 29, {.density = 0.3, .seed = 3});
+    run(s, w, [](auto& layer, auto x, auto dy) {
+      return refs_with(SparseLayerRef<float, std::int32_t>{0, 0, &layer, {}, {}}, x, dy);
+    });
+  }
+  SECTION("4x4 blocks") {
+    BlockSparseLinear<float, std::int32_t, 4, 4> s(37, 29, {.density = 0.4, .seed = 3}),
+        w(37, 29, {.density = 0.4, .seed = 3});
+    run(s, w, [](auto& layer, auto x, auto dy) {
+      return refs_with(SparseLayerRef<float, std::int32_t>{0, 0, &layer.topology_stand_in(), {}, {}, &layer}, x, dy);
+    });
+  }
+}
+
 TEST_CASE("GELU's bf16 forms: the float forms' results rounded", "[nn][bf16][bf16_activations][gelu]") {
   // 600 columns: whole registers and a tail that is not a whole register
   const std::int64_t R = 3, C = 600;

@@ -30,10 +30,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "../core/bfloat16.hpp"
 #include "../core/rng.hpp"
 #include "../core/slot_log.hpp"
+#include "../kernels/bfloat16_convert.hpp"
 #include "../kernels/dense_gradient.hpp"
 #include "../nn/model.hpp"
 #include "../nn/sequential.hpp"
@@ -99,6 +102,12 @@ public:
   // That product is a dense GEMM; with SPRIG_USE_CBLAS its bits, and so the order of
   // near-ties in the top-k, may depend on the BLAS's thread count (kernels/dense_gemm.hpp).
   virtual bool needs_gradients() const { return false; }
+  // Whether the grow rules reach X and dY only through top_dense_gradient and
+  // top_dense_gradient_per_row (RigL, SNFS, GraNet): then update() passes a layer's bf16 input
+  // and output gradient as they are, and the streamed products widen them a few batch columns
+  // at a time, so no widened copy of a whole operand exists (up to in x B + out x B of T a
+  // layer). The default, false, widens them whole for grow rules that read them.
+  virtual bool streams_gradients() const { return false; }
 
   const UpdateSchedule& schedule() const noexcept { return schedule_; }
   std::uint64_t seed() const noexcept { return seed_; }
@@ -211,8 +220,8 @@ protected:
   // state). update() checks all of this in every build type before the layer changes and
   // throws ArgumentError naming the algorithm, the layer and the first offending position.
   // With needs_gradients(), layer.input and layer.output_grad are in T (a model's bf16 ones
-  // widened), here and in grow_linear_positions_per_row; drop_counts and grow_counts see the
-  // layers as given.
+  // widened), here and in grow_linear_positions_per_row, unless streams_gradients();
+  // drop_counts and grow_counts see the layers as given.
   virtual std::vector<std::int64_t> grow_linear_positions(const LayerRef& layer, const DropSet& dropped, std::int64_t k,
                                                           CounterRng& rng) = 0;
 
@@ -272,13 +281,46 @@ private:
   // out = rows [r0, r0 + out.rows()) of dL/dW on the layer's grid: dY X^T, or for a block
   // layer the sum of |dY X^T| over each block's in-matrix entries (kernels/dense_gradient.hpp).
   void gradient_rows(const LayerRef& layer, std::int64_t r0, MatrixView<T> out) {
-    if (!layer.blocks) {
-      dense_gradient_rows<T>(layer.output_grad, layer.input, r0, out);
-      return;
-    }
-    block_gradient_sums<T>(layer.output_grad, layer.input, layer.blocks->block_height(), layer.blocks->block_width(),
-                           r0, out, block_gradient_);
+    const bool narrow = layer.input_bf16.data() || layer.output_grad_bf16.data();
+    if (!layer.blocks && !narrow) return dense_gradient_rows<T>(layer.output_grad, layer.input, r0, out);
+    if (!narrow)
+      return block_gradient_sums<T>(layer.output_grad, layer.input, layer.blocks->block_height(),
+                                    layer.blocks->block_width(), r0, out, block_gradient_);
+    if (!layer.blocks) return widened_product_rows(layer, r0, out);
+    const std::int64_t R = layer.blocks->block_height(), e0 = r0 * R;
+    block_gradient_.resize(std::min(layer.output_grad_rows(), (r0 + out.rows()) * R) - e0, layer.input_rows());
+    widened_product_rows(layer, e0, block_gradient_.view());
+    block_abs_sums<T>(block_gradient_.view(), R, layer.blocks->block_width(), out);
   }
+
+  // out = rows [e0, e0 + out.rows()) of dY X^T for a layer whose X or dY is bf16: over chunks
+  // of kWidenColumns batch columns, each widened (exactly) into widened_input_ / widened_grad_,
+  // the products accumulated in chunk order.
+  void widened_product_rows(const LayerRef& layer, std::int64_t e0, MatrixView<T> out) {
+    const std::int64_t B = layer.input_cols(), in = layer.input_rows();
+    for (std::int64_t c0 = 0; c0 < B || c0 == 0; c0 += kWidenColumns) {
+      const std::int64_t nc = std::min(kWidenColumns, B - c0);
+      const auto x = columns_in_t(layer.input, layer.input_bf16, 0, in, c0, nc, widened_input_);
+      const auto dy = columns_in_t(layer.output_grad, layer.output_grad_bf16, e0, out.rows(), c0, nc, widened_grad_);
+      gemm<T>(Trans::no, Trans::yes, T(1), dy, x, c0 == 0 ? T(0) : T(1), out);
+    }
+  }
+  // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of an operand held in T (wide) or bf16.
+  static ConstMatrixView<T> columns_in_t(ConstMatrixView<T> wide, ConstMatrixView<bfloat16> narrow, std::int64_t r0,
+                                         std::int64_t rows, std::int64_t c0, std::int64_t cols, Matrix<T>& buffer) {
+    if (!narrow.data()) return wide.block(r0, c0, rows, cols);
+    buffer.resize(rows, cols);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const bfloat16* from = narrow.row(r0 + i) + c0;
+      if constexpr (std::is_same_v<T, float>)
+        to_float(std::span<const bfloat16>(from, static_cast<std::size_t>(cols)),
+                 std::span<float>(buffer.row(i), static_cast<std::size_t>(cols)));
+      else
+        for (std::int64_t j = 0; j < cols; ++j) buffer(i, j) = static_cast<T>(static_cast<float>(from[j]));
+    }
+    return buffer.view();
+  }
+  static constexpr std::int64_t kWidenColumns = 128;
 
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
   // support blocks or runs with constant_fan_in. O(layers).
@@ -489,7 +531,7 @@ private:
       const DropSet drop = per_row[l] >= 0 ? select_drop_per_row(param.matrix, per_row[l], caller)
                                            : select_drop(param.matrix, drop_counts[l], caller);
       CounterRng rng(seed_, layers[l].sparse_index, static_cast<std::uint64_t>(t));
-      const LayerRef& grow_layer = needs_gradients() ? with_float_input(layers[l]) : layers[l];
+      const LayerRef& grow_layer = needs_gradients() && !streams_gradients() ? with_float_input(layers[l]) : layers[l];
       std::vector<std::int64_t> grow_at = per_row[l] >= 0
                                               ? grow_linear_positions_per_row(grow_layer, drop, per_row[l], rng)
                                               : grow_linear_positions(grow_layer, drop, grow[l], rng);
@@ -523,8 +565,8 @@ private:
   std::int64_t updates_ = 0;
   Matrix<T> gradient_block_;
   Matrix<T> block_gradient_;  // scratch of block_gradient_sums
-  Matrix<T> widened_input_;   // a bf16 input in T (with_float_input)
-  Matrix<T> widened_grad_;    // a bf16 output gradient in T (with_float_input)
+  Matrix<T> widened_input_;   // a bf16 input in T (with_float_input; a chunk of it when streamed)
+  Matrix<T> widened_grad_;    // a bf16 output gradient in T (the same)
   LayerRef widened_layer_;    // the layer with that input
 };
 

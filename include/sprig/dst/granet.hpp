@@ -62,6 +62,7 @@ public:
 
   std::string_view name() const override { return options_.regrow ? "granet" : "gmp"; }
   bool needs_gradients() const override { return options_.regrow; }
+  bool streams_gradients() const override { return true; }
   const GraNetOptions& options() const noexcept { return options_; }
   // The sparsities and the regrow flag, for checkpoints: [initial..., final..., regrow].
   std::vector<double> configuration() const override {

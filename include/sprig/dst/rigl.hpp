@@ -19,6 +19,7 @@ public:
   std::string_view name() const override { return "rigl"; }
   bool skips_optimizer_on_update() const override { return true; }
   bool needs_gradients() const override { return true; }
+  bool streams_gradients() const override { return true; }
   bool supports_constant_fan_in() const override { return true; }
   bool supports_blocks() const override { return true; }
 

@@ -30,6 +30,7 @@ public:
   SNFS(UpdateSchedule schedule, std::uint64_t seed) : Base(schedule, seed) {}
   std::string_view name() const override { return "snfs"; }
   bool needs_gradients() const override { return true; }
+  bool streams_gradients() const override { return true; }
 
 protected:
   std::vector<std::int64_t> grow_counts(std::span<const typename Base::LayerRef> layers,

@@ -30,6 +30,22 @@ void dense_gradient_rows(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64
   gemm<T>(Trans::no, Trans::yes, T(1), dY.block(r0, 0, out.rows(), dY.cols()), X, T(0), out);
 }
 
+// out(i, j) = sum of |g(r, c)| over rows [i R, (i + 1) R) and columns [j C, (j + 1) C) of g,
+// clipped to g (0 for a block row past it): block_gradient_sums' last step, for a caller that
+// formed the rows of dY X^T itself. Preconditions (not checked): R, C >= 1 and out.cols() ==
+// ceil(g.cols() / C). O(g.rows() x g.cols()).
+template <Value T>
+void block_abs_sums(ConstMatrixView<T> g, std::int64_t R, std::int64_t C, MatrixView<T> out) noexcept {
+  const std::int64_t erows = g.rows(), in = g.cols();
+  for (std::int64_t i = 0; i < out.rows(); ++i)
+    for (std::int64_t j = 0; j < out.cols(); ++j) {
+      T sum = T(0);
+      for (std::int64_t r = i * R; r < std::min(erows, (i + 1) * R); ++r)
+        for (std::int64_t c = j * C; c < std::min(in, (j + 1) * C); ++c) sum += std::abs(g(r, c));
+      out(i, j) = sum;
+    }
+}
+
 // out(i, j) = sum of |dY X^T| over the in-matrix entries of block (r0 + i, j) of the R x C
 // block grid: rows [(r0 + i) R, (r0 + i + 1) R) and columns [j C, (j + 1) C), clipped to
 // dY's rows and X's rows. `scratch` holds the elementwise rows of one call (resized here: a
@@ -49,14 +65,7 @@ void block_gradient_sums(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64
   const std::int64_t erows = std::min(dY.rows(), (r0 + rows) * R) - e0;
   scratch.resize(erows, in);
   gemm<T>(Trans::no, Trans::yes, T(1), dY.block(e0, 0, erows, dY.cols()), X, T(0), scratch.view());
-  const ConstMatrixView<T> g = scratch.view();
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < out.cols(); ++j) {
-      T sum = T(0);
-      for (std::int64_t r = i * R; r < std::min(erows, (i + 1) * R); ++r)
-        for (std::int64_t c = j * C; c < std::min(in, (j + 1) * C); ++c) sum += std::abs(g(r, c));
-      out(i, j) = sum;
-    }
+  block_abs_sums<T>(scratch.view(), R, C, out);
 }
 
 }  // namespace sprig
