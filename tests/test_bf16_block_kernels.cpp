@@ -437,19 +437,33 @@ TEST_CASE("bf16 block kernels reject wrong shapes, shadow sizes and overlaps", "
 
 namespace {
 
+// A case's W, its bf16 shadow, X and a bias, drawn from rng (seeded by the case and tag).
+template <int R, int C>
+struct ForwardOperands {
+  BlockPaddedCSR<float, std::int32_t, R, C> W;
+  std::vector<bfloat16> vals;
+  CounterRng rng;
+  Bf16Matrix X;
+  std::vector<float> bias;
+  ForwardOperands(const Case& c, std::uint64_t tag)
+      : W(case_matrix<R, C>(c)),
+        vals(shadow_of(W)),
+        rng(c.seed, tag),
+        X(c.K, c.B, c.gap, rng),
+        bias(static_cast<std::size_t>(c.M)) {
+    for (auto& b : bias) b = static_cast<float>(rng.uniform(-1.0, 1.0));
+  }
+};
+
 // bf16_block_spmm with the epilogue (bias, relu) against bf16_block_spmm (overwrite) followed
 // by the bias and ReLU passes done here in float, bit for bit, on the path it picks.
 template <int R, int C>
 void check_epilogue() {
   for (const Case& c : cases()) {
     CAPTURE(R, C, c.M, c.K, c.B);
-    const auto W = case_matrix<R, C>(c);
-    const auto vals = shadow_of(W);
+    ForwardOperands<R, C> f(c, 0xE2);
+    const auto& [W, vals, rng, X, bias] = f;
     const std::span<const bfloat16> v(vals);
-    CounterRng rng(c.seed, 0xE2);
-    const Bf16Matrix X(c.K, c.B, c.gap, rng);
-    std::vector<float> bias(static_cast<std::size_t>(c.M));
-    for (auto& b : bias) b = static_cast<float>(rng.uniform(-1.0, 1.0));
     KernelWorkspace<float> ws;
     std::vector<float> plain(static_cast<std::size_t>(c.M * c.B));
     bf16_block_spmm(W, v, X.view(), MatrixView<float>(plain.data(), c.M, c.B), ws);
@@ -467,6 +481,45 @@ void check_epilogue() {
       for (std::size_t e = 0; e < got.size(); ++e) differ += std::memcmp(&got[e], &want[e], sizeof(float)) != 0;
       CHECK(differ == 0);
     }
+  }
+}
+
+// bf16_block_spmm into a bf16 Y against the float Y rounded, bit for bit, on `path`: overwrite
+// (with the epilogue's bias and ReLU where `path` is the one it takes), and accumulate onto
+// bf16 values (the float Y starting from them widened).
+template <int R, int C>
+void check_bf16_output(Bf16BlockPath path) {
+  if (!runs_here<R, C>(Bf16BlockKernel::spmm, path)) return;
+  for (const Case& c : cases()) {
+    CAPTURE(R, C, path_name(path), c.M, c.K, c.B);
+    ForwardOperands<R, C> f(c, 0xB16);
+    auto& [W, vals, rng, X, bias] = f;
+    const std::span<const bfloat16> v(vals);
+    const auto n = static_cast<std::size_t>(c.M * c.B);
+    std::vector<bfloat16> start(n);
+    for (auto& y : start) y = bfloat16(static_cast<float>(rng.uniform(-1.0, 1.0)));
+    KernelWorkspace<float> ws;
+    const auto rounded_same = [&](const std::vector<float>& wide, const std::vector<bfloat16>& narrow) {
+      std::int64_t differ = 0;
+      for (std::size_t e = 0; e < n; ++e) differ += narrow[e].bits != bfloat16(wide[e]).bits;
+      return differ;
+    };
+    std::vector<float> wide(n);
+    std::vector<bfloat16> narrow(n, bfloat16(std::numeric_limits<float>::quiet_NaN()));
+    bf16_block_spmm(W, v, X.view(), MatrixView<float>(wide.data(), c.M, c.B), ws, Update::overwrite, path);
+    bf16_block_spmm(W, v, X.view(), MatrixView<bfloat16>(narrow.data(), c.M, c.B), ws, Update::overwrite, path);
+    CHECK(rounded_same(wide, narrow) == 0);
+    if (path == bf16_block_path<R, C>(Bf16BlockKernel::spmm)) {  // the epilogue takes the fastest path
+      const RowEpilogue<float> epilogue{bias, FusedActivation::relu};
+      bf16_block_spmm(W, v, X.view(), MatrixView<float>(wide.data(), c.M, c.B), ws, epilogue);
+      bf16_block_spmm(W, v, X.view(), MatrixView<bfloat16>(narrow.data(), c.M, c.B), ws, epilogue);
+      CHECK(rounded_same(wide, narrow) == 0);
+    }
+    for (std::size_t e = 0; e < n; ++e) wide[e] = static_cast<float>(start[e]);
+    narrow = start;
+    bf16_block_spmm(W, v, X.view(), MatrixView<float>(wide.data(), c.M, c.B), ws, Update::accumulate, path);
+    bf16_block_spmm(W, v, X.view(), MatrixView<bfloat16>(narrow.data(), c.M, c.B), ws, Update::accumulate, path);
+    CHECK(rounded_same(wide, narrow) == 0);
   }
 }
 
@@ -495,4 +548,13 @@ TEST_CASE("bf16_block_spmm's epilogue is bitwise a bias pass and a ReLU pass aft
                   ArgumentError);
   CHECK_THROWS_AS(bf16_block_spmm(W, v, X.view(), Y, ws, RowEpilogue<float>{std::span<const float>(y.data(), 20)}),
                   ArgumentError);
+}
+
+TEST_CASE("bf16_block_spmm into a bf16 Y is the float Y rounded, bit for bit, on every path", "[bf16_block]") {
+  for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16, Bf16BlockPath::amx}) {
+    check_bf16_output<8, 8>(path);
+    check_bf16_output<4, 4>(path);
+    check_bf16_output<16, 1>(path);
+    check_bf16_output<1, 4>(path);
+  }
 }

@@ -73,6 +73,14 @@ std::vector<std::uint32_t> bits(const float* p, std::int64_t n) {
 }
 std::vector<std::uint32_t> bits(const Matrix<float>& m) { return bits(m.data(), m.rows() * m.stride()); }
 
+// Whether a holds exactly b's values rounded to bf16.
+bool rounded_exactly(ConstMatrixView<bfloat16> a, ConstMatrixView<float> b) {
+  bool exact = a.rows() == b.rows() && a.cols() == b.cols();
+  for (std::int64_t i = 0; exact && i < b.rows(); ++i)
+    for (std::int64_t c = 0; c < b.cols(); ++c) exact = exact && a(i, c).bits == bfloat16(b(i, c)).bits;
+  return exact;
+}
+
 template <class L>
 std::vector<std::uint32_t> grads(const L& layer) {
   auto g = bits(layer.weight.grad.data(), std::ssize(layer.weight.grad));
@@ -213,6 +221,26 @@ TEST_CASE("bf16 layers given a bf16 X: the same bits as given the float X it rou
     check_same_bits([] { return Linear<float>(37, 29, 5); }, 37, 29);
     check_same_bits([] { return Linear<float>(37, 5, 5); }, 37, 5);
   }
+}
+
+TEST_CASE("bf16 sparse layers into a bf16 Y: the float Y rounded, bit for bit", "[nn][bf16][bf16_activations]") {
+  const auto check = [](auto layer) {
+    const std::int64_t in = layer.in_features(), out = layer.out_features(), B = 21;
+    layer.set_precision(Precision::bf16);
+    for (auto& b : layer.bias.value) b = 0.25f;  // the bias goes into the store too
+    const auto X = rounded(random_matrix(in, B, 51));
+    Matrix<float> wide(out, B);
+    Matrix<bfloat16> narrow(out, B);
+    layer.forward(X.narrow.view(), wide.view(), FusedActivation::relu);
+    layer.forward(X.narrow.view(), narrow.view(), FusedActivation::relu);
+    CHECK(rounded_exactly(narrow.view(), wide.view()));
+  };
+  check(SparseLinear<float, std::int32_t>(37, 29, {.density = 0.3, .seed = 3}));
+  check(BlockSparseLinear<float, std::int32_t, 8, 8>(40, 24, {.density = 0.4, .seed = 3}));
+  check(BlockSparseLinear<float, std::int32_t, 4, 4>(37, 29, {.density = 0.4, .seed = 3}));
+  SparseLinear<float, std::int32_t> fp32(37, 29, {.density = 0.3, .seed = 3});  // fp32: refused
+  Matrix<bfloat16> X(29, 4), Y(37, 4);
+  CHECK_THROWS_AS(fp32.forward(X.view(), Y.view()), ArgumentError);
 }
 
 TEST_CASE("ProjectionInput: bf16 storage holds the producer's values rounded, float storage passes through",
@@ -492,13 +520,6 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
     auto layers = std::pair{on.sparse_layers(), off.sparse_layers()};
     REQUIRE(layers.first.size() == 8);
     return layers;
-  };
-  // Whether a bf16 dY holds exactly the float one rounded.
-  const auto rounded_exactly = [](ConstMatrixView<bfloat16> a, ConstMatrixView<float> b) {
-    bool exact = a.rows() == b.rows() && a.cols() == b.cols();
-    for (std::int64_t i = 0; exact && i < b.rows(); ++i)
-      for (std::int64_t c = 0; c < b.cols(); ++c) exact = exact && a(i, c).bits == bfloat16(b(i, c)).bits;
-    return exact;
   };
   SECTION("with fc_proj in fp32 (gelu' float): a sparse qkv's dY for DST is the float model's rounded") {
     auto on = make(true), off = make(false);

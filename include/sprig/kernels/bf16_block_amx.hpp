@@ -8,8 +8,8 @@
 // and group of up to four 16-column chunks of a panel, four C tiles stay in the tile registers
 // across all the row's blocks: each block is one A load, then one B load and one tdpbf16ps per
 // chunk, with the next block's X pair rows prefetched. The tiles are stored to a small float
-// buffer and finished (accumulate, bias, ReLU) in 16-float registers into Y (bf16_spmm.hpp's
-// store_bf16_spmm); an overwritten Y of at least SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
+// buffer and finished (accumulate, bias, ReLU) in 16-float registers into Y, float or bf16
+// (output_store.hpp); an overwritten float Y of at least SPRIG_BF16_BLOCK_AMX_STREAM_BYTES
 // (tuning.hpp) with streaming stores, since waiting for Y's lines became the bound.
 //
 // Input gradient, dX (=|+=) W^T dY: the forward's code on W's transposed block pattern
@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "../core/bfloat16.hpp"
 #include "../core/block_padded_csr.hpp"
@@ -51,6 +52,7 @@
 #include "bf16_spmm.hpp"
 #include "block_sddmm.hpp"
 #include "operands.hpp"
+#include "output_store.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "simd.hpp"
@@ -178,9 +180,9 @@ inline void transpose_block(const bfloat16* __restrict in, bfloat16* __restrict 
 // pattern, transpose.hpp) the transpose of W's C x R block at values + source[q] R C, copied
 // transposed into the workspace first (O(nnz_blocks R C)). Needs bf16_gemm_reason(
 // Bf16GemmPath::amx) empty and kAmxBlockForward<R, C>.
-template <class A, ColumnIndex Index, int R, int C>
+template <class A, ColumnIndex Index, int R, int C, class Out = float>
 void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, ConstMatrixView<bfloat16> X,
-                    MatrixView<float> Y, Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
+                    MatrixView<Out> Y, Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
                     const SourceSlot* source = nullptr) {
   static_assert(kAmxBlockForward<R, C>);
   using B = Batch<float, A>;
@@ -198,7 +200,8 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
   const bool accumulate = mode == Update::accumulate;
   // Streaming stores (tuning.hpp) for a large overwritten Y; ordered before the caller's next
   // reads by the fence after the parallel loop.
-  const bool stream = !accumulate && M * Bw * std::int64_t{sizeof(float)} >= SPRIG_BF16_BLOCK_AMX_STREAM_BYTES;
+  const bool stream = std::is_same_v<Out, float> && !accumulate &&
+                      M * Bw * std::int64_t{sizeof(float)} >= SPRIG_BF16_BLOCK_AMX_STREAM_BYTES;
   const AmxTileConfig cfg = amx_block_forward_config<R, C>();
   run_partitioned(
       ws.partition, P.nnz() * R * C * Bw,
@@ -232,16 +235,17 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
                 const std::int64_t j0 = b0 + (g + c) * N, nv = std::min<std::int64_t>(N, b0 + valid - j0);
                 if (nv <= 0) break;
                 for (std::int64_t r = 0; r < rows; ++r) {
-                  float* y = Y.row(i * R + r) + j0;
+                  Out* y = Y.row(i * R + r) + j0;
                   B v = B::load_aligned(sums + c * 256 + r * 16);
                   const float* br = bias ? bias + i * R + r : nullptr;
-                  if (stream && nv == N && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0) {  // overwrite
-                    if (br) v += B(*br);
-                    if (relu) v = xsimd::select(v > B(0.0f), v, B(0.0f));
-                    _mm512_stream_ps(y, v);
-                  } else {
-                    store_bf16_spmm<A>(y, v, nv, accumulate, br, relu);
-                  }
+                  if constexpr (std::is_same_v<Out, float>)
+                    if (stream && nv == N && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0) {  // overwrite
+                      if (br) v += B(*br);
+                      if (relu) v = xsimd::select(v > B(0.0f), v, B(0.0f));
+                      _mm512_stream_ps(y, v);
+                      continue;
+                    }
+                  store_output<A>(y, v, nv, accumulate, br, relu);
                 }
               }
             }

@@ -148,11 +148,11 @@ void check_bf16_block_path(const char* fn, Bf16BlockKernel kernel, Bf16BlockPath
 
 // The shapes and the shadow's length (ShapeError), the output apart from every input
 // (ArgumentError).
-template <ColumnIndex Index, int R, int C>
+template <ColumnIndex Index, int R, int C, class Out>
 void check_bf16_block_operands(const char* fn, const BlockPaddedCSR<float, Index, R, C>& W,
                                std::span<const bfloat16> values, const char* in_name,
                                const ConstMatrixView<bfloat16>& in, std::int64_t in_rows, const char* out_name,
-                               const MatrixView<float>& out, std::int64_t out_rows) {
+                               const MatrixView<Out>& out, std::int64_t out_rows) {
   check_block_operands(fn, W, in_name, in, in_rows, out_name, out, out_rows);
   if (values.size() != W.values().size())
     throw ShapeError(message(fn, ": W has ", W.storage_size(), " slots of ", R, "x", C, " (", W.values().size(),
@@ -167,24 +167,24 @@ namespace detail {
 
 // bf16_block_spmm once its operands and path are checked; bias (W.rows() entries, or nullptr)
 // and relu: the forward's epilogue (row_epilogue.hpp) in the store.
-template <ColumnIndex Index, int R, int C>
+template <ColumnIndex Index, int R, int C, class Out>
 void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
-                         ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
-                         Update mode, Bf16BlockPath path, const float* bias, bool relu) {
+                         ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode,
+                         Bf16BlockPath path, const float* bias, bool relu) {
   if (Y.rows() == 0 || Y.cols() == 0) return;
   const ForwardBlocks<bfloat16, R, C> blocks{values.data()};
 #if SPRIG_BF16_BLOCK_AMX
   if constexpr (kAmxBlockForward<R, C>)
     if (path == Bf16BlockPath::amx) {
-      block_spmm_amx<KernelArch, Index, R, C>(W.pattern(), values.data(), X, Y, mode, workspace, bias, relu);
+      block_spmm_amx<KernelArch, Index, R, C, Out>(W.pattern(), values.data(), X, Y, mode, workspace, bias, relu);
       return;
     }
 #endif
 #if SPRIG_BF16_BLOCK_DP
   if constexpr (C % 2 == 0)
     if (path == Bf16BlockPath::avx512_bf16) {
-      block_spmm_simd<KernelArch, float, Index, decltype(blocks), bfloat16, true>(W.pattern(), blocks, X, Y, mode,
-                                                                                   workspace, bias, relu);
+      block_spmm_simd<KernelArch, float, Index, decltype(blocks), bfloat16, true, Out>(W.pattern(), blocks, X, Y, mode,
+                                                                                       workspace, bias, relu);
       return;
     }
 #else
@@ -196,7 +196,8 @@ void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
 }  // namespace detail
 
 // Y (=|+=) W X with W's block structure, the bf16 weights `values` (top of this file), X bf16
-// and Y float, with a caller-owned float workspace (the kind a float layer uses).
+// and Y float or bf16 (Out; a bf16 Y is the float one rounded once, bitwise, and accumulates
+// onto its widened values), with a caller-owned float workspace (the kind a float layer uses).
 // Preconditions: X is W.cols() x B, Y is W.rows() x B and values.size() == W.values().size()
 // (else ShapeError); Y shares no memory with X, values or W's values (else ArgumentError).
 // Overwrite never reads Y; W's float values are never read.
@@ -204,18 +205,18 @@ void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
 // read in place. Threads: OpenMP over nnz-balanced block-row ranges; bitwise identical for any
 // thread count. The workspace must not be shared by concurrent calls.
 // With a path: ArgumentError unless it can run here (bf16_block_unavailable_reason).
-template <ColumnIndex Index, int R, int C>
+template <ColumnIndex Index, int R, int C, class Out>
 void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
-                     ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace, Update mode,
+                     ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode,
                      Bf16BlockPath path) {
   constexpr const char* fn = "sprig::bf16_block_spmm";
   detail::check_bf16_block_operands(fn, W, values, "X", X, W.cols(), "Y", Y, W.rows());
   detail::check_bf16_block_path<R, C>(fn, Bf16BlockKernel::spmm, path);
   detail::bf16_block_spmm_run(W, values, X, Y, workspace, mode, path, nullptr, false);
 }
-template <ColumnIndex Index, int R, int C>
+template <ColumnIndex Index, int R, int C, class Out>
 void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
-                     ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
+                     ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& workspace,
                      Update mode = Update::overwrite) {
   bf16_block_spmm(W, values, X, Y, workspace, mode, bf16_block_path<R, C>(Bf16BlockKernel::spmm));
 }
@@ -226,9 +227,9 @@ void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<cons
 // bf16_block_spmm; ShapeError unless the bias is empty (none) or has W.rows() entries;
 // ArgumentError for gelu (not a forward epilogue) or a bias overlapping Y. Complexity and
 // threads as bf16_block_spmm.
-template <ColumnIndex Index, int R, int C>
+template <ColumnIndex Index, int R, int C, class Out>
 void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
-                     ConstMatrixView<bfloat16> X, MatrixView<float> Y, KernelWorkspace<float>& workspace,
+                     ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& workspace,
                      const RowEpilogue<float>& epilogue) {
   constexpr const char* fn = "sprig::bf16_block_spmm";
   detail::check_bf16_block_operands(fn, W, values, "X", X, W.cols(), "Y", Y, W.rows());

@@ -48,6 +48,7 @@
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
 #include "bfloat16_convert.hpp"
+#include "output_store.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_partition.hpp"
@@ -149,38 +150,8 @@ void pack_bf16_halves(const PanelPlan& plan, ConstMatrixView<bfloat16> X, std::u
   }
 }
 
-// Stores the float register v as `count` (<= N) outputs at y: float or bf16, the old value
-// added first when accumulating, then the bias (*bias, when not null), then the ReLU (relu),
-// all in float (spmm.hpp's finish), a bf16 output rounded once at the end.
-template <class A, class Out>
-SPRIG_ALWAYS_INLINE void store_bf16_spmm(Out* y, Batch<float, A> v, std::int64_t count, bool accumulate,
-                                         const float* bias, bool relu) noexcept {
-  using F = Batch<float, A>;
-  constexpr std::int64_t N = F::size;
-  if (count == N) {
-    if constexpr (std::is_same_v<Out, float>) {
-      if (accumulate) v += F::load_unaligned(y);
-    } else {
-      if (accumulate) v += load_bfloat16<A>(y);
-    }
-    if (bias) v += F(*bias);
-    if (relu) v = xsimd::select(v > F(0.0f), v, F(0.0f));
-    if constexpr (std::is_same_v<Out, float>)
-      v.store_unaligned(y);
-    else
-      store_bfloat16<A>(y, v);
-    return;
-  }
-  alignas(64) float tmp[N];
-  v.store_aligned(tmp);
-  for (std::int64_t j = 0; j < count; ++j) {
-    const float old = accumulate ? static_cast<float>(y[j]) : 0.0f;
-    y[j] = static_cast<Out>(finish(tmp[j], &old, accumulate, bias, relu));
-  }
-}
-
 // Y[i, panel] for one row: `n` live weights (cols, vals: bf16), packed X panel rows `xs`
-// 32-bit words apart from xp; stores the first `valid` columns at y through store_bf16_spmm
+// 32-bit words apart from xp; stores the first `valid` columns at y through store_output
 // (bias: the row's bias or nullptr). R pair registers: 2R float
 // accumulators per chain, C = spmm_chains(2R) chains dealt round-robin, summed pairwise.
 template <class A, class Index, int R, class Vals, class Out>
@@ -221,7 +192,7 @@ SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals,
   SPRIG_UNROLL for (int r = 0; r < RF; ++r) {
     const std::int64_t first = r * N;  // register 2j: columns [2jN, 2jN + N), 2j + 1 the next N
     if (first >= valid) break;
-    store_bf16_spmm<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate, bias, relu);
+    store_output<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate, bias, relu);
   }
 }
 

@@ -45,6 +45,7 @@
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
 #include "operands.hpp"
+#include "output_store.hpp"
 #include "panels.hpp"
 #include "parallel.hpp"
 #include "row_epilogue.hpp"
@@ -196,10 +197,10 @@ SPRIG_ALWAYS_INLINE void block_one(Batch<T, A> (&acc)[Rows][G], const Index* __r
 // cols[s ..)). X panel rows are xs elements apart from xp, `in_rows` of them inside the
 // matrix; the first `valid` columns of each tile row are stored at y (rows ys apart) through
 // finish()'s order (bias: the chunk's first row's or nullptr).
-template <class A, class T, class Index, int Rows, int G, class Blocks, class XT>
+template <class A, class T, class Index, int Rows, int G, class Blocks, class XT, class Out>
 SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n, const Blocks& blocks,
                                     int r0, const XT* __restrict xp, std::int64_t xs, std::int64_t in_rows,
-                                    T* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
+                                    Out* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
                                     bool accumulate, const T* bias, bool relu) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
@@ -226,31 +227,19 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
       SPRIG_UNROLL for (int k = 0; k + step < Ch; k += 2 * step) SPRIG_UNROLL for (int r = 0; r < Rows; ++r)
           SPRIG_UNROLL for (int g = 0; g < G; ++g) acc[k][r][g] += acc[k + step][r][g];
   for (int r = 0; r < Rows && r < rows_valid; ++r) {
-    T* yr = y + r * ys;
+    Out* yr = y + r * ys;
     const T* br = bias ? bias + r : nullptr;
-    int g = 0;
-    for (; g < G && (g + 1) * N <= valid; ++g) {
-      B v = acc[0][r][g];
-      if (accumulate) v += B::load_unaligned(yr + g * N);
-      if (br) v += B(*br);
-      if (relu) v = xsimd::select(v > B(T(0)), v, B(T(0)));
-      v.store_unaligned(yr + g * N);
-    }
-    if (g < G && g * N < valid) {
-      alignas(64) T tmp[N];
-      acc[0][r][g].store_aligned(tmp);
-      for (std::int64_t j = 0; j < valid - g * N; ++j)
-        yr[g * N + j] = finish(tmp[j], yr + g * N + j, accumulate, br, relu);
-    }
+    for (int g = 0; g < G && g * N < valid; ++g)
+      store_output<A>(yr + g * N, acc[0][r][g], std::min(N, valid - g * N), accumulate, br, relu);
   }
 }
 
 // Block rows [i0, i1) of pattern P over one panel (b0: its first batch column), in tiles of
 // block_tile_rows(kRows) rows; the rows past the output's end are not stored.
-template <class A, class T, class Index, int G, class Blocks, class XT>
-void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1, const XT* xp,
-                      std::int64_t xs, std::int64_t in_rows, MatrixView<T> Y, std::int64_t b0, std::int64_t valid,
-                      bool accumulate, const T* bias, bool relu) noexcept {
+template <class A, class T, class Index, int G, class Blocks, class XT, class Out>
+void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
+                      const XT* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<Out> Y, std::int64_t b0,
+                      std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
   constexpr int BR = Blocks::kRows;
   constexpr int Rows = block_tile_rows(BR);
   constexpr int Tail = BR % Rows;
@@ -261,7 +250,7 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
       const std::int64_t row = i * BR + r0;
       if (row >= Y.rows()) break;
       const std::int64_t rv = std::min<std::int64_t>(Y.rows() - row, std::min(Rows, BR - r0));
-      T* y = Y.row(row) + b0;
+      Out* y = Y.row(row) + b0;
       const T* br = bias ? bias + row : nullptr;
       if constexpr (Tail != 0)
         if (BR - r0 < Rows) {
@@ -279,8 +268,8 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
 // columns times kCols, the last block column possibly partial), Y the output rows. X and the
 // blocks' values are T or bf16 (widened in registers), Y is T. Pairs (bf16 only, kCols even):
 // the vdpbf16ps path, X packed as pair rows (operands.hpp) over whole blocks, never in place.
-template <class A, Value T, ColumnIndex Index, class Blocks, class XT, bool Pairs = false>
-void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
+template <class A, Value T, ColumnIndex Index, class Blocks, class XT, bool Pairs = false, class Out = T>
+void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
                      Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
   using Line = std::conditional_t<Pairs, Bf16Pair, XT>;
   constexpr std::int64_t N = Batch<T, A>::size;
@@ -319,8 +308,8 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
 #endif
 
 // Scalar path: the same block-row tiling with a 16-wide tile of plain accumulators per row.
-template <Value T, ColumnIndex Index, class Blocks, class XT>
-void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
+template <Value T, ColumnIndex Index, class Blocks, class XT, class Out = T>
+void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
                        Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
   constexpr int BR = Blocks::kRows, BC = Blocks::kCols;
   constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
@@ -351,17 +340,20 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
               }
             }
             for (std::int64_t r = 0; r < rv; ++r) {
-              T* y = Y.row(i * BR + r) + b0;
+              Out* y = Y.row(i * BR + r) + b0;
               const T* br = bias ? bias + i * BR + r : nullptr;
-              for (std::int64_t j = 0; j < nb; ++j) y[j] = finish(acc[r][j], y + j, accumulate, br, relu);
+              for (std::int64_t j = 0; j < nb; ++j) {
+                const T old = accumulate ? static_cast<T>(y[j]) : T(0);
+                y[j] = static_cast<Out>(finish(acc[r][j], &old, accumulate, br, relu));
+              }
             }
           }
         }
       });
 }
 
-template <class A, Value T, ColumnIndex Index, class Blocks, class XT>
-void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<T> Y,
+template <class A, Value T, ColumnIndex Index, class Blocks, class XT, class Out = T>
+void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
                    Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {

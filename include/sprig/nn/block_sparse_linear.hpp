@@ -163,6 +163,13 @@ public:
     detail::check_forward_activation("BlockSparseLinear::forward", act);
     forward_bf16(X, Y, act);
   }
+  // The same into a bf16 Y: the float Y rounded once, bitwise (bf16_block_spmm's bf16 output).
+  void forward(ConstMatrixView<bfloat16> X, MatrixView<bfloat16> Y,
+               FusedActivation act = FusedActivation::none) requires std::is_same_v<T, float> {
+    bf16_.require_bf16_input("BlockSparseLinear::forward");
+    detail::check_forward_activation("BlockSparseLinear::forward", act);
+    forward_bf16(X, Y, act);
+  }
 
   // Weight and bias gradients (overwritten) and dX = W^T dY, with the backward of X's
   // activation applied to dX (x_activation relu: relu_backward(X, .); gelu: x_derivative *
@@ -325,8 +332,8 @@ private:
 
   // The bf16 products (T = float): see the top of this file. Checks as block_spmm's before
   // anything is rounded or written (the shapes: ShapeError; overlaps: ArgumentError).
-  template <class XT>
-  void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
+  template <class XT, class Out>
+  void forward_bf16(ConstMatrixView<XT> X, MatrixView<Out> Y, FusedActivation act) {
     detail::check_block_operands("BlockSparseLinear::forward", weight.matrix, "X", X, in_features(), "Y", Y,
                                  out_features());
     detail::check_no_overlap("BlockSparseLinear::forward", "Y", Y, "the bias", std::span<const float>(bias.value));

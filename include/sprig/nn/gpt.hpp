@@ -245,10 +245,13 @@ public:
       const ConstMatrixView<T> x = input_of(l);
       // (the lent scratch buffers are dead in forward: a bf16 input is written there, then narrowed)
       b.ln1_out.write([&](MatrixView<T> y) { b.ln1.forward(x, y); }, scratch_a_.view());
-      const bool q16 = b.qkv_bf16;  // (fc's float output and Q, K, V go through the dead spares first)
-      Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
-      if constexpr (std::is_same_v<T, float>)
-        if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
+      // (fc's float output, and Q, K, V where qkv writes no bf16, go through the dead spares first)
+      const bool q16 = b.qkv_bf16;
+      if (!q16 || !Block::run_forward_narrow(b.qkv, b.ln1_out, b.qkv16.view())) {
+        Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
+        if constexpr (std::is_same_v<T, float>)
+          if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
+      }
       b.att_out.write(
           [&](MatrixView<T> y) {
             b.with_qkv([&](auto qkv) {

@@ -133,6 +133,22 @@ struct GPTBlock {
   static void run_forward(Projection& p, const ProjectionInput<T>& X, MatrixView<T> Y) {
     X.visit([&](auto x) { std::visit([&](auto& layer) { layer.forward(x, Y); }, p); });
   }
+  // p's forward straight into a bf16 Y where the layer writes one (a sparse layer with a bf16
+  // X): true; else false, and nothing is done.
+  static bool run_forward_narrow(Projection& p, const ProjectionInput<T>& X, MatrixView<bfloat16> Y) {
+    bool done = false;
+    X.visit([&](auto x) {
+      std::visit(
+          [&](auto& layer) {
+            if constexpr (requires { layer.forward(x, Y); }) {
+              layer.forward(x, Y);
+              done = true;
+            }
+          },
+          p);
+    });
+    return done;
+  }
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> dY, MatrixView<T> dX,
                            FusedActivation x_activation = FusedActivation::none, ConstMatrixView<T> x_derivative = {}) {
     X.visit(

@@ -188,6 +188,12 @@ public:
     bf16_.require_bf16_input("SparseLinear::forward");
     forward_of(X, Y, act);
   }
+  // The same into a bf16 Y: the float Y rounded once, bitwise (bf16_spmm's bf16 output).
+  void forward(ConstMatrixView<bfloat16> X, MatrixView<bfloat16> Y,
+               FusedActivation act = FusedActivation::none) requires std::is_same_v<T, float> {
+    bf16_.require_bf16_input("SparseLinear::forward");
+    forward_of(X, Y, act);
+  }
 
   // Weight and bias gradients (weight.grad, bias.grad: overwritten), and dX = W^T dY. With
   // x_activation = relu, X is the output of a ReLU and dX gets that ReLU's backward too
@@ -323,8 +329,8 @@ private:
   static constexpr std::uint64_t kInitKey = 0x11A1'7EA2ULL;
 
   // forward for a float X (XT = T) or a bf16 one (the layer then in bf16: checked by the caller).
-  template <class XT>
-  void forward_of(ConstMatrixView<XT> X, MatrixView<T> Y, FusedActivation act) {
+  template <class XT, class Out = T>
+  void forward_of(ConstMatrixView<XT> X, MatrixView<Out> Y, FusedActivation act) {
     constexpr const char* fn = "SparseLinear::forward";
     if (X.rows() != in_features() || Y.rows() != out_features() || Y.cols() != X.cols())
       throw ShapeError(detail::message(fn, ": layer is ", out_features(), "x", in_features(), ", X is ", X.rows(), "x",
@@ -342,7 +348,8 @@ private:
       if constexpr (std::is_same_v<T, float>) forward_bf16(X, Y, act);
       return;
     }
-    if constexpr (std::is_same_v<XT, T>) spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
+    if constexpr (std::is_same_v<XT, T> && std::is_same_v<Out, T>)
+      spmm(weight.matrix, X, Y, workspace_, RowEpilogue<T>{bias.value, act});
   }
 
   // The three-argument backward for a float or a bf16 X (as forward_of), and a float dY or (with
@@ -383,8 +390,8 @@ private:
   }
 
   // The bf16 products (T = float): see the top of this file.
-  template <class XT>
-  void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
+  template <class XT, class Out>
+  void forward_bf16(ConstMatrixView<XT> X, MatrixView<Out> Y, FusedActivation act) {
     const auto values = bf16_.shadow(static_cast<std::size_t>(weight.matrix.storage_size()));
     refresh_bf16_values(weight.matrix, values);
     const auto Xb = bf16_.rounded(X);

@@ -1,0 +1,54 @@
+// sprig/kernels/output_store.hpp — store_output: one register of a kernel's sums into its
+// outputs, float or bf16, through the forward's epilogue (spmm.hpp's finish, in float).
+//
+//   store_output<A>(y, v, count, accumulate, bias, relu)
+//       y[j] = finish(v[j], y[j], ...) for j < count (<= the register's width): the old value
+//       added first when accumulating, then *bias (when not null), then the ReLU; a bf16 y
+//       read widened and the result rounded once, at the end (core/bfloat16.hpp's rounding).
+//
+// The spmm kernels with bf16 operands (bf16_spmm.hpp, bf16_block_amx.hpp) and the block
+// kernels (block_spmm.hpp) store through it, so a bf16 Y is bitwise a float Y rounded.
+// Preconditions (not checked): y holds count values; bf16 outputs only for T = float.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../core/bfloat16.hpp"
+#include "bfloat16_convert.hpp"
+#include "simd.hpp"
+#include "spmm.hpp"
+
+namespace sprig::detail {
+
+#if SPRIG_KERNEL_SIMD
+template <class A, class T, class Out>
+SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count, bool accumulate, const T* bias,
+                                      bool relu) noexcept {
+  static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, bfloat16> && std::is_same_v<T, float>));
+  using F = Batch<T, A>;
+  constexpr std::int64_t N = F::size;
+  if (count == N) {
+    if constexpr (std::is_same_v<Out, T>) {
+      if (accumulate) v += F::load_unaligned(y);
+    } else {
+      if (accumulate) v += load_bfloat16<A>(y);
+    }
+    if (bias) v += F(*bias);
+    if (relu) v = xsimd::select(v > F(T(0)), v, F(T(0)));
+    if constexpr (std::is_same_v<Out, T>)
+      v.store_unaligned(y);
+    else
+      store_bfloat16<A>(y, v);
+    return;
+  }
+  alignas(64) T tmp[N];
+  v.store_aligned(tmp);
+  for (std::int64_t j = 0; j < count; ++j) {
+    const T old = accumulate ? static_cast<T>(y[j]) : T(0);
+    y[j] = static_cast<Out>(finish(tmp[j], &old, accumulate, bias, relu));
+  }
+}
+#endif
+
+}  // namespace sprig::detail
