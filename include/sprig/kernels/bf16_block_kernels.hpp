@@ -1,6 +1,6 @@
 // sprig/kernels/bf16_block_kernels.hpp — the block-sparse products of a linear layer trained in bf16:
-// bf16 operands, float accumulation and float results, on a BlockPaddedCSR<float> W (M x K in
-// R x C blocks) whose float values are the optimizer's master weights.
+// bf16 operands, float accumulation and float results (or a bf16 Y), on a BlockPaddedCSR<float>
+// W (M x K in R x C blocks) whose float values are the optimizer's master weights.
 //
 //   refresh_bf16_values(W, values)                  values[k] = bfloat16(W.values()[k]), every entry
 //   bf16_block_spmm(W, values, X, Y, ws, mode)      Y[M,B]  (=|+=) W X
@@ -11,8 +11,9 @@
 //   the fastest here, bf16_block_path<R, C>(kernel))
 //
 // The weights come from `values`, a bf16 shadow with W.values()'s layout (storage_size() * R * C
-// entries, block after block, row-major in a block); X, dY are bf16 and feature-major; Y, dX and
-// grad are float. Every shape the float block kernels take (any R x C).
+// entries, block after block, row-major in a block); X, dY are bf16 and feature-major; dX and
+// grad are float, Y float or bf16 (the float result rounded once). Every shape the float block
+// kernels take (any R x C).
 //
 // How: these are the float block kernels (block_spmm.hpp, block_sddmm.hpp) instantiated with
 // bf16 inputs: the same tiles, panels, chains and edge handling, each input register loaded as
