@@ -23,7 +23,7 @@
 //                                   (to_query_pairs_avx512 from its rows), x natural
 //                                   (dV = dOut P^T, dK = Q dS^T)
 // The sums run along registers of 16 outputs, the pair's other operand broadcast, so no
-// output needs a horizontal sum (which cost y(d, k) half its time from P's rows).
+// output needs a horizontal sum: why dV and dK read P in query pairs rather than its rows.
 // Every output entry sums its exact products in float in one order fixed by the shape, so
 // results do not depend on the thread count. `vdpbf16ps` treats subnormal inputs as zero and
 // flushes subnormal results. Nothing allocates or throws.
