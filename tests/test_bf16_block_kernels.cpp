@@ -455,6 +455,43 @@ struct ForwardOperands {
   }
 };
 
+// bf16_block_spmm_transposed with x_derivative D against the float dX times D afterwards, bit
+// for bit, on `path`: into a float dX, a bf16 dX, and in place over D.
+template <int R, int C>
+void check_scaled_dx(Bf16BlockPath path) {
+  if (!runs_here<R, C>(Bf16BlockKernel::spmm_transposed, path)) return;
+  for (const Case& c : cases()) {
+    CAPTURE(R, C, path_name(path), c.M, c.K, c.B);
+    const auto W = case_matrix<R, C>(c);
+    const auto vals = shadow_of(W);
+    const std::span<const bfloat16> v(vals);
+    CounterRng rng(c.seed, 0xD5);
+    const Bf16Matrix dY(c.M, c.B, c.gap, rng);
+    const auto n = static_cast<std::size_t>(c.K * c.B);
+    std::vector<bfloat16> d(n);
+    for (auto& x : d) x = bfloat16(static_cast<float>(rng.uniform(-2.0, 2.0)));
+    KernelWorkspace<float> ws;
+    TransposeCache<float, std::int32_t> cache;
+    std::vector<float> plain(n), scaled(n, std::numeric_limits<float>::quiet_NaN());
+    std::vector<bfloat16> narrow(n, bfloat16(std::numeric_limits<float>::quiet_NaN())), in_place = d;
+    const ConstMatrixView<bfloat16> D(d.data(), c.K, c.B);
+    bf16_block_spmm_transposed(W, v, cache, dY.view(), MatrixView<float>(plain.data(), c.K, c.B), ws, Update::overwrite,
+                               path);
+    bf16_block_spmm_transposed(W, v, cache, dY.view(), MatrixView<float>(scaled.data(), c.K, c.B), D, ws, path);
+    bf16_block_spmm_transposed(W, v, cache, dY.view(), MatrixView<bfloat16>(narrow.data(), c.K, c.B), D, ws, path);
+    const MatrixView<bfloat16> over(in_place.data(), c.K, c.B);
+    bf16_block_spmm_transposed(W, v, cache, dY.view(), over, ConstMatrixView<bfloat16>(over), ws, path);
+    std::int64_t differ = 0;
+    for (std::size_t e = 0; e < n; ++e) {
+      const float want = plain[e] * static_cast<float>(d[e]);
+      differ += std::memcmp(&scaled[e], &want, sizeof(float)) != 0;
+      differ += narrow[e].bits != bfloat16(want).bits;
+      differ += in_place[e].bits != bfloat16(want).bits;
+    }
+    CHECK(differ == 0);
+  }
+}
+
 // bf16_block_spmm with the epilogue (bias, relu) against bf16_block_spmm (overwrite) followed
 // by the bias and ReLU passes done here in float, bit for bit, on the path it picks.
 template <int R, int C>
@@ -550,11 +587,32 @@ TEST_CASE("bf16_block_spmm's epilogue is bitwise a bias pass and a ReLU pass aft
                   ArgumentError);
 }
 
-TEST_CASE("bf16_block_spmm into a bf16 Y is the float Y rounded, bit for bit, on every path", "[bf16_block]") {
+TEST_CASE("bf16 block products into bf16 outputs: the float ones rounded, bit for bit, on every path", "[bf16_block]") {
   for (const Bf16BlockPath path : {Bf16BlockPath::portable, Bf16BlockPath::avx512_bf16, Bf16BlockPath::amx}) {
     check_bf16_output<8, 8>(path);
     check_bf16_output<4, 4>(path);
     check_bf16_output<16, 1>(path);
     check_bf16_output<1, 4>(path);
+    check_scaled_dx<8, 8>(path);
+    check_scaled_dx<4, 4>(path);
+    check_scaled_dx<16, 1>(path);
+    check_scaled_dx<1, 4>(path);
   }
+  // x_derivative of another shape, or overlapping a float dX, is refused
+  const auto W = BlockPaddedCSR<float, std::int32_t, 8, 8>::random(20, 12, 3, 1);
+  std::vector<bfloat16> vals(W.values().size());
+  CounterRng rng(3, 5);
+  const Bf16Matrix dY(20, 5, 0, rng);
+  std::vector<float> dx(12 * 5);
+  std::vector<bfloat16> d(12 * 5);
+  KernelWorkspace<float> ws;
+  TransposeCache<float, std::int32_t> cache;
+  const std::span<const bfloat16> v(vals);
+  CHECK_THROWS_AS(bf16_block_spmm_transposed(W, v, cache, dY.view(), MatrixView<float>(dx.data(), 12, 5),
+                                             ConstMatrixView<bfloat16>(d.data(), 12, 4), ws),
+                  ShapeError);
+  CHECK_THROWS_AS(bf16_block_spmm_transposed(W, v, cache, dY.view(), MatrixView<float>(dx.data(), 12, 5),
+                                             ConstMatrixView<bfloat16>(reinterpret_cast<bfloat16*>(dx.data()), 12, 5),
+                                             ws),
+                  ArgumentError);
 }

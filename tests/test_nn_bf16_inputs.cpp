@@ -243,6 +243,36 @@ TEST_CASE("bf16 sparse layers into a bf16 Y: the float Y rounded, bit for bit", 
   CHECK_THROWS_AS(fp32.forward(X.view(), Y.view()), ArgumentError);
 }
 
+TEST_CASE("BlockSparseLinear's backward through a bf16 gelu': GELU::backward after the float dX, bit for bit",
+          "[nn][bf16][bf16_activations][gelu]") {
+  const auto check = [](auto a, auto b) {
+    const std::int64_t in = a.in_features(), out = a.out_features(), B = 21;
+    a.set_precision(Precision::bf16);
+    b.set_precision(Precision::bf16);
+    const auto X = rounded(random_matrix(in, B, 61)), dY = rounded(random_matrix(out, B, 62)),
+               D = rounded(random_matrix(in, B, 63));
+    Matrix<float> Y(out, B);
+    a.forward(X.narrow.view(), Y.view());
+    b.forward(X.narrow.view(), Y.view());
+    Matrix<float> dx(in, B);
+    Matrix<bfloat16> want(in, B), got = D.narrow;
+    a.backward(X.narrow.view(), dY.narrow.view(), dx.view());
+    GELU<float>::backward(D.narrow.view(), dx.view(), want.view());
+    b.backward(X.narrow.view(), dY.narrow.view(), got.view(), got.view());  // over the derivative
+    bool same = true;
+    for (std::int64_t i = 0; i < in; ++i)
+      for (std::int64_t j = 0; j < B; ++j) same = same && got(i, j).bits == want(i, j).bits;
+    CHECK(same);
+    CHECK(bits(a.weight.grad.data(), std::ssize(a.weight.grad)) ==
+          bits(b.weight.grad.data(), std::ssize(b.weight.grad)));
+    CHECK(bits(a.bias.grad.data(), std::ssize(a.bias.grad)) == bits(b.bias.grad.data(), std::ssize(b.bias.grad)));
+  };
+  using B88 = BlockSparseLinear<float, std::int32_t, 8, 8>;
+  using B44 = BlockSparseLinear<float, std::int32_t, 4, 4>;
+  check(B88(40, 24, {.density = 0.4, .seed = 3}), B88(40, 24, {.density = 0.4, .seed = 3}));
+  check(B44(37, 29, {.density = 0.4, .seed = 3}), B44(37, 29, {.density = 0.4, .seed = 3}));
+}
+
 TEST_CASE("ProjectionInput: bf16 storage holds the producer's values rounded, float storage passes through",
           "[nn][bf16][bf16_inputs]") {
   const auto source = random_matrix(5, 13, 9);

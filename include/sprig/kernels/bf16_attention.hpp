@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "../core/bfloat16.hpp"
 #include "attention.hpp"
@@ -301,6 +300,25 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void transpose_words_16x16(__m51
   for (int i = 0; i < 16; ++i) v[i] = b[kOrder[i]];
 }
 
+// Query pairs [q_begin, q_end) into registers [0, V) of a bf16_attention_query_pair_sum tile
+// (keys from k0). A function of its own: a lambda would not get the target attribute.
+template <int V, int R>
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_query_pairs(const bfloat16* const* xr,
+                                                                                Bf16QueryPairs P, std::int64_t k0,
+                                                                                std::int64_t q_begin,
+                                                                                std::int64_t q_end,
+                                                                                __m512 (&acc)[4][R]) noexcept {
+  for (std::int64_t q = q_begin; q < q_end; q += 2) {
+    const bfloat16* p = P.pair(q) + 2 * k0;
+    __m512i pv[V];
+    SPRIG_UNROLL for (int v = 0; v < V; ++v) pv[v] = _mm512_loadu_si512(p + 32 * v);
+    SPRIG_UNROLL for (int r = 0; r < 4; ++r) {
+      const __m512i xv = bf16_pair_broadcast(xr[r] + q);
+      SPRIG_UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)xv, (__m512bh)pv[v]);
+    }
+  }
+}
+
 // y[d ys + k] = sum_{q >= k, q < t} P(k, q) x(d, q) for d < dh, k < t: P in query pairs (0
 // where q < k, q >= t or k >= t), x natural at row stride hs >= t + 1 (zero at t). Tiles of 4
 // head rows by 4 or 2 registers of keys; query pairs ascending.
@@ -314,19 +332,8 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_query_pair_s
   __m512 acc[4][R];
   SPRIG_UNROLL for (int r = 0; r < 4; ++r) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[r][v] = _mm512_setzero_ps();
   // queries below k0 + 32 see none of the keys from k0 + 32 on: registers 2.. skip them
-  const auto pairs = [&]<int V>(std::integral_constant<int, V>, std::int64_t q_begin, std::int64_t q_end) {
-    for (std::int64_t q = q_begin; q < q_end; q += 2) {
-      const bfloat16* p = P.pair(q) + 2 * k0;
-      __m512i pv[V];
-      SPRIG_UNROLL for (int v = 0; v < V; ++v) pv[v] = _mm512_loadu_si512(p + 32 * v);
-      SPRIG_UNROLL for (int r = 0; r < 4; ++r) {
-        const __m512i xv = bf16_pair_broadcast(xr[r] + q);
-        SPRIG_UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)xv, (__m512bh)pv[v]);
-      }
-    }
-  };
-  pairs(std::integral_constant<int, std::min(R, 2)>{}, k0, std::min(k0 + 32, te));
-  pairs(std::integral_constant<int, R>{}, k0 + 32, te);
+  bf16_attention_query_pairs<std::min(R, 2), R>(xr, P, k0, k0, std::min(k0 + 32, te), acc);
+  bf16_attention_query_pairs<R, R>(xr, P, k0, k0 + 32, te, acc);
   for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
     float* out = y + (d0 + r) * ys;
     SPRIG_UNROLL for (int v = 0; v < R; ++v) {

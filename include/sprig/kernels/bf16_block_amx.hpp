@@ -175,7 +175,8 @@ inline void transpose_block(const bfloat16* __restrict in, bfloat16* __restrict 
     for (int c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
 }
 
-// Y (=|+=) P X (+ bias, ReLU) on the AMX tiles; P's slot q holds the R x C block at values +
+// Y (=|+=) P X (+ bias, ReLU), or Y = (P X) * scale element by element (scale non-empty, Y's
+// shape; overwrite), on the AMX tiles; P's slot q holds the R x C block at values +
 // q R C (W's bf16 shadow), or with `source` (the input gradient: P is W's transposed block
 // pattern, transpose.hpp) the transpose of W's C x R block at values + source[q] R C, copied
 // transposed into the workspace first (O(nnz_blocks R C)). Needs bf16_gemm_reason(
@@ -183,7 +184,7 @@ inline void transpose_block(const bfloat16* __restrict in, bfloat16* __restrict 
 template <class A, ColumnIndex Index, int R, int C, class Out = float>
 void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, ConstMatrixView<bfloat16> X,
                     MatrixView<Out> Y, Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
-                    const SourceSlot* source = nullptr) {
+                    const SourceSlot* source = nullptr, ConstMatrixView<bfloat16> scale = {}) {
   static_assert(kAmxBlockForward<R, C>);
   using B = Batch<float, A>;
   static_assert(B::size == 16, "the AMX path runs where the kernels are built for AVX-512");
@@ -238,14 +239,15 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
                   Out* y = Y.row(i * R + r) + j0;
                   B v = B::load_aligned(sums + c * 256 + r * 16);
                   const float* br = bias ? bias + i * R + r : nullptr;
+                  const bfloat16* sr = scale.data() ? scale.row(i * R + r) + j0 : nullptr;
                   if constexpr (std::is_same_v<Out, float>)
-                    if (stream && nv == N && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0) {  // overwrite
+                    if (stream && !sr && nv == N && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0) {  // overwrite
                       if (br) v += B(*br);
                       if (relu) v = xsimd::select(v > B(0.0f), v, B(0.0f));
                       _mm512_stream_ps(y, v);
                       continue;
                     }
-                  store_output<A>(y, v, nv, accumulate, br, relu);
+                  store_output<A>(y, v, nv, accumulate, br, relu, sr);
                 }
               }
             }

@@ -6,6 +6,7 @@
 //   bf16_block_spmm(W, values, X, Y, ws, mode)      Y[M,B]  (=|+=) W X
 //   bf16_block_spmm(W, values, X, Y, ws, epilogue)  Y = act(W X + bias), in the store
 //   bf16_block_spmm_transposed(W, values, cache, dY, dX, ws, mode)   dX[K,B] (=|+=) W^T dY
+//   bf16_block_spmm_transposed(W, values, cache, dY, dX, D, ws)      dX = D * (W^T dY), dX float or bf16
 //   bf16_block_sddmm(W, dY, X, grad, ws, mode)      grad (=|+=) the weight gradient at live blocks
 //   (each also with a trailing Bf16BlockPath: that path, for tests and benchmarks; without it
 //   the fastest here, bf16_block_path<R, C>(kernel))
@@ -194,6 +195,39 @@ void bf16_block_spmm_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<
   block_spmm_on<KernelArch>(W.pattern(), blocks, X, Y, mode, workspace, bias, relu);
 }
 
+// bf16_block_spmm_transposed once its operands and path are checked; scale: the x_derivative
+// form's (empty: none).
+template <ColumnIndex Index, int R, int C, class Out>
+void bf16_block_spmm_transposed_run(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
+                                    TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY,
+                                    MatrixView<Out> dX, KernelWorkspace<float>& workspace, Update mode,
+                                    Bf16BlockPath path, ConstMatrixView<bfloat16> scale) {
+  if (dX.rows() == 0 || dX.cols() == 0) return;
+  const auto& t = cache.sync_topology(W.pattern());
+  const TransposedBlocks<bfloat16, R, C> blocks{values.data(), t.source_slot.data()};
+#if SPRIG_BF16_BLOCK_AMX
+  if constexpr (kAmxBlockForward<C, R>)
+    if (path == Bf16BlockPath::amx) {
+      block_spmm_amx<KernelArch, Index, C, R, Out>(t.matrix, values.data(), dY, dX, mode, workspace, nullptr, false,
+                                                   t.source_slot.data(), scale);
+      return;
+    }
+#endif
+#if SPRIG_BF16_BLOCK_DP
+  if constexpr (R % 2 == 0)
+    if (path == Bf16BlockPath::avx512_bf16) {
+      block_spmm_simd<KernelArch, float, Index, decltype(blocks), bfloat16, true, Out>(t.matrix, blocks, dY, dX, mode,
+                                                                                       workspace, nullptr, false,
+                                                                                       scale);
+      return;
+    }
+#else
+  (void)path;
+#endif
+  block_spmm_on<KernelArch>(t.matrix, blocks, dY, dX, mode, workspace, static_cast<const float*>(nullptr), false,
+                            scale);
+}
+
 }  // namespace detail
 
 // Y (=|+=) W X with W's block structure, the bf16 weights `values` (top of this file), X bf16
@@ -259,27 +293,7 @@ void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std
   constexpr const char* fn = "sprig::bf16_block_spmm_transposed";
   detail::check_bf16_block_operands(fn, W, values, "dY", dY, W.rows(), "dX", dX, W.cols());
   detail::check_bf16_block_path<R, C>(fn, Bf16BlockKernel::spmm_transposed, path);
-  if (dX.rows() == 0 || dX.cols() == 0) return;
-  const auto& t = cache.sync_topology(W.pattern());
-  const detail::TransposedBlocks<bfloat16, R, C> blocks{values.data(), t.source_slot.data()};
-#if SPRIG_BF16_BLOCK_AMX
-  if constexpr (detail::kAmxBlockForward<C, R>)
-    if (path == Bf16BlockPath::amx) {
-      detail::block_spmm_amx<detail::KernelArch, Index, C, R>(t.matrix, values.data(), dY, dX, mode, workspace,
-                                                              nullptr, false, t.source_slot.data());
-      return;
-    }
-#endif
-#if SPRIG_BF16_BLOCK_DP
-  if constexpr (R % 2 == 0)
-    if (path == Bf16BlockPath::avx512_bf16) {
-      detail::block_spmm_simd<detail::KernelArch, float, Index, decltype(blocks), bfloat16, true>(
-          t.matrix, blocks, dY, dX, mode, workspace, nullptr, false);
-      return;
-    }
-#endif
-  detail::block_spmm_on<detail::KernelArch>(t.matrix, blocks, dY, dX, mode, workspace,
-                                            static_cast<const float*>(nullptr), false);
+  detail::bf16_block_spmm_transposed_run(W, values, cache, dY, dX, workspace, mode, path, {});
 }
 template <ColumnIndex Index, int R, int C>
 void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
@@ -288,6 +302,29 @@ void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std
                                 Update mode = Update::overwrite) {
   bf16_block_spmm_transposed(W, values, cache, dY, dX, workspace, mode,
                              bf16_block_path<R, C>(Bf16BlockKernel::spmm_transposed));
+}
+
+// dX = x_derivative * (W^T dY) element by element, dX float or bf16 (rounded once), on `path`
+// (or the fastest): the backward of a GELU whose output was W's input, from its derivative
+// kept in bf16 (nn/gelu.hpp), in the product's store. The same bits as the float dX of
+// bf16_block_spmm_transposed (overwrite) multiplied afterwards, then rounded. x_derivative
+// has dX's shape (else ShapeError) and may be dX itself (a bf16 dX: each element is read
+// before it is written); otherwise as the form above (overwrite only).
+template <ColumnIndex Index, int R, int C, class Out>
+void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,
+                                TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<Out> dX,
+                                ConstMatrixView<bfloat16> x_derivative, KernelWorkspace<float>& workspace,
+                                Bf16BlockPath path = bf16_block_path<R, C>(Bf16BlockKernel::spmm_transposed)) {
+  constexpr const char* fn = "sprig::bf16_block_spmm_transposed";
+  detail::check_bf16_block_operands(fn, W, values, "dY", dY, W.rows(), "dX", dX, W.cols());
+  detail::check_bf16_block_path<R, C>(fn, Bf16BlockKernel::spmm_transposed, path);
+  if (x_derivative.rows() != dX.rows() || x_derivative.cols() != dX.cols())
+    throw ShapeError(detail::message(fn, ": x_derivative is ", x_derivative.rows(), "x", x_derivative.cols(),
+                                     ", dX is ", dX.rows(), "x", dX.cols()));
+  const bool in_place = static_cast<const void*>(x_derivative.data()) == static_cast<const void*>(dX.data()) &&
+                        x_derivative.stride() == dX.stride() && std::is_same_v<Out, bfloat16>;
+  if (!in_place) detail::check_no_overlap(fn, "dX", dX, "x_derivative", x_derivative);
+  detail::bf16_block_spmm_transposed_run(W, values, cache, dY, dX, workspace, Update::overwrite, path, x_derivative);
 }
 
 // grad (=|+=) the weight gradient of W's live blocks from bf16 dY and X: for every live block

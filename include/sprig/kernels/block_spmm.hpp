@@ -201,7 +201,8 @@ template <class A, class T, class Index, int Rows, int G, class Blocks, class XT
 SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n, const Blocks& blocks,
                                     int r0, const XT* __restrict xp, std::int64_t xs, std::int64_t in_rows,
                                     Out* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
-                                    bool accumulate, const T* bias, bool relu) noexcept {
+                                    bool accumulate, const T* bias, bool relu, const bfloat16* scale = nullptr,
+                                    std::int64_t ss = 0) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int BC = Blocks::kCols;
@@ -230,7 +231,8 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
     Out* yr = y + r * ys;
     const T* br = bias ? bias + r : nullptr;
     for (int g = 0; g < G && g * N < valid; ++g)
-      store_output<A>(yr + g * N, acc[0][r][g], std::min(N, valid - g * N), accumulate, br, relu);
+      store_output<A>(yr + g * N, acc[0][r][g], std::min(N, valid - g * N), accumulate, br, relu,
+                      scale ? scale + r * ss + g * N : nullptr);
   }
 }
 
@@ -239,7 +241,8 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
 template <class A, class T, class Index, int G, class Blocks, class XT, class Out>
 void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
                       const XT* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<Out> Y, std::int64_t b0,
-                      std::int64_t valid, bool accumulate, const T* bias, bool relu) noexcept {
+                      std::int64_t valid, bool accumulate, const T* bias, bool relu,
+                      ConstMatrixView<bfloat16> scale = {}) noexcept {
   constexpr int BR = Blocks::kRows;
   constexpr int Rows = block_tile_rows(BR);
   constexpr int Tail = BR % Rows;
@@ -252,14 +255,15 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
       const std::int64_t rv = std::min<std::int64_t>(Y.rows() - row, std::min(Rows, BR - r0));
       Out* y = Y.row(row) + b0;
       const T* br = bias ? bias + row : nullptr;
+      const bfloat16* sr = scale.data() ? scale.row(row) + b0 : nullptr;
       if constexpr (Tail != 0)
         if (BR - r0 < Rows) {
           block_tile<A, T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
-                                           accumulate, br, relu);
+                                           accumulate, br, relu, sr, scale.stride());
           continue;
         }
       block_tile<A, T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
-                                       br, relu);
+                                       br, relu, sr, scale.stride());
     }
   }
 }
@@ -270,7 +274,8 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
 // the vdpbf16ps path, X packed as pair rows (operands.hpp) over whole blocks, never in place.
 template <class A, Value T, ColumnIndex Index, class Blocks, class XT, bool Pairs = false, class Out = T>
 void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
-                     Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+                     Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu,
+                     ConstMatrixView<bfloat16> scale = {}) {
   using Line = std::conditional_t<Pairs, Bf16Pair, XT>;
   constexpr std::int64_t N = Batch<T, A>::size;
   constexpr int max_regs = block_max_regs<A>(block_tile_rows(Blocks::kRows));
@@ -300,7 +305,8 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
             if constexpr (G <= max_regs)
-              block_panel_rows<A, T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu);
+              block_panel_rows<A, T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu,
+                                               scale);
           });
         }
       });
@@ -310,7 +316,8 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
 // Scalar path: the same block-row tiling with a 16-wide tile of plain accumulators per row.
 template <Value T, ColumnIndex Index, class Blocks, class XT, class Out = T>
 void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
-                       Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+                       Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu,
+                       ConstMatrixView<bfloat16> scale = {}) {
   constexpr int BR = Blocks::kRows, BC = Blocks::kCols;
   constexpr std::int64_t RS = Blocks::kRowStep, CS = Blocks::kColStep;
   constexpr std::int64_t tile = 16;
@@ -342,9 +349,11 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
             for (std::int64_t r = 0; r < rv; ++r) {
               Out* y = Y.row(i * BR + r) + b0;
               const T* br = bias ? bias + i * BR + r : nullptr;
+              const bfloat16* sr = scale.data() ? scale.row(i * BR + r) + b0 : nullptr;
               for (std::int64_t j = 0; j < nb; ++j) {
                 const T old = accumulate ? static_cast<T>(y[j]) : T(0);
-                y[j] = static_cast<Out>(finish(acc[r][j], &old, accumulate, br, relu));
+                y[j] = static_cast<Out>(sr ? acc[r][j] * static_cast<T>(static_cast<float>(sr[j]))
+                                           : finish(acc[r][j], &old, accumulate, br, relu));
               }
             }
           }
@@ -354,14 +363,15 @@ void block_spmm_scalar(const PaddedCSR<T, Index>& P, const Blocks& blocks, Const
 
 template <class A, Value T, ColumnIndex Index, class Blocks, class XT, class Out = T>
 void block_spmm_on(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
-                   Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu) {
+                   Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu,
+                   ConstMatrixView<bfloat16> scale = {}) {
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, A>) {
-    block_spmm_simd<A>(P, blocks, X, Y, mode, ws, bias, relu);
+    block_spmm_simd<A>(P, blocks, X, Y, mode, ws, bias, relu, scale);
     return;
   }
 #endif
-  block_spmm_scalar(P, blocks, X, Y, mode, ws, bias, relu);
+  block_spmm_scalar(P, blocks, X, Y, mode, ws, bias, relu, scale);
 }
 
 }  // namespace detail

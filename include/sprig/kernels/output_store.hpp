@@ -1,10 +1,13 @@
 // sprig/kernels/output_store.hpp — store_output: one register of a kernel's sums into its
 // outputs, float or bf16, through the forward's epilogue (spmm.hpp's finish, in float).
 //
-//   store_output<A>(y, v, count, accumulate, bias, relu)
+//   store_output<A>(y, v, count, accumulate, bias, relu[, scale])
 //       y[j] = finish(v[j], y[j], ...) for j < count (<= the register's width): the old value
 //       added first when accumulating, then *bias (when not null), then the ReLU; a bf16 y
 //       read widened and the result rounded once, at the end (core/bfloat16.hpp's rounding).
+//       With scale (T = float), v[j] is multiplied by float(scale[j]) first: an input gradient
+//       times the derivative of the activation that made the input (a GELU's, kept in bf16).
+//       y may be scale itself (each lane read, then written).
 //
 // The spmm kernels with bf16 operands (bf16_spmm.hpp, bf16_block_amx.hpp) and the block
 // kernels (block_spmm.hpp) store through it, so a bf16 Y is bitwise a float Y rounded.
@@ -24,10 +27,12 @@ namespace sprig::detail {
 #if SPRIG_KERNEL_SIMD
 template <class A, class T, class Out>
 SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count, bool accumulate, const T* bias,
-                                      bool relu) noexcept {
+                                      bool relu, const bfloat16* scale = nullptr) noexcept {
   static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, bfloat16> && std::is_same_v<T, float>));
   using F = Batch<T, A>;
   constexpr std::int64_t N = F::size;
+  if constexpr (std::is_same_v<T, float>)
+    if (scale && count == N) v *= load_bfloat16<A>(scale);
   if (count == N) {
     if constexpr (std::is_same_v<Out, T>) {
       if (accumulate) v += F::load_unaligned(y);
@@ -46,9 +51,11 @@ SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count,
   v.store_aligned(tmp);
   for (std::int64_t j = 0; j < count; ++j) {
     const T old = accumulate ? static_cast<T>(y[j]) : T(0);
-    y[j] = static_cast<Out>(finish(tmp[j], &old, accumulate, bias, relu));
+    const T s = scale ? static_cast<T>(static_cast<float>(scale[j])) : T(1);
+    y[j] = static_cast<Out>(finish(scale ? tmp[j] * s : tmp[j], &old, accumulate, bias, relu));
   }
 }
+
 #endif
 
 }  // namespace sprig::detail

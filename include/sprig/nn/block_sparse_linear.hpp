@@ -199,6 +199,22 @@ public:
     bf16_.require_bf16_input("BlockSparseLinear::backward");
     backward_of(X, dY, dX, FusedActivation::none, ConstMatrixView<T>{});
   }
+  // The same with X the output of a GELU whose derivative D is kept in bf16: dX = bf16(D *
+  // W^T dY) in the product's store, bitwise GELU::backward(D, dX float, dX bf16) after the
+  // form above. dX may be D itself (in place); it must not overlap X or dY (ArgumentError).
+  void backward(ConstMatrixView<bfloat16> X, ConstMatrixView<bfloat16> dY, MatrixView<bfloat16> dX,
+                ConstMatrixView<bfloat16> x_derivative) requires std::is_same_v<T, float> {
+    bf16_.require_bf16_input("BlockSparseLinear::backward");
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(detail::message("BlockSparseLinear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
+                                       in_features(), "x", X.cols()));
+    check_backward(X, dY);
+    detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);
+    const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
+    bf16_block_sddmm(weight.matrix, dY, X, std::span<float>(weight.grad), workspace_);
+    bf16_block_spmm_transposed(weight.matrix, values, transpose_, dY, dX, x_derivative, transpose_workspace_);
+    detail::sum_rows(dY, std::span<float>(bias.grad));
+  }
 
   // Weight and bias gradients only (the first layer of a network).
   void backward(std::type_identity_t<ConstMatrixView<T>> X, std::type_identity_t<ConstMatrixView<T>> dY) {

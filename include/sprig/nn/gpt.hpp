@@ -307,18 +307,9 @@ public:
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
       const MatrixView<T> g_out = b.g_out_in(grad_), g_mid = b.g_mid_in(grad_);
-      if constexpr (std::is_same_v<T, float>)
-        if (b.gelu_bf16) {  // gelu' (fc16) is read once: a sparse fc's dY, rounded, replaces it
-          Block::backward_from(b.fc_proj, b.gelu_out, g_out, b.grad_bf16, b.g_out16, spare_fc_.view());
-          if (Block::is_sparse(b.fc)) {
-            GELU<T>::backward(b.fc16.view(), spare_fc_.view(), b.fc16.view());
-            Block::run_backward(b.fc, b.ln2_out, b.fc16.view(), scratch_a_.view());
-          } else {
-            GELU<T>::backward(b.fc16.view(), spare_fc_.view());
-            Block::run_backward(b.fc, b.ln2_out, spare_fc_.view(), scratch_a_.view());
-          }
-        }
-      if (!b.gelu_bf16) {
+      if (b.gelu_bf16) {
+        b.backward_ffn_bf16(g_out, spare_fc_, scratch_a_.view());
+      } else {
         Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
         // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
         if (Block::is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);

@@ -17,6 +17,7 @@
 #include "../kernels/row_epilogue.hpp"
 #include "attention.hpp"
 #include "bf16_scratch.hpp"
+#include "gelu.hpp"
 #include "gpt_config.hpp"
 #include "layer_norm.hpp"
 #include "projection_input.hpp"
@@ -164,6 +165,46 @@ struct GPTBlock {
         return run_backward(p, X, ConstMatrixView<bfloat16>(g16.view()), dX);
       }
     run_backward(p, X, g, dX);
+  }
+  // backward_from with keep16 where p's X is a GELU's output whose derivative D is kept in
+  // bf16: dX = bf16(D * W^T dY) written over D in the product's store, where p's layer does
+  // that (a block-sparse layer with a bf16 X): true; else false, and nothing is done.
+  static bool backward_through_gelu(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> g,
+                                    Matrix<bfloat16>& g16, Matrix<bfloat16>& D) {
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>)
+      X.visit([&](auto x) {
+        std::visit(
+            [&](auto& layer) {
+              const ConstMatrixView<bfloat16> dy = g16.view(), d = D.view();
+              if constexpr (requires { layer.backward(x, dy, D.view(), d); }) {
+                detail::narrow_rows(g, g16.view());
+                layer.backward(x, dy, D.view(), d);
+                done = true;
+              }
+            },
+            p);
+      });
+    return done;
+  }
+  // With gelu_bf16, fc_proj's and fc's backward from the residual gradient g_out, fc's dX into
+  // dX: gelu' (fc16) is read once, and a sparse fc's dY, rounded, replaces it (made in
+  // fc_proj's store where its layer can: backward_through_gelu); spare: a float [d_ff x N].
+  void backward_ffn_bf16(ConstMatrixView<T> g_out, Matrix<T>& spare, MatrixView<T> dX) {
+    if constexpr (std::is_same_v<T, float>) {
+      const bool sparse_fc = is_sparse(fc);
+      if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g_out16, fc16)) {
+        backward_from(fc_proj, gelu_out, g_out, grad_bf16, g_out16, spare.view());
+        if (sparse_fc)
+          GELU<T>::backward(fc16.view(), spare.view(), fc16.view());
+        else
+          GELU<T>::backward(fc16.view(), spare.view());
+      }
+      if (sparse_fc)
+        run_backward(fc, ln2_out, fc16.view(), dX);
+      else
+        run_backward(fc, ln2_out, spare.view(), dX);
+    }
   }
   // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {
