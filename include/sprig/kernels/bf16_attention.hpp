@@ -218,6 +218,25 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_scores_avx512(const bfloa
   }
 }
 
+// A tile's sums into y: acc[r][v] to row d0 + r (r < 4, d0 + r < dh) at columns first + 16 v
+// on, rows ys apart, only the columns below t.
+template <int R>
+SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_store_tile(const __m512 (&acc)[4][R], float* y,
+                                                                               std::int64_t ys, std::int64_t d0,
+                                                                               std::int64_t dh, std::int64_t first,
+                                                                               std::int64_t t) noexcept {
+  for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
+    float* out = y + (d0 + r) * ys;
+    SPRIG_UNROLL for (int v = 0; v < R; ++v) {
+      const std::int64_t c = first + 16 * v;
+      if (c + 16 <= t)
+        _mm512_storeu_ps(out + c, acc[r][v]);
+      else if (c < t)
+        _mm512_mask_storeu_ps(out + c, static_cast<__mmask16>((1u << (t - c)) - 1u), acc[r][v]);
+    }
+  }
+}
+
 // Key pairs [k_begin, k_end) into registers [J, R) of a bf16_attention_pair_sum tile.
 template <int J, int R>
 SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_pair_keys(const bfloat16* const* ar,
@@ -248,16 +267,7 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_pair_sum_til
   // keys whose rows start at or before group g of the tile feed its registers 2g..R-1
   bf16_attention_pair_keys<0, R>(ar, P, q0, 0, std::min(q0 + 32, te), acc);
   if constexpr (R > 2) bf16_attention_pair_keys<2, R>(ar, P, q0, q0 + 32, std::min(q0 + 64, te), acc);
-  for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
-    float* out = y + (d0 + r) * ys;
-    SPRIG_UNROLL for (int v = 0; v < R; ++v) {
-      const std::int64_t q = q0 + 16 * v;
-      if (q + 16 <= t)
-        _mm512_storeu_ps(out + q, acc[r][v]);
-      else if (q < t)
-        _mm512_mask_storeu_ps(out + q, static_cast<__mmask16>((1u << (t - q)) - 1u), acc[r][v]);
-    }
-  }
+  bf16_attention_store_tile<R>(acc, y, ys, d0, dh, q0, t);
 }
 
 // y[d ys + q] = sum_{k < t, start(k) <= q} a(d, k) P(k, q) for d < dh, q < t: a natural at row
@@ -334,16 +344,7 @@ SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void bf16_attention_query_pair_s
   // queries below k0 + 32 see none of the keys from k0 + 32 on: registers 2.. skip them
   bf16_attention_query_pairs<std::min(R, 2), R>(xr, P, k0, k0, std::min(k0 + 32, te), acc);
   bf16_attention_query_pairs<R, R>(xr, P, k0, k0 + 32, te, acc);
-  for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
-    float* out = y + (d0 + r) * ys;
-    SPRIG_UNROLL for (int v = 0; v < R; ++v) {
-      const std::int64_t k = k0 + 16 * v;
-      if (k + 16 <= t)
-        _mm512_storeu_ps(out + k, acc[r][v]);
-      else if (k < t)
-        _mm512_mask_storeu_ps(out + k, static_cast<__mmask16>((1u << (t - k)) - 1u), acc[r][v]);
-    }
-  }
+  bf16_attention_store_tile<R>(acc, y, ys, d0, dh, k0, t);
 }
 
 SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_query_pair_sum_avx512(const bfloat16* x, std::int64_t hs,

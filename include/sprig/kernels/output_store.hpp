@@ -51,11 +51,10 @@ SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count,
   v.store_aligned(tmp);
   for (std::int64_t j = 0; j < count; ++j) {
     const T old = accumulate ? static_cast<T>(y[j]) : T(0);
-    const T s = scale ? static_cast<T>(static_cast<float>(scale[j])) : T(1);
-    y[j] = static_cast<Out>(finish(scale ? tmp[j] * s : tmp[j], &old, accumulate, bias, relu));
+    const T sum = scale ? tmp[j] * static_cast<T>(static_cast<float>(scale[j])) : tmp[j];
+    y[j] = static_cast<Out>(finish(sum, &old, accumulate, bias, relu));
   }
 }
-
 #endif
 
 }  // namespace sprig::detail
