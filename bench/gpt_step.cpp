@@ -588,6 +588,7 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
   spec.ffn_sparsity = v.ffn;
   spec.seed = o.seed;
   spec.precision = v.precision;
+  spec.keep_output_grads = false;  // the topology is fixed here: no DST rule reads the dY
   sprig::GPT<T, Index, SparseLayer> model = [&] {
     if constexpr (std::is_same_v<SparseLayer, sprig::SparseLinear<T, Index>>)
       return sprig::models::build_gpt<T, Index>(spec);

@@ -388,7 +388,12 @@ int run(Config cfg) {
   spec.seed = cfg.seed;
   spec.init = cfg.init == "gpt2" ? sprig::GPTInit::gpt2 : sprig::GPTInit::kaiming_uniform;
   spec.precision = sprig::parse_precision(cfg.precision);
-  if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
+  if (changes_topology)
+    spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
+  else
+    spec.padding_ratio = 0;  // a fixed topology needs no room to grow
+  const auto algorithm = make_algorithm<Index>(cfg);
+  spec.keep_output_grads = algorithm && algorithm->needs_gradients();  // the dY only DST reads
   auto model = [&] {
     if constexpr (blocks)
       return sprig::models::build_block_gpt<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
@@ -425,7 +430,6 @@ int run(Config cfg) {
                        .bias_correction = cfg.bias_correction == "global" ? sprig::AdamWBiasCorrection::global
                                                                           : sprig::AdamWBiasCorrection::per_slot});
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
-  const auto algorithm = make_algorithm<Index>(cfg);
   if (blocks && algorithm && !algorithm->supports_blocks())
     throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " +
                                cfg.algorithm);

@@ -15,7 +15,9 @@
 // GPT with Q, K, V alone in bf16 bit for bit without; qkv's dY for DST the float model's rounded
 // (gelu' float); with everything, every sparse dY DST sees near the float model's (the last
 // fc_proj's exactly rounded), (6 d_model + 2 d_ff) x N bytes less per block, and a RigL update
-// on them.
+// on them. GPTOptions::keep_output_grads = false (fp32 and bf16, unstructured and 8x8): the
+// same bits after three steps, qkv's and fc's dY the same, none for proj and fc_proj, less
+// memory, and RigL refused.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -601,5 +603,59 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
     train(on, 3);           // and it trains on
     const auto Z = on.forward(data.tokens, 3, 8);
     CHECK(std::isfinite(Z(0, 0)));
+  }
+}
+
+TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_proj, less memory",
+          "[nn][gpt][bf16][keep_output_grads]") {
+  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 0.6, .fc = 0.3, .fc_proj = 0.4});
+  const std::int64_t n = 24, d = kConfig.d_model, layers = kConfig.layers;
+  const Batch data = batch();
+  SoftmaxCrossEntropy<float> ce;
+  const auto run = [&](auto make) {
+    for (const Precision p : {Precision::fp32, Precision::bf16}) {
+      CAPTURE(precision_name(p));
+      auto kept = make(p, true), shared = make(p, false);
+      CHECK(train(kept, 3) == train(shared, 3));
+      for (auto* m : {&kept, &shared}) {
+        ce.forward_backward(m->forward(data.tokens, 3, 8), data.labels, m->output_grad());
+        m->backward();
+      }
+      const auto a = kept.sparse_layers(), b = shared.sparse_layers();
+      REQUIRE(a.size() == 8);
+      REQUIRE(b.size() == 8);
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        CAPTURE(k);
+        REQUIRE(a[k].output_grad_cols() == n);
+        const std::size_t j = a[k].position % 4;
+        if (j == 1 || j == 3) {  // proj, fc_proj: none kept
+          CHECK(b[k].output_grad_rows() * b[k].output_grad_cols() == 0);
+          continue;
+        }
+        Matrix<float> wa, wb;  // qkv, fc: their dY where they are anyway, the same bits
+        const auto ya = a[k].float_output_grad(wa), yb = b[k].float_output_grad(wb);
+        REQUIRE(yb.cols() == n);
+        for (std::int64_t i = 0; i < ya.rows(); ++i) CHECK(bits(ya.row(i), n) == bits(yb.row(i), n));
+      }
+      // per block g_mid and g_out (float, or bf16 for DST), against one shared buffer
+      const std::int64_t bytes = p == Precision::bf16 ? 2 : 4;
+      CHECK(kept.memory_bytes() - shared.memory_bytes() >= (2 * layers - 1) * d * n * bytes);
+      // a rule that reads gradients is refused, naming what is missing
+      AdamW<float> opt({.lr = 1e-2});
+      dst::RigL<float, std::int32_t> rigl({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 1);
+      CHECK_THROWS_AS(dst::apply_step(rigl, opt, shared, 0), ArgumentError);
+      CHECK_THROWS_WITH(dst::apply_step(rigl, opt, shared, 0), Catch::Contains("output gradient"));
+    }
+  };
+  SECTION("unstructured") {
+    run([&](Precision p, bool keep) {
+      return GPT<float>(kConfig, dens, {.seed = 4, .precision = p, .keep_output_grads = keep});
+    });
+  }
+  SECTION("8x8 blocks") {
+    run([&](Precision p, bool keep) {
+      return GPT<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 8, 8>>(
+          kConfig, dens, {.seed = 4, .precision = p, .keep_output_grads = keep});
+    });
   }
 }

@@ -36,6 +36,7 @@ struct GPTSpec {
   double padding_ratio = kDefaultPaddingRatio;  // spare capacity per row, in [0, 64] (PaddedCSR)
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the projections (GPTOptions::precision)
+  bool keep_output_grads = true;          // false where no DST rule reads gradients (GPTOptions::keep_output_grads)
 };
 
 namespace detail {
@@ -121,7 +122,8 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
                 .init = spec.init,
                 .padding_ratio = spec.padding_ratio,
                 .growth_reserve = spec.growth_reserve,
-                .precision = spec.precision});
+                .precision = spec.precision,
+                .keep_output_grads = spec.keep_output_grads});
 }
 }  // namespace detail
 

@@ -43,8 +43,9 @@
 // position = 4 * block + j (j: 0 qkv, 1 proj, 2 fc, 3 fc_proj); input = the X it saw in the
 // last forward (LN1's output, the attention output, LN2's output, the GELU output) and
 // output_grad = the dY it got in the last backward (empty after a forward no backward has
-// followed yet), valid after backward() until the next forward. proj's and fc_proj's dY are
-// the residual-stream gradients a block keeps anyway; qkv's and fc's dY go to a spare buffer
+// followed yet, and for proj and fc_proj without GPTOptions::keep_output_grads), valid after
+// backward() until the next forward. proj's and fc_proj's dY are the residual-stream
+// gradients a block keeps; qkv's and fc's dY go to a spare buffer
 // of the model, and where that layer is sparse, backward swaps the spare with the block's
 // qkv_out or fc_out, dead once the attention core's backward has read Q, K, V (and
 // fc_proj's gelu'): their memory keeps the dY for DST and the dead buffer is the next
@@ -63,7 +64,7 @@
 // What lives from forward to backward: per block the 8 activations and the attention core's
 // probability cache (nn/attention.hpp), the embeddings' output, LN_f's output and the logits;
 // each sparse projection's own caches (its W^T). Within backward only: the 2 residual
-// gradients per block, the two spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N]
+// gradients per block (one shared buffer without GPTOptions::keep_output_grads), the two spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N]
 // scratch gradients and the shared packing buffer.
 //
 // Scratch: the model owns one ModelScratch (nn/model_scratch.hpp), handed to every sparse
@@ -90,7 +91,7 @@
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
 // bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
 // bf16_activations) and 2 d_model x N gradient values (bf16 ones for DST, or none, with
-// bf16_activations),
+// bf16_activations; none without GPTOptions::keep_output_grads),
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
 // a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
@@ -183,6 +184,7 @@ public:
     share_scratch_with_layers();
     bf16_inputs_ = options.bf16_inputs;
     bf16_activations_ = options.bf16_activations;
+    keep_output_grads_ = options.keep_output_grads;
   }
 
   const GPTConfig& config() const noexcept { return config_; }
@@ -308,7 +310,7 @@ public:
       Block& b = blocks_[l];
       const MatrixView<T> g_out = b.g_out_in(grad_), g_mid = b.g_mid_in(grad_);
       if (b.gelu_bf16) {
-        b.backward_ffn_bf16(g_out, spare_fc_, scratch_a_.view());
+        b.backward_ffn_bf16(g_out, b.g16(GPTProjection::fc_proj, grad16_), spare_fc_, scratch_a_.view());
       } else {
         Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
         // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
@@ -317,7 +319,8 @@ public:
       }
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(g_out, scratch_b_.view(), g_mid);
-      Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g_mid16, scratch_a_.view());
+      Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g16(GPTProjection::proj, grad16_),
+                           scratch_a_.view());
       const MatrixView<T> d_qkv = spare_qkv_.view();
       b.with_qkv([&](auto qkv) {
         const std::int64_t n = qkv.cols();
@@ -407,7 +410,7 @@ public:
     for (const Matrix<T>* m :
          {&x0_, &lnf_out_, &logits_, &dlogits_, &scratch_a_, &scratch_b_, &g_in_, &spare_qkv_, &spare_fc_, &grad_})
       bytes += m->memory_bytes();
-    return bytes + scratch_.memory_bytes();
+    return bytes + grad16_.memory_bytes() + scratch_.memory_bytes();
   }
   std::int64_t scratch_bytes() const {
     std::int64_t bytes = scratch_.memory_bytes();
@@ -492,7 +495,7 @@ private:
   void shape_buffers(std::int64_t n) {
     const std::int64_t d = config_.d_model, f = config_.d_ff, v = config_.vocab;
     const std::int64_t stride = Sequential<T, Index>::activation_stride(n);
-    bool shared_grads = false;
+    bool shared_grads = false, shared16 = false;
     for (Block& b : blocks_) {
       for (Matrix<T>* m : {&b.x_mid, &b.x_out}) reshape(*m, d, n);
       // GPTOptions::bf16_activations: with a bf16 attention core, and a bf16 fc_proj input; a
@@ -501,7 +504,9 @@ private:
           bf16_activations_ && b.attn.precision() == Precision::bf16 && (!Block::is_sparse(b.qkv) || bf16_input(b.qkv));
       b.gelu_bf16 = bf16_activations_ && bf16_input(b.fc_proj) && (!Block::is_sparse(b.fc) || bf16_input(b.fc));
       b.grad_bf16 = b.gelu_bf16 && (!Block::is_sparse(b.proj) || bf16_input(b.proj));
-      shared_grads = shared_grads || b.grad_bf16;
+      b.keep_grads = keep_output_grads_;
+      shared_grads = shared_grads || b.grad_bf16 || !b.keep_grads;
+      shared16 = shared16 || (b.grad_bf16 && !b.keep_grads);
       Block::reshape_one_of(b.qkv_out, b.qkv16, b.qkv_bf16, 3 * d, n, stride);
       Block::reshape_one_of(b.fc_out, b.fc16, b.gelu_bf16, f, n, stride);
       b.shape_residual_grads(d, n, stride);
@@ -516,6 +521,10 @@ private:
     reshape(spare_qkv_, 3 * d, n);
     reshape(spare_fc_, f, n);
     shared_grads ? reshape(grad_, d, n) : void(grad_ = Matrix<T>());
+    if (!shared16)
+      grad16_ = Matrix<bfloat16>();
+    else if (grad16_.rows() != d || grad16_.cols() != n)
+      grad16_.resize(d, n);
   }
 
   // fn(param) over every parameter of `self` (GPT or const GPT) in the documented order.
@@ -576,6 +585,7 @@ private:
   // where that layer is sparse (see backward)
   Matrix<T> spare_qkv_, spare_fc_;
   Matrix<T> grad_;  // the residual gradient of the blocks with grad_bf16 (GPTBlock::g_out_in)
+  Matrix<bfloat16> grad16_;  // proj's and fc_proj's bf16 dY where the blocks keep none (GPTBlock::g16)
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;
   bool forwarded_ = false;
@@ -584,6 +594,7 @@ private:
   ModelScratch<T> scratch_;        // the sparse projections' packing buffer (see the top)
   bool bf16_inputs_ = true;        // GPTOptions::bf16_inputs
   bool bf16_activations_ = true;   // GPTOptions::bf16_activations
+  bool keep_output_grads_ = true;  // GPTOptions::keep_output_grads
 };
 
 }  // namespace sprig

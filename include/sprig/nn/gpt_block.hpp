@@ -45,8 +45,9 @@ struct GPTBlock {
   // with GPTOptions::bf16_activations, qkv_out's and fc_out's roles in bf16 (the float ones
   // then empty): Q, K, V, then a sparse qkv's dY; gelu', then a sparse fc's dY
   Matrix<bfloat16> qkv16, fc16;
-  // whether qkv16, fc16 and the bf16 residual gradients are in use (GPT::shape_buffers)
-  bool qkv_bf16 = false, gelu_bf16 = false, grad_bf16 = false;
+  // whether qkv16, fc16 and the bf16 residual gradients are in use, and whether the block
+  // keeps proj's and fc_proj's dY after backward (GPT::shape_buffers)
+  bool qkv_bf16 = false, gelu_bf16 = false, grad_bf16 = false, keep_grads = true;
 
   // fn(Q, K, V's rows: qkv_out, or qkv16 in bf16).
   template <class Fn>
@@ -59,23 +60,30 @@ struct GPTBlock {
   const Matrix<bfloat16>* dy16(GPTProjection which) const noexcept {
     if (which == GPTProjection::qkv && qkv_bf16) return &qkv16;
     if (which == GPTProjection::fc && gelu_bf16) return &fc16;
-    if (which == GPTProjection::proj && grad_bf16) return &g_mid16;
-    if (which == GPTProjection::fc_proj && grad_bf16) return &g_out16;
+    if (which == GPTProjection::proj && grad_bf16 && keep_grads) return &g_mid16;
+    if (which == GPTProjection::fc_proj && grad_bf16 && keep_grads) return &g_out16;
     return nullptr;
   }
+  // Where a sparse proj's or fc_proj's bf16 dY is rounded to: the block's own (kept for DST),
+  // or without keep_grads the model's `shared` one.
+  Matrix<bfloat16>& g16(GPTProjection which, Matrix<bfloat16>& shared) noexcept {
+    if (!keep_grads) return shared;
+    return which == GPTProjection::proj ? g_mid16 : g_out16;
+  }
   // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): the
-  // block's own, or with grad_bf16 the model's `shared` one, updated in place (residual_add
-  // allows it; each value is dead when the next overwrites it).
-  MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_out).view(); }
-  MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 ? shared : g_mid).view(); }
+  // block's own, or with grad_bf16 or without keep_grads the model's `shared` one, updated in
+  // place (residual_add allows it; each value is dead when the next overwrites it).
+  MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_out).view(); }
+  MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_mid).view(); }
   // g_mid and g_out in float, or with grad_bf16 none, and a bf16 one per sparse proj, fc_proj
-  // (a dense one keeps no dY: nothing is allocated for it, step after step).
+  // (a dense one keeps no dY: nothing is allocated for it, step after step); none without
+  // keep_grads.
   void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
     const std::pair<Matrix<T>*, Matrix<bfloat16>*> grads[] = {{&g_mid, &g_mid16}, {&g_out, &g_out16}};
     const bool sparse[] = {is_sparse(proj), is_sparse(fc_proj)};
     for (int k = 0; k < 2; ++k) {
       const auto [wide, narrow] = grads[k];
-      if (grad_bf16 && !sparse[k]) {
+      if (!keep_grads || (grad_bf16 && !sparse[k])) {
         *wide = Matrix<T>();
         *narrow = Matrix<bfloat16>();
       } else {
@@ -189,12 +197,13 @@ struct GPTBlock {
   }
   // With gelu_bf16, fc_proj's and fc's backward from the residual gradient g_out, fc's dX into
   // dX: gelu' (fc16) is read once, and a sparse fc's dY, rounded, replaces it (made in
-  // fc_proj's store where its layer can: backward_through_gelu); spare: a float [d_ff x N].
-  void backward_ffn_bf16(ConstMatrixView<T> g_out, Matrix<T>& spare, MatrixView<T> dX) {
+  // fc_proj's store where its layer can: backward_through_gelu); g16: fc_proj's bf16 dY
+  // (g16(fc_proj, ...)); spare: a float [d_ff x N].
+  void backward_ffn_bf16(ConstMatrixView<T> g_out, Matrix<bfloat16>& g16, Matrix<T>& spare, MatrixView<T> dX) {
     if constexpr (std::is_same_v<T, float>) {
       const bool sparse_fc = is_sparse(fc);
-      if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g_out16, fc16)) {
-        backward_from(fc_proj, gelu_out, g_out, grad_bf16, g_out16, spare.view());
+      if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g16, fc16)) {
+        backward_from(fc_proj, gelu_out, g_out, grad_bf16, g16, spare.view());
         if (sparse_fc)
           GELU<T>::backward(fc16.view(), spare.view(), fc16.view());
         else

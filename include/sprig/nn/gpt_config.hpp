@@ -53,6 +53,12 @@ struct GPTOptions {
   // is then the float dX times the rounded derivative, and the sparse layers' bias gradients
   // sum their rounded dY (the last bits differ). false keeps them in float.
   bool bf16_activations = true;
+  // Keep the sparse proj's and fc_proj's dY after backward, for DST rules that read gradients
+  // (SparsityAlgorithm::needs_gradients: RigL, SNFS, GraNet's regrow): 2 d_model values per
+  // token and block. false: every block's residual gradients flow through one shared buffer,
+  // and sparse_layers() shows proj's and fc_proj's output gradient empty (such a rule then
+  // throws ArgumentError); the results are the same bits.
+  bool keep_output_grads = true;
 };
 
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
