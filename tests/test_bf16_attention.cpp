@@ -5,6 +5,7 @@
 #include "sprig/kernels/bf16_attention.hpp"
 #include "sprig/nn/attention.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -290,4 +291,59 @@ TEST_CASE("CausalSelfAttention's precision switch rejects what it cannot run", "
   attn.set_precision(Precision::bf16, Bf16AttentionPath::portable);
   CHECK_THROWS_AS(attn.backward(Q.view(), Q.view(), Q.view(), g.view(), d1.view(), d2.view(), d3.view()),
                   ArgumentError);
+}
+
+TEST_CASE("CausalSelfAttention's bf16 dQ, dK, dV: the float ones rounded, also over Q, K, V", "[bf16][attention]") {
+  // (d_model, heads, B, T) as above; Q, K, V are row blocks of one bf16 [3 d_model x N], as a
+  // fused qkv projection gives
+  const std::int64_t shapes[][4] = {{8, 2, 2, 1}, {6, 2, 1, 7}, {20, 4, 2, 33}, {64, 4, 3, 77}};
+  const auto rounded = [](const Matrix<float>& m) {
+    Matrix<bfloat16> out(m.rows(), m.cols());
+    for (std::int64_t i = 0; i < m.rows(); ++i)
+      for (std::int64_t j = 0; j < m.cols(); ++j) out(i, j) = bfloat16(m(i, j));
+    return out;
+  };
+  const auto same = [](const Matrix<bfloat16>& a, const Matrix<bfloat16>& b) {
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < a.rows(); ++i)
+      bad += std::memcmp(a.row(i), b.row(i), sizeof(bfloat16) * static_cast<std::size_t>(a.cols())) != 0;
+    return bad == 0;
+  };
+  for (const Bf16AttentionPath path : paths())
+    for (const auto& s : shapes) {
+      const std::int64_t dm = s[0], heads = s[1], B = s[2], Tn = s[3], n = B * Tn;
+      CAPTURE(path_name(path), dm, heads, B, Tn);
+      const Matrix<bfloat16> qkv = rounded(random_matrix<float>(3 * dm, n, 31 + Tn, -2, 2));
+      const auto dOut = random_matrix<float>(dm, n, 32 + Tn);
+      const auto q = qkv.view().block(0, 0, dm, n), k = qkv.view().block(dm, 0, dm, n),
+                 v = qkv.view().block(2 * dm, 0, dm, n);
+      CausalSelfAttention<float> attn(dm, heads);
+      attn.set_precision(Precision::bf16, path);
+      Matrix<float> out(dm, n), wide(3 * dm, n);
+      attn.forward(q, k, v, B, Tn, out.view());
+      const auto blocks = [&](auto m) {
+        return std::array{m.block(0, 0, dm, n), m.block(dm, 0, dm, n), m.block(2 * dm, 0, dm, n)};
+      };
+      const auto w = blocks(wide.view());
+      attn.backward(q, k, v, dOut.view(), w[0], w[1], w[2]);
+      const Matrix<bfloat16> want = rounded(wide);
+      Matrix<bfloat16> apart(3 * dm, n), over = qkv;
+      const auto a = blocks(apart.view());
+      attn.backward(q, k, v, dOut.view(), a[0], a[1], a[2]);
+      CHECK(same(apart, want));
+      sprig_test::with_threads(2, [&] {  // in place, pairs on two threads
+        const auto o = blocks(over.view());
+        attn.backward(o[0], o[1], o[2], dOut.view(), o[0], o[1], o[2]);
+      });
+      CHECK(same(over, want));
+      // only exactly in place: dQ over K, or over Q shifted by a column, is refused
+      if (n > 1) {
+        const auto o = blocks(over.view());
+        CHECK_THROWS_AS(attn.backward(o[0], o[1], o[2], dOut.view(), o[1], a[1], a[2]), ArgumentError);
+        CHECK_THROWS_AS(attn.backward(o[0], o[1], o[2], dOut.view(), a[0], o[0], a[2]), ArgumentError);
+        Matrix<bfloat16> shifted(dm, n + 1);
+        const auto s0 = shifted.view().block(0, 0, dm, n), s1 = shifted.view().block(0, 1, dm, n);
+        CHECK_THROWS_AS(attn.backward(s0, k, v, dOut.view(), s1, a[1], a[2]), ArgumentError);
+      }
+    }
 }

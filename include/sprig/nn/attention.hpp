@@ -50,7 +50,8 @@
 //
 // Preconditions: Q, K, V are the forward's inputs when backward runs (only their shapes are
 // checked); outputs share no memory with the inputs or each other (checked, ArgumentError;
-// disjoint row blocks of one matrix, as a fused QKV projection gives, are fine).
+// disjoint row blocks of one matrix, as a fused QKV projection gives, are fine), except that
+// backward's bf16-output form may write dQ, dK, dV over Q, K, V themselves.
 // Complexity: forward d_model*B*E multiply-adds twice plus heads*B*E exps, E = T(T+w)/2 about
 // (the triangle's entries, w the SIMD width: the causal half plus the diagonal's registers);
 // backward four such products. Steady state allocates nothing (the cache and the per-thread
@@ -164,6 +165,16 @@ public:
     require_bf16("CausalSelfAttention::backward");
     backward_of(Q, K, V, dOut, dQ, dK, dV);
   }
+  // The same into bf16 dQ, dK, dV: the float form's results rounded once (bitwise). dQ may be
+  // Q itself, dK K and dV V (in place: each pair reads its blocks of Q, K, V before it writes
+  // them, from a float tile in its scratch); otherwise as the float form, and an output that
+  // overlaps its own input partly is an ArgumentError too.
+  void backward(ConstMatrixView<bfloat16> Q, ConstMatrixView<bfloat16> K, ConstMatrixView<bfloat16> V,
+                std::type_identity_t<ConstMatrixView<T>> dOut, MatrixView<bfloat16> dQ, MatrixView<bfloat16> dK,
+                MatrixView<bfloat16> dV) requires std::is_same_v<T, float> {
+    require_bf16("CausalSelfAttention::backward");
+    backward_of(Q, K, V, dOut, dQ, dK, dV);
+  }
 
   // Bytes of the probability cache and the scratch (allocation capacity).
   std::int64_t memory_bytes() const noexcept {
@@ -202,10 +213,19 @@ private:
     cached_t_ = T_len;
   }
 
-  // backward for float or bf16 Q, K, V (as forward_of).
-  template <class QT>
+  // Where one pair writes its dQ_h, dK_h, dV_h: row d of each at ptr + d * stride.
+  struct PairOutputs {
+    T* q;
+    T* k;
+    T* v;
+    std::int64_t q_stride, k_stride, v_stride;
+  };
+
+  // backward for float or bf16 Q, K, V (as forward_of), into float or bf16 (OT) outputs; bf16
+  // ones through a float tile per thread, rounded once the pair is done.
+  template <class QT, class OT>
   void backward_of(ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V, ConstMatrixView<T> dOut,
-                   MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV) {
+                   MatrixView<OT> dQ, MatrixView<OT> dK, MatrixView<OT> dV) {
     constexpr const char* fn = "CausalSelfAttention::backward";
     if (cached_b_ == 0) throw ArgumentError(detail::message(fn, ": called before any forward"));
     const std::int64_t B = cached_b_, T_len = cached_t_;
@@ -218,18 +238,42 @@ private:
     check_shape(fn, "dV", dV, B, T_len);
     const ConstMatrixView<QT> inputs[] = {Q, K, V};
     const char* input_names[] = {"Q", "K", "V"};
-    const MatrixView<T> outputs[] = {dQ, dK, dV};
+    const MatrixView<OT> outputs[] = {dQ, dK, dV};
     const char* output_names[] = {"dQ", "dK", "dV"};
     for (int o = 0; o < 3; ++o) {
-      for (int i = 0; i < 3; ++i) detail::check_no_overlap(fn, output_names[o], outputs[o], input_names[i], inputs[i]);
+      for (int i = 0; i < 3; ++i) {
+        constexpr bool narrow = !std::is_same_v<OT, T>;  // in place over its own input allowed
+        if (narrow && o == i && static_cast<const void*>(outputs[o].data()) == inputs[i].data() &&
+            outputs[o].stride() == inputs[i].stride())
+          continue;
+        detail::check_no_overlap(fn, output_names[o], outputs[o], input_names[i], inputs[i]);
+      }
       detail::check_no_overlap(fn, output_names[o], outputs[o], "dOut", dOut);
       for (int p = o + 1; p < 3; ++p)
         detail::check_no_overlap(fn, output_names[o], outputs[o], output_names[p], outputs[p]);
     }
-    if (fast_bf16())
-      run_pairs([&](std::int64_t pair, T* scratch) { backward_pair_dp(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
-    else
-      run_pairs([&](std::int64_t pair, T* scratch) { backward_pair(pair, Q, K, V, dOut, dQ, dK, dV, scratch); });
+    run_pairs([&](std::int64_t pair, T* scratch) {
+      const std::int64_t r0 = (pair % heads_) * d_head_, c0 = pair / heads_ * t_;
+      PairOutputs out{};
+      if constexpr (std::is_same_v<OT, T>) {
+        out = {dQ.row(r0) + c0, dK.row(r0) + c0, dV.row(r0) + c0, dQ.stride(), dK.stride(), dV.stride()};
+      } else {
+        T* tile = scratch + out_tile_at_;
+        const std::int64_t n = d_head_ * head_stride_;
+        out = {tile, tile + n, tile + 2 * n, head_stride_, head_stride_, head_stride_};
+      }
+      if (fast_bf16())
+        backward_pair_dp(pair, Q, K, V, dOut, out, scratch);
+      else
+        backward_pair(pair, Q, K, V, dOut, out, scratch);
+      if constexpr (!std::is_same_v<OT, T>) {
+        const T* rows[] = {out.q, out.k, out.v};
+        for (int o = 0; o < 3; ++o)
+          for (std::int64_t d = 0; d < d_head_; ++d)
+            to_bfloat16(std::span<const float>(rows[o] + d * head_stride_, static_cast<std::size_t>(t_)),
+                        std::span<bfloat16>(outputs[o].row(r0 + d) + c0, static_cast<std::size_t>(t_)));
+      }
+    });
   }
 
   template <class View>
@@ -282,11 +326,12 @@ private:
     if (head_stride_ * static_cast<std::int64_t>(sizeof(T)) % 512 == 0) head_stride_ += line;
     const std::int64_t tri = (triangle(T_len) + line - 1) / line * line;
     const std::int64_t vec = (T_len + line - 1) / line * line;
-    scratch_stride_ = 4 * d_head_ * head_stride_ + (bf16() ? 2 : 1) * tri + 2 * vec;
     triangle_at_ = 4 * d_head_ * head_stride_;
     vector_at_ = triangle_at_ + tri;
     sums_at_ = vector_at_ + vec;
     probs_at_ = sums_at_ + vec;
+    out_tile_at_ = probs_at_ + (bf16() ? tri : 0);  // bf16: the float tile of a pair's dQ, dK, dV
+    scratch_stride_ = out_tile_at_ + (bf16() ? 3 * d_head_ * head_stride_ : 0);
   }
 
   // The AVX512-BF16 path's scratch (kernels/bf16_attention.hpp's layouts): per thread, float:
@@ -314,7 +359,8 @@ private:
     triangle_at_ = 0;
     vector_at_ = tri_lines;  // float lines are 16 entries: tri_lines (a multiple of 32) keeps them whole
     sums_at_ = vector_at_ + vec;
-    scratch_stride_ = sums_at_ + vec;
+    out_tile_at_ = sums_at_ + vec;  // a pair's dQ, dK, dV in float (rows of head_stride_ floats)
+    scratch_stride_ = out_tile_at_ + 3 * d_head_ * head_stride_;
   }
 
   // dst[d * head_stride_ + j] = X(r0 + d, c0 + j) for d < d_head, j < t_, and 0 for j in
@@ -387,7 +433,7 @@ private:
 
   template <class QT>
   void backward_pair(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
-                     ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
+                     ConstMatrixView<T> dOut, const PairOutputs& out, T* scratch) {
     const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
                        c0 = b * t;
     const std::int64_t n = triangle(t);
@@ -407,15 +453,15 @@ private:
         detail::round_to_bfloat16(q_h, 4 * dh * hs);
       }
     // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
-    detail::attention_transposed_sum(P, g_h, hs, dh, dV.row(r0) + c0, dV.stride());
+    detail::attention_transposed_sum(P, g_h, hs, dh, out.v, out.v_stride);
     // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS
     detail::attention_scores(v_h, g_h, hs, dh, G);
     detail::attention_softmax_backward(P, G, scale_, scratch + vector_at_);
     if constexpr (std::is_same_v<T, float>)
       if (bf16()) detail::round_to_bfloat16(G.base, n);
     // dQ_h[d, q] = sum_{k <= q} K_h[d, k] (s dS)(k, q);  dK_h[d, k] = sum_{q >= k} (s dS)(k, q) Q_h[d, q]
-    detail::attention_weighted_sum(k_h, hs, G, dh, dQ.row(r0) + c0, dQ.stride());
-    detail::attention_transposed_sum(G, q_h, hs, dh, dK.row(r0) + c0, dK.stride());
+    detail::attention_weighted_sum(k_h, hs, G, dh, out.q, out.q_stride);
+    detail::attention_transposed_sum(G, q_h, hs, dh, out.k, out.k_stride);
   }
 
   // The AVX512-BF16 path (kernels/bf16_attention.hpp): copies narrowed into the layouts each
@@ -489,7 +535,7 @@ private:
 
   template <class QT>
   void backward_pair_dp(std::int64_t pair, ConstMatrixView<QT> Q, ConstMatrixView<QT> K, ConstMatrixView<QT> V,
-                        ConstMatrixView<T> dOut, MatrixView<T> dQ, MatrixView<T> dK, MatrixView<T> dV, T* scratch) {
+                        ConstMatrixView<T> dOut, const PairOutputs& out, T* scratch) {
 #if SPRIG_BF16_GEMM_X86
     if constexpr (std::is_same_v<T, float>) {
       const std::int64_t t = t_, dh = d_head_, hs = head_stride_, b = pair / heads_, r0 = (pair % heads_) * dh,
@@ -509,7 +555,7 @@ private:
       copy_natural(dOut, r0, c0, g_n);
       // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
       detail::to_query_pairs_avx512(P, query_pairs);
-      detail::bf16_attention_query_pair_sum_avx512(g_n, hs, query_pairs, dh, dV.row(r0) + c0, dV.stride());
+      detail::bf16_attention_query_pair_sum_avx512(g_n, hs, query_pairs, dh, out.v, out.v_stride);
       // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS, in bf16 rows and key pairs
       copy_pairs(V, r0, c0, v_p);
       copy_pairs(dOut, r0, c0, g_p);
@@ -519,12 +565,12 @@ private:
       detail::to_bfloat16_key_pairs_avx512(G, dS_pairs);
       copy_natural(K, r0, c0, k_n);
       copy_natural(Q, r0, c0, q_n);
-      detail::bf16_attention_pair_sum_avx512(k_n, hs, dS_pairs, dh, dQ.row(r0) + c0, dQ.stride());
+      detail::bf16_attention_pair_sum_avx512(k_n, hs, dS_pairs, dh, out.q, out.q_stride);
       detail::to_query_pairs_avx512(dS_rows, query_pairs);
-      detail::bf16_attention_query_pair_sum_avx512(q_n, hs, query_pairs, dh, dK.row(r0) + c0, dK.stride());
+      detail::bf16_attention_query_pair_sum_avx512(q_n, hs, query_pairs, dh, out.k, out.k_stride);
     }
 #else
-    (void)pair, (void)Q, (void)K, (void)V, (void)dOut, (void)dQ, (void)dK, (void)dV, (void)scratch;
+    (void)pair, (void)Q, (void)K, (void)V, (void)dOut, (void)out, (void)scratch;
 #endif
   }
 
@@ -538,7 +584,7 @@ private:
   AlignedVector<bfloat16> probs16_, scratch16_;  // bf16: P (rows) and the per-thread bf16 scratch
   std::int64_t t_ = 0, pairs_ = 0, scratch_stride_ = 0;
   // the head copies' row stride, and where a thread's scratch holds the triangle and the vectors
-  std::int64_t head_stride_ = 0, triangle_at_ = 0, vector_at_ = 0, sums_at_ = 0;
+  std::int64_t head_stride_ = 0, triangle_at_ = 0, vector_at_ = 0, sums_at_ = 0, out_tile_at_ = 0;
   std::int64_t cached_b_ = 0, cached_t_ = 0;  // the shape of the last forward (0: none yet)
   AlignedVector<T> probs_, scratch_;
 };

@@ -93,7 +93,8 @@
 // bf16_activations) and 2 d_model x N gradient values (bf16 ones for DST, or none, with
 // bf16_activations; none without GPTOptions::keep_output_grads),
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
-// are sparse. Threads: every layer gives the same bits for any OpenMP thread count (Linear on
+// are sparse (3 d_model fewer where every qkv is sparse and keeps Q, K, V in bf16: the
+// attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads: every layer gives the same bits for any OpenMP thread count (Linear on
 // a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
 // thread at a time.
 //
@@ -250,6 +251,7 @@ public:
       // (fc's float output, and Q, K, V where qkv writes no bf16, go through the dead spares first)
       const bool q16 = b.qkv_bf16;
       if (!q16 || !Block::run_forward_narrow(b.qkv, b.ln1_out, b.qkv16.view())) {
+        if (q16) reshape(spare_qkv_, 3 * d, x.cols());  // (shaped where used: an all-sparse bf16 model needs none)
         Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
         if constexpr (std::is_same_v<T, float>)
           if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
@@ -321,16 +323,8 @@ public:
       residual_add<T>(g_out, scratch_b_.view(), g_mid);
       Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g16(GPTProjection::proj, grad16_),
                            scratch_a_.view());
-      const MatrixView<T> d_qkv = spare_qkv_.view();
-      b.with_qkv([&](auto qkv) {
-        const std::int64_t n = qkv.cols();
-        b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
-                        d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
-      });
-      // Q, K, V are dead now: a sparse qkv's dY takes their buffer (swapped, or rounded into qkv16)
-      if (!b.qkv_bf16 && Block::is_sparse(b.qkv)) std::swap(b.qkv_out, spare_qkv_);
-      Block::backward_from(b.qkv, b.ln1_out, dy_buffer(b, GPTProjection::qkv).view(), b.qkv_bf16, b.qkv16,
-                           scratch_a_.view());
+      if (!b.dqkv_over_qkv()) reshape(spare_qkv_, 3 * d, scratch_a_.cols());
+      b.backward_attention(spare_qkv_, scratch_a_.view());
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(g_mid, scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out_in(grad_) : g_in_.view());
     }
@@ -518,7 +512,6 @@ private:
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
     reshape(dlogits_, v, n);
-    reshape(spare_qkv_, 3 * d, n);
     reshape(spare_fc_, f, n);
     shared_grads ? reshape(grad_, d, n) : void(grad_ = Matrix<T>());
     if (!shared16)

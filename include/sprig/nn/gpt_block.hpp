@@ -215,6 +215,29 @@ struct GPTBlock {
         run_backward(fc, ln2_out, spare.view(), dX);
     }
   }
+  // Whether the attention core's backward writes a sparse qkv's dY over Q, K, V (in bf16).
+  bool dqkv_over_qkv() const noexcept { return qkv_bf16 && is_sparse(qkv); }
+  // The attention core's and qkv's backward; g: the attention output's gradient, then qkv's dX.
+  // Q, K, V die in the core's backward: a sparse qkv's dY takes their buffer (written over them
+  // with dqkv_over_qkv(), else swapped in after, the old buffer then the next spare); a dense
+  // qkv's goes to spare, a float [3 d_model x N] (unused with dqkv_over_qkv()).
+  void backward_attention(Matrix<T>& spare, MatrixView<T> g) {
+    const std::int64_t d = g.rows();
+    const bool over = dqkv_over_qkv();
+    with_qkv([&](auto qkv) {
+      const std::int64_t n = qkv.cols();
+      const auto core = [&](auto dqkv) {
+        attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), g,
+                      dqkv.block(0, 0, d, n), dqkv.block(d, 0, d, n), dqkv.block(2 * d, 0, d, n));
+      };
+      if constexpr (std::is_same_v<typename decltype(qkv)::value_type, bfloat16>)
+        if (over) return core(qkv16.view());
+      core(spare.view());
+    });
+    if (over) return run_backward(qkv, ln1_out, ConstMatrixView<bfloat16>(qkv16.view()), g);
+    if (!qkv_bf16 && is_sparse(qkv)) std::swap(qkv_out, spare);
+    backward_from(qkv, ln1_out, (is_sparse(qkv) && !qkv_bf16 ? qkv_out : spare).view(), qkv_bf16, qkv16, g);
+  }
   // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {
     X.visit([&](auto x) {
