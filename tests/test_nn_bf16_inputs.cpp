@@ -659,3 +659,21 @@ TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_p
     });
   }
 }
+
+TEST_CASE("GPT in bf16, 8x8: fc's output in column chunks gives the same logits", "[nn][gpt][bf16][bf16_activations]") {
+  // 320 tokens: with bf16 activations fc's float output goes through a 256-column spare twice
+  // (256 + 64 columns); without, whole into fc_out. The forwards' logits are the same bits.
+  using Model = GPT<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 8, 8>>;
+  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 0.6, .fc = 0.3, .fc_proj = 0.4});
+  const auto make = [&](bool act) {
+    return Model(kConfig, dens, {.seed = 4, .precision = Precision::bf16, .bf16_activations = act});
+  };
+  Model chunked = make(true), whole = make(false);
+  std::vector<std::int32_t> tokens(40 * 8);
+  for (std::size_t n = 0; n < tokens.size(); ++n) tokens[n] = static_cast<std::int32_t>((7 * n + 3) % 11);
+  const auto a = chunked.forward(tokens, 40, 8), b = whole.forward(tokens, 40, 8);
+  REQUIRE(a.cols() == 320);
+  for (std::int64_t i = 0; i < a.rows(); ++i) CHECK(bits(a.row(i), a.cols()) == bits(b.row(i), b.cols()));
+  // the spare holds 256 columns, not 320 (whole keeps its float fc_out and a full spare)
+  CHECK(whole.memory_bytes() - chunked.memory_bytes() >= kConfig.d_ff * 64 * 4);
+}

@@ -109,6 +109,7 @@
 
 #include <type_traits>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -268,9 +269,7 @@ public:
       add_into<T>(x, b.x_mid.view());
       b.ln2_out.write([&](MatrixView<T> y) { b.ln2.forward(b.x_mid.view(), y); }, scratch_a_.view());
       if (b.gelu_bf16) {
-        Block::run_forward(b.fc, b.ln2_out, spare_fc_.view());
-        if constexpr (std::is_same_v<T, float>)  // fc16 := gelu'(fc's output)
-          gelu_.forward_keep_derivative(spare_fc_.view(), b.gelu_out.narrow_buffer(), b.fc16.view());
+        b.forward_ffn_in_chunks(gelu_, spare_fc_.view());  // fc16 := gelu'(fc's output)
       } else {
         Block::run_forward(b.fc, b.ln2_out, b.fc_out.view());
         // fc_out := gelu'(fc's output)
@@ -512,7 +511,10 @@ private:
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
     reshape(dlogits_, v, n);
-    reshape(spare_fc_, f, n);
+    // fc's float output goes through it in chunks where backward needs no float [d_ff x N]
+    const bool full_fc =
+        std::any_of(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.ffn_needs_full_spare(); });
+    reshape(spare_fc_, f, full_fc ? n : std::min<std::int64_t>(n, 256));
     shared_grads ? reshape(grad_, d, n) : void(grad_ = Matrix<T>());
     if (!shared16)
       grad16_ = Matrix<bfloat16>();

@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <variant>
@@ -194,6 +195,36 @@ struct GPTBlock {
             p);
       });
     return done;
+  }
+  // With gelu_bf16, fc's forward and the GELU: fc's float output through `spare` (a float
+  // [d_ff x w], any w >= 1) in chunks of w columns (a product's columns are independent, so
+  // the same bits as in one), the GELU output rounded into gelu_out and gelu' into fc16.
+  void forward_ffn_in_chunks(const GELU<T>& gelu, MatrixView<T> spare) {
+    if constexpr (std::is_same_v<T, float>) {
+      const std::int64_t f = fc16.rows(), n = fc16.cols(), w = spare.cols();
+      for (std::int64_t c = 0; c < n; c += w) {
+        const std::int64_t cols = std::min(w, n - c);
+        const MatrixView<T> z = spare.block(0, 0, f, cols);
+        ln2_out.visit(
+            [&](auto x) { std::visit([&](auto& layer) { layer.forward(x.block(0, c, x.rows(), cols), z); }, fc); });
+        gelu.forward_keep_derivative(z, gelu_out.narrow_buffer().block(0, c, f, cols),
+                                     fc16.view().block(0, c, f, cols));
+      }
+    }
+  }
+  // Whether backward_ffn_bf16 needs a float [d_ff x N] spare: unless fc_proj's layer applies
+  // gelu' in its store (backward_through_gelu).
+  bool ffn_needs_full_spare() const noexcept {
+    bool fused = false;
+    std::visit(
+        [&](const auto& layer) {
+          fused =
+              requires(std::remove_cvref_t<decltype(layer)> & l, ConstMatrixView<bfloat16> c, MatrixView<bfloat16> m) {
+            l.backward(c, c, m, c);
+          };
+        },
+        fc_proj);
+    return !(gelu_bf16 && grad_bf16 && is_sparse(fc) && fused);
   }
   // With gelu_bf16, fc_proj's and fc's backward from the residual gradient g_out, fc's dX into
   // dX: gelu' (fc16) is read once, and a sparse fc's dY, rounded, replaces it (made in
