@@ -64,8 +64,9 @@
 // What lives from forward to backward: per block the 8 activations and the attention core's
 // probability cache (nn/attention.hpp), the embeddings' output, LN_f's output and the logits;
 // each sparse projection's own caches (its W^T). Within backward only: the 2 residual
-// gradients per block (one shared buffer without GPTOptions::keep_output_grads), the two spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N]
-// scratch gradients and the shared packing buffer.
+// gradients per block (one shared buffer without GPTOptions::keep_output_grads), the two
+// spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N] scratch gradients and the shared
+// packing buffer.
 //
 // Scratch: the model owns one ModelScratch (nn/model_scratch.hpp), handed to every sparse
 // projection when it is built: one packing buffer (and one bf16 rounding buffer) for the
@@ -94,9 +95,9 @@
 // bf16_activations; none without GPTOptions::keep_output_grads),
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse (3 d_model fewer where every qkv is sparse and keeps Q, K, V in bf16: the
-// attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads: every layer gives the same bits for any OpenMP thread count (Linear on
-// a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model does. One model serves one
-// thread at a time.
+// attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads:
+// every layer gives the same bits for any OpenMP thread count (Linear on a threaded CBLAS
+// excepted: kernels/dense_gemm.hpp), so the model does. One model serves one thread at a time.
 //
 // Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible
 // by heads, densities.size() not 0 or layers, a density outside (0, 1], a padding_ratio or
@@ -252,7 +253,6 @@ public:
       // (fc's float output, and Q, K, V where qkv writes no bf16, go through the dead spares first)
       const bool q16 = b.qkv_bf16;
       if (!q16 || !Block::run_forward_narrow(b.qkv, b.ln1_out, b.qkv16.view())) {
-        if (q16) reshape(spare_qkv_, 3 * d, x.cols());  // (shaped where used: an all-sparse bf16 model needs none)
         Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
         if constexpr (std::is_same_v<T, float>)
           if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
@@ -304,7 +304,6 @@ public:
           "GPT::backward: backward already ran after the last forward (it keeps the sparse layers' output "
           "gradients in activations it has consumed); call forward again first");
     backward_started_ = true;
-    const std::int64_t d = config_.d_model;
     head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view());
     ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out_in(grad_));
     for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -322,7 +321,6 @@ public:
       residual_add<T>(g_out, scratch_b_.view(), g_mid);
       Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g16(GPTProjection::proj, grad16_),
                            scratch_a_.view());
-      if (!b.dqkv_over_qkv()) reshape(spare_qkv_, 3 * d, scratch_a_.cols());
       b.backward_attention(spare_qkv_, scratch_a_.view());
       b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(g_mid, scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out_in(grad_) : g_in_.view());
@@ -456,7 +454,7 @@ private:
   // them, once it has passed that layer; qkv's before it is rounded into qkv16).
   Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
     switch (which) {
-      case GPTProjection::qkv: return Block::is_sparse(b.qkv) && !b.qkv_bf16 ? b.qkv_out : spare_qkv_;
+      case GPTProjection::qkv: return b.qkv_dy(spare_qkv_);
       case GPTProjection::proj: return b.g_mid;
       case GPTProjection::fc: return Block::is_sparse(b.fc) ? b.fc_out : spare_fc_;
       default: return b.g_out;
@@ -511,9 +509,12 @@ private:
     for (Matrix<T>* m : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*m, d, n);
     reshape(logits_, v, n);
     reshape(dlogits_, v, n);
-    // fc's float output goes through it in chunks where backward needs no float [d_ff x N]
-    const bool full_fc =
-        std::any_of(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.ffn_needs_full_spare(); });
+    // none where every qkv's dY goes over Q, K, V; fc's float output goes through spare_fc_ in
+    // chunks where backward needs no float [d_ff x N]
+    const auto any = [&](auto pred) { return std::any_of(blocks_.begin(), blocks_.end(), pred); };
+    any([](const Block& b) { return !b.dqkv_over_qkv(); }) ? reshape(spare_qkv_, 3 * d, n)
+                                                           : void(spare_qkv_ = Matrix<T>());
+    const bool full_fc = any([](const Block& b) { return b.ffn_needs_full_spare(); });
     reshape(spare_fc_, f, full_fc ? n : std::min<std::int64_t>(n, 256));
     shared_grads ? reshape(grad_, d, n) : void(grad_ = Matrix<T>());
     if (!shared16)

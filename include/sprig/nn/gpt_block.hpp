@@ -246,8 +246,24 @@ struct GPTBlock {
         run_backward(fc, ln2_out, spare.view(), dX);
     }
   }
-  // Whether the attention core's backward writes a sparse qkv's dY over Q, K, V (in bf16).
-  bool dqkv_over_qkv() const noexcept { return qkv_bf16 && is_sparse(qkv); }
+  // Whether the attention core's backward writes a sparse qkv's dY over Q, K, V (in bf16): its
+  // layer then also writes Q, K, V in bf16 and reads a bf16 dY, so no float spare serves qkv.
+  bool dqkv_over_qkv() const noexcept {
+    bool bf16_io = false;
+    std::visit(
+        [&](const auto& layer) {
+          bf16_io = requires(std::remove_cvref_t<decltype(layer)> & l, ConstMatrixView<bfloat16> c,
+                             MatrixView<bfloat16> y, MatrixView<T> dx) {
+            l.forward(c, y);
+            l.backward(c, c, dx);
+          };
+        },
+        qkv);
+    return qkv_bf16 && is_sparse(qkv) && bf16_io;
+  }
+  // Where a float qkv's dY is after backward_attention: a sparse qkv's in qkv_out (swapped
+  // in), a dense one's in `spare`.
+  Matrix<T>& qkv_dy(Matrix<T>& spare) noexcept { return is_sparse(qkv) && !qkv_bf16 ? qkv_out : spare; }
   // The attention core's and qkv's backward; g: the attention output's gradient, then qkv's dX.
   // Q, K, V die in the core's backward: a sparse qkv's dY takes their buffer (written over them
   // with dqkv_over_qkv(), else swapped in after, the old buffer then the next spare); a dense
@@ -267,7 +283,7 @@ struct GPTBlock {
     });
     if (over) return run_backward(qkv, ln1_out, ConstMatrixView<bfloat16>(qkv16.view()), g);
     if (!qkv_bf16 && is_sparse(qkv)) std::swap(qkv_out, spare);
-    backward_from(qkv, ln1_out, (is_sparse(qkv) && !qkv_bf16 ? qkv_out : spare).view(), qkv_bf16, qkv16, g);
+    backward_from(qkv, ln1_out, qkv_dy(spare).view(), qkv_bf16, qkv16, g);
   }
   // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {
