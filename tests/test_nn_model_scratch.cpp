@@ -1,9 +1,11 @@
 // ModelScratch (nn/model_scratch.hpp): one packing buffer shared by a model's sparse layers.
 // A model sharing it gives bitwise the outputs, gradients and training run (AdamW with DST) of
 // the same model with private workspaces (Sequential of sparse and block-sparse layers, GPT,
-// block GPT), and holds one buffer sized by the largest layer's request, not the sum.
+// block GPT), and holds one buffer sized by the largest layer's request, not the sum. The same
+// for the W^T cache a GPT shares among its projections (share_transposes).
 #include "sprig/nn/model_scratch.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <random>
@@ -252,11 +254,10 @@ TEST_CASE("Sequential's scratch is the largest layer's need, not the sum, and co
 
 namespace {
 
-// A few GPT training steps (AdamW and RigL) on a shared-scratch model and a private one, each
-// compared bitwise: logits, every gradient, then weights and topology after the step.
+// Five GPT training steps (AdamW and RigL) on two models, compared bitwise: logits, every
+// gradient, then weights and topology after each step.
 template <class G>
-void check_gpt_bitwise(G shared, G alone) {
-  make_private_gpt(alone);
+void train_side_by_side(G& shared, G& alone) {
   constexpr std::int64_t batch = 7, seq = 10;  // 70 columns: every projection packs
   const std::int64_t vocab = shared.vocab_size();
   std::vector<std::int32_t> tokens(batch * seq);
@@ -283,9 +284,46 @@ void check_gpt_bitwise(G shared, G alone) {
     dst::apply_step(rigl_alone, opt_alone, alone, t);
     REQUIRE(snapshot(shared) == snapshot(alone));
   }
+}
+
+// A shared-scratch model against a private one: the same bits, and the buffers counted once.
+template <class G>
+void check_gpt_bitwise(G shared, G alone) {
+  make_private_gpt(alone);
+  train_side_by_side(shared, alone);
   CHECK(shared.scratch_bytes() > 0);
   CHECK(shared.scratch_bytes() < alone.scratch_bytes());
   CHECK(alone.memory_bytes() - shared.memory_bytes() == alone.scratch_bytes() - shared.scratch_bytes());
+}
+
+// A model with one W^T cache (GPTOptions::share_transposes) against one whose projections
+// each keep their own: the same bits; the cache is rebuilt for every projection's backward
+// and counted once, so the model is lighter by the caches' sum less the shared one.
+template <class G>
+void check_gpt_transposes(G on, G off) {
+  train_side_by_side(on, off);
+  std::int64_t own = 0;
+  std::vector<const void*> on_caches, off_caches;
+  for (std::size_t l = 0; l < static_cast<std::size_t>(on.layers()); ++l)
+    for (std::size_t j = 0; j < 4; ++j) {
+      const auto p = static_cast<GPTProjection>(j);  // all sparse: the variant's second type
+      on_caches.push_back(&std::get<1>(on.projection(l, p)).transpose_cache());
+      auto& cache = std::get<1>(off.projection(l, p)).transpose_cache();
+      off_caches.push_back(&cache);
+      own += cache.memory_bytes();
+    }
+  REQUIRE(on_caches.size() == 8);
+  CHECK(std::count(on_caches.begin(), on_caches.end(), on_caches[0]) == 8);  // one cache
+  std::sort(off_caches.begin(), off_caches.end());
+  CHECK(std::unique(off_caches.begin(), off_caches.end()) == off_caches.end());  // eight
+  const auto& shared = std::get<1>(on.projection(0, GPTProjection::qkv)).transpose_cache();
+  CHECK(shared.rebuilds() == 5 * 8);  // five backwards, each of eight projections: a rebuild
+  CHECK(shared.memory_bytes() > 0);
+  CHECK(shared.memory_bytes() < own);
+  // less what empty caches still count (their objects): the eight layers' own, now unused, and
+  // the shared caches of the two other index types
+  const std::int64_t empty = TransposeCache<T, Index>{}.memory_bytes();
+  CHECK(off.memory_bytes() - on.memory_bytes() == own - shared.memory_bytes() - 10 * empty);
 }
 
 models::GPTSpec small_gpt_spec() {
@@ -306,4 +344,21 @@ TEST_CASE("GPT with shared scratch: bitwise the run of private workspaces", "[nn
 TEST_CASE("block GPT with shared scratch: bitwise the run of private workspaces", "[nn][model_scratch][gpt]") {
   const auto spec = small_gpt_spec();
   check_gpt_bitwise(models::build_block_gpt<T, Index, 4, 4>(spec), models::build_block_gpt<T, Index, 4, 4>(spec));
+}
+
+TEST_CASE("GPT with one W^T cache: bitwise the run of a cache per projection, lighter",
+          "[nn][model_scratch][gpt][share_transposes]") {
+  auto spec = small_gpt_spec();
+  for (const Precision p : {Precision::fp32, Precision::bf16}) {
+    CAPTURE(precision_name(p));
+    spec.precision = p;
+    auto on = spec;
+    on.share_transposes = true;
+    SECTION("unstructured") {
+      check_gpt_transposes(models::build_gpt<T, Index>(on), models::build_gpt<T, Index>(spec));
+    }
+    SECTION("4x4 blocks") {
+      check_gpt_transposes(models::build_block_gpt<T, Index, 4, 4>(on), models::build_block_gpt<T, Index, 4, 4>(spec));
+    }
+  }
 }

@@ -126,6 +126,33 @@ TEMPLATE_LIST_TEST_CASE("transpose holds exactly W's entries and maps its slots 
   }
 }
 
+// One Transposed rebuilt for matrices of growing and shrinking size (a model's shared cache):
+// transpose_into writes every slot, live and padding, so each result is the fresh transpose.
+TEMPLATE_LIST_TEST_CASE("transpose_into reused across matrices of other sizes gives the fresh transpose", "[transpose]",
+                        st::AllTypes) {
+  using T = typename TestType::T;
+  using Index = typename TestType::Index;
+  auto mats = sample_matrices<T, Index>();
+  const std::size_t n = mats.size();
+  for (std::size_t k = 0; k < n; ++k) mats.push_back(mats[n - 1 - k]);  // then back down
+  for (const bool with_values : {true, false}) {
+    Transposed<T, Index> reused;
+    for (const double ratio : {0.0, 0.5})
+      for (const auto& W : mats) {
+        CAPTURE(with_values, ratio, W.rows(), W.cols(), W.nnz());
+        transpose_into(W, reused, ratio, with_values);
+        Transposed<T, Index> fresh;
+        transpose_into(W, fresh, ratio, with_values);
+        reused.matrix.check_invariants();
+        CHECK(reused.source_slot == fresh.source_slot);
+        CHECK(std::ranges::equal(reused.matrix.col_indices(), fresh.matrix.col_indices()));
+        CHECK(std::ranges::equal(reused.matrix.row_starts(), fresh.matrix.row_starts()));
+        CHECK(std::ranges::equal(reused.matrix.values(), fresh.matrix.values(), st::same_bits<T>));
+        if (with_values) check_transposed(W, reused);
+      }
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("transpose is an involution", "[transpose]", st::AllTypes) {
   using T = typename TestType::T;
   using Index = typename TestType::Index;

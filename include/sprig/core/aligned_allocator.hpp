@@ -51,6 +51,13 @@ void refill(Vec& v, std::size_t n, const typename Vec::value_type& value) {
   if (v.capacity() < n) Vec().swap(v);
   v.assign(n, value);
 }
+// v.size() == n for a caller that writes every element: as refill, but only the elements past
+// v's old size are initialised.
+template <class Vec>
+void resize_for_overwrite(Vec& v, std::size_t n) {
+  if (v.capacity() < n) Vec().swap(v);
+  v.resize(n);
+}
 }  // namespace detail
 
 }  // namespace sprig

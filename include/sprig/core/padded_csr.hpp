@@ -433,7 +433,8 @@ private:
   // Tight padded layout for the given per-row counts; all slots padding. Arrays whose
   // capacity is too small are released before they are refilled (never old and new at once);
   // with_values = false leaves values_ empty: the structure-only state (drop_values()).
-  void layout_from_counts(const std::vector<std::int64_t>& counts, bool with_values = true) {
+  // fill = false: the slots' contents are left to the caller, who writes every one of them.
+  void layout_from_counts(const std::vector<std::int64_t>& counts, bool with_values = true, bool fill = true) {
     row_start_.resize(static_cast<std::size_t>(rows_));
     row_nnz_.assign(counts.begin(), counts.end());
     row_capacity_.resize(static_cast<std::size_t>(rows_));
@@ -445,11 +446,16 @@ private:
     }
     const auto n = static_cast<std::size_t>(total);
     structure_only_ = !with_values;
-    if (with_values)
+    if (!with_values)
+      AlignedVector<T>().swap(values_);
+    else if (fill)
       detail::refill(values_, n, T(0));
     else
-      AlignedVector<T>().swap(values_);
-    detail::refill(col_indices_, n, kPadding);
+      detail::resize_for_overwrite(values_, n);
+    if (fill)
+      detail::refill(col_indices_, n, kPadding);
+    else
+      detail::resize_for_overwrite(col_indices_, n);
     dead_slots_ = 0;
   }
 

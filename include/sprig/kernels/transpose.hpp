@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,10 +43,10 @@ struct PaddedCSRAccess {
   }
   template <class M>
   static void layout(M& m, const char* fn, std::int64_t rows, std::int64_t cols, double ratio,
-                     const std::vector<std::int64_t>& counts, bool with_values = true) {
+                     const std::vector<std::int64_t>& counts, bool with_values = true, bool fill = true) {
     ++m.topology_version_;  // the caller writes a new topology into m's arrays next
     m.init_shape(fn, rows, cols, ratio);
-    m.layout_from_counts(counts, with_values);
+    m.layout_from_counts(counts, with_values, fill);
     m.nnz_ = 0;
     for (std::int64_t c : counts) m.nnz_ += c;
   }
@@ -81,13 +82,14 @@ struct Transposed {
 
 // Lays `out` out as W^T (K x M; rows sorted by column of W, entries of each row in ascending
 // row of W), reusing its arrays where they are large enough (a topology update keeps nnz, so
-// a rebuild then allocates nothing) and releasing the others before they are refilled. With
-// with_values = false, out.matrix keeps no values (structure-only: kernels that gather W's
-// values through source_slot need none).
+// a rebuild then allocates nothing but O(K) counters) and releasing the others before they
+// are refilled. With with_values = false, out.matrix keeps no values (structure-only: kernels
+// that gather W's values through source_slot need none).
 // Throws ArgumentError if W has more than kMaxTransposeSlots slots or M rows of W cannot be
 // indexed as columns by Index, for a bad padding_ratio (as PaddedCSR's constructor), or for
 // with_values = true on a structure-only W (a block pattern: it has no values to carry).
-// O(nnz + M + K) time, O(K) scratch; one thread.
+// O(nnz + M + K) time, O(K) scratch; one thread (its scattered writes gain nothing from a
+// second).
 template <Value T, ColumnIndex Index>
 void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, double padding_ratio = 0.0,
                     bool with_values = true) {
@@ -102,18 +104,26 @@ void transpose_into(const PaddedCSR<T, Index>& W, Transposed<T, Index>& out, dou
   const auto cols = W.col_indices();
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) ++counts[cols[s]];
-  Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts, with_values);
-  detail::refill(out.source_slot, static_cast<std::size_t>(out.matrix.storage_size()), SourceSlot{-1});
-  auto& tvals = Access::values(out.matrix);
-  auto& tcols = Access::col_indices(out.matrix);
+  // every slot is written below (live or padding), so the arrays are not filled first
+  Access::layout(out.matrix, "sprig::transpose", K, M, padding_ratio, counts, with_values, false);
+  detail::resize_for_overwrite(out.source_slot, static_cast<std::size_t>(out.matrix.storage_size()));
+  T* tvals = with_values ? Access::values(out.matrix).data() : nullptr;
+  Index* tcols = Access::col_indices(out.matrix).data();
+  SourceSlot* source = out.source_slot.data();
+  const T* vals = with_values ? W.values().data() : nullptr;
   std::vector<std::int64_t> next(out.matrix.row_starts().begin(), out.matrix.row_starts().end());
-  const auto vals = W.values();
   for (std::int64_t i = 0; i < M; ++i)  // rows of W in order: each row of W^T comes out sorted
     for (std::int64_t s = W.row_start(i), e = s + W.row_nnz(i); s < e; ++s) {
       const std::int64_t t = next[cols[s]]++;
       tcols[t] = static_cast<Index>(i);
-      if (with_values) tvals[t] = vals[s];
-      out.source_slot[t] = static_cast<SourceSlot>(s);
+      if (tvals) tvals[t] = vals[s];
+      source[t] = static_cast<SourceSlot>(s);
+    }
+  for (std::int64_t c = 0; c < K; ++c)  // W^T's padding: the rest of each row
+    for (std::int64_t t = next[c], e = out.matrix.row_start(c) + out.matrix.row_capacity(c); t < e; ++t) {
+      tcols[t] = PaddedCSR<T, Index>::kPadding;
+      if (tvals) tvals[t] = T(0);
+      source[t] = -1;
     }
 }
 
@@ -210,5 +220,11 @@ private:
   std::int64_t rebuilds_ = 0;
   std::int64_t refreshes_ = 0;
 };
+
+// One cache shared by several weight matrices (a model's layers: nn/model_scratch.hpp). It
+// rebuilds whenever it is handed another matrix than the last, so W^T costs the memory of the
+// largest matrix's alone, for one rebuild per call instead of one per topology change.
+template <Value T, ColumnIndex Index>
+using SharedTranspose = std::shared_ptr<TransposeCache<T, Index>>;
 
 }  // namespace sprig

@@ -37,6 +37,7 @@ struct GPTSpec {
   double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the projections (GPTOptions::precision)
   bool keep_output_grads = true;          // false where no DST rule reads gradients (GPTOptions::keep_output_grads)
+  bool share_transposes = false;          // one W^T cache for the model (GPTOptions::share_transposes)
 };
 
 namespace detail {
@@ -123,7 +124,8 @@ Model build_gpt_with(const char* fn, const GPTSpec& spec, std::int64_t R, std::i
                 .padding_ratio = spec.padding_ratio,
                 .growth_reserve = spec.growth_reserve,
                 .precision = spec.precision,
-                .keep_output_grads = spec.keep_output_grads});
+                .keep_output_grads = spec.keep_output_grads,
+                .share_transposes = spec.share_transposes});
 }
 }  // namespace detail
 

@@ -212,7 +212,7 @@ public:
     detail::check_no_overlap("BlockSparseLinear::backward", "dX", dX, "X", X);
     const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
     bf16_block_sddmm(weight.matrix, dY, X, std::span<float>(weight.grad), workspace_);
-    bf16_block_spmm_transposed(weight.matrix, values, transpose_, dY, dX, x_derivative, transpose_workspace_);
+    bf16_block_spmm_transposed(weight.matrix, values, transpose_cache(), dY, dX, x_derivative, transpose_workspace_);
     detail::sum_rows(dY, std::span<float>(bias.grad));
   }
 
@@ -261,7 +261,17 @@ public:
   void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_.share(scratch); }
 
   // The cached transposed block pattern backward uses (rebuilt when W's topology changes).
-  TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
+  TransposeCache<T, Index>& transpose_cache() noexcept { return shared_transpose_ ? *shared_transpose_ : transpose_; }
+
+  // Builds W^T in `shared` (one cache for a model's layers, nn/model_scratch.hpp) instead of a
+  // cache of the layer's own, which is freed: the model's W^T then costs its largest layer's,
+  // for one rebuild (O(nnz + rows + cols), one thread) per backward. nullptr returns to a
+  // cache of the layer's own. The same bits either way. Precondition: no two layers sharing
+  // it run a backward at the same time. O(1).
+  void share_transpose(SharedTranspose<T, Index> shared) noexcept {
+    shared_transpose_ = std::move(shared);
+    if (shared_transpose_) transpose_ = TransposeCache<T, Index>{};
+  }
 
   // Dynamic sparse training (SparseLayerRef, BlockTopology): a stand-in SparseLinear over the
   // block grid whose weight holds each live block's Frobenius norm, rebuilt from the blocks by
@@ -282,7 +292,7 @@ public:
 
   // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
   // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces; a shared
-  // scratch is counted by its owner, once).
+  // cache or scratch is counted by its owner, once).
   std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
   std::int64_t dense_weight_bytes() const noexcept {
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
@@ -333,7 +343,7 @@ private:
     if constexpr (std::is_same_v<XT, T> && std::is_same_v<DYT, T>) {
       block_sddmm(weight.matrix, dY, X, std::span<T>(weight.grad), workspace_, Update::overwrite);
       detail::sum_rows<T>(dY, bias.grad);
-      block_spmm_transposed(weight.matrix, transpose_, dY, dX, transpose_workspace_, Update::overwrite);
+      block_spmm_transposed(weight.matrix, transpose_cache(), dY, dX, transpose_workspace_, Update::overwrite);
       detail::input_activation_rows<T>(x_activation, X, x_derivative, dX);
     }
   }
@@ -365,8 +375,7 @@ private:
     const auto values = bf16_.forwarded_shadow(weight.matrix.values().size(), "BlockSparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
-    if (dX)
-      bf16_block_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX, transpose_workspace_);
+    if (dX) bf16_block_spmm_transposed(weight.matrix, values, transpose_cache(), dYb, *dX, transpose_workspace_);
   }
 
   void init(Weight w) {
@@ -377,6 +386,7 @@ private:
   }
 
   TransposeCache<T, Index> transpose_;
+  SharedTranspose<T, Index> shared_transpose_;  // share_transpose; null: transpose_
   KernelWorkspace<T> workspace_;
   KernelWorkspace<T> transpose_workspace_;
   SparseLinear<T, Index> stand_in_{PaddedCSR<T, Index>(1, 1)};  // topology_stand_in()

@@ -184,6 +184,7 @@ public:
       if (options.precision == Precision::bf16 && options.bf16_attention)
         blocks_.back().attn.set_precision(Precision::bf16);
     }
+    scratch_.share_transposes(options.share_transposes);
     share_scratch_with_layers();
     bf16_inputs_ = options.bf16_inputs;
     bf16_activations_ = options.bf16_activations;

@@ -295,7 +295,17 @@ public:
   void share_bf16_scratch(const SharedBf16Scratch& scratch) noexcept { bf16_.share(scratch); }
 
   // The cached W^T backward uses (rebuilt when W's topology_key changes).
-  TransposeCache<T, Index>& transpose_cache() noexcept { return transpose_; }
+  TransposeCache<T, Index>& transpose_cache() noexcept { return shared_transpose_ ? *shared_transpose_ : transpose_; }
+
+  // Builds W^T in `shared` (one cache for a model's layers, nn/model_scratch.hpp) instead of a
+  // cache of the layer's own, which is freed: the model's W^T then costs its largest layer's,
+  // for one rebuild (O(nnz + rows + cols), one thread) per backward. nullptr returns to a
+  // cache of the layer's own. The same bits either way. Precondition: no two layers sharing
+  // it run a backward at the same time. O(1).
+  void share_transpose(SharedTranspose<T, Index> shared) noexcept {
+    shared_transpose_ = std::move(shared);
+    if (shared_transpose_) transpose_ = TransposeCache<T, Index>{};
+  }
 
   // Bytes of the model's weights (PaddedCSR arrays + bias), what a checkpoint must hold.
   std::int64_t weight_bytes() const noexcept { return weight.weight_bytes() + bias.weight_bytes(); }
@@ -304,7 +314,7 @@ public:
     return (in_features() * out_features() + out_features()) * static_cast<std::int64_t>(sizeof(T));
   }
   // Everything the layer owns: weights, gradients, optimizer state, transpose cache and
-  // kernel workspaces (their packing buffers only while not shared: a shared scratch is
+  // kernel workspaces (the cache and packing buffers only while not shared: a shared one is
   // counted by its owner, once).
   std::int64_t memory_bytes() const noexcept {
     return weight_bytes() + weight.state_bytes() + bias.state_bytes() + transpose_.memory_bytes() +
@@ -374,7 +384,7 @@ private:
       return;
     }
     if constexpr (std::is_same_v<XT, T> && std::is_same_v<DYT, T>) {
-      sddmm_dx(weight.matrix, transpose_, dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
+      sddmm_dx(weight.matrix, transpose_cache(), dY, X, std::span<T>(weight.grad), dX, workspace_, transpose_workspace_,
                x_activation, x_derivative);
       detail::sum_rows<T>(dY, bias.grad);
     }
@@ -404,9 +414,7 @@ private:
         bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
-    if (dX)
-      bf16_spmm_transposed(weight.matrix, values, transpose_, dYb, *dX,
-                           transpose_workspace_);
+    if (dX) bf16_spmm_transposed(weight.matrix, values, transpose_cache(), dYb, *dX, transpose_workspace_);
   }
 
   bool regroup(std::int64_t batch, SlotLog* log) {
@@ -427,6 +435,7 @@ private:
   }
 
   TransposeCache<T, Index> transpose_;
+  SharedTranspose<T, Index> shared_transpose_;  // share_transpose; null: transpose_
   // Kernel scratch (row partition keyed by topology, X packing buffer: the layer's own or a
   // shared one) kept across steps so a steady-state step allocates nothing: one for W
   // (forward, weight gradient), one for W^T.
