@@ -200,6 +200,78 @@ TEST_CASE("bf16_spmm and bf16_spmm_transposed give the same bits on 1 and 2 thre
   }
 }
 
+// The x_derivative form (dX = bf16(D * W^T dY), one column block) against the float dX of
+// the plain form times D afterwards, then rounded: bit for bit where the plain form runs one
+// block too (every case here with the default budget); into a separate dX and in place over
+// D; the same bits with a tiny column-block budget (the scaled form ignores it) and on 2
+// threads (large enough to split).
+template <ColumnIndex Index>
+void check_scaled_dx() {
+  std::vector<st::Case> cases = st::kernel_cases(st::max_cols_for<Index>());
+  cases.push_back({260, 300, 1030, 0.05, st::Placement::strided, st::Placement::tight, true, 41});
+  for (const st::Case& c : cases) {
+    CAPTURE(c);
+    const auto W = st::case_matrix<float, Index>(c);
+    const auto shadow = st::shadow_of(W);
+    const std::span<const bfloat16> v(shadow);
+    CounterRng rng(c.seed, 0xD5);
+    st::BfOperand<bfloat16> dY(W.rows(), c.B, c.px, st::nan_of<bfloat16>());
+    dY.fill_random(rng);
+    const std::int64_t K = W.cols();
+    const auto n = static_cast<std::size_t>(K * c.B);
+    std::vector<bfloat16> d(n);
+    for (auto& x : d) x = bfloat16(static_cast<float>(rng.uniform(-2.0, 2.0)));
+    const ConstMatrixView<bfloat16> D(d.data(), K, c.B);
+    KernelWorkspace<float> ws, tiny;
+    tiny.column_block_bytes = 256;
+    TransposeCache<float, Index> cache;
+    std::vector<float> plain(n);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<float>(plain.data(), K, c.B), ws, Update::overwrite);
+    std::vector<bfloat16> out(n, st::nan_of<bfloat16>()), small(n, st::nan_of<bfloat16>()), two = out, over = d;
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(out.data(), K, c.B), D, ws);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(small.data(), K, c.B), D, tiny);
+    sprig_test::with_threads(2, [&] {
+      bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(two.data(), K, c.B), D, ws);
+    });
+    const MatrixView<bfloat16> in_place(over.data(), K, c.B);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), in_place, ConstMatrixView<bfloat16>(in_place), ws);
+    std::int64_t differ = 0;
+    for (std::size_t e = 0; e < n; ++e) {
+      const std::uint16_t want = bfloat16(plain[e] * static_cast<float>(d[e])).bits;
+      differ += (out[e].bits != want) + (small[e].bits != want) + (two[e].bits != want) + (over[e].bits != want);
+    }
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("bf16_spmm_transposed with x_derivative: the plain dX times D, rounded, bit for bit", "[bf16_spmm]") {
+  check_scaled_dx<std::int32_t>();
+  check_scaled_dx<std::int16_t>();
+}
+
+TEST_CASE("bf16_spmm_transposed with x_derivative checks its shape and overlaps", "[bf16_spmm]") {
+  const auto W = st::random_matrix<float, std::int32_t>(12, 10, 0.4, 3);
+  const auto shadow = st::shadow_of(W);
+  const std::span<const bfloat16> v(shadow);
+  KernelWorkspace<float> ws;
+  TransposeCache<float, std::int32_t> cache;
+  std::vector<bfloat16> dy(12 * 8, bfloat16(1.0f)), dx(10 * 8), d(10 * 9, bfloat16(1.0f));
+  const ConstMatrixView<bfloat16> dY(dy.data(), 12, 8);
+  const MatrixView<bfloat16> dX(dx.data(), 10, 8);
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v, cache, dY, dX, ConstMatrixView<bfloat16>(d.data(), 10, 9), ws),
+                  ShapeError);
+  // D one element off dX: a partial overlap
+  const MatrixView<bfloat16> shifted(d.data() + 1, 10, 8);
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v, cache, dY, shifted, ConstMatrixView<bfloat16>(d.data(), 10, 8), ws),
+                  ArgumentError);
+  // dX over dY is refused as in the plain form
+  std::vector<bfloat16> big(12 * 8, bfloat16(1.0f));
+  CHECK_THROWS_AS(bf16_spmm_transposed(W, v, cache, ConstMatrixView<bfloat16>(big.data(), 12, 8),
+                                       MatrixView<bfloat16>(big.data(), 10, 8),
+                                       ConstMatrixView<bfloat16>(d.data(), 10, 8), ws),
+                  ArgumentError);
+}
+
 TEST_CASE("bf16_spmm_transposed follows W's topology changes through its cache", "[bf16_spmm]") {
   auto W = st::random_matrix<float, std::int32_t>(30, 20, 0.3, 77);
   TransposeCache<float, std::int32_t> cache;

@@ -245,7 +245,7 @@ TEST_CASE("bf16 sparse layers into a bf16 Y: the float Y rounded, bit for bit", 
   CHECK_THROWS_AS(fp32.forward(X.view(), Y.view()), ArgumentError);
 }
 
-TEST_CASE("BlockSparseLinear's backward through a bf16 gelu': GELU::backward after the float dX, bit for bit",
+TEST_CASE("Sparse layers' backward through a bf16 gelu': GELU::backward after the float dX, bit for bit",
           "[nn][bf16][bf16_activations][gelu]") {
   const auto check = [](auto a, auto b) {
     const std::int64_t in = a.in_features(), out = a.out_features(), B = 21;
@@ -273,6 +273,10 @@ TEST_CASE("BlockSparseLinear's backward through a bf16 gelu': GELU::backward aft
   using B44 = BlockSparseLinear<float, std::int32_t, 4, 4>;
   check(B88(40, 24, {.density = 0.4, .seed = 3}), B88(40, 24, {.density = 0.4, .seed = 3}));
   check(B44(37, 29, {.density = 0.4, .seed = 3}), B44(37, 29, {.density = 0.4, .seed = 3}));
+  using S32 = SparseLinear<float, std::int32_t>;
+  using S16 = SparseLinear<float, std::int16_t>;
+  check(S32(37, 29, {.density = 0.3, .seed = 3}), S32(37, 29, {.density = 0.3, .seed = 3}));
+  check(S16(40, 24, {.density = 0.5, .seed = 4}), S16(40, 24, {.density = 0.5, .seed = 4}));
 }
 
 TEST_CASE("ProjectionInput: bf16 storage holds the producer's values rounded, float storage passes through",
@@ -660,20 +664,29 @@ TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_p
   }
 }
 
-TEST_CASE("GPT in bf16, 8x8: fc's output in column chunks gives the same logits", "[nn][gpt][bf16][bf16_activations]") {
+TEST_CASE("GPT in bf16: fc's output in column chunks gives the same logits", "[nn][gpt][bf16][bf16_activations]") {
   // 320 tokens: with bf16 activations fc's float output goes through a 256-column spare twice
   // (256 + 64 columns); without, whole into fc_out. The forwards' logits are the same bits.
-  using Model = GPT<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 8, 8>>;
-  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 0.6, .fc = 0.3, .fc_proj = 0.4});
-  const auto make = [&](bool act) {
-    return Model(kConfig, dens, {.seed = 4, .precision = Precision::bf16, .bf16_activations = act});
+  const auto check = [](auto make) {
+    auto chunked = make(true), whole = make(false);
+    std::vector<std::int32_t> tokens(40 * 8);
+    for (std::size_t n = 0; n < tokens.size(); ++n) tokens[n] = static_cast<std::int32_t>((7 * n + 3) % 11);
+    const auto a = chunked.forward(tokens, 40, 8), b = whole.forward(tokens, 40, 8);
+    REQUIRE(a.cols() == 320);
+    for (std::int64_t i = 0; i < a.rows(); ++i) CHECK(bits(a.row(i), a.cols()) == bits(b.row(i), b.cols()));
+    // the spare holds 256 columns, not 320 (whole keeps its float fc_out and a full spare)
+    CHECK(whole.memory_bytes() - chunked.memory_bytes() >= kConfig.d_ff * 64 * 4);
   };
-  Model chunked = make(true), whole = make(false);
-  std::vector<std::int32_t> tokens(40 * 8);
-  for (std::size_t n = 0; n < tokens.size(); ++n) tokens[n] = static_cast<std::int32_t>((7 * n + 3) % 11);
-  const auto a = chunked.forward(tokens, 40, 8), b = whole.forward(tokens, 40, 8);
-  REQUIRE(a.cols() == 320);
-  for (std::int64_t i = 0; i < a.rows(); ++i) CHECK(bits(a.row(i), a.cols()) == bits(b.row(i), b.cols()));
-  // the spare holds 256 columns, not 320 (whole keeps its float fc_out and a full spare)
-  CHECK(whole.memory_bytes() - chunked.memory_bytes() >= kConfig.d_ff * 64 * 4);
+  const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 0.6, .fc = 0.3, .fc_proj = 0.4});
+  SECTION("8x8 blocks") {
+    check([&](bool act) {
+      return GPT<float, std::int32_t, BlockSparseLinear<float, std::int32_t, 8, 8>>(
+          kConfig, dens, {.seed = 4, .precision = Precision::bf16, .bf16_activations = act});
+    });
+  }
+  SECTION("unstructured") {
+    check([&](bool act) {
+      return GPT<float>(kConfig, dens, {.seed = 4, .precision = Precision::bf16, .bf16_activations = act});
+    });
+  }
 }

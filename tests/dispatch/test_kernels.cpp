@@ -398,7 +398,8 @@ TEST_CASE("every runnable target gives the oracle's results on one matrix", "[di
   set_kernel_arch(expected_target());
 }
 
-// The bf16 kernels on the target asked for (their portable code), and bf16_sddmm's
+// The bf16 kernels on the target asked for (their portable code; bf16_spmm_transposed's
+// x_derivative form bit for bit its float dX times D), and bf16_sddmm's
 // AVX512-BF16 path beside its portable path on the same inputs, each against a double
 // reference from the same bf16 values within the float accumulation bound
 // (bf16_sparse_test_support.hpp). A path this CPU lacks is reported as NOT RUN.
@@ -441,6 +442,16 @@ TEMPLATE_TEST_CASE("dispatched bf16 kernels match a double reference, every bf16
     for (std::size_t e = 0; e < dx.size(); ++e)
       bad += !(std::fabs(dx[e] - dx_want[e]) <= float_sum_bound(std::max(1.0, dx_n[e / std::size_t(c.B)]), dx_S[e]));
     CHECK(bad == 0);
+    // dX through a GELU's derivative D in the store: the float dX times D, rounded, bit for bit
+    std::vector<bfloat16> d(dx.size()), scaled(dx.size(), nan_of<bfloat16>());
+    for (auto& v : d) v = bfloat16(static_cast<float>(rng.uniform(-2.0, 2.0)));
+    bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, dY.cview(),
+                         MatrixView<bfloat16>(scaled.data(), c.K, c.B), ConstMatrixView<bfloat16>(d.data(), c.K, c.B),
+                         ws);
+    std::int64_t off = 0;
+    for (std::size_t e = 0; e < dx.size(); ++e)
+      off += scaled[e].bits != bfloat16(dx[e] * static_cast<float>(d[e])).bits;
+    CHECK(off == 0);
     for (const Bf16SddmmPath path : {Bf16SddmmPath::portable, Bf16SddmmPath::avx512_bf16}) {
       if (path == Bf16SddmmPath::avx512_bf16 && !fast) continue;
       INFO("bf16_sddmm " << path_name(path));

@@ -6,6 +6,7 @@
 //   bf16_spmm(W, values, X, Y, ws, mode)              Y (=|+=) W X
 //   bf16_spmm(W, values, X, Y, ws, epilogue)          Y = act(W X + bias), in the store
 //   bf16_spmm_transposed(W, values, cache, dY, dX, ws, mode)   dX (=|+=) W^T dY
+//   bf16_spmm_transposed(W, values, cache, dY, dX, D, ws)     dX = bf16(D * (W^T dY))
 //
 // W (a PaddedCSR<float, Index>, whose float values are the optimizer's master weights) gives
 // the structure only: row offsets and column indices. The weights come from `values`, a bf16
@@ -152,12 +153,14 @@ void pack_bf16_halves(const PanelPlan& plan, ConstMatrixView<bfloat16> X, std::u
 
 // Y[i, panel] for one row: `n` live weights (cols, vals: bf16), packed X panel rows `xs`
 // 32-bit words apart from xp; stores the first `valid` columns at y through store_output
-// (bias: the row's bias or nullptr). R pair registers: 2R float
-// accumulators per chain, C = spmm_chains(2R) chains dealt round-robin, summed pairwise.
+// (bias: the row's bias or nullptr; scale: the row's x_derivative at y's columns, or nullptr).
+// R pair registers: 2R float accumulators per chain, C = spmm_chains(2R) chains dealt
+// round-robin, summed pairwise.
 template <class A, class Index, int R, class Vals, class Out>
 SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals, std::int64_t n,
                                         const std::uint32_t* __restrict xp, std::int64_t xs, Out* __restrict y,
-                                        std::int64_t valid, bool accumulate, const float* bias, bool relu) noexcept {
+                                        std::int64_t valid, bool accumulate, const float* bias, bool relu,
+                                        const bfloat16* scale) noexcept {
   using F = Batch<float, A>;
   using U = xsimd::batch<std::uint32_t, A>;
   constexpr std::int64_t N = F::size;
@@ -192,23 +195,26 @@ SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals,
   SPRIG_UNROLL for (int r = 0; r < RF; ++r) {
     const std::int64_t first = r * N;  // register 2j: columns [2jN, 2jN + N), 2j + 1 the next N
     if (first >= valid) break;
-    store_output<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate, bias, relu);
+    store_output<A>(y + first, acc[0][r], std::min(N, valid - first), accumulate, bias, relu,
+                    scale ? scale + first : nullptr);
   }
 }
 
 // Rows [r0, r1) over one panel, block by block where W's columns are blocked (spmm.hpp's
-// spmm_panel_rows, the same order; the epilogue with a row's last block).
+// spmm_panel_rows, the same order; the epilogue with a row's last block). D: the scale rows
+// (one column block only), or empty.
 template <class A, class Index, int R, class Vals, class Out>
 void bf16_spmm_panel_rows(const PaddedCSR<float, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1,
                           const std::uint32_t* xp, std::int64_t xs, MatrixView<Out> Y, std::int64_t b0,
-                          std::int64_t valid, bool accumulate, const float* bias, bool relu,
-                          const std::int64_t* bounds, std::int64_t blocks) noexcept {
+                          std::int64_t valid, bool accumulate, const float* bias, bool relu, const std::int64_t* bounds,
+                          std::int64_t blocks, ConstMatrixView<bfloat16> D) noexcept {
   const Index* cols = W.col_indices().data();
   for_each_row_segment(
       W, r0, r1, bounds, blocks, [&](std::int64_t next) SPRIG_ALWAYS_INLINE_LAMBDA { vals.prefetch_slots(next); },
       [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool last) SPRIG_ALWAYS_INLINE_LAMBDA {
         bf16_spmm_tile<A, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first,
-                                    last && bias ? bias + i : nullptr, last && relu);
+                                    last && bias ? bias + i : nullptr, last && relu,
+                                    D.data() ? D.row(i) + b0 : nullptr);
       });
 }
 #endif
@@ -223,10 +229,12 @@ inline constexpr bool kBf16BlocksFor = std::is_same_v<Out, float>;
 // empty, says that vals reads through that permutation: with more panels than
 // SPRIG_SPMM_T_FUSED_PANELS the gather would repeat per panel, so the weights are then gathered
 // once into the workspace (each thread a storage range, before the rows) and read directly.
+// D (Y's shape, or empty): each sum times D's element before the store (one column block).
 template <class A, ColumnIndex Index, class Vals, class Out>
 void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatrixView<bfloat16> X, MatrixView<Out> Y,
                    Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
-                   std::span<const SourceSlot> source = {}, const bfloat16* source_values = nullptr) {
+                   std::span<const SourceSlot> source = {}, const bfloat16* source_values = nullptr,
+                   ConstMatrixView<bfloat16> D = {}) {
   const bool accumulate = mode == Update::accumulate;
   const std::int64_t Bw = X.cols();
   ws.partition.update(W);
@@ -234,7 +242,7 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
   if constexpr (kSimdFor<float, A>) {
     const std::int64_t K = X.rows();
     constexpr std::int64_t N = Batch<float, A>::size, unit = 2 * N;
-    const ColumnBlocks blocks = kBf16BlocksFor<Out>
+    const ColumnBlocks blocks = kBf16BlocksFor<Out> && !D.data()
                                     ? bf16_column_blocks(unit, K, Bw, ws.column_block_bytes, kBf16MaxPanelRegs)
                                     : ColumnBlocks(K, 1, 2 * K + 2);  // one block: width > K
     const PanelPlan plan(Bw, std::min(K, blocks.width), unit, 2, kPanelBudgetBytes, kBf16MaxPanelRegs);
@@ -252,7 +260,7 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
         const std::int64_t valid = plan.columns(p);
         const auto run = [&]<int R>(std::integral_constant<int, R>) {
           bf16_spmm_panel_rows<A, Index, R>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
-                                            blocks.count);
+                                            blocks.count, D);
         };
         switch (regs) {
           case 1: run(std::integral_constant<int, 1>{}); break;
@@ -298,7 +306,8 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
             }
             for (std::int64_t j = 0; j < nb; ++j) {
               const float old = accumulate ? static_cast<float>(y[b0 + j]) : 0.0f;
-              y[b0 + j] = static_cast<Out>(finish(acc[j], &old, accumulate, bias ? bias + i : nullptr, relu));
+              const float sum = D.data() ? acc[j] * static_cast<float>(D(i, b0 + j)) : acc[j];
+              y[b0 + j] = static_cast<Out>(finish(sum, &old, accumulate, bias ? bias + i : nullptr, relu));
             }
           }
         }
@@ -308,16 +317,16 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
 // The kernel on architecture A once the operands are checked and the output is not empty:
 // what a dispatching build's table points to (dispatch.hpp). `source` empty: W's own slots
 // (values[s] is slot s's weight); else W is a cached transpose and source its permutation
-// into the slots of `values`. bias and relu: the epilogue (bf16_spmm_run).
+// into the slots of `values`. bias and relu: the epilogue; D: the scale (bf16_spmm_run).
 template <class A, ColumnIndex Index, class Out>
 void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
                   ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode,
-                  const float* bias, bool relu) {
+                  const float* bias, bool relu, ConstMatrixView<bfloat16> D) {
   if (source.empty())
-    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws, bias, relu);
+    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws, bias, relu, {}, nullptr, D);
   else
     bf16_spmm_run<A>(W, PermutedValues<bfloat16>{values, source.data(), source.data() + source.size()}, X, Y, mode, ws,
-                     bias, relu, source, values);
+                     bias, relu, source, values, D);
 }
 
 }  // namespace detail
@@ -337,7 +346,7 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
                MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode, nullptr, false);
+  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode, nullptr, false, {});
 }
 
 // Y = act(W X + bias) (row_epilogue.hpp), the bias added in float after the sum and the ReLU
@@ -355,7 +364,7 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
   if (Y.rows() == 0 || Y.cols() == 0) return;
   detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, Update::overwrite,
                                          epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
-                                         epilogue.activation == FusedActivation::relu);
+                                         epilogue.activation == FusedActivation::relu, {});
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float or bf16, reading the bf16 weights through the cached
@@ -375,7 +384,32 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
   detail::bf16_spmm_kernel<Index, Out>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
-                                         workspace, mode, nullptr, false);
+                                         workspace, mode, nullptr, false, {});
+}
+
+// dX = x_derivative * (W^T dY) element by element, rounded once to bf16: the backward of a GELU
+// whose output was W's input, from its derivative kept in bf16 (nn/gelu.hpp), in the product's
+// store. The sums run in one column block, so this is bitwise the float dX of the form above
+// (overwrite) multiplied afterwards, then rounded, wherever that form runs one block too
+// (dY's packed panel, W.rows() x 256 bytes, within SPRIG_COLUMN_BLOCK_BYTES); beyond, the same
+// sums in another order. x_derivative has dX's shape (else ShapeError) and may be dX itself
+// (each element is read before it is written); a partial overlap is an ArgumentError;
+// otherwise as the form above (overwrite only).
+template <ColumnIndex Index>
+void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
+                          TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<bfloat16> dX,
+                          ConstMatrixView<bfloat16> x_derivative, KernelWorkspace<float>& workspace) {
+  constexpr const char* fn = "sprig::bf16_spmm_transposed";
+  detail::check_bf16_spmm_operands(fn, W, values, W.rows(), W.cols(), dY, dX);
+  if (x_derivative.rows() != dX.rows() || x_derivative.cols() != dX.cols())
+    throw ShapeError(detail::message(fn, ": x_derivative is ", x_derivative.rows(), "x", x_derivative.cols(),
+                                     ", dX is ", dX.rows(), "x", dX.cols()));
+  const bool in_place = x_derivative.data() == dX.data() && x_derivative.stride() == dX.stride();
+  if (!in_place) detail::check_no_overlap(fn, "dX", dX, "x_derivative", x_derivative);
+  if (dX.rows() == 0 || dX.cols() == 0) return;
+  const auto& t = cache.sync_topology(W);
+  detail::bf16_spmm_kernel<Index, bfloat16>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY,
+                                              dX, workspace, Update::overwrite, nullptr, false, x_derivative);
 }
 
 }  // namespace sprig

@@ -177,7 +177,8 @@ struct GPTBlock {
   }
   // backward_from with keep16 where p's X is a GELU's output whose derivative D is kept in
   // bf16: dX = bf16(D * W^T dY) written over D in the product's store, where p's layer does
-  // that (a block-sparse layer with a bf16 X): true; else false, and nothing is done.
+  // that (a sparse layer, unstructured or in blocks, with a bf16 X): true; else false, and
+  // nothing is done.
   static bool backward_through_gelu(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> g,
                                     Matrix<bfloat16>& g16, Matrix<bfloat16>& D) {
     bool done = false;

@@ -228,6 +228,25 @@ public:
     bf16_.require_bf16_input("SparseLinear::backward");
     backward_of(X, dY, dX, FusedActivation::none, ConstMatrixView<T>{});
   }
+  // The same with X the output of a GELU whose derivative D is kept in bf16: dX = bf16(D *
+  // W^T dY) in the product's store (bf16_spmm_transposed's x_derivative form: bitwise
+  // GELU::backward(D, dX float, dX bf16) after the form above where that runs one column
+  // block). dX may be D itself (in place); it must not overlap X or dY (ArgumentError).
+  void backward(ConstMatrixView<bfloat16> X, ConstMatrixView<bfloat16> dY, MatrixView<bfloat16> dX,
+                ConstMatrixView<bfloat16> x_derivative) requires std::is_same_v<T, float> {
+    constexpr const char* fn = "SparseLinear::backward";
+    bf16_.require_bf16_input(fn);
+    if (dX.rows() != in_features() || dX.cols() != X.cols())
+      throw ShapeError(
+          detail::message(fn, ": dX is ", dX.rows(), "x", dX.cols(), ", expected ", in_features(), "x", X.cols()));
+    check_backward(X, dY);
+    detail::check_no_overlap(fn, "dX", dX, "X", X);
+    const auto values =
+        bf16_.forwarded_shadow(static_cast<std::size_t>(weight.matrix.storage_size()), "SparseLinear::backward");
+    bf16_sddmm(weight.matrix, dY, X, std::span<float>(weight.grad), workspace_);
+    bf16_spmm_transposed(weight.matrix, values, transpose_cache(), dY, dX, x_derivative, transpose_workspace_);
+    detail::sum_rows(dY, std::span<float>(bias.grad));
+  }
 
   // Weight and bias gradients only (no dX: the first layer of a network). Throws as the
   // three-argument form.
