@@ -24,6 +24,16 @@ namespace st = sprig::test;
 
 namespace {
 
+// The paths this process runs (a path it cannot run is reported NOT RUN, once per call).
+std::vector<Bf16SpmmPath> paths_here() {
+  std::vector<Bf16SpmmPath> out{Bf16SpmmPath::portable};
+  if (bf16_spmm_available(Bf16SpmmPath::avx512_bf16))
+    out.push_back(Bf16SpmmPath::avx512_bf16);
+  else
+    WARN("bf16_spmm avx512_bf16 path NOT RUN here: " << bf16_spmm_unavailable_reason(Bf16SpmmPath::avx512_bf16));
+  return out;
+}
+
 // Checks out (the kernel's result over out0) against the double reference of op(W) in where
 // op(W)[r, k] has the weights of `entries(r)` = (k, bf16 weight) pairs.
 template <class Out, class Entries>
@@ -77,7 +87,7 @@ std::vector<std::vector<std::pair<std::int64_t, bfloat16>>> rows_of(const Padded
 // guard around it, the shadow NaN at every non-live slot.
 template <ColumnIndex Index, class Out>
 void check_case(const PaddedCSR<float, Index>& W, const st::Case& c, Update mode, bool transposed,
-                KernelWorkspace<float>& ws, TransposeCache<float, Index>& cache) {
+                KernelWorkspace<float>& ws, TransposeCache<float, Index>& cache, Bf16SpmmPath path = bf16_spmm_path()) {
   CounterRng rng(c.seed, transposed ? 0xBF7 : 0xBF1);
   const std::int64_t in_rows = transposed ? W.rows() : W.cols(), out_rows = transposed ? W.cols() : W.rows();
   auto shadow = st::shadow_of(W);
@@ -93,9 +103,9 @@ void check_case(const PaddedCSR<float, Index>& W, const st::Case& c, Update mode
     out.fill_random(rng);
   const std::vector<Out> out0 = out.contents();
   if (transposed)
-    bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, in.cview(), out.view(), ws, mode);
+    bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, in.cview(), out.view(), ws, mode, path);
   else
-    bf16_spmm(W, std::span<const bfloat16>(shadow), in.cview(), out.view(), ws, mode);
+    bf16_spmm(W, std::span<const bfloat16>(shadow), in.cview(), out.view(), ws, mode, path);
   const auto entries = rows_of(W, shadow, transposed);
   const auto m = compare(out_rows, in, out0, mode, out, [&](std::int64_t r) { return entries[r]; });
   INFO(m.first);
@@ -109,10 +119,11 @@ void check_random_cases(bool transposed) {
   for (const st::Case& c : st::kernel_cases(st::max_cols_for<Index>())) {
     const auto W = st::case_matrix<float, Index>(c);
     TransposeCache<float, Index> cache;
-    for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(c, st::name(mode), transposed);
-      check_case<Index, Out>(W, c, mode, transposed, ws, cache);
-    }
+    for (const Bf16SpmmPath path : paths_here())
+      for (Update mode : {Update::overwrite, Update::accumulate}) {
+        CAPTURE(c, st::name(mode), transposed, path_name(path));
+        check_case<Index, Out>(W, c, mode, transposed, ws, cache, path);
+      }
   }
 }
 
@@ -153,8 +164,11 @@ TEST_CASE("bf16_spmm on scrambled matrices and with small column blocks over gro
               CAPTURE(seed, budget, grouped, B, st::name(mode), transposed);
               const st::Case c{W.rows(), W.cols(), B, 0.2, st::Placement::strided, st::Placement::unaligned,
                                true,     seed};
-              check_case<std::int32_t, float>(W, c, mode, transposed, ws, cache);
-              check_case<std::int32_t, bfloat16>(W, c, mode, transposed, ws, cache);
+              for (const Bf16SpmmPath path : paths_here()) {
+                CAPTURE(path_name(path));
+                check_case<std::int32_t, float>(W, c, mode, transposed, ws, cache, path);
+                check_case<std::int32_t, bfloat16>(W, c, mode, transposed, ws, cache, path);
+              }
             }
       }
     }
@@ -171,32 +185,33 @@ TEST_CASE("bf16_spmm and bf16_spmm_transposed give the same bits on 1 and 2 thre
     st::BfOperand<bfloat16> dY(W.rows(), B, st::Placement::strided, st::nan_of<bfloat16>());
     X.fill_random(rng);
     dY.fill_random(rng);
-    for (Update mode : {Update::overwrite, Update::accumulate}) {
-      CAPTURE(st::name(mode));
-      std::vector<float> y1, y2, dx1, dx2;
-      std::vector<bfloat16> yb1, yb2;
-      for (int threads : {1, 2}) {
-        st::BfOperand<float> Y(W.rows(), B, st::Placement::tight, 0.0f), dX(W.cols(), B, st::Placement::tight, 0.0f);
-        st::BfOperand<bfloat16> Yb(W.rows(), B, st::Placement::tight, bfloat16{});
-        CounterRng orng(3, 3);
-        Y.fill_random(orng);
-        dX.fill_random(orng);
-        Yb.fill_random(orng);
-        KernelWorkspace<float> ws;
-        TransposeCache<float, std::int32_t> cache;
-        sprig_test::with_threads(threads, [&] {
-          bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Y.view(), ws, mode);
-          bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Yb.view(), ws, mode);
-          bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, dY.cview(), dX.view(), ws, mode);
-        });
-        (threads == 1 ? y1 : y2) = Y.contents();
-        (threads == 1 ? yb1 : yb2) = Yb.contents();
-        (threads == 1 ? dx1 : dx2) = dX.contents();
+    for (const Bf16SpmmPath path : paths_here())
+      for (Update mode : {Update::overwrite, Update::accumulate}) {
+        CAPTURE(st::name(mode), path_name(path));
+        std::vector<float> y1, y2, dx1, dx2;
+        std::vector<bfloat16> yb1, yb2;
+        for (int threads : {1, 2}) {
+          st::BfOperand<float> Y(W.rows(), B, st::Placement::tight, 0.0f), dX(W.cols(), B, st::Placement::tight, 0.0f);
+          st::BfOperand<bfloat16> Yb(W.rows(), B, st::Placement::tight, bfloat16{});
+          CounterRng orng(3, 3);
+          Y.fill_random(orng);
+          dX.fill_random(orng);
+          Yb.fill_random(orng);
+          KernelWorkspace<float> ws;
+          TransposeCache<float, std::int32_t> cache;
+          sprig_test::with_threads(threads, [&] {
+            bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Y.view(), ws, mode, path);
+            bf16_spmm(W, std::span<const bfloat16>(shadow), X.cview(), Yb.view(), ws, mode, path);
+            bf16_spmm_transposed(W, std::span<const bfloat16>(shadow), cache, dY.cview(), dX.view(), ws, mode, path);
+          });
+          (threads == 1 ? y1 : y2) = Y.contents();
+          (threads == 1 ? yb1 : yb2) = Yb.contents();
+          (threads == 1 ? dx1 : dx2) = dX.contents();
+        }
+        CHECK(st::bitwise_differences_of(y1, y2) == 0);
+        CHECK(st::bitwise_differences_of(yb1, yb2) == 0);
+        CHECK(st::bitwise_differences_of(dx1, dx2) == 0);
       }
-      CHECK(st::bitwise_differences_of(y1, y2) == 0);
-      CHECK(st::bitwise_differences_of(yb1, yb2) == 0);
-      CHECK(st::bitwise_differences_of(dx1, dx2) == 0);
-    }
   }
 }
 
@@ -206,7 +221,7 @@ TEST_CASE("bf16_spmm and bf16_spmm_transposed give the same bits on 1 and 2 thre
 // D; the same bits with a tiny column-block budget (the scaled form ignores it) and on 2
 // threads (large enough to split).
 template <ColumnIndex Index>
-void check_scaled_dx() {
+void check_scaled_dx(Bf16SpmmPath path) {
   std::vector<st::Case> cases = st::kernel_cases(st::max_cols_for<Index>());
   cases.push_back({260, 300, 1030, 0.05, st::Placement::strided, st::Placement::tight, true, 41});
   for (const st::Case& c : cases) {
@@ -226,15 +241,15 @@ void check_scaled_dx() {
     tiny.column_block_bytes = 256;
     TransposeCache<float, Index> cache;
     std::vector<float> plain(n);
-    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<float>(plain.data(), K, c.B), ws, Update::overwrite);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<float>(plain.data(), K, c.B), ws, Update::overwrite, path);
     std::vector<bfloat16> out(n, st::nan_of<bfloat16>()), small(n, st::nan_of<bfloat16>()), two = out, over = d;
-    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(out.data(), K, c.B), D, ws);
-    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(small.data(), K, c.B), D, tiny);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(out.data(), K, c.B), D, ws, path);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(small.data(), K, c.B), D, tiny, path);
     sprig_test::with_threads(2, [&] {
-      bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(two.data(), K, c.B), D, ws);
+      bf16_spmm_transposed(W, v, cache, dY.cview(), MatrixView<bfloat16>(two.data(), K, c.B), D, ws, path);
     });
     const MatrixView<bfloat16> in_place(over.data(), K, c.B);
-    bf16_spmm_transposed(W, v, cache, dY.cview(), in_place, ConstMatrixView<bfloat16>(in_place), ws);
+    bf16_spmm_transposed(W, v, cache, dY.cview(), in_place, ConstMatrixView<bfloat16>(in_place), ws, path);
     std::int64_t differ = 0;
     for (std::size_t e = 0; e < n; ++e) {
       const std::uint16_t want = bfloat16(plain[e] * static_cast<float>(d[e])).bits;
@@ -245,8 +260,11 @@ void check_scaled_dx() {
 }
 
 TEST_CASE("bf16_spmm_transposed with x_derivative: the plain dX times D, rounded, bit for bit", "[bf16_spmm]") {
-  check_scaled_dx<std::int32_t>();
-  check_scaled_dx<std::int16_t>();
+  for (const Bf16SpmmPath path : paths_here()) {
+    CAPTURE(path_name(path));
+    check_scaled_dx<std::int32_t>(path);
+    check_scaled_dx<std::int16_t>(path);
+  }
 }
 
 TEST_CASE("bf16_spmm_transposed with x_derivative checks its shape and overlaps", "[bf16_spmm]") {
@@ -357,7 +375,8 @@ namespace {
 // the bias and ReLU passes done here in float, bit for bit; a bf16 Y is that float rounded
 // once. An empty bias (none) is checked too.
 template <ColumnIndex Index>
-void check_epilogue(const PaddedCSR<float, Index>& W, std::int64_t B, KernelWorkspace<float>& ws, std::uint64_t seed) {
+void check_epilogue(const PaddedCSR<float, Index>& W, std::int64_t B, KernelWorkspace<float>& ws, std::uint64_t seed,
+                    Bf16SpmmPath path) {
   const auto shadow = st::shadow_of(W);
   const std::span<const bfloat16> v(shadow);
   CounterRng rng(seed, 0xE1);
@@ -365,28 +384,31 @@ void check_epilogue(const PaddedCSR<float, Index>& W, std::int64_t B, KernelWork
   X.fill_random(rng);
   std::vector<float> bias(static_cast<std::size_t>(W.rows()));
   for (auto& b : bias) b = static_cast<float>(rng.uniform(-0.5, 0.5));
-  st::BfOperand<float> plain(W.rows(), B, st::Placement::tight, 0.0f);
-  bf16_spmm(W, v, X.cview(), plain.view(), ws);
+  st::BfOperand<float> plain(W.rows(), B, st::Placement::tight, 0.0f), whole(W.rows(), B, st::Placement::tight, 0.0f);
+  bf16_spmm(W, v, X.cview(), plain.view(), ws, Update::overwrite, path);
+  KernelWorkspace<float> one_block;  // a bf16 Y is summed in one column block: the float Y of one
+  bf16_spmm(W, v, X.cview(), whole.view(), one_block, Update::overwrite, path);
   for (const bool with_bias : {false, true})
     for (const FusedActivation act : {FusedActivation::none, FusedActivation::relu}) {
       CAPTURE(with_bias, act == FusedActivation::relu);
       const RowEpilogue<float> epi{with_bias ? std::span<const float>(bias) : std::span<const float>(), act};
       std::vector<float> want;
+      std::vector<bfloat16> want_b;
+      const auto finish = [&](float y, std::int64_t i) {
+        if (with_bias) y += bias[static_cast<std::size_t>(i)];
+        return act == FusedActivation::relu ? (y > 0.0f ? y : 0.0f) : y;
+      };
       for (std::int64_t i = 0; i < W.rows(); ++i)
         for (std::int64_t j = 0; j < B; ++j) {
-          float y = plain(i, j);
-          if (with_bias) y += bias[static_cast<std::size_t>(i)];
-          if (act == FusedActivation::relu) y = y > 0.0f ? y : 0.0f;
-          want.push_back(y);
+          want.push_back(finish(plain(i, j), i));
+          want_b.push_back(bfloat16(finish(whole(i, j), i)));
         }
-      std::vector<bfloat16> want_b;
-      for (float y : want) want_b.push_back(bfloat16(y));
       st::BfOperand<float> Y(W.rows(), B, st::Placement::strided, -7.0f);
       st::BfOperand<bfloat16> Yb(W.rows(), B, st::Placement::unaligned, bfloat16(-7.0f));
       Y.fill(st::nan_of<float>());
       Yb.fill(st::nan_of<bfloat16>());
-      bf16_spmm(W, v, X.cview(), Y.view(), ws, epi);
-      bf16_spmm(W, v, X.cview(), Yb.view(), ws, epi);
+      bf16_spmm(W, v, X.cview(), Y.view(), ws, epi, path);
+      bf16_spmm(W, v, X.cview(), Yb.view(), ws, epi, path);
       CHECK(st::bitwise_differences_of(Y.contents(), want) == 0);
       CHECK(st::bitwise_differences_of(Yb.contents(), want_b) == 0);
       CHECK(Y.guard_violations() == 0);
@@ -397,24 +419,52 @@ void check_epilogue(const PaddedCSR<float, Index>& W, std::int64_t B, KernelWork
 }  // namespace
 
 TEST_CASE("bf16_spmm's epilogue is bitwise a bias pass and a ReLU pass after the product", "[bf16_spmm]") {
-  KernelWorkspace<float> ws;
-  for (const st::Case& c : st::kernel_cases(st::max_cols_for<std::int32_t>())) {
-    CAPTURE(c);
-    check_epilogue(st::case_matrix<float, std::int32_t>(c), c.B, ws, c.seed);
-  }
-  // Column blocks over grouped rows (the bias with each row's last block), and 2 threads.
-  for (std::int64_t budget : {std::int64_t{64}, std::int64_t{1024}}) {
-    auto W = st::scrambled_matrix<float, std::int16_t>(40, 70, 0.2, 3);
-    W.group_columns(2);
-    KernelWorkspace<float> small;
-    small.column_block_bytes = budget;
-    for (std::int64_t B : {1, 33, 300}) {
-      CAPTURE(budget, B);
-      check_epilogue(W, B, small, 11);
+  for (const Bf16SpmmPath path : paths_here()) {
+    CAPTURE(path_name(path));
+    KernelWorkspace<float> ws;
+    for (const st::Case& c : st::kernel_cases(st::max_cols_for<std::int32_t>())) {
+      CAPTURE(c);
+      check_epilogue(st::case_matrix<float, std::int32_t>(c), c.B, ws, c.seed, path);
     }
+    // Column blocks over grouped rows (the bias with each row's last block), and 2 threads.
+    for (std::int64_t budget : {std::int64_t{64}, std::int64_t{1024}}) {
+      auto W = st::scrambled_matrix<float, std::int16_t>(40, 70, 0.2, 3);
+      W.group_columns(2);
+      KernelWorkspace<float> small;
+      small.column_block_bytes = budget;
+      for (std::int64_t B : {1, 33, 300}) {
+        CAPTURE(budget, B);
+        check_epilogue(W, B, small, 11, path);
+      }
+    }
+    auto W = st::random_matrix<float, std::int32_t>(260, 300, 0.05, 8);
+    sprig_test::with_threads(2, [&] { check_epilogue(W, 1030, ws, 12, path); });
   }
-  auto W = st::random_matrix<float, std::int32_t>(260, 300, 0.05, 8);
-  sprig_test::with_threads(2, [&] { check_epilogue(W, 1030, ws, 12); });
+}
+
+// The paths' documented difference: a subnormal input stays subnormal in the portable sum and
+// is read as zero by vdpbf16ps; an unavailable path is refused, naming why.
+TEST_CASE("bf16_spmm paths: subnormals kept (portable) or flushed (avx512_bf16), unavailable refused", "[bf16_spmm]") {
+  auto W = PaddedCSR<float, std::int32_t>::from_dense(Matrix<float>(1, 3, 1.0f).view());
+  const auto shadow = st::shadow_of(W);
+  bfloat16 tiny;
+  tiny.bits = 0x0001;  // the smallest subnormal, 2^-133
+  std::vector<bfloat16> x(3 * 32, bfloat16(0.0f));
+  x[0] = tiny;
+  std::vector<float> y(32);
+  KernelWorkspace<float> ws;
+  const auto run = [&](Bf16SpmmPath path) {
+    bf16_spmm(W, std::span<const bfloat16>(shadow), ConstMatrixView<bfloat16>(x.data(), 3, 32),
+              MatrixView<float>(y.data(), 1, 32), ws, Update::overwrite, path);
+    return y[0];
+  };
+  CHECK(run(Bf16SpmmPath::portable) == static_cast<float>(tiny));
+  if (bf16_spmm_available(Bf16SpmmPath::avx512_bf16)) {
+    CHECK(run(Bf16SpmmPath::avx512_bf16) == 0.0f);
+  } else {
+    WARN("bf16_spmm avx512_bf16 path NOT RUN here: " << bf16_spmm_unavailable_reason(Bf16SpmmPath::avx512_bf16));
+    CHECK_THROWS_AS(run(Bf16SpmmPath::avx512_bf16), ArgumentError);
+  }
 }
 
 TEST_CASE("bf16_spmm's epilogue checks the bias and the activation", "[bf16_spmm]") {

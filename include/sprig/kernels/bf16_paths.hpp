@@ -1,5 +1,5 @@
 // sprig/kernels/bf16_paths.hpp — which instruction paths the bf16 kernels may take on this CPU
-// and OS: Bf16GemmPath, Bf16SddmmPath, Bf16BlockPath, Bf16AttentionPath, path_name, and
+// and OS: Bf16GemmPath, Bf16SpmmPath, Bf16SddmmPath, Bf16BlockPath, Bf16AttentionPath, path_name, and
 // detail::bf16_gemm_reason (why a path cannot run, empty when it can; probed once per process:
 // CPUID, XCR0 and, for AMX, Linux's grant of the tile state, which the probe asks for). Part of kernels/bf16_gemm.hpp and
 // kernels/bf16_sddmm.hpp, which state their paths.
@@ -52,6 +52,14 @@ enum class Bf16SddmmPath { portable, avx512_bf16 };
 // "portable", "avx512_bf16".
 constexpr const char* path_name(Bf16SddmmPath p) noexcept {
   return p == Bf16SddmmPath::avx512_bf16 ? "avx512_bf16" : "portable";
+}
+
+// The instruction paths of bf16_spmm and bf16_spmm_transposed (kernels/bf16_spmm.hpp).
+enum class Bf16SpmmPath { portable, avx512_bf16 };
+
+// "portable", "avx512_bf16".
+constexpr const char* path_name(Bf16SpmmPath p) noexcept {
+  return p == Bf16SpmmPath::avx512_bf16 ? "avx512_bf16" : "portable";
 }
 
 // The instruction paths of the bf16 block kernels (kernels/bf16_block_kernels.hpp).

@@ -13,9 +13,19 @@
 // shadow with W's slot layout (W.storage_size() entries; refresh_bf16_values writes it after
 // each optimizer step). X, dY are bf16 and feature-major ([features x batch], batch
 // contiguous); Y, dX are float or bf16, as the caller asks (a bf16 output is the float result
-// rounded once, to nearest even; accumulate adds the old bf16 value, widened, before that).
+// of one column block rounded once, to nearest even; accumulate adds the old bf16 value,
+// widened, before that).
 //
-// How: spmm.hpp's algorithm on bf16 data. X is packed panel by panel (panels.hpp), each panel
+// Two paths (Bf16SpmmPath, bf16_paths.hpp; every function takes one, else bf16_spmm_path()):
+//   portable     everywhere, described next.
+//   avx512_bf16  kernels compiled for AVX-512 with AVX512-BF16 (-march for such a CPU), on a
+//                CPU and OS that run it (bf16_gemm's probe): a row's weights two at a time,
+//                `vdpbf16ps` adding w_a x_a + w_b x_b per float lane, the two X rows interleaved
+//                by one unpack per 16 columns (X packed in an order that makes them come out in
+//                column order; bf16_spmm_pairs.hpp). Per weight and 32 columns one load, one
+//                unpack and one dot instruction instead of a load, a shift, a mask and two FMAs.
+//
+// How (portable): spmm.hpp's algorithm on bf16 data. X is packed panel by panel (panels.hpp), each panel
 // row a whole number of vector registers of 2N bf16 (N floats per register), with the two
 // halves of each 2N-column group interleaved: 32-bit lane j holds column j in its low half and
 // column j + N in its high half. One register load then gives, after a 16-bit left shift and
@@ -28,11 +38,12 @@
 // Numerics: each output is a sum of row_nnz exact products (a bf16 times a bf16 fits a float)
 // and, in accumulate mode, the old value, summed in float: within gamma_{n} * (sum |w x| +
 // |y_old|) of the exact value, n = row_nnz + 1, gamma_n = n u / (1 - n u), u = 2^-24; a bf16
-// output adds one rounding of at most 2^-8 relative. NaN and infinities propagate; subnormals
-// are kept.
-// Determinism: each output element is summed in an order fixed by W's row, the batch width and
-// the column blocks alone (spmm.hpp's chains and blocks), so the result is bitwise identical
-// for every thread count.
+// output adds one rounding of at most 2^-8 relative, on both paths. NaN and infinities
+// propagate; subnormals are kept on the portable path, while `vdpbf16ps` treats subnormal
+// inputs as zero and flushes subnormal results (below 2^-126 the paths differ by more).
+// Determinism: each output element is summed in an order fixed by the path, W's row, the batch
+// width and the column blocks alone (spmm.hpp's chains and blocks; the paths sum in different
+// orders), so each path is bitwise identical for every thread count.
 #pragma once
 
 #include <type_traits>
@@ -41,6 +52,7 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "../core/bfloat16.hpp"
 #include "../core/config.hpp"
@@ -48,6 +60,8 @@
 #include "../core/matrix.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/tuning.hpp"
+#include "bf16_paths.hpp"
+#include "bf16_spmm_pairs.hpp"
 #include "bfloat16_convert.hpp"
 #include "output_store.hpp"
 #include "panels.hpp"
@@ -202,19 +216,29 @@ SPRIG_ALWAYS_INLINE void bf16_spmm_tile(const Index* __restrict cols, Vals vals,
 
 // Rows [r0, r1) over one panel, block by block where W's columns are blocked (spmm.hpp's
 // spmm_panel_rows, the same order; the epilogue with a row's last block). D: the scale rows
-// (one column block only), or empty.
-template <class A, class Index, int R, class Vals, class Out>
+// (one column block only), or empty. Pairs: the pair tile (zero: its zero row), else the
+// portable one.
+template <class A, class Index, int R, bool Pairs, class Vals, class Out>
 void bf16_spmm_panel_rows(const PaddedCSR<float, Index>& W, const Vals& vals, std::int64_t r0, std::int64_t r1,
                           const std::uint32_t* xp, std::int64_t xs, MatrixView<Out> Y, std::int64_t b0,
                           std::int64_t valid, bool accumulate, const float* bias, bool relu, const std::int64_t* bounds,
-                          std::int64_t blocks, ConstMatrixView<bfloat16> D) noexcept {
+                          std::int64_t blocks, ConstMatrixView<bfloat16> D, const std::uint32_t* zero) noexcept {
   const Index* cols = W.col_indices().data();
   for_each_row_segment(
       W, r0, r1, bounds, blocks, [&](std::int64_t next) SPRIG_ALWAYS_INLINE_LAMBDA { vals.prefetch_slots(next); },
       [&](std::int64_t i, std::int64_t s, std::int64_t n, bool first, bool last) SPRIG_ALWAYS_INLINE_LAMBDA {
+        const bfloat16* scale = D.data() ? D.row(i) + b0 : nullptr;
+#  if SPRIG_BF16_BLOCK_DP
+        if constexpr (Pairs) {
+          bf16_spmm_tile_pairs<A, Index, R>(cols + s, vals.at(s), n, xp, xs, zero, Y.row(i) + b0, valid,
+                                            accumulate || !first, last && bias ? bias + i : nullptr, last && relu,
+                                            scale);
+          return;
+        }
+#  endif
+        (void)zero;
         bf16_spmm_tile<A, Index, R>(cols + s, vals.at(s), n, xp, xs, Y.row(i) + b0, valid, accumulate || !first,
-                                    last && bias ? bias + i : nullptr, last && relu,
-                                    D.data() ? D.row(i) + b0 : nullptr);
+                                    last && bias ? bias + i : nullptr, last && relu, scale);
       });
 }
 #endif
@@ -230,11 +254,12 @@ inline constexpr bool kBf16BlocksFor = std::is_same_v<Out, float>;
 // SPRIG_SPMM_T_FUSED_PANELS the gather would repeat per panel, so the weights are then gathered
 // once into the workspace (each thread a storage range, before the rows) and read directly.
 // D (Y's shape, or empty): each sum times D's element before the store (one column block).
+// pairs: the avx512_bf16 tile where A has it (bf16_pairs_for), X packed for it with a zero row.
 template <class A, ColumnIndex Index, class Vals, class Out>
 void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatrixView<bfloat16> X, MatrixView<Out> Y,
                    Update mode, KernelWorkspace<float>& ws, const float* bias, bool relu,
                    std::span<const SourceSlot> source = {}, const bfloat16* source_values = nullptr,
-                   ConstMatrixView<bfloat16> D = {}) {
+                   ConstMatrixView<bfloat16> D = {}, bool pairs = false) {
   const bool accumulate = mode == Update::accumulate;
   const std::int64_t Bw = X.cols();
   ws.partition.update(W);
@@ -247,7 +272,9 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
                                     : ColumnBlocks(K, 1, 2 * K + 2);  // one block: width > K
     const PanelPlan plan(Bw, std::min(K, blocks.width), unit, 2, kPanelBudgetBytes, kBf16MaxPanelRegs);
     const bool gather = !source.empty() && plan.count() > SPRIG_SPMM_T_FUSED_PANELS;
-    const std::int64_t packed_elems = (plan.packed_size(K) + 31) / 32 * 32, S = std::ssize(source);
+    const bool use_pairs = bf16_pairs_for<A>() && pairs;
+    const std::int64_t packed_rows = use_pairs ? K + 1 : K;  // the pair tile's zero row last
+    const std::int64_t packed_elems = (plan.packed_size(packed_rows) + 31) / 32 * 32, S = std::ssize(source);
     bfloat16* buffer = bf16_scratch(ws, packed_elems + (gather ? S : 0));
     auto* packed = reinterpret_cast<std::uint32_t*>(buffer);
     bfloat16* gathered = buffer + packed_elems;
@@ -255,12 +282,18 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
     const auto rows = [&](const auto& v, std::int64_t r0, std::int64_t r1) {
       for (std::int64_t p = 0; p < plan.count(); ++p) {
         const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
-        const std::uint32_t* xp = packed + K * b0 / 2;
+        const std::uint32_t* xp = packed + packed_rows * b0 / 2;
         const std::int64_t xs = regs * N;
         const std::int64_t valid = plan.columns(p);
         const auto run = [&]<int R>(std::integral_constant<int, R>) {
-          bf16_spmm_panel_rows<A, Index, R>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
-                                            blocks.count, D);
+          if constexpr (bf16_pairs_for<A>())
+            if (use_pairs) {
+              bf16_spmm_panel_rows<A, Index, R, true>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu,
+                                                      bounds, blocks.count, D, xp + K * xs);
+              return;
+            }
+          bf16_spmm_panel_rows<A, Index, R, false>(W, v, r0, r1, xp, xs, Y, b0, valid, accumulate, bias, relu, bounds,
+                                                   blocks.count, D, nullptr);
         };
         switch (regs) {
           case 1: run(std::integral_constant<int, 1>{}); break;
@@ -273,7 +306,12 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
     run_partitioned(
         ws.partition, W.nnz() * Bw,
         [&](int t, int n) {
-          pack_bf16_halves<A>(plan, X, packed, K * t / n, K * (t + 1) / n);
+#  if SPRIG_BF16_BLOCK_DP
+          if (use_pairs)
+            pack_bf16_pairs(plan, X, buffer, packed_rows, packed_rows * t / n, packed_rows * (t + 1) / n);
+          else
+#  endif
+            pack_bf16_halves<A>(plan, X, packed, K * t / n, K * (t + 1) / n);
           if (gather) gather_slots(source.data(), source_values, gathered, S * t / n, S * (t + 1) / n);
         },
         [&](std::int64_t r0, std::int64_t r1) {
@@ -287,6 +325,7 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
 #endif
   (void)source;  // the scalar path reads through vals, whatever it is
   (void)source_values;
+  (void)pairs;
   // Scalar path: a 16-wide tile of float accumulators per row, weights in row order.
   constexpr std::int64_t tile = 16;
   const Index* cols = W.col_indices().data();
@@ -317,18 +356,48 @@ void bf16_spmm_run(const PaddedCSR<float, Index>& W, const Vals& vals, ConstMatr
 // The kernel on architecture A once the operands are checked and the output is not empty:
 // what a dispatching build's table points to (dispatch.hpp). `source` empty: W's own slots
 // (values[s] is slot s's weight); else W is a cached transpose and source its permutation
-// into the slots of `values`. bias and relu: the epilogue; D: the scale (bf16_spmm_run).
+// into the slots of `values`. bias and relu: the epilogue; D: the scale; pairs: the
+// avx512_bf16 path where A has it (bf16_spmm_run).
 template <class A, ColumnIndex Index, class Out>
 void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
                   ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode,
-                  const float* bias, bool relu, ConstMatrixView<bfloat16> D) {
+                  const float* bias, bool relu, ConstMatrixView<bfloat16> D, bool pairs) {
   if (source.empty())
-    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws, bias, relu, {}, nullptr, D);
+    bf16_spmm_run<A>(W, DirectValues<bfloat16>{values}, X, Y, mode, ws, bias, relu, {}, nullptr, D, pairs);
   else
     bf16_spmm_run<A>(W, PermutedValues<bfloat16>{values, source.data(), source.data() + source.size()}, X, Y, mode, ws,
-                     bias, relu, source, values, D);
+                     bias, relu, source, values, D, pairs);
 }
 
+}  // namespace detail
+
+// Why bf16_spmm and bf16_spmm_transposed cannot take `path` here, empty when they can:
+// avx512_bf16 needs kernels compiled for AVX-512 with AVX512-BF16 (-march for such a CPU) and
+// the CPU and OS bf16_gemm's probe asks for.
+inline std::string bf16_spmm_unavailable_reason(Bf16SpmmPath path) {
+  if (path == Bf16SpmmPath::portable) return {};
+  if constexpr (detail::bf16_pairs_for<detail::KernelArch>())
+    return detail::bf16_gemm_reason(Bf16GemmPath::avx512_bf16);
+  else
+    return "the kernels are not compiled for AVX-512 with AVX512-BF16 (build with -march for such a CPU)";
+}
+inline bool bf16_spmm_available(Bf16SpmmPath path) { return bf16_spmm_unavailable_reason(path).empty(); }
+
+// The path the bf16 sparse products take without one named: avx512_bf16 where it can run,
+// else portable. Probed once per process.
+inline Bf16SpmmPath bf16_spmm_path() {
+  static const Bf16SpmmPath path =
+      bf16_spmm_available(Bf16SpmmPath::avx512_bf16) ? Bf16SpmmPath::avx512_bf16 : Bf16SpmmPath::portable;
+  return path;
+}
+
+namespace detail {
+// ArgumentError naming fn unless `path` can run here.
+inline void check_bf16_spmm_path(const char* fn, Bf16SpmmPath path) {
+  if (path == Bf16SpmmPath::portable) return;
+  if (const std::string why = bf16_spmm_unavailable_reason(path); !why.empty())
+    throw ArgumentError(message(fn, ": the ", path_name(path), " path is not available: ", why));
+}
 }  // namespace detail
 
 // Y (=|+=) W X with W's structure and the bf16 weights `values` (top of this file), X bf16,
@@ -339,32 +408,40 @@ void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std:
 // Overwrite never reads Y; only live slots of values are read (W's own values never are, so W
 // may be structure-only).
 // Complexity: O(nnz(W) x B) multiply-adds plus O(K x B) to pack X; O(nnz) per topology change.
-// Threads: OpenMP over nnz-balanced row ranges; bitwise identical for any thread count. The
-// workspace must not be shared by concurrent calls.
+// Threads: OpenMP over nnz-balanced row ranges; bitwise identical for any thread count within
+// a path. The workspace must not be shared by concurrent calls. path: bf16_spmm_path()
+// unless named (ArgumentError where it cannot run: bf16_spmm_unavailable_reason).
 template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
 void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
-               MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
+               MatrixView<Out> Y, KernelWorkspace<float>& workspace, Update mode = Update::overwrite,
+               Bf16SpmmPath path = bf16_spmm_path()) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm", W, values, W.cols(), W.rows(), X, Y);
+  detail::check_bf16_spmm_path("sprig::bf16_spmm", path);
   if (Y.rows() == 0 || Y.cols() == 0) return;
-  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode, nullptr, false, {});
+  detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, mode, nullptr, false, {},
+                                         path == Bf16SpmmPath::avx512_bf16);
 }
 
 // Y = act(W X + bias) (row_epilogue.hpp), the bias added in float after the sum and the ReLU
 // after it, in the kernel's store: bitwise the same as bf16_spmm (overwrite) with a float Y
-// followed by a bias pass and a ReLU pass; a bf16 Y is that float result rounded once.
+// followed by a bias pass and a ReLU pass; a bf16 Y is that float result rounded once (the
+// float result of one column block: a bf16 Y's rows are never split).
 // Throws as bf16_spmm; ShapeError unless the bias is empty (none) or has W.rows() entries;
 // ArgumentError for gelu (not a forward epilogue) or a bias overlapping Y. Complexity and
 // threads as bf16_spmm.
 template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
 void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values, ConstMatrixView<bfloat16> X,
-               MatrixView<Out> Y, KernelWorkspace<float>& workspace, const RowEpilogue<float>& epilogue) {
+               MatrixView<Out> Y, KernelWorkspace<float>& workspace, const RowEpilogue<float>& epilogue,
+               Bf16SpmmPath path = bf16_spmm_path()) {
   constexpr const char* fn = "sprig::bf16_spmm";
   detail::check_bf16_spmm_operands(fn, W, values, W.cols(), W.rows(), X, Y);
   detail::check_row_epilogue(fn, epilogue, W.rows(), Y);
+  detail::check_bf16_spmm_path(fn, path);
   if (Y.rows() == 0 || Y.cols() == 0) return;
   detail::bf16_spmm_kernel<Index, Out>()(W, values.data(), {}, X, Y, workspace, Update::overwrite,
                                          epilogue.bias.empty() ? nullptr : epilogue.bias.data(),
-                                         epilogue.activation == FusedActivation::relu, {});
+                                         epilogue.activation == FusedActivation::relu, {},
+                                         path == Bf16SpmmPath::avx512_bf16);
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float or bf16, reading the bf16 weights through the cached
@@ -379,12 +456,14 @@ void bf16_spmm(const PaddedCSR<float, Index>& W, std::span<const bfloat16> value
 template <ColumnIndex Index, detail::Bf16SpmmOutput Out>
 void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
                           TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<Out> dX,
-                          KernelWorkspace<float>& workspace, Update mode = Update::overwrite) {
+                          KernelWorkspace<float>& workspace, Update mode = Update::overwrite,
+                          Bf16SpmmPath path = bf16_spmm_path()) {
   detail::check_bf16_spmm_operands("sprig::bf16_spmm_transposed", W, values, W.rows(), W.cols(), dY, dX);
+  detail::check_bf16_spmm_path("sprig::bf16_spmm_transposed", path);
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
   detail::bf16_spmm_kernel<Index, Out>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY, dX,
-                                         workspace, mode, nullptr, false, {});
+                                         workspace, mode, nullptr, false, {}, path == Bf16SpmmPath::avx512_bf16);
 }
 
 // dX = x_derivative * (W^T dY) element by element, rounded once to bf16: the backward of a GELU
@@ -398,9 +477,11 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
 template <ColumnIndex Index>
 void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bfloat16> values,
                           TransposeCache<float, Index>& cache, ConstMatrixView<bfloat16> dY, MatrixView<bfloat16> dX,
-                          ConstMatrixView<bfloat16> x_derivative, KernelWorkspace<float>& workspace) {
+                          ConstMatrixView<bfloat16> x_derivative, KernelWorkspace<float>& workspace,
+                          Bf16SpmmPath path = bf16_spmm_path()) {
   constexpr const char* fn = "sprig::bf16_spmm_transposed";
   detail::check_bf16_spmm_operands(fn, W, values, W.rows(), W.cols(), dY, dX);
+  detail::check_bf16_spmm_path(fn, path);
   if (x_derivative.rows() != dX.rows() || x_derivative.cols() != dX.cols())
     throw ShapeError(detail::message(fn, ": x_derivative is ", x_derivative.rows(), "x", x_derivative.cols(),
                                      ", dX is ", dX.rows(), "x", dX.cols()));
@@ -409,7 +490,8 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
   detail::bf16_spmm_kernel<Index, bfloat16>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY,
-                                              dX, workspace, Update::overwrite, nullptr, false, x_derivative);
+                                              dX, workspace, Update::overwrite, nullptr, false, x_derivative,
+                                              path == Bf16SpmmPath::avx512_bf16);
 }
 
 }  // namespace sprig

@@ -121,7 +121,7 @@ void gelu_scale_widened_on(const bfloat16* d, T* dx, std::int64_t n);
 template <class A, ColumnIndex Index, class Out>
 void bf16_spmm_on(const PaddedCSR<float, Index>& W, const bfloat16* values, std::span<const SourceSlot> source,
                   ConstMatrixView<bfloat16> X, MatrixView<Out> Y, KernelWorkspace<float>& ws, Update mode,
-                  const float* bias, bool relu, ConstMatrixView<bfloat16> D);
+                  const float* bias, bool relu, ConstMatrixView<bfloat16> D, bool pairs);
 template <class A, ColumnIndex Index>
 void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bfloat16> dY, ConstMatrixView<bfloat16> X,
                             std::span<float> grad, KernelWorkspace<float>& ws, Update mode);
