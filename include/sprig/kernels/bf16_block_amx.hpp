@@ -51,6 +51,7 @@
 #include "amx_tiles.hpp"
 #include "bf16_spmm.hpp"
 #include "block_sddmm.hpp"
+#include "block_spmm.hpp"
 #include "operands.hpp"
 #include "output_store.hpp"
 #include "panels.hpp"
@@ -166,13 +167,6 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void amx_block_row(const Ind
   for (int c = 0; c < Q; ++c) sums[c] = out + 256 * c;
   amx_store_sums<Q>(sums, 64);
   amx_compiler_barrier(out);
-}
-
-// out (C x R, row-major) = the transpose of the R x C block in (row-major).
-template <int R, int C>
-inline void transpose_block(const bfloat16* __restrict in, bfloat16* __restrict out) noexcept {
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
 }
 
 // Y (=|+=) P X (+ bias, ReLU), or Y = (P X) * scale element by element (scale non-empty, Y's

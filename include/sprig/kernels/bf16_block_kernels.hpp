@@ -30,7 +30,8 @@
 //   forward     W's block columns (c, c + 1), C even: X packed as pair rows (rows 2k, 2k + 1
 //               interleaved per batch column, zero-padded to whole blocks), W's two weights of
 //               a block row broadcast as one 32-bit pair;
-//   input grad  W's block rows (r, r + 1), R even: the same on W^T's blocks and dY;
+//   input grad  W's block rows (r, r + 1), R even: the same on W^T's blocks (copied
+//               transposed first, so that a pair is adjacent) and dY;
 //   weight grad adjacent batch columns: 32 bf16 of dY and of X per step, no repacking.
 // The forward paths read X zero-padded to whole blocks, so an edge block's out-of-matrix weights
 // meet zeros there (BlockPaddedCSR keeps them 0, and refresh_bf16_values rounds them to 0).
@@ -276,14 +277,14 @@ void bf16_block_spmm(const BlockPaddedCSR<float, Index, R, C>& W, std::span<cons
 }
 
 // dX (=|+=) W^T dY, dY bf16, dX float, reading the bf16 weights through the cached transposed
-// block pattern (block_spmm_transposed's scheme: each R x C block read as its C x R transpose
-// in place, no transposed copy). `cache` should belong to W; it is rebuilt when W's topology
+// block pattern (block_spmm_transposed's scheme: each R x C block read as its C x R transpose,
+// in place on the portable path, from a transposed copy on the others). `cache` should belong to W; it is rebuilt when W's topology
 // changed (O(nnz_blocks + block rows + block cols)).
 // Preconditions: dY is W.rows() x B, dX is W.cols() x B, values.size() == W.values().size()
 // (else ShapeError); dX shares no memory with dY, values or W's values (else ArgumentError);
 // the transpose's own limits (transpose.hpp: ArgumentError). Overwrite never reads dX.
 // Complexity: O(nnz_blocks x R x C x B) multiply-adds plus O(M x B) to pack dY (and on the amx
-// path O(nnz_blocks x R x C) to copy the blocks transposed). Threads: as bf16_block_spmm,
+// and avx512_bf16 paths O(nnz_blocks x R x C) to copy the blocks transposed). Threads: as bf16_block_spmm,
 // bitwise identical for any thread count.
 template <ColumnIndex Index, int R, int C>
 void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std::span<const bfloat16> values,

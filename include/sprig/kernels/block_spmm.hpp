@@ -15,7 +15,8 @@
 // block_max_regs), so that the tile, the X registers and a broadcast fit. Small tiles deal
 // the blocks round-robin to independent accumulator sets (block_chains), summed pairwise at
 // the end, so that the multiply-add latency is hidden; the same kernel runs W^T, whose C x R
-// blocks are W's blocks read transposed in place (TransposedBlocks), not copied.
+// blocks are W's blocks read transposed in place (TransposedBlocks), not copied (but on the
+// bf16 pair path: kStagesTranspose).
 //
 // Edges: M and K need not be multiples of R and C. A block of the last block column reads
 // only the X rows inside the matrix (one branch per block), and the last block row stores
@@ -90,6 +91,52 @@ struct TransposedBlocks {
     for (std::int64_t off = 0; off < bytes; off += 64) detail::prefetch(p + off);
   }
 };
+
+#if SPRIG_BF16_BLOCK_DP
+// For a bf16 block of at most 64 entries: out[o] = in[index[o]], the transpose as one word
+// permutation over (at most) two registers.
+template <int R, int C>
+struct BlockTransposeIndex {
+  alignas(64) std::uint16_t index[64] = {};
+  constexpr BlockTransposeIndex() noexcept {
+    for (int o = 0; o < R * C; ++o) index[o] = static_cast<std::uint16_t>(o % R * C + o / R);
+  }
+};
+template <int R, int C>
+inline constexpr BlockTransposeIndex<R, C> kBlockTransposeIndex{};
+#endif
+
+// out (C x R, row-major) = the transpose of the R x C block in (row-major). A bf16 block of at
+// most 64 entries goes through vpermt2w where the bf16 pair paths are built (the copy is part
+// of every bf16 input-gradient call there; element by element it cost more than the product
+// of a small batch).
+template <int R, int C, class T>
+SPRIG_ALWAYS_INLINE void transpose_block(const T* __restrict in, T* __restrict out) noexcept {
+#if SPRIG_BF16_BLOCK_DP
+  if constexpr (std::is_same_v<T, bfloat16> && R * C <= 64 && R * C > 1) {
+    constexpr int n = R * C;
+    constexpr __mmask32 lo = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
+    constexpr __mmask32 hi = n <= 32 ? 0 : n == 64 ? ~__mmask32{0} : (__mmask32{1} << (n - 32)) - 1;
+    const auto* idx = kBlockTransposeIndex<R, C>.index;
+    const __m512i a = _mm512_maskz_loadu_epi16(lo, in), b = _mm512_maskz_loadu_epi16(hi, in + 32);
+    _mm512_mask_storeu_epi16(out, lo, _mm512_permutex2var_epi16(a, _mm512_load_si512(idx), b));
+    if constexpr (n > 32)
+      _mm512_mask_storeu_epi16(out + 32, hi, _mm512_permutex2var_epi16(a, _mm512_load_si512(idx + 32), b));
+    return;
+  }
+#endif
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
+}
+
+// Whether the vdpbf16ps path copies W^T's blocks transposed before the product: its weight
+// pairs run along W's block rows, C apart in W's blocks, and a pair assembled from two 16-bit
+// loads per broadcast costs more than the dot product it feeds; the copy (O(nnz_blocks R C),
+// in the pack phase) makes every pair one 32-bit broadcast load, as in the forward.
+template <class Blocks>
+inline constexpr bool kStagesTranspose = false;
+template <int R, int C>
+inline constexpr bool kStagesTranspose<TransposedBlocks<bfloat16, R, C>> = true;
 
 // The tile height for blocks of R rows (taller blocks go in chunks of this many rows), and
 // how many accumulator sets a tile of `accs` registers deals its blocks to (>= 8 registers
@@ -271,7 +318,8 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
 // Y (=|+=) P X for block pattern P read through `blocks`: X has the input rows (the pattern's
 // columns times kCols, the last block column possibly partial), Y the output rows. X and the
 // blocks' values are T or bf16 (widened in registers), Y is T. Pairs (bf16 only, kCols even):
-// the vdpbf16ps path, X packed as pair rows (operands.hpp) over whole blocks, never in place.
+// the vdpbf16ps path, X packed as pair rows (operands.hpp) over whole blocks, never in place,
+// and W^T's blocks copied transposed first (kStagesTranspose).
 template <class A, Value T, ColumnIndex Index, class Blocks, class XT, bool Pairs = false, class Out = T>
 void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMatrixView<XT> X, MatrixView<Out> Y,
                      Update mode, KernelWorkspace<T>& ws, const T* bias, bool relu,
@@ -283,7 +331,19 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
   const std::int64_t lines = Pairs ? P.cols() * Blocks::kCols / 2 : K;
   const PanelPlan plan(Bw, lines, N, sizeof(Line), kPanelBudgetBytes, max_regs);
   const bool in_place = !Pairs && plan.in_place();
-  Line* packed = in_place ? nullptr : operand_buffer<Line>(ws, plan.packed_size(lines));
+  // The staged blocks (kStagesTranspose) go after the packed X in the same buffer.
+  constexpr bool staged = Pairs && kStagesTranspose<std::remove_cv_t<Blocks>>;
+  constexpr std::int64_t RC = std::int64_t{Blocks::kRows} * Blocks::kCols;
+  const std::int64_t slots = staged ? P.storage_size() : 0;
+  Line* packed = in_place ? nullptr : operand_buffer<Line>(ws, plan.packed_size(lines) + (slots * RC + 1) / 2);
+  bfloat16* const stage = staged ? reinterpret_cast<bfloat16*>(packed + plan.packed_size(lines)) : nullptr;
+  using ReadBlocks = std::conditional_t<staged, ForwardBlocks<bfloat16, Blocks::kRows, Blocks::kCols>, Blocks>;
+  const ReadBlocks read = [&] {
+    if constexpr (staged)
+      return ReadBlocks{stage};
+    else
+      return blocks;
+  }();
   ws.partition.update(P);
   const bool accumulate = mode == Update::accumulate;
   run_partitioned(
@@ -294,6 +354,12 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n);
         else
           pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
+        if constexpr (staged) {
+          for (std::int64_t q = slots * t / n; q < slots * (t + 1) / n; ++q)
+            if (blocks.source[q] >= 0)
+              transpose_block<Blocks::kCols, Blocks::kRows>(blocks.values + std::int64_t{blocks.source[q]} * RC,
+                                                            stage + q * RC);
+        }
       },
       [&](std::int64_t i0, std::int64_t i1) {
         for (std::int64_t p = 0; p < plan.count(); ++p) {
@@ -305,8 +371,7 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
             if constexpr (G <= max_regs)
-              block_panel_rows<A, T, Index, G>(P, blocks, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu,
-                                               scale);
+              block_panel_rows<A, T, Index, G>(P, read, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu, scale);
           });
         }
       });
