@@ -248,6 +248,28 @@ void check_products(Bf16BlockPath path, const std::vector<Case>& which = cases()
             bf16_block_spmm_transposed(W, vals, cache, dY.view(), MatrixView<float>(dx[t].data(), c.K, c.B, ldx), ws,
                                        mode, p);
         });
+      // `path` on 2 threads again with streaming stores (ws.stream_bytes = 0) into outputs with
+      // 64-byte aligned rows (where the kernels stream a float output): the same bits.
+      if (path != Bf16BlockPath::amx)
+        sprig_test::with_threads(2, [&] {
+          const std::int64_t ld = (c.B + 15) / 16 * 16;
+          Matrix<float> ya(c.M, ld), dxa(c.K, ld);
+          for (std::int64_t i = 0; i < c.M; ++i) std::copy_n(&y0[static_cast<std::size_t>(i * ldy)], c.B, ya.row(i));
+          for (std::int64_t i = 0; i < c.K; ++i) std::copy_n(&dx0[static_cast<std::size_t>(i * ldx)], c.B, dxa.row(i));
+          KernelWorkspace<float> ws;
+          ws.stream_bytes = 0;
+          TransposeCache<float, std::int32_t> cache;
+          if (fwd) bf16_block_spmm(W, vals, X.view(), MatrixView<float>(ya.data(), c.M, c.B, ld), ws, mode, path);
+          if (bwd)
+            bf16_block_spmm_transposed(W, vals, cache, dY.view(), MatrixView<float>(dxa.data(), c.K, c.B, ld), ws, mode,
+                                       path);
+          std::int64_t off = 0;
+          for (std::int64_t i = 0; fwd && i < c.M; ++i)
+            off += std::memcmp(ya.row(i), &y[0][static_cast<std::size_t>(i * ldy)], c.B * sizeof(float)) != 0;
+          for (std::int64_t i = 0; bwd && i < c.K; ++i)
+            off += std::memcmp(dxa.row(i), &dx[0][static_cast<std::size_t>(i * ldx)], c.B * sizeof(float)) != 0;
+          CHECK(off == 0);
+        });
       const bool acc = mode == Update::accumulate;
       const Reference fref = product_reference(W, shadow, X, false), bref = product_reference(W, shadow, dY, true);
       if (fwd) {

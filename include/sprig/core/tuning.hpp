@@ -110,6 +110,16 @@
 #  define SPRIG_BLOCK_SPMM_PREFETCH 8
 #endif
 
+// Outputs of at least this many bytes (the default of KernelWorkspace::stream_bytes) are
+// written by block_spmm and block_spmm_transposed (float and bf16 operands, float output) with
+// streaming (non-temporal) stores in overwrite mode: an
+// output larger than half an L2 is written back to memory anyway, and fetching its lines
+// before writing them (read for ownership) cost the 8x8 kernels 1.1-1.6x at B = 1024
+// (docs/performance.md, "Streaming stores").
+#ifndef SPRIG_BLOCK_STREAM_BYTES
+#  define SPRIG_BLOCK_STREAM_BYTES (std::int64_t{1} << 20)
+#endif
+
 // --- The bf16 GEMM's AMX path (kernels/bf16_gemm.hpp; docs/design.md, "bf16 GEMM") ---
 
 // The AMX path's cache blocking (amx_compute): K blocks of at most this many 32-k tiles (a

@@ -248,8 +248,8 @@ template <class A, class T, class Index, int Rows, int G, class Blocks, class XT
 SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s, std::int64_t n, const Blocks& blocks,
                                     int r0, const XT* __restrict xp, std::int64_t xs, std::int64_t in_rows,
                                     Out* __restrict y, std::int64_t ys, std::int64_t rows_valid, std::int64_t valid,
-                                    bool accumulate, const T* bias, bool relu, const bfloat16* scale = nullptr,
-                                    std::int64_t ss = 0) noexcept {
+                                    bool accumulate, const T* bias, bool relu, const bfloat16* scale, std::int64_t ss,
+                                    bool stream) noexcept {
   using B = Batch<T, A>;
   constexpr std::int64_t N = B::size;
   constexpr int BC = Blocks::kCols;
@@ -279,7 +279,7 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
     const T* br = bias ? bias + r : nullptr;
     for (int g = 0; g < G && g * N < valid; ++g)
       store_output<A>(yr + g * N, acc[0][r][g], std::min(N, valid - g * N), accumulate, br, relu,
-                      scale ? scale + r * ss + g * N : nullptr);
+                      scale ? scale + r * ss + g * N : nullptr, stream);
   }
 }
 
@@ -288,8 +288,8 @@ SPRIG_ALWAYS_INLINE void block_tile(const Index* __restrict cols, std::int64_t s
 template <class A, class T, class Index, int G, class Blocks, class XT, class Out>
 void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::int64_t i0, std::int64_t i1,
                       const XT* xp, std::int64_t xs, std::int64_t in_rows, MatrixView<Out> Y, std::int64_t b0,
-                      std::int64_t valid, bool accumulate, const T* bias, bool relu,
-                      ConstMatrixView<bfloat16> scale = {}) noexcept {
+                      std::int64_t valid, bool accumulate, const T* bias, bool relu, ConstMatrixView<bfloat16> scale,
+                      bool stream) noexcept {
   constexpr int BR = Blocks::kRows;
   constexpr int Rows = block_tile_rows(BR);
   constexpr int Tail = BR % Rows;
@@ -306,11 +306,11 @@ void block_panel_rows(const PaddedCSR<T, Index>& P, const Blocks& blocks, std::i
       if constexpr (Tail != 0)
         if (BR - r0 < Rows) {
           block_tile<A, T, Index, Tail, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid,
-                                           accumulate, br, relu, sr, scale.stride());
+                                           accumulate, br, relu, sr, scale.stride(), stream);
           continue;
         }
       block_tile<A, T, Index, Rows, G>(cols, s, n, blocks, r0, xp, xs, in_rows, y, Y.stride(), rv, valid, accumulate,
-                                       br, relu, sr, scale.stride());
+                                       br, relu, sr, scale.stride(), stream);
     }
   }
 }
@@ -346,6 +346,13 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
   }();
   ws.partition.update(P);
   const bool accumulate = mode == Update::accumulate;
+  // Streaming stores (ws.stream_bytes) for a large overwritten float output; ordered before
+  // the caller's next reads by each thread's fence.
+  constexpr std::int64_t reg_bytes = sizeof(Batch<T, A>);
+  const bool stream = kStreamingStores<A, T> && std::is_same_v<Out, T> && !accumulate && !scale.data() &&
+                      Y.rows() * Bw * std::int64_t{sizeof(T)} >= ws.stream_bytes &&
+                      reinterpret_cast<std::uintptr_t>(Y.data()) % reg_bytes == 0 &&
+                      Y.stride() * std::int64_t{sizeof(T)} % reg_bytes == 0;
   run_partitioned(
       ws.partition, P.nnz() * Blocks::kRows * Blocks::kCols * Bw,
       [&](int t, int n) {
@@ -371,9 +378,11 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           const std::int64_t valid = plan.columns(p);
           with_panel_regs(regs, [&]<int G>(std::integral_constant<int, G>) {
             if constexpr (G <= max_regs)
-              block_panel_rows<A, T, Index, G>(P, read, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu, scale);
+              block_panel_rows<A, T, Index, G>(P, read, i0, i1, xp, xs, K, Y, b0, valid, accumulate, bias, relu, scale,
+                                               stream);
           });
         }
+        if (stream) streaming_fence();
       });
 }
 #endif

@@ -9,6 +9,10 @@
 //       times the derivative of the activation that made the input (a GELU's, kept in bf16).
 //       y may be scale itself (each lane read, then written).
 //
+//   store_output<A>(..., scale, stream)
+//       with stream, a whole register of a T output goes out with a streaming store
+//       (store_streaming); y must then be aligned to the register's width.
+//
 // The spmm kernels with bf16 operands (bf16_spmm.hpp, bf16_block_amx.hpp) and the block
 // kernels (block_spmm.hpp) store through it, so a bf16 Y is bitwise a float Y rounded.
 // Preconditions (not checked): y holds count values; bf16 outputs only for T = float.
@@ -22,12 +26,66 @@
 #include "simd.hpp"
 #include "spmm.hpp"
 
+#if defined(__SSE2__)
+#  include <immintrin.h>
+#endif
+
 namespace sprig::detail {
+
+#if SPRIG_KERNEL_SIMD
+// Whether store_streaming writes around the caches for registers of architecture A (x86's
+// non-temporal stores; elsewhere it is a plain aligned store).
+template <class A, class T>
+inline constexpr bool kStreamingStores =
+#  if defined(__SSE2__)
+    std::is_floating_point_v<T> && sizeof(Batch<T, A>) >= 16;
+#  else
+    false;
+#  endif
+
+// y = v (all lanes), a non-temporal store where kStreamingStores; y aligned to the register.
+// Such stores are weakly ordered: the thread that made them calls streaming_fence() before
+// anything else may read y.
+template <class A, class T>
+SPRIG_ALWAYS_INLINE void store_streaming(T* y, Batch<T, A> v) noexcept {
+#  if defined(__SSE2__)
+  constexpr std::size_t bytes = sizeof(Batch<T, A>);
+  if constexpr (std::is_same_v<T, float> && bytes == 16)
+    _mm_stream_ps(y, v);
+  else if constexpr (std::is_same_v<T, double> && bytes == 16)
+    _mm_stream_pd(y, v);
+#    if defined(__AVX__)
+  else if constexpr (std::is_same_v<T, float> && bytes == 32)
+    _mm256_stream_ps(y, v);
+  else if constexpr (std::is_same_v<T, double> && bytes == 32)
+    _mm256_stream_pd(y, v);
+#    endif
+#    if defined(__AVX512F__)
+  else if constexpr (std::is_same_v<T, float> && bytes == 64)
+    _mm512_stream_ps(y, v);
+  else if constexpr (std::is_same_v<T, double> && bytes == 64)
+    _mm512_stream_pd(y, v);
+#    endif
+  else
+    v.store_aligned(y);
+#  else
+  v.store_aligned(y);
+#  endif
+}
+#endif
+
+// Orders the calling thread's streaming stores before its later stores (and so before what
+// other threads read after a barrier). No-op where there are none.
+inline void streaming_fence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
 
 #if SPRIG_KERNEL_SIMD
 template <class A, class T, class Out>
 SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count, bool accumulate, const T* bias,
-                                      bool relu, const bfloat16* scale = nullptr) noexcept {
+                                      bool relu, const bfloat16* scale = nullptr, bool stream = false) noexcept {
   static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, bfloat16> && std::is_same_v<T, float>));
   using F = Batch<T, A>;
   constexpr std::int64_t N = F::size;
@@ -41,9 +99,12 @@ SPRIG_ALWAYS_INLINE void store_output(Out* y, Batch<T, A> v, std::int64_t count,
     }
     if (bias) v += F(*bias);
     if (relu) v = xsimd::select(v > F(T(0)), v, F(T(0)));
-    if constexpr (std::is_same_v<Out, T>)
-      v.store_unaligned(y);
-    else
+    if constexpr (std::is_same_v<Out, T>) {
+      if (stream)
+        store_streaming<A>(y, v);
+      else
+        v.store_unaligned(y);
+    } else
       store_bfloat16<A>(y, v);
     return;
   }

@@ -20,6 +20,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/padded_csr.hpp"
+#include "../core/tuning.hpp"
 #include "panels.hpp"
 #include "row_partition.hpp"
 
@@ -75,6 +76,11 @@ public:
   // make it small to run the blocked kernels on small shapes. Results depend on it only
   // through the summation order of spmm (sddmm's are bitwise the same for any value).
   std::int64_t column_block_bytes = detail::kColumnBlockBytes;
+  // Overwritten float outputs of at least this many bytes leave the block kernels
+  // (block_spmm.hpp, bf16_block_kernels.hpp) with streaming stores (tuning.hpp:
+  // SPRIG_BLOCK_STREAM_BYTES); the results are bitwise the same for any value, and tests set
+  // 0 to run that path on small shapes.
+  std::int64_t stream_bytes = SPRIG_BLOCK_STREAM_BYTES;
 
   // A 64-byte aligned buffer of at least n elements, uninitialised, whose contents last
   // until the next buffer() call on this workspace or on any workspace sharing its scratch;
