@@ -181,7 +181,13 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const In* __restrict d, std::int64_t d
     }
     alignas(64) T tmp[N];
     sums.store_aligned(tmp);
-    for (int k = 0; k < static_cast<int>(N) && k0 + k < A; ++k) out[((k0 + k) / CT) * LD + (k0 + k) % CT] = tmp[k];
+    // Row by row, each row's run of sums one copy (element by element, GCC made it a scatter,
+    // which is slow on AMD CPUs).
+    const int k1 = std::min(A, k0 + static_cast<int>(N));
+    SPRIG_UNROLL for (int r = k0 / CT; r * CT < k1; ++r) {
+      const int lo = std::max(r * CT, k0), hi = std::min((r + 1) * CT, k1);
+      std::memcpy(out + r * LD + (lo - r * CT), tmp + (lo - k0), static_cast<std::size_t>(hi - lo) * sizeof(T));
+    }
   }
 }
 
