@@ -70,6 +70,7 @@
 #include "bfloat16_convert.hpp"
 #include "block_sddmm.hpp"
 #include "block_spmm.hpp"
+#include "output_store.hpp"
 #include "row_epilogue.hpp"
 #include "simd.hpp"
 #include "transpose.hpp"
@@ -319,12 +320,7 @@ void bf16_block_spmm_transposed(const BlockPaddedCSR<float, Index, R, C>& W, std
   constexpr const char* fn = "sprig::bf16_block_spmm_transposed";
   detail::check_bf16_block_operands(fn, W, values, "dY", dY, W.rows(), "dX", dX, W.cols());
   detail::check_bf16_block_path<R, C>(fn, Bf16BlockKernel::spmm_transposed, path);
-  if (x_derivative.rows() != dX.rows() || x_derivative.cols() != dX.cols())
-    throw ShapeError(detail::message(fn, ": x_derivative is ", x_derivative.rows(), "x", x_derivative.cols(),
-                                     ", dX is ", dX.rows(), "x", dX.cols()));
-  const bool in_place = static_cast<const void*>(x_derivative.data()) == static_cast<const void*>(dX.data()) &&
-                        x_derivative.stride() == dX.stride() && std::is_same_v<Out, bfloat16>;
-  if (!in_place) detail::check_no_overlap(fn, "dX", dX, "x_derivative", x_derivative);
+  detail::check_x_derivative(fn, dX, x_derivative);
   detail::bf16_block_spmm_transposed_run(W, values, cache, dY, dX, workspace, Update::overwrite, path, x_derivative);
 }
 

@@ -482,11 +482,7 @@ void bf16_spmm_transposed(const PaddedCSR<float, Index>& W, std::span<const bflo
   constexpr const char* fn = "sprig::bf16_spmm_transposed";
   detail::check_bf16_spmm_operands(fn, W, values, W.rows(), W.cols(), dY, dX);
   detail::check_bf16_spmm_path(fn, path);
-  if (x_derivative.rows() != dX.rows() || x_derivative.cols() != dX.cols())
-    throw ShapeError(detail::message(fn, ": x_derivative is ", x_derivative.rows(), "x", x_derivative.cols(),
-                                     ", dX is ", dX.rows(), "x", dX.cols()));
-  const bool in_place = x_derivative.data() == dX.data() && x_derivative.stride() == dX.stride();
-  if (!in_place) detail::check_no_overlap(fn, "dX", dX, "x_derivative", x_derivative);
+  detail::check_x_derivative(fn, dX, x_derivative);
   if (dX.rows() == 0 || dX.cols() == 0) return;
   const auto& t = cache.sync_topology(W);
   detail::bf16_spmm_kernel<Index, bfloat16>()(t.matrix, values.data(), std::span<const SourceSlot>(t.source_slot), dY,

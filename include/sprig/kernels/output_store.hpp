@@ -13,6 +13,9 @@
 //       with stream, a whole register of a T output goes out with a streaming store
 //       (store_streaming); y must then be aligned to the register's width.
 //
+//   check_x_derivative(fn, dX, D)
+//       the checks of an input gradient's x_derivative operand (the scale above).
+//
 // The spmm kernels with bf16 operands (bf16_spmm.hpp, bf16_block_amx.hpp) and the block
 // kernels (block_spmm.hpp) store through it, so a bf16 Y is bitwise a float Y rounded.
 // Preconditions (not checked): y holds count values; bf16 outputs only for T = float.
@@ -22,6 +25,8 @@
 #include <type_traits>
 
 #include "../core/bfloat16.hpp"
+#include "../core/error.hpp"
+#include "../core/matrix.hpp"
 #include "bfloat16_convert.hpp"
 #include "simd.hpp"
 #include "spmm.hpp"
@@ -73,6 +78,19 @@ SPRIG_ALWAYS_INLINE void store_streaming(T* y, Batch<T, A> v) noexcept {
 #  endif
 }
 #endif
+
+// The x_derivative operand D of an input gradient stored as dX = D * (W^T dY): ShapeError
+// unless D has dX's shape; ArgumentError where it overlaps dX, except as dX itself (the same
+// data and stride, a bf16 dX: each lane read, then written).
+template <class Out>
+void check_x_derivative(const char* fn, const MatrixView<Out>& dX, const ConstMatrixView<bfloat16>& D) {
+  if (D.rows() != dX.rows() || D.cols() != dX.cols())
+    throw ShapeError(message(fn, ": x_derivative is ", D.rows(), "x", D.cols(), ", dX is ", dX.rows(), "x", dX.cols()));
+  const bool in_place = std::is_same_v<Out, bfloat16> &&
+                        static_cast<const void*>(D.data()) == static_cast<const void*>(dX.data()) &&
+                        D.stride() == dX.stride();
+  if (!in_place) check_no_overlap(fn, "dX", dX, "x_derivative", D);
+}
 
 // Orders the calling thread's streaming stores before its later stores (and so before what
 // other threads read after a barrier). No-op where there are none.
