@@ -173,7 +173,7 @@ SPRIG_ALWAYS_INLINE void block_sddmm_tile(const In* __restrict d, std::int64_t d
     B rows[N];
     SPRIG_UNROLL for (int k = 0; k < static_cast<int>(N); ++k) rows[k] = k0 + k < A ? acc[0][k0 + k] : B(T(0));
     const B sums = batched_hsum(rows);
-    if constexpr (CT == LD) {  // the tile's rows are contiguous in out
+    if constexpr (CT == LD && A >= static_cast<int>(N)) {  // the tile's rows are contiguous in out
       if (k0 + static_cast<int>(N) <= A) {
         sums.store_unaligned(out + k0);
         continue;
