@@ -485,21 +485,14 @@ TEMPLATE_LIST_TEST_CASE("block kernels are bitwise identical for 1, 2 and 3 thre
       std::vector<Matrix<T>> fwd, bwd, epi;
       KernelWorkspace<T> ws;
       TransposeCache<T, Index> cache;
-      for (int threads : {1, 2, 3})
+      // 1, 2 and 3 threads, then 1 and 2 with streaming stores (every output here,
+      // stream_bytes = 0; Y, dX and E are aligned Matrix rows, so whole registers stream where
+      // the kernels can): the same bits each time.
+      const std::pair<int, std::int64_t> runs[] = {
+          {1, ws.stream_bytes}, {2, ws.stream_bytes}, {3, ws.stream_bytes}, {1, 0}, {2, 0}};
+      for (const auto& [threads, stream_bytes] : runs)
         sprig_test::with_threads(threads, [&] {
-          Matrix<T> Y = Z, dX = ZT, E(M, B);
-          block_spmm(W, X.cview(), Y.view(), ws, mode);
-          block_spmm_transposed(W, cache, dY.cview(), dX.view(), ws, mode);
-          block_spmm(W, X.cview(), E.view(), ws, RowEpilogue<T>{std::span<const T>(bias), FusedActivation::relu});
-          fwd.push_back(std::move(Y));
-          bwd.push_back(std::move(dX));
-          epi.push_back(std::move(E));
-        });
-      // Streaming stores (every output here, ws.stream_bytes = 0; Y, dX and E are aligned
-      // Matrix rows, so whole registers stream where the kernels can) give the same bits.
-      ws.stream_bytes = 0;
-      for (int threads : {1, 2})
-        sprig_test::with_threads(threads, [&] {
+          ws.stream_bytes = stream_bytes;
           Matrix<T> Y = Z, dX = ZT, E(M, B);
           block_spmm(W, X.cview(), Y.view(), ws, mode);
           block_spmm_transposed(W, cache, dY.cview(), dX.view(), ws, mode);

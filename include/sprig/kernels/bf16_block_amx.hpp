@@ -202,8 +202,7 @@ void block_spmm_amx(const PaddedCSR<float, Index>& P, const bfloat16* values, Co
       ws.partition, P.nnz() * R * C * Bw,
       [&](int t, int n) {
         pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n);
-        for (std::int64_t q = slots * t / n; q < slots * (t + 1) / n; ++q)
-          if (source[q] >= 0) transpose_block<C, R>(values_in + std::int64_t{source[q]} * RC, transposed + q * RC);
+        if (source) transpose_blocks<C, R>(values_in, source, transposed, slots * t / n, slots * (t + 1) / n);
       },
       [&](std::int64_t i0, std::int64_t i1) {
         if (i0 >= i1) return;

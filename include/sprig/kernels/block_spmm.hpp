@@ -129,6 +129,16 @@ SPRIG_ALWAYS_INLINE void transpose_block(const T* __restrict in, T* __restrict o
     for (int c = 0; c < C; ++c) out[c * R + r] = in[r * C + c];
 }
 
+// Slots [q0, q1) of W^T's blocks copied out transposed: out + q R C gets the transpose of W's
+// R x C block at values + source[q] R C (transpose.hpp's source_slot); slots without a source
+// (padding, dead) are left as they are. O((q1 - q0) R C).
+template <int R, int C, class T>
+void transpose_blocks(const T* values, const SourceSlot* source, T* out, std::int64_t q0, std::int64_t q1) noexcept {
+  constexpr std::int64_t RC = std::int64_t{R} * C;
+  for (std::int64_t q = q0; q < q1; ++q)
+    if (source[q] >= 0) transpose_block<R, C>(values + std::int64_t{source[q]} * RC, out + q * RC);
+}
+
 // Whether the vdpbf16ps path copies W^T's blocks transposed before the product: its weight
 // pairs run along W's block rows, C apart in W's blocks, and a pair assembled from two 16-bit
 // loads per broadcast costs more than the dot product it feeds; the copy (O(nnz_blocks R C),
@@ -361,12 +371,9 @@ void block_spmm_simd(const PaddedCSR<T, Index>& P, const Blocks& blocks, ConstMa
           pack_bf16_pairs<A>(plan, X, lines, packed, lines * t / n, lines * (t + 1) / n);
         else
           pack_panels(plan, X, packed, K * t / n, K * (t + 1) / n);
-        if constexpr (staged) {
-          for (std::int64_t q = slots * t / n; q < slots * (t + 1) / n; ++q)
-            if (blocks.source[q] >= 0)
-              transpose_block<Blocks::kCols, Blocks::kRows>(blocks.values + std::int64_t{blocks.source[q]} * RC,
-                                                            stage + q * RC);
-        }
+        if constexpr (staged)
+          transpose_blocks<Blocks::kCols, Blocks::kRows>(blocks.values, blocks.source, stage, slots * t / n,
+                                                         slots * (t + 1) / n);
       },
       [&](std::int64_t i0, std::int64_t i1) {
         for (std::int64_t p = 0; p < plan.count(); ++p) {
