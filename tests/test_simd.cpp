@@ -102,3 +102,25 @@ TEST_CASE("kernel_arch_warning agrees with /proc/cpuinfo and the build's flags",
 #  endif
 }
 #endif
+
+#if SPRIG_KERNEL_SIMD
+// The register transpose the attention core's dV and dK use (kernels/attention.hpp): in
+// register shuffles for float on AVX-512 and AVX, through memory elsewhere (double here, and
+// float in the SSE2 baseline build of this file).
+TEMPLATE_TEST_CASE("transpose_square moves lane j of row i to lane i of row j", "[simd]", float, double) {
+  if constexpr (detail::kSimdFor<TestType>) {
+    using V = detail::Batch<TestType>;
+    constexpr int w = static_cast<int>(V::size);
+    alignas(64) TestType in[w * w], out[w];
+    for (int i = 0; i < w * w; ++i) in[i] = static_cast<TestType>(i) + TestType(0.25);
+    V v[w];
+    for (int i = 0; i < w; ++i) v[i] = V::load_aligned(in + i * w);
+    detail::transpose_square(v);
+    CAPTURE(kernel_arch(), w);
+    for (int j = 0; j < w; ++j) {
+      v[j].store_aligned(out);
+      for (int i = 0; i < w; ++i) CHECK(out[i] == in[i * w + j]);
+    }
+  }
+}
+#endif

@@ -48,7 +48,26 @@ struct AttentionBlockTriangle {
   T* row(std::int64_t k) const noexcept { return base + offset(k) - start(k); }
 };
 
-// Keys per register tile, and rows of the transposed product's tile, on architecture A.
+// The query-major transpose of AttentionBlockTriangle (attention_to_queries): row q < padded()
+// holds the keys [0, end(q)), end(q) = (floor(q / w) + 1) w, whole registers indexed by k;
+// the same size as the key-major triangle of padded() keys.
+template <class T>
+struct AttentionQueryTriangle {
+  T* base;
+  std::int64_t t, w;
+
+  std::int64_t padded() const noexcept { return (t + w - 1) / w * w; }
+  std::int64_t end(std::int64_t q) const noexcept { return (q / w + 1) * w; }
+  // Entries before row q (q <= padded(); size() is offset(padded())).
+  std::int64_t offset(std::int64_t q) const noexcept {
+    const std::int64_t g = q / w;
+    return w * w * g * (g + 1) / 2 + (q - g * w) * (g + 1) * w;
+  }
+  std::int64_t size() const noexcept { return offset(padded()); }
+  T* row(std::int64_t q) const noexcept { return base + offset(q); }
+};
+
+// Keys per register tile of attention_scores on architecture A.
 template <class T, class A>
 inline constexpr std::int64_t kAttentionKeys = std::min<std::int64_t>(4, std::int64_t(simd_width<T, A>()));
 // Registers along the queries per tile: 4 x 4 accumulators where 32 registers exist, 4 x 2
@@ -72,6 +91,7 @@ void attention_scores(const T* a, const T* x, std::int64_t hs, std::int64_t dh, 
   if constexpr (kSimdFor<T, Arch>) {
     using V = Batch<T, Arch>;
     constexpr std::int64_t w = V::size, nk = kAttentionKeys<T, Arch>;
+    S.w = w;  // the precondition as a constant, so row() divides by a shift
     constexpr int nq = kAttentionQueryRegisters<T, Arch>;
     auto tile = [&]<int R>(const std::int64_t* keys, std::int64_t q) {
       V acc[nk][R];
@@ -110,6 +130,39 @@ void attention_scores(const T* a, const T* x, std::int64_t hs, std::int64_t dh, 
   }
 }
 
+#if SPRIG_KERNEL_SIMD
+// The start of a tile of 4 head rows by R registers: the rows d0.. of a (rows hs apart; a
+// last partial tile repeats row dh - 1) and zero sums.
+template <int R, class T, class A>
+SPRIG_ALWAYS_INLINE void start_head_rows(const T* a, std::int64_t hs, std::int64_t d0, std::int64_t dh,
+                                         const T* (&rows)[4], xsimd::batch<T, A> (&acc)[4][R]) noexcept {
+  for (std::int64_t r = 0; r < 4; ++r) rows[r] = a + std::min(d0 + r, dh - 1) * hs;
+  SPRIG_UNROLL for (int r = 0; r < 4; ++r) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[r][v] =
+      xsimd::batch<T, A>(T(0));
+}
+
+// A tile of 4 head rows by R registers into y: acc[r][v] to row d0 + r (d0 + r < dh) at
+// columns first + v w on, rows ys apart, only the columns below t.
+template <int R, class T, class A>
+SPRIG_ALWAYS_INLINE void store_head_rows(const xsimd::batch<T, A> (&acc)[4][R], T* y, std::int64_t ys, std::int64_t d0,
+                                         std::int64_t dh, std::int64_t first, std::int64_t t) noexcept {
+  constexpr std::int64_t w = xsimd::batch<T, A>::size;
+  for (std::int64_t r = 0; r < 4 && d0 + r < dh; ++r) {
+    T* out = y + (d0 + r) * ys;
+    SPRIG_UNROLL for (int v = 0; v < R; ++v) {
+      const std::int64_t c = first + v * w;
+      if (c + w <= t) {
+        acc[r][v].store_unaligned(out + c);
+      } else if (c < t) {
+        alignas(64) T part[w];
+        acc[r][v].store_aligned(part);
+        std::copy_n(part, t - c, out + c);
+      }
+    }
+  }
+}
+#endif
+
 // y[d ys + q] = sum_{k < t, start(k) <= q} a[d hs + k] P(k, q) for d < dh, q < t: Out_h = V_h P
 // (a = V_h) and dQ_h = K_h dS (a = K_h); P's entries below the key must be 0. Tiles of 4 head
 // rows by registers of queries; a last partial row tile repeats row dh - 1 and stores it once.
@@ -123,12 +176,12 @@ void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<
   if constexpr (kSimdFor<T, Arch>) {
     using V = Batch<T, Arch>;
     constexpr std::int64_t w = V::size, nd = 4;
+    P.w = w;  // the precondition as a constant, so row() divides by a shift
     constexpr int nq = kAttentionQueryRegisters<T, Arch>;
     auto tile = [&]<int R>(std::int64_t d0, std::int64_t q0) {
       const T* ar[nd];
-      for (std::int64_t r = 0; r < nd; ++r) ar[r] = a + std::min(d0 + r, dh - 1) * hs;
       V acc[nd][R];
-      SPRIG_UNROLL for (int r = 0; r < nd; ++r) SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[r][v] = V(T(0));
+      start_head_rows(a, hs, d0, dh, ar, acc);
       // keys whose rows start at or before register J of the tile feed registers J..R-1
       auto keys = [&]<int J>(std::int64_t k_begin, std::int64_t k_end) {
         for (std::int64_t k = k_begin; k < k_end; ++k) {
@@ -146,19 +199,7 @@ void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<
       if constexpr (R > 2) keys.template operator()<2>(q0 + 2 * w, std::min(q0 + 3 * w, t));
       if constexpr (R > 3) keys.template operator()<3>(q0 + 3 * w, std::min(q0 + 4 * w, t));
       static_assert(R <= 4);
-      for (std::int64_t r = 0; r < nd && d0 + r < dh; ++r) {
-        T* out = y + (d0 + r) * ys;
-        SPRIG_UNROLL for (int v = 0; v < R; ++v) {
-          const std::int64_t q = q0 + v * w;
-          if (q + w <= t) {
-            acc[r][v].store_unaligned(out + q);
-          } else if (q < t) {
-            alignas(64) T part[w];
-            acc[r][v].store_aligned(part);
-            std::copy_n(part, t - q, out + q);
-          }
-        }
-      }
+      store_head_rows<R>(acc, y, ys, d0, dh, q0, t);
     };
     for (std::int64_t d0 = 0; d0 < dh; d0 += nd) {
       std::int64_t q = 0;
@@ -179,63 +220,93 @@ void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<
   }
 }
 
-// y[d ys + k] = sum_{q in [start(k), tp)} P(k, q) x[d hs + q] for d < dh, k < t: dV_h = dOut_h
-// P^T (x = dOut_h) and dK_h = Q_h dS^T (x = Q_h); x's padding columns must be 0 and P's entries
-// below the key 0. A tile is w accumulators (kAttentionKeys keys of one row group by w /
-// kAttentionKeys head rows, partial tiles repeating the last key or row), summed along q in
-// SIMD lanes, then reduced all at once (batched_hsum). q ascending in each lane.
+// PT = P transposed into a query-major triangle: PT(q, k) = P(k, q) for every entry P holds
+// and 0 for keys k >= t; rows q >= t get P's padding columns (finite, never read by
+// attention_query_sum). One register transpose per w x w block of P. Exact (moves only).
 template <class T, class Arch = KernelArch>
-void attention_transposed_sum(AttentionBlockTriangle<T> P, const T* x, std::int64_t hs, std::int64_t dh, T* y,
-                              std::int64_t ys) noexcept {
-  const std::int64_t t = P.t;
-  [[maybe_unused]] const std::int64_t tp = P.padded();
+void attention_to_queries(AttentionBlockTriangle<T> P, AttentionQueryTriangle<T> PT) noexcept {
+  const std::int64_t t = P.t, tp = P.padded();
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, Arch>) {
     using V = Batch<T, Arch>;
-    constexpr std::int64_t w = V::size, nk = kAttentionKeys<T, Arch>, nd = w / nk;
-    static_assert(nd * nk == w);
-    // key blocks of kBlock rows (at most 16 KB at T 128 in float, in L1) by all head rows,
-    // nd at a time: each tile's x rows and the block's triangle rows are reused from L1
-    // (head rows inside the key loop streamed x from L2 and ran ~40% slower)
-    constexpr std::int64_t kBlock = 8 * nk;
-    for (std::int64_t kb = 0; kb < t; kb += kBlock)
-      for (std::int64_t d0 = 0; d0 < dh; d0 += nd)
-        for (std::int64_t k0 = kb; k0 < std::min(kb + kBlock, t); k0 += nk) {
-          const T* xr[nd];
-          for (std::int64_t r = 0; r < nd; ++r) xr[r] = x + std::min(d0 + r, dh - 1) * hs;
-          const T* p[nk];
-          for (std::int64_t j = 0; j < nk; ++j) p[j] = P.row(std::min(k0 + j, t - 1));
-          const std::int64_t q_begin = P.start(k0);
-          V acc[w];  // acc[r nk + j]: head row d0 + r, key k0 + j
-          SPRIG_UNROLL for (int i = 0; i < w; ++i) acc[i] = V(T(0));
-          for (std::int64_t q = q_begin; q < tp; q += w) {
-            V pv[nk];
-            SPRIG_UNROLL for (int j = 0; j < nk; ++j) pv[j] = V::load_unaligned(p[j] + q);
-            SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
-              const V xv = V::load_unaligned(xr[r] + q);
-              SPRIG_UNROLL for (int j = 0; j < nk; ++j) acc[r * nk + j] = xsimd::fma(pv[j], xv, acc[r * nk + j]);
-            }
-          }
-          alignas(64) T sums[w];
-          batched_hsum(acc).store_aligned(sums);
-          const std::int64_t keys = std::min(nk, t - k0);
-          for (std::int64_t r = 0; r < nd && d0 + r < dh; ++r) {
-            T* out = y + (d0 + r) * ys + k0;
-            if (keys == nk) {
-              SPRIG_UNROLL for (int j = 0; j < nk; ++j) out[j] = sums[r * nk + j];
-            } else {
-              for (std::int64_t j = 0; j < keys; ++j) out[j] = sums[r * nk + j];
-            }
+    constexpr std::int64_t w = V::size;
+    P.w = w;  // the preconditions as constants, so row() divides by a shift
+    PT.w = w;
+    for (std::int64_t kb = 0; kb < t; kb += w) {
+      // rows kb.. of P are tp - kb apart; rows qb.. of PT are qb + w apart
+      const T* p = P.row(kb);
+      const std::int64_t ps = tp - kb, keys = std::min(w, t - kb);
+      for (std::int64_t qb = kb; qb < tp; qb += w) {
+        V v[w];
+        if (keys == w) {
+          SPRIG_UNROLL for (std::int64_t r = 0; r < w; ++r) v[r] = V::load_unaligned(p + r * ps + qb);
+        } else {
+          for (std::int64_t r = 0; r < w; ++r) v[r] = r < keys ? V::load_unaligned(p + r * ps + qb) : V(T(0));
+        }
+        transpose_square(v);
+        T* out = PT.row(qb) + kb;
+        SPRIG_UNROLL for (std::int64_t c = 0; c < w; ++c) v[c].store_unaligned(out + c * (qb + w));
+      }
+    }
+    return;
+  }
+#endif
+  for (std::int64_t q = 0; q < tp; ++q)
+    for (std::int64_t k = 0; k < PT.end(q); ++k) PT.row(q)[k] = k < t && q >= P.start(k) ? P.row(k)[q] : T(0);
+}
+
+// y[d ys + k] = sum_{q in [k, t)} PT(q, k) x[d hs + q] for d < dh, k < t: dV_h = dOut_h P^T
+// (x = dOut_h, PT = attention_to_queries(P)) and dK_h = Q_h dS^T (x = Q_h); PT's entries with
+// k > q must be 0. Tiles of 4 head rows by registers of keys, each query's x broadcast, so no
+// output needs a horizontal sum; a last partial row tile repeats row dh - 1 and stores it
+// once. q ascending.
+template <class T, class Arch = KernelArch>
+void attention_query_sum(AttentionQueryTriangle<T> PT, const T* x, std::int64_t hs, std::int64_t dh, T* y,
+                         std::int64_t ys) noexcept {
+  const std::int64_t t = PT.t;
+  [[maybe_unused]] const std::int64_t tp = PT.padded();
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, Arch>) {
+    using V = Batch<T, Arch>;
+    constexpr std::int64_t w = V::size, nd = 4;
+    PT.w = w;  // the precondition as a constant, so row() divides by a shift
+    constexpr int nk = kAttentionQueryRegisters<T, Arch>;
+    auto tile = [&]<int R>(std::int64_t d0, std::int64_t k0) {
+      const T* xr[nd];
+      V acc[nd][R];
+      start_head_rows(x, hs, d0, dh, xr, acc);
+      // queries before register J of the tile see only keys of registers 0..J-1
+      auto queries = [&]<int J>(std::int64_t q_begin, std::int64_t q_end) {
+        for (std::int64_t q = q_begin; q < q_end; ++q) {
+          const T* p = PT.row(q) + k0;
+          V pv[J];
+          SPRIG_UNROLL for (int v = 0; v < J; ++v) pv[v] = V::load_unaligned(p + v * w);
+          SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
+            const V xv(xr[r][q]);
+            SPRIG_UNROLL for (int v = 0; v < J; ++v) acc[r][v] = xsimd::fma(xv, pv[v], acc[r][v]);
           }
         }
+      };
+      queries.template operator()<1>(k0, std::min(k0 + w, t));
+      if constexpr (R > 1) queries.template operator()<2>(k0 + w, std::min(k0 + 2 * w, t));
+      if constexpr (R > 2) queries.template operator()<3>(k0 + 2 * w, std::min(k0 + 3 * w, t));
+      if constexpr (R > 3) queries.template operator()<4>(k0 + 3 * w, std::min(k0 + 4 * w, t));
+      static_assert(R <= 4);
+      queries.template operator()<R>(k0 + R * w, t);
+      store_head_rows<R>(acc, y, ys, d0, dh, k0, t);
+    };
+    for (std::int64_t d0 = 0; d0 < dh; d0 += nd) {
+      std::int64_t k = 0;
+      for (; k + nk * w <= tp; k += nk * w) tile.template operator()<nk>(d0, k);
+      for (; k < tp; k += w) tile.template operator()<1>(d0, k);
+    }
     return;
   }
 #endif
   for (std::int64_t d = 0; d < dh; ++d)
     for (std::int64_t k = 0; k < t; ++k) {
-      const T* p = P.row(k);
       T s = T(0);
-      for (std::int64_t q = P.start(k); q < tp; ++q) s += p[q] * x[d * hs + q];
+      for (std::int64_t q = k; q < t; ++q) s += PT.row(q)[k] * x[d * hs + q];
       y[d * ys + k] = s;
     }
 }

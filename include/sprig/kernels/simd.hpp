@@ -120,6 +120,69 @@ SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* ro
 #  endif
   return xsimd::haddp(rows);
 }
+
+// The w x w matrix held in v (w = the batch's size, one row per register) transposed in
+// place: lane j of v[i] goes to lane i of v[j]. float on AVX-512 and AVX in register shuffles
+// (w log2 w of them); elsewhere through a buffer on the stack. Exact (moves only).
+template <class T, class A>
+SPRIG_ALWAYS_INLINE void transpose_square(xsimd::batch<T, A> (&v)[xsimd::batch<T, A>::size]) noexcept {
+  using V = xsimd::batch<T, A>;
+  constexpr int w = static_cast<int>(V::size);
+#  if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, A>) {
+    static_assert(w == 16);
+    __m512 t[16], u[16];
+    SPRIG_UNROLL for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks within each 128-bit lane
+      t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    SPRIG_UNROLL for (int i = 0; i < 16; i += 4) {  // u[i + e], lane L: rows i..i+3 at column 4 L + e
+      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+      u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    SPRIG_UNROLL for (int e = 0; e < 4; ++e) {  // column 4 L + e: lane L of u[e], u[4 + e], u[8 + e], u[12 + e]
+      const __m512 x0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x44), x1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xEE);
+      const __m512 y0 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x44);
+      const __m512 y1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xEE);
+      v[e] = V(_mm512_shuffle_f32x4(x0, y0, 0x88));
+      v[4 + e] = V(_mm512_shuffle_f32x4(x0, y0, 0xDD));
+      v[8 + e] = V(_mm512_shuffle_f32x4(x1, y1, 0x88));
+      v[12 + e] = V(_mm512_shuffle_f32x4(x1, y1, 0xDD));
+    }
+    return;
+  }
+#  endif
+#  if defined(__AVX__)
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx, A>) {
+    static_assert(w == 8);
+    __m256 t[8], u[8];
+    SPRIG_UNROLL for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    SPRIG_UNROLL for (int i = 0; i < 8; i += 4) {  // u[i + e], lane L: rows i..i+3 at column 4 L + e
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    SPRIG_UNROLL for (int e = 0; e < 4; ++e) {
+      v[e] = V(_mm256_permute2f128_ps(u[e], u[4 + e], 0x20));
+      v[4 + e] = V(_mm256_permute2f128_ps(u[e], u[4 + e], 0x31));
+    }
+    return;
+  }
+#  endif
+  alignas(64) T rows[w * w], cols[w * w];
+  for (int i = 0; i < w; ++i) v[i].store_aligned(rows + i * w);
+  for (int i = 0; i < w; ++i)
+    for (int j = 0; j < w; ++j) cols[j * w + i] = rows[i * w + j];
+  for (int i = 0; i < w; ++i) v[i] = V::load_aligned(cols + i * w);
+}
 #else
 // The scalar path's stand-in for an xsimd architecture.
 struct ScalarArch {

@@ -22,8 +22,9 @@
 // along q: the scores and dP are register tiles of 4 keys by 2-4 registers of queries summed
 // over d (d_head multiply-adds per entry), the softmax runs element-wise over q (one running
 // max and sum per query, the lanes below the key set to 0), Out_h and dQ_h are tiles of 4 head
-// rows by 2-4 registers of queries summed over the keys, and dV_h and dK_h are tiles of w
-// (head row, key) pairs summed along q in SIMD lanes and reduced all at once. The head's
+// rows by 2-4 registers of queries summed over the keys, and dV_h and dK_h the same with keys
+// and queries swapped, over a query-major copy of P and of dS (a register transpose per w x w
+// block costs less than the horizontal sum per output of summing along q). The head's
 // inputs are first copied into per-thread scratch rows of T rounded up to a 64-byte line,
 // zero past T (d_head x T per operand, small beside the d_head x T^2 products): the tiles read
 // whole registers past T, and at the model's row stride (B*T, often a power of two) the d_head
@@ -35,8 +36,8 @@
 // first call per shape) rather than recomputed in backward as FlashAttention's online softmax
 // does: recomputing costs the score pass again (a quarter more multiply-adds in backward, plus
 // all the exps), caching costs 4 bytes per (sequence, head, query, key <= query) in float: 2.9
-// MB at B 8, 10 heads, T 128. The scratch per thread is 4 head copies, one triangle (dS) and
-// two vectors, kept between calls.
+// MB at B 8, 10 heads, T 128. The scratch per thread is 4 head copies, two triangles (dS, and
+// the query-major copy of P, then of dS) and two vectors, kept between calls.
 //
 // Precision::bf16 (set_precision; a float core only): Q, K, V and dOut rounded to bf16, P and
 // s dS rounded to bf16 before the products that read them, every sum and the softmax in
@@ -327,7 +328,9 @@ private:
     const std::int64_t tri = (triangle(T_len) + line - 1) / line * line;
     const std::int64_t vec = (T_len + line - 1) / line * line;
     triangle_at_ = 4 * d_head_ * head_stride_;
-    vector_at_ = triangle_at_ + tri;
+    queries_at_ = triangle_at_ + tri;
+    const std::int64_t w = static_cast<std::int64_t>(detail::simd_width<T>());
+    vector_at_ = queries_at_ + (detail::AttentionQueryTriangle<T>{nullptr, T_len, w}.size() + line - 1) / line * line;
     sums_at_ = vector_at_ + vec;
     probs_at_ = sums_at_ + vec;
     out_tile_at_ = probs_at_ + (bf16() ? tri : 0);  // bf16: the float tile of a pair's dQ, dK, dV
@@ -452,8 +455,10 @@ private:
         to_float(std::span<const bfloat16>(probs16_.data() + pair * n, n), std::span<float>(P.base, n));
         detail::round_to_bfloat16(q_h, 4 * dh * hs);
       }
-    // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q]
-    detail::attention_transposed_sum(P, g_h, hs, dh, out.v, out.v_stride);
+    // dV_h[d, k] = sum_{q >= k} P(k, q) dOut_h[d, q], over P's query-major copy
+    const detail::AttentionQueryTriangle<T> PT{scratch + queries_at_, t, P.w};
+    detail::attention_to_queries(P, PT);
+    detail::attention_query_sum(PT, g_h, hs, dh, out.v, out.v_stride);
     // dP(k, q) = V_h[:, k] . dOut_h[:, q], then s * dS
     detail::attention_scores(v_h, g_h, hs, dh, G);
     detail::attention_softmax_backward(P, G, scale_, scratch + vector_at_);
@@ -461,7 +466,8 @@ private:
       if (bf16()) detail::round_to_bfloat16(G.base, n);
     // dQ_h[d, q] = sum_{k <= q} K_h[d, k] (s dS)(k, q);  dK_h[d, k] = sum_{q >= k} (s dS)(k, q) Q_h[d, q]
     detail::attention_weighted_sum(k_h, hs, G, dh, out.q, out.q_stride);
-    detail::attention_transposed_sum(G, q_h, hs, dh, out.k, out.k_stride);
+    detail::attention_to_queries(G, PT);
+    detail::attention_query_sum(PT, q_h, hs, dh, out.k, out.k_stride);
   }
 
   // The AVX512-BF16 path (kernels/bf16_attention.hpp): copies narrowed into the layouts each
@@ -584,7 +590,7 @@ private:
   AlignedVector<bfloat16> probs16_, scratch16_;  // bf16: P (rows) and the per-thread bf16 scratch
   std::int64_t t_ = 0, pairs_ = 0, scratch_stride_ = 0;
   // the head copies' row stride, and where a thread's scratch holds the triangle and the vectors
-  std::int64_t head_stride_ = 0, triangle_at_ = 0, vector_at_ = 0, sums_at_ = 0, out_tile_at_ = 0;
+  std::int64_t head_stride_ = 0, triangle_at_ = 0, queries_at_ = 0, vector_at_ = 0, sums_at_ = 0, out_tile_at_ = 0;
   std::int64_t cached_b_ = 0, cached_t_ = 0;  // the shape of the last forward (0: none yet)
   AlignedVector<T> probs_, scratch_;
 };
