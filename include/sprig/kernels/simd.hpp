@@ -124,9 +124,10 @@ SPRIG_ALWAYS_INLINE xsimd::batch<T, A> batched_hsum(const xsimd::batch<T, A>* ro
 // The w x w matrix held in v (w = the batch's size, one row per register) transposed in
 // place: lane j of v[i] goes to lane i of v[j]. float on AVX-512 and AVX in register shuffles
 // (w log2 w of them); elsewhere through a buffer on the stack. Exact (moves only).
-template <class T, class A>
-SPRIG_ALWAYS_INLINE void transpose_square(xsimd::batch<T, A> (&v)[xsimd::batch<T, A>::size]) noexcept {
+template <class T, class A, std::size_t N>
+SPRIG_ALWAYS_INLINE void transpose_square(xsimd::batch<T, A> (&v)[N]) noexcept {
   using V = xsimd::batch<T, A>;
+  static_assert(N == V::size, "one register per row of a square");
   constexpr int w = static_cast<int>(V::size);
 #  if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, A>) {
