@@ -110,12 +110,24 @@ void attention_scores(const T* a, const T* x, std::int64_t hs, std::int64_t dh, 
         SPRIG_UNROLL for (int v = 0; v < R; ++v) acc[j][v].store_unaligned(out + v * w);
       }
     };
-    for (std::int64_t k0 = 0; k0 < t; k0 += nk) {
-      std::int64_t keys[nk];
-      for (std::int64_t j = 0; j < nk; ++j) keys[j] = std::min(k0 + j, t - 1);
-      std::int64_t q = S.start(k0);
-      for (; q + nq * w <= tp; q += nq * w) tile.template operator()<nq>(keys, q);
-      for (; q < tp; q += w) tile.template operator()<1>(keys, q);
+    // panels of nq registers of queries outside the keys, so a panel of x (dh x nq w) stays in
+    // L1 while every key's tile reads it; a key's row may start inside a panel
+    for (std::int64_t p0 = 0; p0 < tp; p0 += nq * w) {
+      const std::int64_t p1 = std::min(p0 + nq * w, tp);
+      for (std::int64_t k0 = 0; k0 < t && S.start(k0) < p1; k0 += nk) {
+        std::int64_t keys[nk];
+        for (std::int64_t j = 0; j < nk; ++j) keys[j] = std::min(k0 + j, t - 1);
+        std::int64_t q = std::max(p0, S.start(k0)), regs = (p1 - q) / w;
+        if (regs == nq) {
+          tile.template operator()<nq>(keys, q);
+        } else if (nq == 4 && regs == 3) {
+          tile.template operator()<std::min(nq, 3)>(keys, q);
+        } else if (nq >= 2 && regs == 2) {
+          tile.template operator()<std::min(nq, 2)>(keys, q);
+        } else {
+          for (; q < p1; q += w) tile.template operator()<1>(keys, q);
+        }
+      }
     }
     return;
   }
@@ -201,11 +213,13 @@ void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<
       static_assert(R <= 4);
       store_head_rows<R>(acc, y, ys, d0, dh, q0, t);
     };
-    for (std::int64_t d0 = 0; d0 < dh; d0 += nd) {
-      std::int64_t q = 0;
-      for (; q + nq * w <= tp; q += nq * w) tile.template operator()<nq>(d0, q);
-      for (; q < tp; q += w) tile.template operator()<1>(d0, q);
-    }
+    // panels of queries outside the head rows, so a panel of P (at most t x nq w) stays in
+    // L1 while every head row reads it
+    std::int64_t q = 0;
+    for (; q + nq * w <= tp; q += nq * w)
+      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<nq>(d0, q);
+    for (; q < tp; q += w)
+      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<1>(d0, q);
     return;
   }
 #endif
@@ -295,11 +309,12 @@ void attention_query_sum(AttentionQueryTriangle<T> PT, const T* x, std::int64_t 
       queries.template operator()<R>(k0 + R * w, t);
       store_head_rows<R>(acc, y, ys, d0, dh, k0, t);
     };
-    for (std::int64_t d0 = 0; d0 < dh; d0 += nd) {
-      std::int64_t k = 0;
-      for (; k + nk * w <= tp; k += nk * w) tile.template operator()<nk>(d0, k);
-      for (; k < tp; k += w) tile.template operator()<1>(d0, k);
-    }
+    // panels of keys outside the head rows, as attention_weighted_sum
+    std::int64_t k = 0;
+    for (; k + nk * w <= tp; k += nk * w)
+      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<nk>(d0, k);
+    for (; k < tp; k += w)
+      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<1>(d0, k);
     return;
   }
 #endif
