@@ -173,6 +173,71 @@ SPRIG_ALWAYS_INLINE void store_head_rows(const xsimd::batch<T, A> (&acc)[4][R], 
     }
   }
 }
+
+// acc[r][v] += a_r[i] M.row(i)[c0 + v w] for rows i in [begin, end), registers v in [V0, V1)
+// and the 4 head rows r: the inner loop of head_row_sums.
+template <int V0, int V1, int R, class Triangle, class T, class A>
+SPRIG_ALWAYS_INLINE void accumulate_head_rows(Triangle M, std::int64_t c0, const T* const* a, std::int64_t begin,
+                                              std::int64_t end, xsimd::batch<T, A> (&acc)[4][R]) noexcept {
+  using V = xsimd::batch<T, A>;
+  constexpr std::int64_t w = V::size;
+  for (std::int64_t i = begin; i < end; ++i) {
+    const T* p = M.row(i) + c0;
+    V pv[R];
+    SPRIG_UNROLL for (int v = V0; v < V1; ++v) pv[v] = V::load_unaligned(p + v * w);
+    SPRIG_UNROLL for (int r = 0; r < 4; ++r) {
+      const V av(a[r][i]);
+      SPRIG_UNROLL for (int v = V0; v < V1; ++v) acc[r][v] = xsimd::fma(av, pv[v], acc[r][v]);
+    }
+  }
+}
+
+// What the rows of a causal triangle M hold: keys (M(k, q), q >= start(k): P and dS) or
+// queries (M(q, k), k <= q: their query-major copies).
+enum class TriangleRows { keys, queries };
+
+// y[d ys + c] = sum_i a[d hs + i] M.row(i)[c] for d < dh, c < t, over the rows i that hold
+// column c: Out, dQ (rows are keys, columns queries) and dV, dK (rows are queries, columns
+// keys). Tiles of 4 head rows by R registers of columns, every row's a broadcast; panels of
+// the kernel's registers of columns outside the head rows, so a panel of M stays in L1 while
+// every head row reads it. A last partial row tile repeats row dh - 1 and stores it once. i
+// ascending. M's group width is the SIMD width, as a constant.
+template <TriangleRows rows, class Arch, class T, class Triangle>
+SPRIG_ALWAYS_INLINE void head_row_sums(const T* a, std::int64_t hs, Triangle M, std::int64_t dh, T* y,
+                                       std::int64_t ys) noexcept {
+  using V = Batch<T, Arch>;
+  constexpr std::int64_t w = V::size;
+  constexpr int nr = kAttentionQueryRegisters<T, Arch>;
+  const std::int64_t t = M.t, tp = M.padded();
+  auto tile = [&]<int R>(std::int64_t d0, std::int64_t c0) {
+    static_assert(R <= 4);
+    const T* ar[4];
+    V acc[4][R];
+    start_head_rows(a, hs, d0, dh, ar, acc);
+    auto span = [&]<int V0, int V1>(std::int64_t begin, std::int64_t end)
+                    SPRIG_ALWAYS_INLINE_LAMBDA { accumulate_head_rows<V0, V1>(M, c0, ar, begin, end, acc); };
+    if constexpr (rows == TriangleRows::keys) {
+      // keys whose rows start at or before register J feed registers J..R-1
+      span.template operator()<0, R>(0, std::min(c0 + w, t));
+      if constexpr (R > 1) span.template operator()<1, R>(c0 + w, std::min(c0 + 2 * w, t));
+      if constexpr (R > 2) span.template operator()<2, R>(c0 + 2 * w, std::min(c0 + 3 * w, t));
+      if constexpr (R > 3) span.template operator()<3, R>(c0 + 3 * w, std::min(c0 + 4 * w, t));
+    } else {
+      // the queries of register J see the keys of registers 0..J; the later ones all of them
+      span.template operator()<0, 1>(c0, std::min(c0 + w, t));
+      if constexpr (R > 1) span.template operator()<0, 2>(c0 + w, std::min(c0 + 2 * w, t));
+      if constexpr (R > 2) span.template operator()<0, 3>(c0 + 2 * w, std::min(c0 + 3 * w, t));
+      if constexpr (R > 3) span.template operator()<0, 4>(c0 + 3 * w, std::min(c0 + 4 * w, t));
+      span.template operator()<0, R>(c0 + R * w, t);
+    }
+    store_head_rows<R>(acc, y, ys, d0, dh, c0, t);
+  };
+  std::int64_t c = 0;
+  for (; c + nr * w <= tp; c += nr * w)
+    for (std::int64_t d0 = 0; d0 < dh; d0 += 4) tile.template operator()<nr>(d0, c);
+  for (; c < tp; c += w)
+    for (std::int64_t d0 = 0; d0 < dh; d0 += 4) tile.template operator()<1>(d0, c);
+}
 #endif
 
 // y[d ys + q] = sum_{k < t, start(k) <= q} a[d hs + k] P(k, q) for d < dh, q < t: Out_h = V_h P
@@ -183,43 +248,10 @@ template <class T, class Arch = KernelArch>
 void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<T> P, std::int64_t dh, T* y,
                             std::int64_t ys) noexcept {
   const std::int64_t t = P.t;
-  [[maybe_unused]] const std::int64_t tp = P.padded();
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr std::int64_t w = V::size, nd = 4;
-    P.w = w;  // the precondition as a constant, so row() divides by a shift
-    constexpr int nq = kAttentionQueryRegisters<T, Arch>;
-    auto tile = [&]<int R>(std::int64_t d0, std::int64_t q0) {
-      const T* ar[nd];
-      V acc[nd][R];
-      start_head_rows(a, hs, d0, dh, ar, acc);
-      // keys whose rows start at or before register J of the tile feed registers J..R-1
-      auto keys = [&]<int J>(std::int64_t k_begin, std::int64_t k_end) {
-        for (std::int64_t k = k_begin; k < k_end; ++k) {
-          const T* p = P.row(k) + q0;
-          V pv[R];
-          SPRIG_UNROLL for (int v = J; v < R; ++v) pv[v] = V::load_unaligned(p + v * w);
-          SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
-            const V av(ar[r][k]);
-            SPRIG_UNROLL for (int v = J; v < R; ++v) acc[r][v] = xsimd::fma(av, pv[v], acc[r][v]);
-          }
-        }
-      };
-      keys.template operator()<0>(0, std::min(q0 + w, t));
-      if constexpr (R > 1) keys.template operator()<1>(q0 + w, std::min(q0 + 2 * w, t));
-      if constexpr (R > 2) keys.template operator()<2>(q0 + 2 * w, std::min(q0 + 3 * w, t));
-      if constexpr (R > 3) keys.template operator()<3>(q0 + 3 * w, std::min(q0 + 4 * w, t));
-      static_assert(R <= 4);
-      store_head_rows<R>(acc, y, ys, d0, dh, q0, t);
-    };
-    // panels of queries outside the head rows, so a panel of P (at most t x nq w) stays in
-    // L1 while every head row reads it
-    std::int64_t q = 0;
-    for (; q + nq * w <= tp; q += nq * w)
-      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<nq>(d0, q);
-    for (; q < tp; q += w)
-      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<1>(d0, q);
+    P.w = Batch<T, Arch>::size;  // the precondition as a constant, so row() divides by a shift
+    head_row_sums<TriangleRows::keys, Arch>(a, hs, P, dh, y, ys);
     return;
   }
 #endif
@@ -278,43 +310,10 @@ template <class T, class Arch = KernelArch>
 void attention_query_sum(AttentionQueryTriangle<T> PT, const T* x, std::int64_t hs, std::int64_t dh, T* y,
                          std::int64_t ys) noexcept {
   const std::int64_t t = PT.t;
-  [[maybe_unused]] const std::int64_t tp = PT.padded();
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, Arch>) {
-    using V = Batch<T, Arch>;
-    constexpr std::int64_t w = V::size, nd = 4;
-    PT.w = w;  // the precondition as a constant, so row() divides by a shift
-    constexpr int nk = kAttentionQueryRegisters<T, Arch>;
-    auto tile = [&]<int R>(std::int64_t d0, std::int64_t k0) {
-      const T* xr[nd];
-      V acc[nd][R];
-      start_head_rows(x, hs, d0, dh, xr, acc);
-      // queries before register J of the tile see only keys of registers 0..J-1
-      auto queries = [&]<int J>(std::int64_t q_begin, std::int64_t q_end) {
-        for (std::int64_t q = q_begin; q < q_end; ++q) {
-          const T* p = PT.row(q) + k0;
-          V pv[J];
-          SPRIG_UNROLL for (int v = 0; v < J; ++v) pv[v] = V::load_unaligned(p + v * w);
-          SPRIG_UNROLL for (int r = 0; r < nd; ++r) {
-            const V xv(xr[r][q]);
-            SPRIG_UNROLL for (int v = 0; v < J; ++v) acc[r][v] = xsimd::fma(xv, pv[v], acc[r][v]);
-          }
-        }
-      };
-      queries.template operator()<1>(k0, std::min(k0 + w, t));
-      if constexpr (R > 1) queries.template operator()<2>(k0 + w, std::min(k0 + 2 * w, t));
-      if constexpr (R > 2) queries.template operator()<3>(k0 + 2 * w, std::min(k0 + 3 * w, t));
-      if constexpr (R > 3) queries.template operator()<4>(k0 + 3 * w, std::min(k0 + 4 * w, t));
-      static_assert(R <= 4);
-      queries.template operator()<R>(k0 + R * w, t);
-      store_head_rows<R>(acc, y, ys, d0, dh, k0, t);
-    };
-    // panels of keys outside the head rows, as attention_weighted_sum
-    std::int64_t k = 0;
-    for (; k + nk * w <= tp; k += nk * w)
-      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<nk>(d0, k);
-    for (; k < tp; k += w)
-      for (std::int64_t d0 = 0; d0 < dh; d0 += nd) tile.template operator()<1>(d0, k);
+    PT.w = Batch<T, Arch>::size;  // the precondition as a constant, so row() divides by a shift
+    head_row_sums<TriangleRows::queries, Arch>(x, hs, PT, dh, y, ys);
     return;
   }
 #endif

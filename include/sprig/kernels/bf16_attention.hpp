@@ -284,32 +284,6 @@ SPRIG_DETAIL_BF16_DP_TARGET inline void bf16_attention_pair_sum_avx512(const bfl
   }
 }
 
-// The 16 x 16 32-bit words of v transposed: word j of v[i] goes to word i of v[j].
-SPRIG_DETAIL_BF16_DP_TARGET SPRIG_ALWAYS_INLINE void transpose_words_16x16(__m512i (&v)[16]) noexcept {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
-    a[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-    a[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4)  // 4 x 4 blocks: pairs of words
-    for (int j = 0; j < 2; ++j) {
-      b[i + j] = _mm512_unpacklo_epi64(a[i + j], a[i + j + 2]);
-      b[i + j + 2] = _mm512_unpackhi_epi64(a[i + j], a[i + j + 2]);
-    }
-  for (int i = 0; i < 16; i += 8)  // 8 x 8 blocks: 128-bit lanes
-    for (int j = 0; j < 4; ++j) {
-      a[i + j] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0x88);
-      a[i + j + 4] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0xDD);
-    }
-  for (int j = 0; j < 8; ++j) {  // 16 x 16: the halves
-    b[j] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0x88);
-    b[j + 8] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0xDD);
-  }
-  // b holds the rows in the order the lane shuffles left them
-  static constexpr int kOrder[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
-  for (int i = 0; i < 16; ++i) v[i] = b[kOrder[i]];
-}
-
 // Query pairs [q_begin, q_end) into registers [0, V) of a bf16_attention_query_pair_sum tile
 // (keys from k0). A function of its own: a lambda would not get the target attribute.
 template <int V, int R>

@@ -15,8 +15,8 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 
+#include "intrinsics.hpp"  // first: xsimd includes the intrinsic headers
 #if SPRIG_HAS_SIMD
-#  include "intrinsics.hpp"  // first: xsimd includes the intrinsic headers
 #  include <xsimd/xsimd.hpp>
 #  if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
 #    define SPRIG_KERNEL_SIMD 0
@@ -55,6 +55,14 @@
 #else
 #  define SPRIG_UNROLL
 #endif
+// x86-64 with GCC or Clang: functions compiled for an instruction set beyond the translation
+// unit's flags through a target attribute.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#  define SPRIG_DETAIL_X86_GNU 1
+#  define SPRIG_DETAIL_AVX512F_TARGET __attribute__((target("avx512f")))
+#else
+#  define SPRIG_DETAIL_X86_GNU 0
+#endif
 
 namespace sprig::detail {
 
@@ -67,6 +75,38 @@ SPRIG_ALWAYS_INLINE void prefetch(const void* p) noexcept {
   (void)p;
 #endif
 }
+
+#if SPRIG_DETAIL_X86_GNU
+// The 16 x 16 32-bit words of v transposed in place: word j of v[i] goes to word i of v[j], in
+// 64 register shuffles. Compiled for AVX-512F whatever the translation unit's flags, so the
+// bf16 kernels' target functions and transpose_square (in an AVX-512 build) both inline it.
+SPRIG_DETAIL_AVX512F_TARGET SPRIG_ALWAYS_INLINE void transpose_words_16x16(__m512i (&v)[16]) noexcept {
+  __m512i a[16], b[16];
+  SPRIG_UNROLL for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
+    a[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  SPRIG_UNROLL for (int i = 0; i < 16; i += 4) {  // 4 x 4 blocks: pairs of words
+    SPRIG_UNROLL for (int j = 0; j < 2; ++j) {
+      b[i + j] = _mm512_unpacklo_epi64(a[i + j], a[i + j + 2]);
+      b[i + j + 2] = _mm512_unpackhi_epi64(a[i + j], a[i + j + 2]);
+    }
+  }
+  SPRIG_UNROLL for (int i = 0; i < 16; i += 8) {  // 8 x 8 blocks: 128-bit lanes
+    SPRIG_UNROLL for (int j = 0; j < 4; ++j) {
+      a[i + j] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0x88);
+      a[i + j + 4] = _mm512_shuffle_i32x4(b[i + j], b[i + j + 4], 0xDD);
+    }
+  }
+  SPRIG_UNROLL for (int j = 0; j < 8; ++j) {  // 16 x 16: the halves
+    b[j] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0x88);
+    b[j + 8] = _mm512_shuffle_i32x4(a[j], a[j + 8], 0xDD);
+  }
+  // b holds the rows in the order the lane shuffles left them
+  static constexpr int kOrder[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+  SPRIG_UNROLL for (int i = 0; i < 16; ++i) v[i] = b[kOrder[i]];
+}
+#endif
 
 #if SPRIG_KERNEL_SIMD
 // The architecture the kernels of this translation unit are built for: xsimd's best for the
@@ -132,28 +172,10 @@ SPRIG_ALWAYS_INLINE void transpose_square(xsimd::batch<T, A> (&v)[N]) noexcept {
 #  if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::avx512f, A>) {
     static_assert(w == 16);
-    __m512 t[16], u[16];
-    SPRIG_UNROLL for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks within each 128-bit lane
-      t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
-    }
-    SPRIG_UNROLL for (int i = 0; i < 16; i += 4) {  // u[i + e], lane L: rows i..i+3 at column 4 L + e
-      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-      u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-      u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-      u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-      u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    SPRIG_UNROLL for (int e = 0; e < 4; ++e) {  // column 4 L + e: lane L of u[e], u[4 + e], u[8 + e], u[12 + e]
-      const __m512 x0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x44), x1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xEE);
-      const __m512 y0 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x44);
-      const __m512 y1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xEE);
-      v[e] = V(_mm512_shuffle_f32x4(x0, y0, 0x88));
-      v[4 + e] = V(_mm512_shuffle_f32x4(x0, y0, 0xDD));
-      v[8 + e] = V(_mm512_shuffle_f32x4(x1, y1, 0x88));
-      v[12 + e] = V(_mm512_shuffle_f32x4(x1, y1, 0xDD));
-    }
+    __m512i words[16];
+    SPRIG_UNROLL for (int i = 0; i < 16; ++i) words[i] = _mm512_castps_si512(v[i]);
+    transpose_words_16x16(words);
+    SPRIG_UNROLL for (int i = 0; i < 16; ++i) v[i] = V(_mm512_castsi512_ps(words[i]));
     return;
   }
 #  endif
