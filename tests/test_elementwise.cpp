@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include <sprig/core/rng.hpp>
@@ -153,8 +154,12 @@ TEMPLATE_TEST_CASE("sum_squares: within gamma_n of the exact sum, bits independe
                    float, double) {
   using T = TestType;
   CHECK(sum_squares_kernel<T>()(nullptr, 0) == 0.0);
-  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{3}, std::int64_t{17}, std::int64_t{100},
-                               std::int64_t{1001}, std::int64_t{4099}}) {
+  // every n up to 2 full passes of the widest kernel's 4 registers (AVX-512 float: 128), so
+  // every tail length is met, then longer ones
+  std::vector<std::int64_t> sizes(130);
+  std::iota(sizes.begin(), sizes.end(), std::int64_t{1});
+  sizes.insert(sizes.end(), {1001, 4099});
+  for (const std::int64_t n : sizes) {
     CAPTURE(n);
     const auto v = random_values<T>(static_cast<std::size_t>(n + 3), 31, -3, 3);
     // oracle: long double over the exact squares of the values

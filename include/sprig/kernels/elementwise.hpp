@@ -395,19 +395,26 @@ double sum_squares_on(const T* p, std::int64_t n) {
     using D = xsimd::batch<double, A>;
     constexpr std::int64_t U = B::size;
     constexpr int P = static_cast<int>(U / D::size), R = 4;
+    // every loop over the accumulators unrolled, so they stay in registers (indexed by a
+    // runtime r they lived on the stack, each multiply-add a store-forwarding round trip)
     D acc[R * P];
-    for (auto& a : acc) a = D(0.0);
+    SPRIG_UNROLL for (int a = 0; a < R * P; ++a) acc[a] = D(0.0);
     const auto add = [&](const B& v, int r) SPRIG_ALWAYS_INLINE_LAMBDA {
       D w[P];
       to_double<A>(v, w);
-      for (int q = 0; q < P; ++q) acc[r * P + q] = xsimd::fma(w[q], w[q], acc[r * P + q]);
+      SPRIG_UNROLL for (int q = 0; q < P; ++q) acc[r * P + q] = xsimd::fma(w[q], w[q], acc[r * P + q]);
     };
     std::int64_t j = 0;
-    for (; j + R * U <= n; j += R * U)
-      for (int r = 0; r < R; ++r) add(B::load_unaligned(p + j + r * U), r);
-    for (int r = 0; j < n; ++r, j += U) add(load_part<A>(p + j, std::min(U, n - j)), r);
-    for (int w = R * P / 2; w >= 1; w /= 2)
-      for (int q = 0; q < w; ++q) acc[q] = acc[q] + acc[q + w];
+    for (; j + R * U <= n; j += R * U) {
+      SPRIG_UNROLL for (int r = 0; r < R; ++r) add(B::load_unaligned(p + j + r * U), r);
+    }
+    SPRIG_UNROLL for (int r = 0; r < R; ++r) {  // the tail: fewer than R registers
+      if (j < n) add(load_part<A>(p + j, std::min(U, n - j)), r);
+      j += U;
+    }
+    SPRIG_UNROLL for (int w = R * P / 2; w >= 1; w /= 2) {
+      SPRIG_UNROLL for (int q = 0; q < w; ++q) acc[q] = acc[q] + acc[q + w];
+    }
     return reduce_add(acc[0]);
   }
 #endif
