@@ -143,12 +143,12 @@ void pack_bf16_halves(const PanelPlan& plan, ConstMatrixView<bfloat16> X, std::u
   using U = xsimd::batch<std::uint32_t, A>;
   constexpr std::int64_t N = U::size;
   const std::int64_t K = X.rows(), Bw = X.cols();
-  for (std::int64_t p = 0; p < plan.count(); ++p) {
-    const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
-    std::uint32_t* base = packed + K * b0 / 2;
-    for (std::int64_t c = c0; c < c1; ++c) {
-      const auto* src = reinterpret_cast<const std::uint16_t*>(X.row(c));
-      std::uint32_t* dst = base + c * regs * N;
+  // rows outer: each X row is read once, front to back, into every panel
+  for (std::int64_t c = c0; c < c1; ++c) {
+    const auto* src = reinterpret_cast<const std::uint16_t*>(X.row(c));
+    for (std::int64_t p = 0; p < plan.count(); ++p) {
+      const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
+      std::uint32_t* dst = packed + K * b0 / 2 + c * regs * N;
       for (std::int64_t r = 0; r < regs; ++r) {
         const std::int64_t j0 = b0 + r * 2 * N;
         if (j0 + 2 * N <= Bw) {

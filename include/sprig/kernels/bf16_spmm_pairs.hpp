@@ -45,11 +45,11 @@ inline void pack_bf16_pairs(const PanelPlan& plan, ConstMatrixView<bfloat16> X, 
                             std::int64_t c0, std::int64_t c1) noexcept {
   const __m512i order = _mm512_load_si512(kBf16PairOrder);
   const std::int64_t K = X.rows(), Bw = X.cols();
-  for (std::int64_t p = 0; p < plan.count(); ++p) {
-    const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
-    bfloat16* base = packed + rows * b0;
-    for (std::int64_t c = c0; c < c1; ++c) {
-      bfloat16* dst = base + c * regs * 32;
+  // rows outer: each X row is read once, front to back, into every panel
+  for (std::int64_t c = c0; c < c1; ++c) {
+    for (std::int64_t p = 0; p < plan.count(); ++p) {
+      const std::int64_t b0 = plan.begin(p), regs = plan.regs_of(p);
+      bfloat16* dst = packed + rows * b0 + c * regs * 32;
       for (std::int64_t r = 0; r < regs; ++r) {
         const std::int64_t j0 = b0 + 32 * r, n = c < K ? std::clamp<std::int64_t>(Bw - j0, 0, 32) : 0;
         const auto mask = static_cast<__mmask32>(n >= 32 ? ~0u : (1u << n) - 1u);
