@@ -2,7 +2,8 @@
 // implementation (tests/attention_reference.hpp), forward and backward at one shape, and the
 // new one in bf16 (CausalSelfAttention::set_precision) on each path: `bf16-portable`
 // (float kernels on rounded operands) and `bf16-avx512` (reported as an error where the CPU
-// lacks AVX512-BF16).
+// lacks AVX512-BF16); `bf16-avx512-io` is that path with Q, K, V and dQ, dK, dV in bf16, as the
+// bf16 GPT calls it.
 //
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 //
@@ -14,7 +15,9 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "sprig/core/bfloat16.hpp"
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/rng.hpp"
 #include "sprig/nn/attention.hpp"
@@ -52,7 +55,7 @@ struct Operands {
   double forward_flops() const { return 2.0 * 2.0 * double(B * heads * dh) * double(T * (T + 1) / 2); }
 };
 
-enum class Mode { fp32, bf16_portable, bf16_avx512 };
+enum class Mode { fp32, bf16_portable, bf16_avx512, bf16_avx512_io };
 
 template <class Layer, bool Backward, Mode M = Mode::fp32>
 void BM_attention(benchmark::State& state) {
@@ -60,20 +63,41 @@ void BM_attention(benchmark::State& state) {
   Layer layer(o.dm, o.heads);
   if constexpr (M != Mode::fp32) {
     const auto path =
-        M == Mode::bf16_avx512 ? sprig::Bf16AttentionPath::avx512_bf16 : sprig::Bf16AttentionPath::portable;
+        M == Mode::bf16_portable ? sprig::Bf16AttentionPath::portable : sprig::Bf16AttentionPath::avx512_bf16;
     if (const std::string why = sprig::bf16_attention_unavailable_reason(path); !why.empty()) {
       state.SkipWithError(("NOT RUN: " + why).c_str());
       return;
     }
     layer.set_precision(sprig::Precision::bf16, path);
   }
-  layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
-  for (auto _ : state) {
-    if constexpr (Backward)
-      layer.backward(o.q.view(), o.k.view(), o.v.view(), o.dout.view(), o.dq.view(), o.dk.view(), o.dv.view());
-    else
-      layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
-    benchmark::ClobberMemory();
+  if constexpr (M == Mode::bf16_avx512_io) {
+    if constexpr (std::is_same_v<Layer, sprig::CausalSelfAttention<float>>) {
+      auto narrow = [](const sprig::Matrix<float>& m) {
+        sprig::Matrix<sprig::bfloat16> r(m.rows(), m.cols());
+        for (std::int64_t i = 0; i < m.rows(); ++i)
+          for (std::int64_t j = 0; j < m.cols(); ++j) r(i, j) = sprig::bfloat16(m(i, j));
+        return r;
+      };
+      const auto q = narrow(o.q), k = narrow(o.k), v = narrow(o.v);
+      sprig::Matrix<sprig::bfloat16> dq(o.dm, o.n), dk(o.dm, o.n), dv(o.dm, o.n);
+      layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
+      for (auto _ : state) {
+        if constexpr (Backward)
+          layer.backward(q.view(), k.view(), v.view(), o.dout.view(), dq.view(), dk.view(), dv.view());
+        else
+          layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
+        benchmark::ClobberMemory();
+      }
+    }
+  } else {
+    layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+    for (auto _ : state) {
+      if constexpr (Backward)
+        layer.backward(o.q.view(), o.k.view(), o.v.view(), o.dout.view(), o.dq.view(), o.dk.view(), o.dv.view());
+      else
+        layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+      benchmark::ClobberMemory();
+    }
   }
   const double flops = (Backward ? 2.0 : 1.0) * o.forward_flops();
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -95,6 +119,8 @@ BENCHMARK_TEMPLATE(BM_attention, New, false, Mode::bf16_portable)->Name("forward
 BENCHMARK_TEMPLATE(BM_attention, New, false, Mode::bf16_avx512)->Name("forward/bf16-avx512")->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, New, true, Mode::bf16_portable)->Name("backward/bf16-portable")->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, New, true, Mode::bf16_avx512)->Name("backward/bf16-avx512")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, false, Mode::bf16_avx512_io)->Name("forward/bf16-avx512-io")->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, New, true, Mode::bf16_avx512_io)->Name("backward/bf16-avx512-io")->Apply(shapes);
 
 }  // namespace
 
