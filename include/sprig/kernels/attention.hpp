@@ -211,11 +211,15 @@ SPRIG_ALWAYS_INLINE void head_row_sums(const T* a, std::int64_t hs, Triangle M, 
   const std::int64_t t = M.t, tp = M.padded();
   auto tile = [&]<int R>(std::int64_t d0, std::int64_t c0) {
     static_assert(R <= 4);
+    // the group width a constant here too (the compiler may keep this lambda out of line,
+    // where a captured M's width would be a runtime value and every row offset a division)
+    Triangle m = M;
+    m.w = w;
     const T* ar[4];
     V acc[4][R];
     start_head_rows(a, hs, d0, dh, ar, acc);
     auto span = [&]<int V0, int V1>(std::int64_t begin, std::int64_t end)
-                    SPRIG_ALWAYS_INLINE_LAMBDA { accumulate_head_rows<V0, V1>(M, c0, ar, begin, end, acc); };
+                    SPRIG_ALWAYS_INLINE_LAMBDA { accumulate_head_rows<V0, V1>(m, c0, ar, begin, end, acc); };
     if constexpr (rows == TriangleRows::keys) {
       // keys whose rows start at or before register J feed registers J..R-1
       span.template operator()<0, R>(0, std::min(c0 + w, t));
