@@ -208,11 +208,12 @@ SPRIG_ALWAYS_INLINE void head_row_sums(const T* a, std::int64_t hs, Triangle M, 
   using V = Batch<T, Arch>;
   constexpr std::int64_t w = V::size;
   constexpr int nr = kAttentionQueryRegisters<T, Arch>;
+  M.w = w;  // the precondition as a constant, so padded() and row() divide by a shift
   const std::int64_t t = M.t, tp = M.padded();
   auto tile = [&]<int R>(std::int64_t d0, std::int64_t c0) {
     static_assert(R <= 4);
-    // the group width a constant here too (the compiler may keep this lambda out of line,
-    // where a captured M's width would be a runtime value and every row offset a division)
+    // again inside: the compiler may keep this lambda out of line, where a captured M's width
+    // would be a runtime value and every row offset a division
     Triangle m = M;
     m.w = w;
     const T* ar[4];
@@ -254,7 +255,6 @@ void attention_weighted_sum(const T* a, std::int64_t hs, AttentionBlockTriangle<
   const std::int64_t t = P.t;
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, Arch>) {
-    P.w = Batch<T, Arch>::size;  // the precondition as a constant, so row() divides by a shift
     head_row_sums<TriangleRows::keys, Arch>(a, hs, P, dh, y, ys);
     return;
   }
@@ -316,7 +316,6 @@ void attention_query_sum(AttentionQueryTriangle<T> PT, const T* x, std::int64_t 
   const std::int64_t t = PT.t;
 #if SPRIG_KERNEL_SIMD
   if constexpr (kSimdFor<T, Arch>) {
-    PT.w = Batch<T, Arch>::size;  // the precondition as a constant, so row() divides by a shift
     head_row_sums<TriangleRows::queries, Arch>(x, hs, PT, dh, y, ys);
     return;
   }
