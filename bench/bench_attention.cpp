@@ -14,12 +14,12 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
-#include <type_traits>
 
-#include "sprig/core/bfloat16.hpp"
 #include "sprig/core/matrix.hpp"
 #include "sprig/core/rng.hpp"
+#include "sprig/kernels/bfloat16_convert.hpp"
 #include "sprig/nn/attention.hpp"
 #include "attention_reference.hpp"  // tests/: the test oracle
 
@@ -70,34 +70,29 @@ void BM_attention(benchmark::State& state) {
     }
     layer.set_precision(sprig::Precision::bf16, path);
   }
-  if constexpr (M == Mode::bf16_avx512_io) {
-    if constexpr (std::is_same_v<Layer, sprig::CausalSelfAttention<float>>) {
-      auto narrow = [](const sprig::Matrix<float>& m) {
-        sprig::Matrix<sprig::bfloat16> r(m.rows(), m.cols());
-        for (std::int64_t i = 0; i < m.rows(); ++i)
-          for (std::int64_t j = 0; j < m.cols(); ++j) r(i, j) = sprig::bfloat16(m(i, j));
-        return r;
-      };
-      const auto q = narrow(o.q), k = narrow(o.k), v = narrow(o.v);
-      sprig::Matrix<sprig::bfloat16> dq(o.dm, o.n), dk(o.dm, o.n), dv(o.dm, o.n);
-      layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
-      for (auto _ : state) {
-        if constexpr (Backward)
-          layer.backward(q.view(), k.view(), v.view(), o.dout.view(), dq.view(), dk.view(), dv.view());
-        else
-          layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
-        benchmark::ClobberMemory();
-      }
-    }
-  } else {
-    layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+  // the timed loop over operands q, k, v (float or bf16) and outputs dq, dk, dv
+  auto run = [&](const auto& q, const auto& k, const auto& v, auto& dq, auto& dk, auto& dv) {
+    layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
     for (auto _ : state) {
       if constexpr (Backward)
-        layer.backward(o.q.view(), o.k.view(), o.v.view(), o.dout.view(), o.dq.view(), o.dk.view(), o.dv.view());
+        layer.backward(q.view(), k.view(), v.view(), o.dout.view(), dq.view(), dk.view(), dv.view());
       else
-        layer.forward(o.q.view(), o.k.view(), o.v.view(), o.B, o.T, o.out.view());
+        layer.forward(q.view(), k.view(), v.view(), o.B, o.T, o.out.view());
       benchmark::ClobberMemory();
     }
+  };
+  if constexpr (M == Mode::bf16_avx512_io) {
+    auto narrow = [](const sprig::Matrix<float>& m) {  // m is contiguous (stride == cols)
+      sprig::Matrix<sprig::bfloat16> r(m.rows(), m.cols());
+      sprig::to_bfloat16(std::span<const float>(m.data(), static_cast<std::size_t>(m.size())),
+                         std::span<sprig::bfloat16>(r.data(), static_cast<std::size_t>(r.size())));
+      return r;
+    };
+    const auto q = narrow(o.q), k = narrow(o.k), v = narrow(o.v);
+    sprig::Matrix<sprig::bfloat16> dq(o.dm, o.n), dk(o.dm, o.n), dv(o.dm, o.n);
+    run(q, k, v, dq, dk, dv);
+  } else {
+    run(o.q, o.k, o.v, o.dq, o.dk, o.dv);
   }
   const double flops = (Backward ? 2.0 : 1.0) * o.forward_flops();
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
