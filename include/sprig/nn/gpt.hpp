@@ -83,7 +83,8 @@
 // place of qkv_out, fc_out: qkv's and fc's float outputs go through the dead spares and are
 // rounded once), and a sparse qkv's and fc's dY replace them in bf16 (no swap); the residual
 // gradients flow through one shared float buffer, and a sparse proj's and fc_proj's dY are
-// kept in bf16 (g_mid16, g_out16). Each sparse layer reads its bf16 dY as is and DST sees it
+// kept in bf16 in the block's x_out, dead by then (GPTBlock::kept_dy16). Each sparse layer
+// reads its bf16 dY as is and DST sees it
 // as SparseLayerRef::output_grad_bf16. Q, K, V in bf16 give the same bits; fc's dY becomes
 // bf16(dX * bf16(gelu')) and the sparse layers' bias gradients sum their rounded dY, so the
 // last bits differ from bf16_activations = false.
@@ -91,8 +92,8 @@
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
 // bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
-// bf16_activations) and 2 d_model x N gradient values (bf16 ones for DST, or none, with
-// bf16_activations; none without GPTOptions::keep_output_grads),
+// bf16_activations) and 2 d_model x N gradient values (none with bf16_activations, whose
+// bf16 ones for DST take x_out's memory, or without GPTOptions::keep_output_grads),
 // and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse (3 d_model fewer where every qkv is sparse and keeps Q, K, V in bf16: the
 // attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads:
@@ -355,9 +356,10 @@ public:
         const auto which = static_cast<GPTProjection>(j);
         if (auto* s = std::get_if<SparseLayer>(&b.projection(which))) {
           const ProjectionInput<T>& in = b.input(which);
-          const Matrix<bfloat16>* dy16 = b.dy16(which);
-          const ConstMatrixView<T> dy = backward_done_ && !dy16 ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
-          const ConstMatrixView<bfloat16> dyb = backward_done_ && dy16 ? dy16->view() : ConstMatrixView<bfloat16>{};
+          const ConstMatrixView<bfloat16> dy16 = b.dy16(which);
+          const bool narrow = dy16.data() != nullptr;
+          const ConstMatrixView<T> dy = backward_done_ && !narrow ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
+          const ConstMatrixView<bfloat16> dyb = backward_done_ && narrow ? dy16 : ConstMatrixView<bfloat16>{};
           if constexpr (requires { s->topology_stand_in(); })
             out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in.wide(), dy, s, in.narrow(), dyb});
           else

@@ -57,39 +57,42 @@ struct GPTBlock {
       if (qkv_bf16) return fn(qkv16.view());
     fn(qkv_out.view());
   }
-  // A projection's dY where it is kept in bf16 (qkv16, fc16, g_mid16, g_out16), else nullptr.
-  const Matrix<bfloat16>* dy16(GPTProjection which) const noexcept {
-    if (which == GPTProjection::qkv && qkv_bf16) return &qkv16;
-    if (which == GPTProjection::fc && gelu_bf16) return &fc16;
-    if (which == GPTProjection::proj && grad_bf16 && keep_grads) return &g_mid16;
-    if (which == GPTProjection::fc_proj && grad_bf16 && keep_grads) return &g_out16;
-    return nullptr;
+  // A projection's dY where it is kept in bf16 (qkv16, fc16, kept_dy16), else an empty view.
+  ConstMatrixView<bfloat16> dy16(GPTProjection which) const noexcept {
+    if (which == GPTProjection::qkv && qkv_bf16) return qkv16.view();
+    if (which == GPTProjection::fc && gelu_bf16) return fc16.view();
+    if ((which == GPTProjection::proj || which == GPTProjection::fc_proj) && grad_bf16 && keep_grads)
+      return const_cast<GPTBlock&>(*this).kept_dy16(which);
+    return {};
   }
-  // Where a sparse proj's or fc_proj's bf16 dY is rounded to: the block's own (kept for DST),
-  // or without keep_grads the model's `shared` one.
-  Matrix<bfloat16>& g16(GPTProjection which, Matrix<bfloat16>& shared) noexcept {
-    if (!keep_grads) return shared;
-    return which == GPTProjection::proj ? g_mid16 : g_out16;
+  // Where a sparse proj's or fc_proj's bf16 dY is rounded to: the block's (kept for DST), or
+  // without keep_grads the model's `shared` one.
+  MatrixView<bfloat16> g16(GPTProjection which, Matrix<bfloat16>& shared) noexcept {
+    return keep_grads ? kept_dy16(which) : shared.view();
+  }
+  // A sparse proj's and fc_proj's bf16 dY, kept for DST, live in x_out's memory: dead from the
+  // start of this block's backward (the next block's LN1, or LN_f, has read it) until the next
+  // forward writes it, the span in which the dY are kept (GPT's "Sparse layers"). fc_proj's in
+  // the first half of each float row, proj's in the second (a row of x_out holds 2 stride()
+  // bf16), so they take no memory of their own (19.7 MB at mini40m).
+  MatrixView<bfloat16> kept_dy16(GPTProjection which) noexcept {
+    const std::int64_t s = x_out.stride();
+    auto* base = reinterpret_cast<bfloat16*>(x_out.data());
+    return {base + (which == GPTProjection::proj ? s : 0), x_out.rows(), x_out.cols(), 2 * s};
   }
   // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): the
   // block's own, or with grad_bf16 or without keep_grads the model's `shared` one, updated in
   // place (residual_add allows it; each value is dead when the next overwrites it).
   MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_out).view(); }
   MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_mid).view(); }
-  // g_mid and g_out in float, or with grad_bf16 none, and a bf16 one per sparse proj, fc_proj
-  // (a dense one keeps no dY: nothing is allocated for it, step after step); none without
-  // keep_grads.
+  // g_mid and g_out in float; none with grad_bf16 (the bf16 ones are in x_out: kept_dy16) or
+  // without keep_grads.
   void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
-    const std::pair<Matrix<T>*, Matrix<bfloat16>*> grads[] = {{&g_mid, &g_mid16}, {&g_out, &g_out16}};
-    const bool sparse[] = {is_sparse(proj), is_sparse(fc_proj)};
-    for (int k = 0; k < 2; ++k) {
-      const auto [wide, narrow] = grads[k];
-      if (!keep_grads || (grad_bf16 && !sparse[k])) {
+    for (Matrix<T>* wide : {&g_mid, &g_out}) {
+      if (!keep_grads || grad_bf16)
         *wide = Matrix<T>();
-        *narrow = Matrix<bfloat16>();
-      } else {
-        reshape_one_of(*wide, *narrow, grad_bf16, d, n, stride);
-      }
+      else if (wide->rows() != d || wide->cols() != n)
+        wide->resize(d, n, stride);
     }
   }
   // Bytes of the block's buffers and its attention core's cache.
@@ -97,7 +100,7 @@ struct GPTBlock {
     std::int64_t bytes = attn.memory_bytes();
     for (const Matrix<T>* m : {&qkv_out, &x_mid, &fc_out, &x_out, &g_mid, &g_out}) bytes += m->memory_bytes();
     for (const ProjectionInput<T>* m : {&ln1_out, &att_out, &ln2_out, &gelu_out}) bytes += m->memory_bytes();
-    for (const Matrix<bfloat16>* m : {&qkv16, &fc16, &g_mid16, &g_out16}) bytes += m->memory_bytes();
+    for (const Matrix<bfloat16>* m : {&qkv16, &fc16}) bytes += m->memory_bytes();
     return bytes;
   }
   // Shapes `wide` (at `stride`) or, for bf16, `narrow` to rows x cols, and releases the other.
@@ -113,9 +116,8 @@ struct GPTBlock {
   }
   // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY); with grad_bf16
   // the model's shared float ones flow instead, and a sparse proj's and fc_proj's dY (for DST)
-  // are kept in bf16
+  // are kept in bf16 (kept_dy16)
   Matrix<T> g_mid, g_out;
-  Matrix<bfloat16> g_mid16, g_out16;
 
   Projection& projection(GPTProjection which) noexcept {
     return const_cast<Projection&>(std::as_const(*this).projection(which));
@@ -167,11 +169,11 @@ struct GPTBlock {
   // p's backward from the float dY g; where keep16 and p is sparse, g is rounded into g16 first
   // and the layer reads that (it keeps the dY for DST; p's X must then be bf16).
   static void backward_from(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> g, bool keep16,
-                            Matrix<bfloat16>& g16, MatrixView<T> dX) {
+                            MatrixView<bfloat16> g16, MatrixView<T> dX) {
     if constexpr (std::is_same_v<T, float>)
       if (keep16 && is_sparse(p)) {
-        detail::narrow_rows(g, g16.view());
-        return run_backward(p, X, ConstMatrixView<bfloat16>(g16.view()), dX);
+        detail::narrow_rows(g, g16);
+        return run_backward(p, X, ConstMatrixView<bfloat16>(g16), dX);
       }
     run_backward(p, X, g, dX);
   }
@@ -180,15 +182,15 @@ struct GPTBlock {
   // that (a sparse layer, unstructured or in blocks, with a bf16 X): true; else false, and
   // nothing is done.
   static bool backward_through_gelu(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<T> g,
-                                    Matrix<bfloat16>& g16, Matrix<bfloat16>& D) {
+                                    MatrixView<bfloat16> g16, Matrix<bfloat16>& D) {
     bool done = false;
     if constexpr (std::is_same_v<T, float>)
       X.visit([&](auto x) {
         std::visit(
             [&](auto& layer) {
-              const ConstMatrixView<bfloat16> dy = g16.view(), d = D.view();
+              const ConstMatrixView<bfloat16> dy = g16, d = D.view();
               if constexpr (requires { layer.backward(x, dy, D.view(), d); }) {
-                detail::narrow_rows(g, g16.view());
+                detail::narrow_rows(g, g16);
                 layer.backward(x, dy, D.view(), d);
                 done = true;
               }
@@ -231,7 +233,7 @@ struct GPTBlock {
   // dX: gelu' (fc16) is read once, and a sparse fc's dY, rounded, replaces it (made in
   // fc_proj's store where its layer can: backward_through_gelu); g16: fc_proj's bf16 dY
   // (g16(fc_proj, ...)); spare: a float [d_ff x N].
-  void backward_ffn_bf16(ConstMatrixView<T> g_out, Matrix<bfloat16>& g16, Matrix<T>& spare, MatrixView<T> dX) {
+  void backward_ffn_bf16(ConstMatrixView<T> g_out, MatrixView<bfloat16> g16, Matrix<T>& spare, MatrixView<T> dX) {
     if constexpr (std::is_same_v<T, float>) {
       const bool sparse_fc = is_sparse(fc);
       if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g16, fc16)) {
