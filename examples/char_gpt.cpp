@@ -76,6 +76,7 @@
 #endif
 
 #include "cli_checks.hpp"
+#include "freed_memory.hpp"
 #include "guarded_main.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
@@ -389,10 +390,12 @@ int run(Config cfg) {
   spec.seed = cfg.seed;
   spec.init = cfg.init == "gpt2" ? sprig::GPTInit::gpt2 : sprig::GPTInit::kaiming_uniform;
   spec.precision = sprig::parse_precision(cfg.precision);
-  if (changes_topology)
-    spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
-  else
-    spec.padding_ratio = 0;  // a fixed topology needs no room to grow
+  // Rows come tight: a fixed topology never grows, and a topology update relocates the rows
+  // that grow into the growth reserve and compacts after (compact_threshold 0); 20% slack per
+  // row saved no update time at mini40m and cost its slots' weights, gradients and optimizer
+  // state (28 MB in bf16 8x8 RigL; docs/transformers.md, "Tight rows").
+  spec.padding_ratio = 0;
+  if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   const auto algorithm = make_algorithm<Index>(cfg);
   spec.keep_output_grads = algorithm && algorithm->needs_gradients();  // the dY only DST reads
   spec.share_transposes = cfg.share_transposes;
@@ -617,6 +620,7 @@ int run(Config cfg) {
 namespace {
 
 int program(int argc, char** argv) {
+  examples::return_freed_arrays();
   Config cfg;
   CLI::App app{"Train a character-level GPT with truly sparse projections on Tiny Shakespeare"};
   app.add_option("--config", cfg.config, "small or mini40m")
