@@ -84,10 +84,9 @@
 // rounded once), and a sparse qkv's and fc's dY replace them in bf16 (no swap); the residual
 // gradients flow through one shared float buffer, and a sparse proj's and fc_proj's dY are
 // kept in bf16 in the block's x_out, dead by then (GPTBlock::kept_dy16). Each sparse layer
-// reads its bf16 dY as is and DST sees it
-// as SparseLayerRef::output_grad_bf16. Q, K, V in bf16 give the same bits; fc's dY becomes
-// bf16(dX * bf16(gelu')) and the sparse layers' bias gradients sum their rounded dY, so the
-// last bits differ from bf16_activations = false.
+// reads its bf16 dY as is and DST sees it as SparseLayerRef::output_grad_bf16. Q, K, V in
+// bf16 give the same bits; fc's dY becomes bf16(dX * bf16(gelu')) and the sparse layers' bias
+// gradients sum their rounded dY, so the last bits differ from bf16_activations = false.
 //
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
@@ -482,7 +481,7 @@ private:
   }
 
   static void reshape(Matrix<T>& m, std::int64_t rows, std::int64_t cols) {
-    if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols, Sequential<T, Index>::activation_stride(cols));
+    Block::reshape(m, rows, cols, Sequential<T, Index>::activation_stride(cols));
   }
 
   // Shapes every buffer for N columns (a no-op when N is unchanged).

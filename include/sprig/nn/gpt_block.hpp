@@ -88,12 +88,8 @@ struct GPTBlock {
   // g_mid and g_out in float; none with grad_bf16 (the bf16 ones are in x_out: kept_dy16) or
   // without keep_grads.
   void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
-    for (Matrix<T>* wide : {&g_mid, &g_out}) {
-      if (!keep_grads || grad_bf16)
-        *wide = Matrix<T>();
-      else if (wide->rows() != d || wide->cols() != n)
-        wide->resize(d, n, stride);
-    }
+    for (Matrix<T>* wide : {&g_mid, &g_out})
+      keep_grads && !grad_bf16 ? reshape(*wide, d, n, stride) : void(*wide = Matrix<T>());
   }
   // Bytes of the block's buffers and its attention core's cache.
   std::int64_t buffer_bytes() const noexcept {
@@ -103,15 +99,20 @@ struct GPTBlock {
     for (const Matrix<bfloat16>* m : {&qkv16, &fc16}) bytes += m->memory_bytes();
     return bytes;
   }
+  // Shapes m to rows x cols at `stride` unless it has that shape (then keeps its contents).
+  template <class E>
+  static void reshape(Matrix<E>& m, std::int64_t rows, std::int64_t cols, std::int64_t stride) {
+    if (m.rows() != rows || m.cols() != cols) m.resize(rows, cols, stride);
+  }
   // Shapes `wide` (at `stride`) or, for bf16, `narrow` to rows x cols, and releases the other.
   static void reshape_one_of(Matrix<T>& wide, Matrix<bfloat16>& narrow, bool bf16, std::int64_t rows, std::int64_t cols,
                              std::int64_t stride) {
     if (bf16) {
       wide = Matrix<T>();
-      if (narrow.rows() != rows || narrow.cols() != cols) narrow.resize(rows, cols);
+      reshape(narrow, rows, cols, cols);
     } else {
       narrow = Matrix<bfloat16>();
-      if (wide.rows() != rows || wide.cols() != cols) wide.resize(rows, cols, stride);
+      reshape(wide, rows, cols, stride);
     }
   }
   // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY); with grad_bf16
