@@ -13,6 +13,8 @@
 
 #include <sprig/core/rng.hpp>
 #include <sprig/kernels/optimizer_update.hpp>
+#include <sprig/nn/parameter.hpp>
+#include <sprig/optim/adamw.hpp>
 #include <sprig/nn/gelu.hpp>
 #include <sprig/nn/layer_norm.hpp>
 #include <sprig/nn/residual.hpp>
@@ -67,6 +69,35 @@ void BM_adamw_kernel(benchmark::State& st) {
     benchmark::DoNotOptimize(s.w.data());
   }
   st.SetItemsProcessed(st.iterations() * st.range(0));
+}
+
+// AdamW::update of a 90%-sparse 640 x 2560 parameter with per-slot counts (a DST run after
+// its first topology update): at betas (0.9, 0.999) in 16-bit step_counts, widened a chunk at
+// a time; at beta2 0.99999 in state[2] (T), the kernel reading them in place.
+void BM_adamw_per_slot(benchmark::State& st) {
+  const double beta2 = st.range(0) ? 0.999 : 0.99999;
+  sprig::AdamW<float> opt({.lr = 1e-3, .beta2 = beta2});
+  using P = sprig::SparseParameter<float, std::int16_t>;
+  P p(sprig::PaddedCSR<float, std::int16_t>::random_per_row(640, 2560, 256, 3));
+  sprig::CounterRng rng(2);
+  for (auto& g : p.grad) g = static_cast<float>(rng.uniform(-0.1, 0.1));
+  for (int t = 0; t < 3; ++t) {
+    opt.begin_step();
+    opt.update(p);
+  }
+  sprig::SlotLog log;  // a newborn slot: per_slot creates its counts
+  const std::int64_t col = p.matrix.col_indices()[static_cast<std::size_t>(p.matrix.row_start(0))];
+  p.matrix.erase_slot(0, p.matrix.row_start(0), &log);
+  p.matrix.insert_new(0, col, 0.0f, &log);
+  p.apply(log);
+  for (auto _ : st) {
+    opt.begin_step();
+    opt.update(p);
+    benchmark::DoNotOptimize(p.matrix.values().data());
+  }
+  if (p.step_counts.empty() == opt.narrow_counts()) st.SkipWithError("the counts are not in the expected form");
+  st.SetLabel(opt.narrow_counts() ? "16-bit counts" : "counts in T");
+  st.SetItemsProcessed(st.iterations() * p.matrix.nnz());
 }
 
 // mini40m's activation: d_model x tokens.
@@ -272,4 +303,5 @@ BENCHMARK(BM_residual_add_kernel);
 BENCHMARK(BM_gelu_forward_keep_derivative);
 BENCHMARK(BM_adamw_plain_loop)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_kernel)->Arg(640 * 2560)->Arg(640 * 256);
+BENCHMARK(BM_adamw_per_slot)->Arg(1)->Arg(0);
 BENCHMARK_MAIN();

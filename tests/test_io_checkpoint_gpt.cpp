@@ -91,7 +91,7 @@ std::uint32_t bits_of(T v) {
 Bits parameter_bits(const GPT<T, I>& model) {
   Bits out;
   model.for_each_parameter([&](const auto& p) {
-    std::vector<std::uint32_t> v;
+    std::vector<std::uint32_t> v, counts;  // AdamW's per-slot counts: 16-bit, or state[2] as a checkpoint has them
     std::vector<std::vector<std::uint32_t>> st(p.state.size());
     if constexpr (requires { p.matrix.storage_size(); }) {
       for (std::int64_t r = 0; r < p.matrix.rows(); ++r) {
@@ -101,7 +101,11 @@ Bits parameter_bits(const GPT<T, I>& model) {
           v.push_back(static_cast<std::uint32_t>(p.matrix.col_indices()[slot]));
           v.push_back(bits_of(p.matrix.values()[slot]));
           for (std::size_t q = 0; q < p.state.size(); ++q)
-            if (!p.state[q].empty()) st[q].push_back(bits_of(p.state[q][slot]));
+            if (q == 2 && !p.state[q].empty())
+              counts.push_back(static_cast<std::uint32_t>(p.state[q][slot]));
+            else if (!p.state[q].empty())
+              st[q].push_back(bits_of(p.state[q][slot]));
+          if (!p.step_counts.empty()) counts.push_back(p.step_counts[slot]);
         }
       }
     } else {
@@ -110,7 +114,9 @@ Bits parameter_bits(const GPT<T, I>& model) {
         for (T x : p.state[q]) st[q].push_back(bits_of(x));
     }
     out.values.push_back(std::move(v));
-    for (auto& s : st) out.state.push_back(std::move(s));
+    for (auto& s : st)
+      if (!s.empty()) out.state.push_back(std::move(s));
+    if (!counts.empty()) out.state.push_back(std::move(counts));
   });
   return out;
 }

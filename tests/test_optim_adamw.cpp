@@ -121,8 +121,10 @@ TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter'
     INFO("g " << g << " grown " << grown << " fresh " << fresh.value[0]);
     if (policy == AdamWBiasCorrection::per_slot) {
       CHECK(std::memcmp(&grown, &fresh.value[0], sizeof(float)) == 0);  // bitwise
-      CHECK(p.state[2][p.matrix.find(2, 5)] == 1.0f);
-      CHECK(p.state[2][p.matrix.find(0, 0)] == 31.0f);       // live since step 1
+      REQUIRE(opt.narrow_counts());                                     // betas (0.9, 0.999): the counts fit 16 bits
+      CHECK(p.state.size() == 2);
+      CHECK(p.step_counts[p.matrix.find(2, 5)] == 1);
+      CHECK(p.step_counts[p.matrix.find(0, 0)] == 31);       // live since step 1
       CHECK(std::abs(grown) == Approx(0.01).epsilon(1e-4));  // about lr
     } else {
       // corrected with t = 31: lr * (1 - b1) c1(31) g / (sqrt((1 - b2) c2(31)) |g|), 3.2 lr here
@@ -130,6 +132,7 @@ TEST_CASE("AdamW per_slot: a grown slot's first update equals a fresh parameter'
       const double expected = 0.01 * 0.1 * c1 / std::sqrt(0.001 * c2);
       CHECK(std::abs(grown) == Approx(expected).epsilon(1e-4));
       CHECK(p.state.size() == 2);  // no counts with `global`
+      CHECK(p.step_counts.empty());
     }
   }
 }
@@ -154,7 +157,8 @@ TEST_CASE("AdamW per_slot and global train old slots bitwise alike, past saturat
       step_one(a, pa);
       step_one(b, pb);
       INFO("b1 " << b1 << " step " << t);
-      REQUIRE(pa.state.size() == (t < 10 ? 2u : 3u));  // counts only once a slot is fresh
+      REQUIRE(pa.state.size() == 2);
+      REQUIRE(pa.step_counts.empty() == (t < 10));  // counts only once a slot is fresh
       const std::int64_t grown = pa.matrix.find(2, 5);
       pa.matrix.for_each_live([&](std::int64_t r, std::int64_t c, float v, std::int64_t slot) {
         if (slot == grown) return;
@@ -162,8 +166,8 @@ TEST_CASE("AdamW per_slot and global train old slots bitwise alike, past saturat
         REQUIRE(std::memcmp(&v, &w, sizeof(float)) == 0);
       });
     }
-    CHECK(pa.state[2][pa.matrix.find(0, 0)] < 60.0f);  // clamped where the corrections became 1
-    CHECK(pa.state[2][pa.matrix.find(2, 5)] < 51.0f);
+    CHECK(pa.step_counts[pa.matrix.find(0, 0)] < 60);  // clamped where the corrections became 1
+    CHECK(pa.step_counts[pa.matrix.find(2, 5)] < 51);
   }
 }
 
@@ -190,6 +194,49 @@ TEST_CASE("AdamW per_slot takes over moments without counts as if it had counted
     REQUIRE(same_values(pa, pb));
   }
   CHECK(pa.state.size() == 2);  // no slot was fresh: no counts needed
+  CHECK(pa.step_counts.empty());
+}
+
+TEST_CASE("AdamW per_slot takes counts in the other form over bitwise", "[optim][adamw]") {
+  // A checkpoint keeps the counts as state[2] (in T): a narrow optimizer takes them back into
+  // step_counts, a wide one (beta2 0.99999: corrections not 1 by 65535) the other way round;
+  // either continues bitwise as the run that kept its own form.
+  for (const double b2 : {0.999, 0.99999}) {
+    INFO("beta2 " << b2);
+    AdamW<float> a({.lr = 0.01, .beta2 = b2}), b({.lr = 0.01, .beta2 = b2});
+    CHECK(a.narrow_counts() == (b2 < 0.9999));
+    auto pa = lattice(6, 9);
+    for (std::int64_t t = 1; t <= 8; ++t) {
+      if (t == 4) {
+        SlotLog log;
+        pa.matrix.insert_new(2, 5, 0.0f, &log);
+        pa.apply(log);
+      }
+      set_lattice_grad(pa, t);
+      step_one(a, pa);
+    }
+    auto pb = pa;  // the other form, as a checkpoint would hand it back (state[2]) or an
+                   // optimizer with the other betas would have left it (step_counts)
+    if (a.narrow_counts()) {
+      REQUIRE(!pb.step_counts.empty());
+      pb.state.emplace_back(pb.step_counts.begin(), pb.step_counts.end());
+      AlignedVector<std::uint16_t>().swap(pb.step_counts);
+    } else {
+      REQUIRE(pb.state.size() == 3);
+      pb.step_counts.assign(pb.state[2].begin(), pb.state[2].end());
+      pb.state.resize(2);
+    }
+    b.set_step_count(8);
+    for (std::int64_t t = 9; t <= 14; ++t) {
+      set_lattice_grad(pa, t);
+      set_lattice_grad(pb, t);
+      step_one(a, pa);
+      step_one(b, pb);
+      REQUIRE(same_values(pa, pb));
+      REQUIRE(pa.state == pb.state);
+      REQUIRE(pa.step_counts == pb.step_counts);
+    }
+  }
 }
 
 TEST_CASE("AdamW rejects a bias_correction outside the enumeration", "[optim][adamw]") {

@@ -50,12 +50,16 @@ struct AdamMath {
 };
 using AdamPerSlot = AdamMath<AdamWBiasCorrection::per_slot>;
 using AdamGlobal = AdamMath<AdamWBiasCorrection::global>;
+// beta2 so near 1 that the corrections are not 1 by n = 65535: the counts stay in state[2]
+struct AdamPerSlotWide : AdamPerSlot {
+  AdamPerSlotWide() { b2 = 0.99999; }
+};
 
 double grad_of(std::int64_t r, std::int64_t c, std::int64_t t) { return std::sin(0.7 * r + 1.3 * c + 0.4 * t); }
 
-using Cases =
-    std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>, std::pair<AdamPerSlot, std::int16_t>,
-               std::pair<AdamPerSlot, std::int32_t>, std::pair<AdamGlobal, std::int16_t>>;
+using Cases = std::tuple<std::pair<SgdMath, std::int16_t>, std::pair<SgdMath, std::int64_t>,
+                         std::pair<AdamPerSlot, std::int16_t>, std::pair<AdamPerSlot, std::int32_t>,
+                         std::pair<AdamGlobal, std::int16_t>, std::pair<AdamPerSlotWide, std::int32_t>>;
 
 }  // namespace
 
@@ -76,6 +80,7 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
         p.grad[s] = 123.0;
         for (auto& st : p.state)
           if (!st.empty()) st[s] = -77.0;
+        if (!p.step_counts.empty()) p.step_counts[s] = 60000;
       }
   };
   auto train_step = [&] {
@@ -96,7 +101,8 @@ TEMPLATE_LIST_TEST_CASE("optimizer state follows slot moves; padding stays 0", "
       REQUIRE(v == Approx(sc.w).margin(1e-12));
       REQUIRE(p.state[0][s] == Approx(sc.a).margin(1e-12));
       if (p.state.size() > 1) REQUIRE(p.state[1][s] == Approx(sc.b).margin(1e-12));
-      if (p.state.size() > 2) REQUIRE(p.state[2][s] == double(sc.n));  // AdamW per_slot counts
+      if (p.state.size() > 2) REQUIRE(p.state[2][s] == double(sc.n));  // AdamW per_slot counts, wide
+      if (!p.step_counts.empty()) REQUIRE(p.step_counts[s] == sc.n);   // or narrow
     });
   };
 
@@ -211,4 +217,58 @@ TEST_CASE("SparseParameter::reserve_growth: relocations within the reserve reall
   CHECK_THROWS_AS(p.matrix.reserve_storage(-1), ArgumentError);
   p.matrix.reserve_storage(1);  // never shrinks
   CHECK(p.matrix.storage_capacity() == n + reserve);
+}
+
+TEMPLATE_TEST_CASE("AdamW per_slot counts in either form match the oracle on a large parameter", "[optim][state]",
+                   AdamPerSlot, AdamPerSlotWide) {
+  // thousands of slots in several rows (the narrow counts run in chunks, on threads where the
+  // build has them); a third of each row regrown at step 4 and the matrix compacted at step 7
+  const TestType math;
+  auto opt = math.make();
+  CHECK(opt.narrow_counts() == (math.b2 < 0.9999));
+  SparseParameter<double, std::int32_t> p(PaddedCSR<double, std::int32_t>::random_per_row(48, 300, 90, 17));
+  std::map<std::pair<std::int64_t, std::int64_t>, Scalar> oracle;
+  p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t) {
+    oracle[{r, c}] = {v, 0, 0, 0};
+  });
+  for (std::int64_t t = 1; t <= 9; ++t) {
+    if (t == 4 || t == 7) {
+      SlotLog log;
+      if (t == 4)
+        for (std::int64_t r = 0; r < p.matrix.rows(); ++r) {
+          std::vector<std::int64_t> cols;
+          for (const std::int32_t c : std::as_const(p.matrix).row(r).cols) cols.push_back(c);
+          for (std::size_t k = 0; k < cols.size(); k += 3) {
+            p.matrix.erase(r, cols[k], &log);
+            oracle.erase({r, cols[k]});
+          }
+          for (std::int64_t c = 0, grown = 0; c < p.matrix.cols() && grown < 35; ++c)
+            if (!oracle.contains({r, c})) {
+              p.matrix.insert_new(r, c, 0.0, &log);
+              oracle[{r, c}] = {0, 0, 0, 0};
+              ++grown;
+            }
+        }
+      else
+        p.matrix.compact(0.0, &log);
+      p.apply(log);
+    }
+    opt.begin_step();
+    p.matrix.for_each_live(
+        [&](std::int64_t r, std::int64_t c, double, std::int64_t s) { p.grad[s] = grad_of(r, c, t); });
+    opt.update(p);
+    for (auto& [rc, sc] : oracle) math.step(sc, grad_of(rc.first, rc.second, t), t);
+    CHECK(p.step_counts.empty() == (t < 4 || !opt.narrow_counts()));
+    CHECK(p.state.size() == (t >= 4 && !opt.narrow_counts() ? 3u : 2u));
+    REQUIRE(p.matrix.nnz() == std::ssize(oracle));
+    std::int64_t mismatches = 0;
+    p.matrix.for_each_live([&](std::int64_t r, std::int64_t c, double v, std::int64_t s) {
+      const Scalar& sc = oracle.at({r, c});
+      const double n = p.state.size() > 2 ? p.state[2][s] : p.step_counts.empty() ? double(t) : p.step_counts[s];
+      mismatches += !(v == Approx(sc.w).margin(1e-12)) || !(p.state[0][s] == Approx(sc.a).margin(1e-12)) ||
+                    !(p.state[1][s] == Approx(sc.b).margin(1e-12)) || n != double(sc.n);
+    });
+    INFO("step " << t);
+    REQUIRE(mismatches == 0);
+  }
 }

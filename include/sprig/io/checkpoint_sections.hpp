@@ -144,6 +144,30 @@ void put_states(binary::Writer& w, const States& states, PutOne&& put_one) {
     if (!s.empty()) put_one(s);
   }
 }
+
+// The same for a sparse parameter, whose step counts (16-bit, if any) are saved widened as
+// state vector 2, where AdamW keeps counts that do not fit 16 bits: one checkpoint layout for
+// both (AdamW narrows them again on its next update).
+template <class P, class PutOne>
+void put_sparse_states(binary::Writer& w, const P& p, PutOne&& put_one) {
+  using Vec = typename decltype(p.state)::value_type;
+  if (p.step_counts.empty()) return put_states(w, p.state, put_one);
+  constexpr std::size_t kCounts = 2;
+  if (p.state.size() > kCounts && !p.state[kCounts].empty())
+    throw ArgumentError("sprig::save_training_state: a parameter holds both 16-bit step counts and state vector 2");
+  const std::size_t n = std::max(p.state.size(), kCounts + 1);
+  w.put(static_cast<std::uint8_t>(n));
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k == kCounts) {
+      w.put_bool(true);
+      put_one(Vec(p.step_counts.begin(), p.step_counts.end()));
+      continue;
+    }
+    const bool present = k < p.state.size() && !p.state[k].empty();
+    w.put_bool(present);
+    if (present) put_one(p.state[k]);
+  }
+}
 template <Value T>
 void get_states(binary::Reader& r, std::int64_t count, std::vector<AlignedVector<T>>& out, std::vector<bool>& present) {
   const auto n = r.get<std::uint8_t>("state count");
@@ -165,11 +189,11 @@ void put_parameter(binary::Writer& w, const P& p) {
   if constexpr (std::is_same_v<Kind, BlockSparseKind>) {
     w.put_bool(p.decay);
     put_block_sparse(w, p.matrix);
-    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_block_live(w, p.matrix.pattern(), s, p.kBlockSize); });
+    put_sparse_states(w, p, [&](const AlignedVector<T>& s) { put_block_live(w, p.matrix.pattern(), s, p.kBlockSize); });
   } else if constexpr (std::is_same_v<Kind, SparseKind>) {
     w.put_bool(p.decay);
     put_sparse(w, p.matrix);
-    put_states(w, p.state, [&](const AlignedVector<T>& s) { put_live(w, p.matrix, s); });
+    put_sparse_states(w, p, [&](const AlignedVector<T>& s) { put_live(w, p.matrix, s); });
   } else {
     w.put(p.rows);
     w.put(p.cols);

@@ -234,6 +234,7 @@ bool commit(Staged<T, Index>& s, P& p) noexcept {
       p.matrix = std::move(*s.pattern);
       p.grad.swap(s.grad);
       for (auto& state : p.state) AlignedVector<T>().swap(state);
+      AlignedVector<std::uint16_t>().swap(p.step_counts);
       return true;
     }
   }

@@ -286,7 +286,9 @@ public:
     // not BlockSparseParameter::apply: its alignment check holds only once the pattern is adopted
     weight.matrix.apply_slot_moves(chunk);
     chunk.apply(weight.grad, Weight::kBlockSize);
-    for (auto& s : weight.state) chunk.apply(s, Weight::kBlockSize);
+    for (auto& s : weight.state)
+      if (!s.empty()) chunk.apply(s, Weight::kBlockSize);
+    if (!weight.step_counts.empty()) chunk.apply(weight.step_counts, Weight::kBlockSize);
   }
   void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.matrix.adopt_pattern(grid); }
 

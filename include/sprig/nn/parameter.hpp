@@ -1,9 +1,9 @@
 // sprig/nn/parameter.hpp — trainable parameters: a value, its gradient, and the optimizer's
 // per-element state, kept aligned with each other.
 //
-// SparseParameter<T, Index>: the weight is a PaddedCSR; `grad` and every `state` vector are
-// indexed like weight.values() (one entry per slot, storage_size() entries, padding and dead
-// slots included). A structural change of the weight is made with a SlotLog and then replayed
+// SparseParameter<T, Index>: the weight is a PaddedCSR; `grad`, every `state` vector and
+// `step_counts` are indexed like weight.values() (one entry per slot, storage_size() entries,
+// padding and dead slots included). A structural change of the weight is made with a SlotLog and then replayed
 // here with apply(), so per-slot arrays follow their weights:
 //
 //     SlotLog log;
@@ -49,7 +49,11 @@ struct SparseParameter {
   PaddedCSR<T, Index> matrix;
   AlignedVector<T> grad;                // size matrix.storage_size()
   std::vector<AlignedVector<T>> state;  // each empty or size matrix.storage_size()
-  bool decay = true;                    // whether optimizers apply weight decay
+  // Per-slot step counts of an optimizer that keeps them (AdamW's per-slot bias correction,
+  // where its counts fit 16 bits): empty or size matrix.storage_size(). Half the bytes of a
+  // state vector; it follows the slots as state does.
+  AlignedVector<std::uint16_t> step_counts;
+  bool decay = true;  // whether optimizers apply weight decay
 
   SparseParameter() = default;
   // Takes the weight; grad zero at every slot, no state yet (an optimizer creates it).
@@ -73,9 +77,18 @@ struct SparseParameter {
     const std::int64_t n = matrix.storage_size();
     const auto slots = static_cast<std::size_t>(n + static_cast<std::int64_t>(static_cast<double>(n) * fraction));
     matrix.reserve_storage(static_cast<std::int64_t>(slots));
-    grad.reserve(slots);
-    for (auto& s : state)
-      if (!s.empty()) s.reserve(slots);
+    for_each_slot_array([&](auto& a) {
+      if (!a.empty()) a.reserve(slots);
+    });
+  }
+
+  // f(array) for grad, every state vector and step_counts: the per-slot arrays that follow
+  // the weight's slots (empty ones included).
+  template <class F>
+  void for_each_slot_array(F&& f) {
+    f(grad);
+    for (auto& s : state) f(s);
+    f(step_counts);
   }
 
   // Replays the slot moves of a structural change of `weight` on grad and every state
@@ -85,9 +98,11 @@ struct SparseParameter {
   // catches a size mismatch, not a wrong order). O(events + slots resized or remapped) per array.
   void apply(const SlotLog& log) {
     log.apply(grad);
-    for (auto& s : state) log.apply(s);
     // An empty state vector (not yet created) stays empty; the optimizer creates it at
     // the current storage size on first use.
+    for (auto& s : state)
+      if (!s.empty()) log.apply(s);
+    if (!step_counts.empty()) log.apply(step_counts);
     SPRIG_ASSERT(std::ssize(grad) == matrix.storage_size(), "SparseParameter::apply left grad misaligned");
   }
 
@@ -103,6 +118,9 @@ struct SparseParameter {
       if (!state[k].empty() && std::ssize(state[k]) != n)
         throw ShapeError(detail::message(fn, ": optimizer state ", k, " has ", state[k].size(),
                                          " entries but the weight has ", n, " slots"));
+    if (!step_counts.empty() && std::ssize(step_counts) != n)
+      throw ShapeError(
+          detail::message(fn, ": step counts have ", step_counts.size(), " entries but the weight has ", n, " slots"));
   }
 
   // Orders each row of the weight by column block (PaddedCSR::group_columns), grad and every
@@ -114,11 +132,13 @@ struct SparseParameter {
   bool group_columns(int shift, SlotLog* log = nullptr) {
     check_aligned("SparseParameter::group_columns");
     AlignedVector<T> scratch;
+    AlignedVector<std::uint16_t> count_scratch;
     std::vector<std::int64_t> sources;  // with a log: new slot s takes old slot sources[s]
     const bool moved = matrix.group_columns(shift, [&](std::int64_t start, std::span<const std::int64_t> order) {
       detail::permute_range(grad, start, order, scratch);
       for (auto& st : state)
         if (!st.empty()) detail::permute_range(st, start, order, scratch);
+      if (!step_counts.empty()) detail::permute_range(step_counts, start, order, count_scratch);
       if (log) {
         if (sources.empty()) {
           sources.resize(static_cast<std::size_t>(matrix.storage_size()));
@@ -127,7 +147,7 @@ struct SparseParameter {
         for (std::size_t j = 0; j < order.size(); ++j) sources[static_cast<std::size_t>(start) + j] = start + order[j];
       }
     });
-    if (log && moved) log->remap(sources);
+    if (log && moved) log->remap(std::move(sources));
     return moved;
   }
 
@@ -141,7 +161,7 @@ struct SparseParameter {
   std::int64_t state_bytes() const noexcept {
     std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
     for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));
-    return b;
+    return b + static_cast<std::int64_t>(step_counts.capacity() * sizeof(std::uint16_t));
   }
 };
 
@@ -152,8 +172,9 @@ struct BlockSparseParameter {
   static constexpr std::int64_t kBlockSize = std::int64_t{R} * C;
 
   BlockPaddedCSR<T, Index, R, C> matrix;
-  AlignedVector<T> grad;                // size matrix.storage_size() * R * C
-  std::vector<AlignedVector<T>> state;  // each empty or the size of grad
+  AlignedVector<T> grad;                     // size matrix.storage_size() * R * C
+  std::vector<AlignedVector<T>> state;       // each empty or the size of grad
+  AlignedVector<std::uint16_t> step_counts;  // as SparseParameter's: empty or the size of grad
   bool decay = true;
 
   BlockSparseParameter() = default;
@@ -171,16 +192,26 @@ struct BlockSparseParameter {
     const std::int64_t n = matrix.storage_size();
     const std::int64_t slots = n + static_cast<std::int64_t>(static_cast<double>(n) * fraction);
     matrix.reserve_storage(slots);
-    grad.reserve(static_cast<std::size_t>(slots * kBlockSize));
-    for (auto& s : state)
-      if (!s.empty()) s.reserve(static_cast<std::size_t>(slots * kBlockSize));
+    for_each_slot_array([&](auto& a) {
+      if (!a.empty()) a.reserve(static_cast<std::size_t>(slots * kBlockSize));
+    });
+  }
+
+  // f(array) for grad, every state vector and step_counts (R * C entries per slot each).
+  template <class F>
+  void for_each_slot_array(F&& f) {
+    f(grad);
+    for (auto& s : state) f(s);
+    f(step_counts);
   }
 
   // Replays a structural change of `weight` (its SlotLog) on grad and every state array, R * C
   // entries per slot; preconditions as SparseParameter::apply.
   void apply(const SlotLog& log) {
     log.apply(grad, kBlockSize);
-    for (auto& s : state) log.apply(s, kBlockSize);
+    for (auto& s : state)
+      if (!s.empty()) log.apply(s, kBlockSize);
+    if (!step_counts.empty()) log.apply(step_counts, kBlockSize);
     SPRIG_ASSERT(std::ssize(grad) == entry_count(), "BlockSparseParameter::apply left grad misaligned");
   }
 
@@ -196,6 +227,8 @@ struct BlockSparseParameter {
       if (!state[k].empty() && std::ssize(state[k]) != n)
         throw ShapeError(
             detail::message(fn, ": optimizer state ", k, " has ", state[k].size(), " entries, expected ", n));
+    if (!step_counts.empty() && std::ssize(step_counts) != n)
+      throw ShapeError(detail::message(fn, ": step counts have ", step_counts.size(), " entries, expected ", n));
   }
 
   void zero_grad() { std::fill(grad.begin(), grad.end(), T(0)); }
@@ -205,7 +238,7 @@ struct BlockSparseParameter {
   std::int64_t state_bytes() const noexcept {
     std::int64_t b = static_cast<std::int64_t>(grad.capacity() * sizeof(T));
     for (const auto& s : state) b += static_cast<std::int64_t>(s.capacity() * sizeof(T));
-    return b;
+    return b + static_cast<std::int64_t>(step_counts.capacity() * sizeof(std::uint16_t));
   }
 };
 

@@ -12,7 +12,7 @@ namespace sprig {
 // it). weights: every stored array of the weights (sparse: all PaddedCSR arrays, padding
 // and reserve included); dense_weights: the same parameters stored dense (rows x cols
 // values each); gradients and optimizer_state: capacities of grad and of the state
-// vectors. Activations and scratch are the model's own (its memory_bytes(), if it has one).
+// vectors (and step counts). Activations and scratch are the model's own (its memory_bytes(), if it has one).
 struct ParameterMemory {
   std::int64_t weights = 0;
   std::int64_t dense_weights = 0;
@@ -43,6 +43,8 @@ ParameterMemory parameter_memory(const M& model) {
     m.dense_parameters += rows * cols;
     m.gradients += static_cast<std::int64_t>(p.grad.capacity() * sizeof(T));
     for (const auto& s : p.state) m.optimizer_state += static_cast<std::int64_t>(s.capacity() * sizeof(T));
+    if constexpr (requires { p.step_counts; })
+      m.optimizer_state += static_cast<std::int64_t>(p.step_counts.capacity() * sizeof(std::uint16_t));
   });
   return m;
 }

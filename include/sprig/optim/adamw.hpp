@@ -8,13 +8,17 @@
 // where n, the step count of the bias corrections, depends on the policy for slots born
 // during training (AdamWOptions::bias_correction):
 //   per_slot (default): n counts the slot's updates since its moments were last both
-//     exactly zero, this one included (state[2], per slot, of sparse parameters): a slot born
+//     exactly zero, this one included (per slot, of sparse parameters: in the parameter's
+//     16-bit step_counts where every count fits, that is where both corrections round to 1
+//     in T by n = 65535, as at beta2 <= 0.9997 in float; else in state[2]): a slot born
 //     during training (m = v = 0, as SlotLog leaves it) or one that has only seen zero
 //     gradients is treated as a fresh parameter, so a weight grown at step t0 makes a first
 //     update of the size of any first Adam update (about lr). Slots whose moments have been
-//     nonzero since step 1 have n = t, so state[2] is created only once a live slot has zero
+//     nonzero since step 1 have n = t, so the counts are created only once a live slot has zero
 //     moments at a step t > 1 (a topology change, typically): until then the parameter holds
-//     2 values per slot and trains bitwise as with `global`.
+//     2 values per slot and trains bitwise as with `global`. Either form of the counts gives
+//     the same bits; the other form, met in a parameter (a checkpoint keeps them as state[2]),
+//     is converted on the next update.
 //   global: n = t for every slot (RigL's reference code): a weight grown at t0 > 1 starts
 //     with m = v = 0 but is corrected with t, so its first update is
 //     lr * (1 - beta1) / sqrt(1 - beta2) (3.2 lr at betas (0.9, 0.999)), largest where the
@@ -24,9 +28,9 @@
 // and compaction through SparseParameter::apply() and are saved by checkpoints.
 //
 // Cost: O(live slots) per sparse parameter, O(size) per dense one, on OpenMP threads for large
-// parameters (live_ranges.hpp); state is created (zero) on first use: 2 values per slot, 3 once
-// per_slot needs counts on a sparse parameter (one more pass over the moments per step until
-// then). The per-slot corrections come from a table of
+// parameters (live_ranges.hpp); state is created (zero) on first use: 2 values per slot, and
+// a 16-bit count (or a third value) once per_slot needs counts on a sparse parameter (one more
+// pass over the moments per step until then). The per-slot corrections come from a table of
 // (1 - beta^n)^-1 per n, grown with the step count until both corrections round to 1 in T
 // (n about 1.7e4 for float at beta2 0.999; at most kMaxCorrectionSteps entries).
 // Threads: each element is updated by one thread with the same arithmetic, so the result is
@@ -85,6 +89,9 @@ public:
         options.bias_correction != AdamWBiasCorrection::global)
       throw ArgumentError(detail::message("AdamW: bias_correction ", static_cast<int>(options.bias_correction),
                                           " is neither per_slot (0) nor global (1)"));
+    // the corrections fall monotonically to 1: both are 1 at 65535 iff the table ends by then
+    narrow_counts_ = correction(options.beta1, static_cast<double>(kNarrowCountTop)) == T(1) &&
+                     correction(options.beta2, static_cast<double>(kNarrowCountTop)) == T(1);
   }
 
   // The longest correction table: per-slot step counts saturate here (reached only with
@@ -92,6 +99,10 @@ public:
   static constexpr std::int64_t kMaxCorrectionSteps = std::int64_t{1} << 22;
 
   const AdamWOptions& options() const noexcept { return options_; }
+
+  // Whether per_slot keeps its counts in a sparse parameter's 16-bit step_counts (every
+  // count fits: both corrections are 1 in T by n = 65535) rather than in state[2].
+  bool narrow_counts() const noexcept { return narrow_counts_; }
 
   // Updates one parameter with its current gradient at step step_count() (>= 1; step() counts
   // the step, a caller of update() calls begin_step() first). Throws ArgumentError at
@@ -160,9 +171,35 @@ private:
     });
   }
 
+  static constexpr std::int64_t kNarrowCountTop = 65535;  // the largest 16-bit count
+  static constexpr std::size_t kWideCounts = 2;           // the state vector of counts that do not fit
+
+  // Moves counts kept in the other form (see the top of this file) into the one this
+  // optimizer uses; whole numbers either way. O(slots) once, O(1) after.
+  template <class P>
+  void adopt_counts(P& p) const {
+    const bool wide = p.state.size() > kWideCounts && !p.state[kWideCounts].empty();
+    if (narrow_counts_ && wide) {
+      const auto& from = p.state[kWideCounts];
+      p.step_counts.reserve(std::max(from.size(), p.grad.capacity()));
+      p.step_counts.resize(from.size());
+      for (std::size_t s = 0; s < from.size(); ++s)
+        p.step_counts[s] = static_cast<std::uint16_t>(std::clamp(from[s], T(0), T(kNarrowCountTop)));
+      p.state.resize(kWideCounts);
+    } else if (!narrow_counts_ && !p.step_counts.empty()) {
+      if (p.state.size() <= kWideCounts) p.state.resize(kWideCounts + 1);
+      auto& to = p.state[kWideCounts];
+      to.reserve(std::max(p.step_counts.size(), p.grad.capacity()));
+      to.assign(p.step_counts.begin(), p.step_counts.end());
+      AlignedVector<std::uint16_t>().swap(p.step_counts);
+    }
+  }
+
   template <class P>
   void update_per_slot(P& p) {
-    const bool had_counts = p.state.size() >= 3 && !p.state[2].empty();
+    adopt_counts(p);
+    const bool had_counts =
+        narrow_counts_ ? !p.step_counts.empty() : p.state.size() > kWideCounts && !p.state[kWideCounts].empty();
     detail::ensure_state("AdamW::update", p, 2);
     const std::int64_t t = this->step_count();
     if (!had_counts) {
@@ -180,14 +217,23 @@ private:
       }
       if (!fresh.load(std::memory_order_relaxed)) return update_global(p);
     }
-    detail::ensure_state("AdamW::update", p, 3);
+    if (narrow_counts_ && p.step_counts.empty()) {
+      p.step_counts.reserve(std::max(p.grad.size(), p.grad.capacity()));
+      p.step_counts.resize(p.grad.size());
+    }
+    if (!narrow_counts_) detail::ensure_state("AdamW::update", p, kWideCounts + 1);
     extend_corrections(t);
     // counts beyond the table's last entry read that entry: exact once saturated (every
-    // later correction is 1 too), and a count never exceeds the step count otherwise
-    const T top = static_cast<T>(std::ssize(correction1_) - 1);
-    if (!had_counts) {
-      const T previous = static_cast<T>(std::min<std::int64_t>(t - 1, std::ssize(correction1_) - 1));
-      std::fill(p.state[2].begin(), p.state[2].end(), previous);  // zero-moment slots restart below
+    // later correction is 1 too), and a count never exceeds the step count otherwise; with
+    // narrow counts the table is saturated by 65535, so every count fits 16 bits
+    const std::int64_t last = std::ssize(correction1_) - 1;
+    const T top = static_cast<T>(last);
+    if (!had_counts) {  // zero-moment slots restart below
+      const std::int64_t previous = std::min<std::int64_t>(t - 1, last);
+      if (narrow_counts_)
+        std::fill(p.step_counts.begin(), p.step_counts.end(), static_cast<std::uint16_t>(previous));
+      else
+        std::fill(p.state[kWideCounts].begin(), p.state[kWideCounts].end(), static_cast<T>(previous));
     }
     const T lr = static_cast<T>(options_.lr);
     const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
@@ -197,17 +243,34 @@ private:
     const T* gp = p.grad.data();
     T* mp = p.state[0].data();
     T* vp = p.state[1].data();
-    T* np = p.state[2].data();
     const detail::AdamWStep<T> k{lr, b1, b2, eps, shrink};
     const auto kernel = detail::adamw_counted_update_kernel<T>();
+    if (!narrow_counts_) {
+      T* np = p.state[kWideCounts].data();
+      detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
+        kernel(k, correction1_.data(), correction2_.data(), top, wp + b, gp + b, mp + b, vp + b, np + b, e - b);
+      });
+      return;
+    }
+    // the same kernel on the counts widened to T a chunk at a time (whole numbers: exact), so
+    // both forms give the same bits: the kernel's result does not depend on the split
+    std::uint16_t* cp = p.step_counts.data();
     detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-      kernel(k, correction1_.data(), correction2_.data(), top, wp + b, gp + b, mp + b, vp + b, np + b, e - b);
+      constexpr std::int64_t kChunk = 512;
+      alignas(64) T counts[kChunk];
+      for (std::int64_t c = b; c < e; c += kChunk) {
+        const std::int64_t len = std::min(kChunk, e - c);
+        std::copy(cp + c, cp + c + len, counts);
+        kernel(k, correction1_.data(), correction2_.data(), top, wp + c, gp + c, mp + c, vp + c, counts, len);
+        for (std::int64_t s = 0; s < len; ++s) cp[c + s] = static_cast<std::uint16_t>(counts[s]);
+      }
     });
   }
 
   AdamWOptions options_;
   std::vector<T> correction1_, correction2_;  // (1 - beta^n)^-1 in T, index n
   bool saturated_ = false;
+  bool narrow_counts_ = true;
 };
 
 }  // namespace sprig

@@ -64,7 +64,7 @@ void PaddedCSR<T, Index>::compact(double padding_ratio, SlotLog* log) {
   row_capacity_.swap(new_cap);
   dead_slots_ = 0;
   ++topology_version_;
-  if (log) log->remap(sources);
+  if (log) log->remap(std::move(sources));
 }
 
 template <Value T, ColumnIndex Index>
