@@ -62,7 +62,7 @@ struct GPTBlock {
     if (which == GPTProjection::qkv && qkv_bf16) return qkv16.view();
     if (which == GPTProjection::fc && gelu_bf16) return fc16.view();
     if ((which == GPTProjection::proj || which == GPTProjection::fc_proj) && grad_bf16 && keep_grads)
-      return const_cast<GPTBlock&>(*this).kept_dy16(which);
+      return kept_dy16(which);
     return {};
   }
   // Where a sparse proj's or fc_proj's bf16 dY is rounded to: the block's (kept for DST), or
@@ -75,10 +75,14 @@ struct GPTBlock {
   // forward writes it, the span in which the dY are kept (GPT's "Sparse layers"). fc_proj's in
   // the first half of each float row, proj's in the second (a row of x_out holds 2 stride()
   // bf16), so they take no memory of their own (19.7 MB at mini40m).
-  MatrixView<bfloat16> kept_dy16(GPTProjection which) noexcept {
+  ConstMatrixView<bfloat16> kept_dy16(GPTProjection which) const noexcept {
     const std::int64_t s = x_out.stride();
-    auto* base = reinterpret_cast<bfloat16*>(x_out.data());
+    const auto* base = reinterpret_cast<const bfloat16*>(x_out.data());
     return {base + (which == GPTProjection::proj ? s : 0), x_out.rows(), x_out.cols(), 2 * s};
+  }
+  MatrixView<bfloat16> kept_dy16(GPTProjection which) noexcept {
+    const ConstMatrixView<bfloat16> v = std::as_const(*this).kept_dy16(which);
+    return {const_cast<bfloat16*>(v.data()), v.rows(), v.cols(), v.stride()};
   }
   // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): the
   // block's own, or with grad_bf16 or without keep_grads the model's `shared` one, updated in
