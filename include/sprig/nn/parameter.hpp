@@ -77,18 +77,10 @@ struct SparseParameter {
     const std::int64_t n = matrix.storage_size();
     const auto slots = static_cast<std::size_t>(n + static_cast<std::int64_t>(static_cast<double>(n) * fraction));
     matrix.reserve_storage(static_cast<std::int64_t>(slots));
-    for_each_slot_array([&](auto& a) {
-      if (!a.empty()) a.reserve(slots);
-    });
-  }
-
-  // f(array) for grad, every state vector and step_counts: the per-slot arrays that follow
-  // the weight's slots (empty ones included).
-  template <class F>
-  void for_each_slot_array(F&& f) {
-    f(grad);
-    for (auto& s : state) f(s);
-    f(step_counts);
+    grad.reserve(slots);
+    for (auto& s : state)
+      if (!s.empty()) s.reserve(slots);
+    if (!step_counts.empty()) step_counts.reserve(slots);
   }
 
   // Replays the slot moves of a structural change of `weight` on grad and every state
@@ -192,17 +184,11 @@ struct BlockSparseParameter {
     const std::int64_t n = matrix.storage_size();
     const std::int64_t slots = n + static_cast<std::int64_t>(static_cast<double>(n) * fraction);
     matrix.reserve_storage(slots);
-    for_each_slot_array([&](auto& a) {
-      if (!a.empty()) a.reserve(static_cast<std::size_t>(slots * kBlockSize));
-    });
-  }
-
-  // f(array) for grad, every state vector and step_counts (R * C entries per slot each).
-  template <class F>
-  void for_each_slot_array(F&& f) {
-    f(grad);
-    for (auto& s : state) f(s);
-    f(step_counts);
+    const auto entries = static_cast<std::size_t>(slots * kBlockSize);
+    grad.reserve(entries);
+    for (auto& s : state)
+      if (!s.empty()) s.reserve(entries);
+    if (!step_counts.empty()) step_counts.reserve(entries);
   }
 
   // Replays a structural change of `weight` (its SlotLog) on grad and every state array, R * C

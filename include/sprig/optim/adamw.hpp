@@ -174,12 +174,17 @@ private:
   static constexpr std::int64_t kNarrowCountTop = 65535;  // the largest 16-bit count
   static constexpr std::size_t kWideCounts = 2;           // the state vector of counts that do not fit
 
+  // Whether p holds counts in state[kWideCounts] (in T).
+  template <class P>
+  static bool has_wide_counts(const P& p) noexcept {
+    return p.state.size() > kWideCounts && !p.state[kWideCounts].empty();
+  }
+
   // Moves counts kept in the other form (see the top of this file) into the one this
   // optimizer uses; whole numbers either way. O(slots) once, O(1) after.
   template <class P>
   void adopt_counts(P& p) const {
-    const bool wide = p.state.size() > kWideCounts && !p.state[kWideCounts].empty();
-    if (narrow_counts_ && wide) {
+    if (narrow_counts_ && has_wide_counts(p)) {
       const auto& from = p.state[kWideCounts];
       p.step_counts.reserve(std::max(from.size(), p.grad.capacity()));
       p.step_counts.resize(from.size());
@@ -198,8 +203,7 @@ private:
   template <class P>
   void update_per_slot(P& p) {
     adopt_counts(p);
-    const bool had_counts =
-        narrow_counts_ ? !p.step_counts.empty() : p.state.size() > kWideCounts && !p.state[kWideCounts].empty();
+    const bool had_counts = narrow_counts_ ? !p.step_counts.empty() : has_wide_counts(p);
     detail::ensure_state("AdamW::update", p, 2);
     const std::int64_t t = this->step_count();
     if (!had_counts) {
@@ -218,7 +222,7 @@ private:
       if (!fresh.load(std::memory_order_relaxed)) return update_global(p);
     }
     if (narrow_counts_ && p.step_counts.empty()) {
-      p.step_counts.reserve(std::max(p.grad.size(), p.grad.capacity()));
+      p.step_counts.reserve(p.grad.capacity());  // the growth reserve, as ensure_state gives state
       p.step_counts.resize(p.grad.size());
     }
     if (!narrow_counts_) detail::ensure_state("AdamW::update", p, kWideCounts + 1);
