@@ -76,6 +76,11 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
     DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
             "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+" "-DFROM=sample (temperature"
             "-DUNTIL=weights ")
+  # A run saved with 32-bit indices resumes under the default --index-bits auto (which would pick
+  # 16 for a new run) with its own width, and equals the straight run.
+  sprig_example_script_test(char_gpt_resume_keeps_index_bits char_gpt resume_equals_straight
+    DEFINES "-DARGS=${CHAR_GPT_TINY};--index-bits;32;--steps;20;--eval-every;10" -DEVERY=7 -DSTOP=9
+            -DRESUME_WITHOUT=--index-bits "-DRESUMED=resumed from .* at step 7" "-DMATCH=val loss [0-9.]+")
   # A bf16 run killed and resumed equals the straight bf16 run (the float masters are the state).
   sprig_example_script_test(char_gpt_bf16_resume char_gpt resume_equals_straight
     DEFINES "-DARGS=${CHAR_GPT_TINY};--precision;bf16;--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
@@ -106,6 +111,6 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   # both values, and accepts the options --help lists as free to change.
   sprig_example_script_test(char_gpt_resume_mismatch char_gpt resume_mismatch
     DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;12;--eval-every;0"
-            "-DCHANGES=--layers|3|2;--heads|4|2;--d-model|64|32;--d-ff|128|64;--block|16|32;--batch|8|4;--attn-sparsity|0.7|0.5;--ffn-sparsity|0.9|0.8;--distribution|erk|uniform;--weight-blocks|4x4|none;--precision|bf16|fp32;--index-bits|16|32;--algorithm|set|rigl;--delta-t|20|10;--alpha|0.5|0.3;--bias-correction|global|per-slot;--lr|0.002|0.001;--min-lr|0.0002|0.0001;--warmup|50|100;--weight-decay|0.2|0.1;--clip|0.5|1;--steps|16|12;--seed|2|1;--data|OTHER_TEXT|a text of 1115394 characters, vocabulary 65|a text of 2280 characters, vocabulary 8"
+            "-DCHANGES=--layers|3|2;--heads|4|2;--d-model|64|32;--d-ff|128|64;--block|16|32;--batch|8|4;--attn-sparsity|0.7|0.5;--ffn-sparsity|0.9|0.8;--distribution|erk|uniform;--weight-blocks|4x4|none;--precision|bf16|fp32;--index-bits|32|16;--algorithm|set|rigl;--delta-t|20|10;--alpha|0.5|0.3;--bias-correction|global|per-slot;--lr|0.002|0.001;--min-lr|0.0002|0.0001;--warmup|50|100;--weight-decay|0.2|0.1;--clip|0.5|1;--steps|16|12;--seed|2|1;--data|OTHER_TEXT|a text of 1115394 characters, vocabulary 65|a text of 2280 characters, vocabulary 8"
             "-DFREE=--threads|2;--eval-every|5;--eval-windows|4;--checkpoint-every|3;--sample|10;--temperature|0.5;--prompt|T")
 endif()

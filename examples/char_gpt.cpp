@@ -125,7 +125,7 @@ struct Config {
   bool sample_full_window = false;  // sample without the key/value cache (for comparison)
   bool share_transposes = false;    // one W^T for all the sparse projections (GPTOptions::share_transposes)
   std::string prompt = "\n";
-  int index_bits = 32;                     // column index width of the sparse projections: 16 or 32
+  std::string index_bits = "auto";         // column index width of the sparse projections: auto, 16 or 32
   std::string weight_blocks;               // "RxC": sparse projections in dense R x C blocks; empty: unstructured
   std::string precision = "fp32";          // of the projections' products: fp32 or bf16
   std::string init = "gpt2";               // of the projections and the head: gpt2 or kaiming (GPTInit)
@@ -733,8 +733,10 @@ int program(int argc, char** argv) {
   app.add_flag("--share-transposes", cfg.share_transposes,
                "One W^T for all the sparse projections, rebuilt for each one's backward: 6 (16-bit indices) or 8 "
                "bytes less per live weight, a few percent slower unstructured (the same results)");
-  app.add_option("--index-bits", cfg.index_bits, "Column index width of the sparse projections (16: inputs <= 32768)")
-      ->check(CLI::IsMember({16, 32}))
+  app.add_option("--index-bits", cfg.index_bits,
+                 "Column index width of the sparse projections: 16 (inputs <= 32768), 32, or auto (16 where it "
+                 "fits and the projections are unstructured, else 32; a resume keeps the checkpoint's)")
+      ->check(CLI::IsMember({"auto", "16", "32"}))
       ->capture_default_str();
   app.add_option("--weight-blocks", cfg.weight_blocks,
                  "Sparse projections in dense RxC blocks: 1x4, 4x1, 4x4, 8x1, 8x8 or 16x1 (32-bit indices; DST on "
@@ -768,7 +770,7 @@ int program(int argc, char** argv) {
   if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
     throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm +
                                " needs --attn-sparsity or --ffn-sparsity > 0");
-  if (!cfg.weight_blocks.empty() && cfg.index_bits != 32)
+  if (!cfg.weight_blocks.empty() && cfg.index_bits == "16")
     throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("char_gpt", "--checkpoint", cfg.checkpoint_dir);
@@ -787,7 +789,10 @@ int program(int argc, char** argv) {
     if (b == "16x1") return run<I, BlockSparseLinear<T, I, 16, 1>>(cfg);
     throw sprig::ArgumentError("char_gpt: --weight-blocks " + b + " is not a block shape it is built for");
   }
-  return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
+  const bool fits_16 = std::max(cfg.d_model, cfg.d_ff) <= 32768;
+  const int bits = examples::resolve_index_bits("char_gpt", cfg.index_bits, fits_16, cfg.resume,
+                                                examples::checkpoint_state_file(cfg.checkpoint_dir));
+  return bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
 }
 
 }  // namespace

@@ -73,8 +73,9 @@ int program(int argc, char** argv) {
   app.add_option("--data-dir", cfg.data_dir, "Folder with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--csv", cfg.csv, "Write the per-epoch curves to this CSV file");
   app.add_option("--index-bits", cfg.index_bits,
-                 "Column index width of the sparse layers (16 needs layer inputs <= 32768)")
-      ->check(CLI::IsMember({16, 32}))
+                 "Column index width of the sparse layers: 16 (layer inputs <= 32768), 32, or auto (16 where it "
+                 "fits and the layers are unstructured, else 32; a resume keeps the checkpoint's)")
+      ->check(CLI::IsMember({"auto", "16", "32"}))
       ->capture_default_str();
   app.add_option("--checkpoint", cfg.checkpoint_dir, "Save the training state to DIR/state.sprig (atomically)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every,
@@ -135,7 +136,7 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --algorithm " + cfg.algorithm + " needs --sparsity > 0");
   if (cfg.compare_steps > 0 && cfg.sparsity <= 0.0)
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
-  if (!cfg.block.empty() && cfg.index_bits != 32)
+  if (!cfg.block.empty() && cfg.index_bits == "16")
     throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
@@ -151,7 +152,11 @@ int program(int argc, char** argv) {
     if (cfg.block == "8x8") return run<I, sprig::BlockSparseLinear<T, I, 8, 8>>(cfg);
     return run<I, sprig::BlockSparseLinear<T, I, 16, 1>>(cfg);
   }
-  return cfg.index_bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
+  std::int64_t widest_input = 784;  // the images' pixels, then each hidden layer's width
+  for (const std::int64_t w : cfg.widths) widest_input = std::max(widest_input, w);
+  const int bits = examples::resolve_index_bits("fashion_mnist", cfg.index_bits, widest_input <= 32768, cfg.resume,
+                                                examples::checkpoint_state_file(cfg.checkpoint_dir));
+  return bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ struct Config {
   bool constant_fan_in = false;              // every row keeps its live count (SRigL)
   std::int64_t delta_t = 100;
   double alpha = 0.3;
-  int index_bits = 32;             // column index width of the sparse layers: 16 or 32
+  std::string index_bits = "auto";  // column index width of the sparse layers: auto, 16 or 32
   std::int64_t compare_steps = 0;  // > 0: time dense against sparse steps in one process, no training run
   std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
   bool distributed = false;        // data parallel over MPI ranks (automatic under mpirun -np N > 1)

@@ -96,4 +96,21 @@ inline void check_resume_settings(const std::string& program, const std::filesys
                                  tail);
 }
 
+// The column index width an example's --index-bits asks for: "16" and "32" as given; "auto"
+// takes the width the checkpoint of a resume was made with (its --index-bits setting, so a
+// run saved before the default changed resumes as it was), else 16 where `fits_16` (every
+// sparse layer unstructured with at most 32768 inputs), else 32. 16-bit indices keep 2 bytes
+// less per live weight and run no slower (docs/transformers.md, "Index width by default").
+// Throws ArgumentError for another value; read_run_settings' FormatError for a damaged file.
+inline int resolve_index_bits(const std::string& program, const std::string& option, bool fits_16, bool resume,
+                              const std::filesystem::path& checkpoint) {
+  if (option == "16") return 16;
+  if (option == "32") return 32;
+  if (option != "auto") throw sprig::ArgumentError(program + ": --index-bits " + option + " is none of auto, 16, 32");
+  if (resume && !checkpoint.empty() && std::filesystem::exists(checkpoint))
+    for (const auto& [key, value] : sprig::read_run_settings(checkpoint))
+      if (key == "--index-bits" && (value == "16" || value == "32")) return value == "16" ? 16 : 32;
+  return fits_16 ? 16 : 32;
+}
+
 }  // namespace examples

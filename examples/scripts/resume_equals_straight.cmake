@@ -4,7 +4,9 @@
 # must match the straight run), and the same text from FROM up to the last UNTIL when FROM is
 # given. The
 # resumed run must print RESUMED (a regular expression; default "resumed from"). LAUNCH, when
-# given, is put before every command (an MPI launcher and its arguments).
+# given, is put before every command (an MPI launcher and its arguments). RESUME_WITHOUT, when
+# given, is an option the resume leaves out of ARGS with its value (a default that must take the
+# checkpoint's value).
 if(NOT RESUMED)
   set(RESUMED "resumed from")
 endif()
@@ -18,7 +20,18 @@ execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" -
 if(NOT rc EQUAL 3)
   message(FATAL_ERROR "interrupted run should exit 3, got ${rc}:\n${first}")
 endif()
-execute_process(COMMAND ${LAUNCH} "${EXE}" ${ARGS} --checkpoint "${WORK}/ckpt" --resume OUTPUT_VARIABLE resumed RESULT_VARIABLE rc)
+set(resume_args "")
+set(skip FALSE)
+foreach(a IN LISTS ARGS)
+  if(skip)
+    set(skip FALSE)
+  elseif(RESUME_WITHOUT AND a STREQUAL RESUME_WITHOUT)
+    set(skip TRUE)
+  else()
+    list(APPEND resume_args "${a}")
+  endif()
+endforeach()
+execute_process(COMMAND ${LAUNCH} "${EXE}" ${resume_args} --checkpoint "${WORK}/ckpt" --resume OUTPUT_VARIABLE resumed RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT resumed MATCHES "${RESUMED}")
   message(FATAL_ERROR "resumed run failed (${rc}) or did not print '${RESUMED}':\n${resumed}")
 endif()
