@@ -64,6 +64,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -133,6 +134,7 @@ struct Config {
   std::string export_form;                 // dense (also when empty) or compressed
   std::string export_dtype;                // fp32 (also when empty) or bf16
   std::string import_file;                 // --import: start from a safetensors file's weights
+  std::optional<sprig::RunSettings> resumed;  // not an option: the resumed checkpoint's settings, read once in main
   double prune_attn = -1, prune_ffn = -1;  // --prune-attn/--prune-ffn: magnitude pruning on import (< 0: off)
   bool eval_only = false;                  // no training steps
   std::string dump_logits;                 // --dump-logits: the logits of the first validation windows, as safetensors
@@ -372,8 +374,7 @@ int run(Config cfg) {
   examples::require_fits_in_memory("char_gpt", step_memory(cfg, text.vocab_size()));
   const sprig::RunSettings settings = run_settings<Index>(cfg, text);
   const std::filesystem::path state_file = examples::checkpoint_state_file(cfg.checkpoint_dir);
-  if (cfg.resume && std::filesystem::exists(state_file))
-    examples::check_resume_settings("char_gpt", state_file, settings);
+  if (cfg.resumed) examples::check_resume_settings("char_gpt", state_file, *cfg.resumed, settings);
 
   const bool changes_topology = cfg.algorithm != "none" && cfg.algorithm != "static";
   sprig::models::GPTSpec spec;
@@ -777,6 +778,7 @@ int program(int argc, char** argv) {
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("char_gpt", "--csv", cfg.csv);
   examples::Ranks processes(argc, argv, cfg.distributed, "char_gpt");
   ranks = &processes.comm();
+  cfg.resumed = examples::resume_settings(cfg.resume, examples::checkpoint_state_file(cfg.checkpoint_dir));
   if (!cfg.weight_blocks.empty()) {
     using I = std::int32_t;
     using sprig::BlockSparseLinear;
@@ -790,8 +792,7 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("char_gpt: --weight-blocks " + b + " is not a block shape it is built for");
   }
   const bool fits_16 = std::max(cfg.d_model, cfg.d_ff) <= 32768;
-  const int bits = examples::resolve_index_bits("char_gpt", cfg.index_bits, fits_16, cfg.resume,
-                                                examples::checkpoint_state_file(cfg.checkpoint_dir));
+  const int bits = examples::resolve_index_bits("char_gpt", cfg.index_bits, fits_16, cfg.resumed);
   return bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
 }
 

@@ -143,6 +143,7 @@ int program(int argc, char** argv) {
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);
   examples::Ranks processes(argc, argv, cfg.distributed, "fashion_mnist");
   fashion_mnist::ranks = &processes.comm();
+  cfg.resumed = examples::resume_settings(cfg.resume, examples::checkpoint_state_file(cfg.checkpoint_dir));
   if (!cfg.block.empty()) {
     using I = std::int32_t;
     if (cfg.block == "1x4") return run<I, sprig::BlockSparseLinear<T, I, 1, 4>>(cfg);
@@ -154,8 +155,7 @@ int program(int argc, char** argv) {
   }
   std::int64_t widest_input = 784;  // the images' pixels, then each hidden layer's width
   for (const std::int64_t w : cfg.widths) widest_input = std::max(widest_input, w);
-  const int bits = examples::resolve_index_bits("fashion_mnist", cfg.index_bits, widest_input <= 32768, cfg.resume,
-                                                examples::checkpoint_state_file(cfg.checkpoint_dir));
+  const int bits = examples::resolve_index_bits("fashion_mnist", cfg.index_bits, widest_input <= 32768, cfg.resumed);
   return bits == 16 ? run<std::int16_t>(cfg) : run<std::int32_t>(cfg);
 }
 

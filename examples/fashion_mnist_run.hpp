@@ -86,6 +86,7 @@ struct Config {
   std::string block;               // "RxC": block-sparse hidden layers; empty: unstructured
   bool distributed = false;        // data parallel over MPI ranks (automatic under mpirun -np N > 1)
   std::string precision = "fp32";  // of the hidden layers' products: fp32 or bf16
+  std::optional<sprig::RunSettings> resumed;  // not an option: the resumed checkpoint's settings, read once in main
 };
 
 // The ranks of the run (a SingleProcessCommunicator unless distributed), set by main.
@@ -322,8 +323,7 @@ int run(const Config& cfg) {
                                    step_memory(cfg, data.train.features(), examples::FashionMNIST<T>::num_classes));
   const sprig::RunSettings settings = run_settings<Index>(cfg, data.train.size());
   const std::filesystem::path state_file = examples::checkpoint_state_file(cfg.checkpoint_dir);
-  if (cfg.resume && std::filesystem::exists(state_file))
-    examples::check_resume_settings("fashion_mnist", state_file, settings);
+  if (cfg.resumed) examples::check_resume_settings("fashion_mnist", state_file, *cfg.resumed, settings);
   auto model =
       build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
   if constexpr (!blocks)
