@@ -611,10 +611,10 @@ TEST_CASE("GPT with bf16 activations: Q, K, V alone the same bits, dY for DST ro
   }
 }
 
-TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_proj, less memory in fp32",
+TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_proj; keeping them costs no memory",
           "[nn][gpt][bf16][keep_output_grads]") {
   const std::vector<GPTBlockDensity> dens(2, {.qkv = 0.5, .proj = 0.6, .fc = 0.3, .fc_proj = 0.4});
-  const std::int64_t n = 24, d = kConfig.d_model, layers = kConfig.layers;
+  const std::int64_t n = 24;
   const Batch data = batch();
   SoftmaxCrossEntropy<float> ce;
   const auto run = [&](auto make) {
@@ -642,12 +642,10 @@ TEST_CASE("GPT without keep_output_grads: the same bits, no dY for proj and fc_p
         REQUIRE(yb.cols() == n);
         for (std::int64_t i = 0; i < ya.rows(); ++i) CHECK(bits(ya.row(i), n) == bits(yb.row(i), n));
       }
-      // per block g_mid and g_out in float, against one shared buffer; in bf16 the dY kept for
-      // DST take the memory of x_out, dead by then (GPTBlock::kept_dy16): nothing more
-      if (p == Precision::fp32)
-        CHECK(kept.memory_bytes() - shared.memory_bytes() >= (2 * layers - 1) * d * n * 4);
-      else
-        CHECK(kept.memory_bytes() <= shared.memory_bytes());
+      // the dY kept for DST take the memory of activations dead by then, x_mid and x_out in
+      // float (GPTBlock::kept_grad; the last block's fc_proj's a buffer of its own, where the
+      // other run has its one shared buffer), x_out in bf16 (GPTBlock::kept_dy16): nothing more
+      CHECK(kept.memory_bytes() <= shared.memory_bytes());
       // a rule that reads gradients is refused, naming what is missing
       AdamW<float> opt({.lr = 1e-2});
       dst::RigL<float, std::int32_t> rigl({.delta_t = 1, .t_begin = 0, .t_end = 10, .alpha = 0.3}, 1);

@@ -56,15 +56,17 @@
 // activation_stride, reshaped only when batch * seq_len changes: a steady-state step (same
 // N, no topology change) allocates nothing (the swaps move buffers, never allocate). Per
 // block the model keeps 8 activations (LN1 out, QKV out, attention out, the residual after
-// attention, LN2 out, fc's output, the GELU output, the residual after the FFN) and 2
-// residual gradients. fc's output buffer holds gelu'(fc's output) after forward
+// attention, LN2 out, fc's output, the GELU output, the residual after the FFN); proj's and
+// fc_proj's dY, the residual gradients, take the memory of the residuals they are the
+// gradients of, dead when each is written (GPTBlock::kept_grad; the last block's fc_proj's
+// has a buffer of its own). fc's output buffer holds gelu'(fc's output) after forward
 // (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
 // to its dX (FusedActivation::gelu): no separate GELU backward pass.
 //
 // What lives from forward to backward: per block the 8 activations and the attention core's
 // probability cache (nn/attention.hpp), the embeddings' output, LN_f's output and the logits;
-// each sparse projection's own caches (its W^T). Within backward only: the 2 residual
-// gradients per block (one shared buffer without GPTOptions::keep_output_grads), the two
+// each sparse projection's own caches (its W^T). Within backward only: the last block's
+// residual gradient (a shared one instead without GPTOptions::keep_output_grads), the two
 // spares ([3 d_model x N] and [d_ff x N]), 3 [d_model x N] scratch gradients and the shared
 // packing buffer.
 //
@@ -91,9 +93,8 @@
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
 // bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
-// bf16_activations) and 2 d_model x N gradient values (none with bf16_activations, whose
-// bf16 ones for DST take x_out's memory, or without GPTOptions::keep_output_grads),
-// and once (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
+// bf16_activations) and no gradient values (the kept dY take the residuals' memory), and
+// once d_model x N for the last block's or the shared residual gradient and (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
 // are sparse (3 d_model fewer where every qkv is sparse and keeps Q, K, V in bf16: the
 // attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads:
 // every layer gives the same bits for any OpenMP thread count (Linear on a threaded CBLAS
@@ -316,7 +317,7 @@ public:
         Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
         // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
         if (Block::is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
-        Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc).view(), scratch_a_.view());
+        Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc), scratch_a_.view());
       }
       b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
       residual_add<T>(g_out, scratch_b_.view(), g_mid);
@@ -357,7 +358,8 @@ public:
           const ProjectionInput<T>& in = b.input(which);
           const ConstMatrixView<bfloat16> dy16 = b.dy16(which);
           const bool narrow = dy16.data() != nullptr;
-          const ConstMatrixView<T> dy = backward_done_ && !narrow ? dy_buffer(b, which).view() : ConstMatrixView<T>{};
+          const ConstMatrixView<T> dy =
+              backward_done_ && !narrow ? ConstMatrixView<T>(dy_buffer(b, which)) : ConstMatrixView<T>{};
           const ConstMatrixView<bfloat16> dyb = backward_done_ && narrow ? dy16 : ConstMatrixView<bfloat16>{};
           if constexpr (requires { s->topology_stand_in(); })
             out.push_back({4 * l + j, out.size(), &s->topology_stand_in(), in.wide(), dy, s, in.narrow(), dyb});
@@ -452,14 +454,14 @@ private:
     return block;
   }
 
-  // The buffer a projection's float dY is written to (qkv's and fc's: where backward leaves
-  // them, once it has passed that layer; qkv's before it is rounded into qkv16).
-  Matrix<T>& dy_buffer(Block& b, GPTProjection which) noexcept {
+  // Where a projection's float dY is written (qkv's and fc's: where backward leaves them, once
+  // it has passed that layer; qkv's before it is rounded into qkv16); proj's and fc_proj's
+  // where the block keeps them in float, else an empty view.
+  MatrixView<T> dy_buffer(Block& b, GPTProjection which) noexcept {
     switch (which) {
-      case GPTProjection::qkv: return b.qkv_dy(spare_qkv_);
-      case GPTProjection::proj: return b.g_mid;
-      case GPTProjection::fc: return Block::is_sparse(b.fc) ? b.fc_out : spare_fc_;
-      default: return b.g_out;
+      case GPTProjection::qkv: return b.qkv_dy(spare_qkv_).view();
+      case GPTProjection::fc: return (Block::is_sparse(b.fc) ? b.fc_out : spare_fc_).view();
+      default: return b.keep_grads && !b.grad_bf16 ? b.kept_grad(which, grad_).view() : MatrixView<T>{};
     }
   }
 
@@ -502,7 +504,7 @@ private:
       shared16 = shared16 || (b.grad_bf16 && !b.keep_grads);
       Block::reshape_one_of(b.qkv_out, b.qkv16, b.qkv_bf16, 3 * d, n, stride);
       Block::reshape_one_of(b.fc_out, b.fc16, b.gelu_bf16, f, n, stride);
-      b.shape_residual_grads(d, n, stride);
+      b.shape_residual_grads(d, n, stride, &b == &blocks_.back());
       b.ln1_out.reshape(d, n, stride, bf16_input(b.qkv));
       b.att_out.reshape(d, n, stride, bf16_input(b.proj));
       b.ln2_out.reshape(d, n, stride, bf16_input(b.fc));

@@ -84,21 +84,29 @@ struct GPTBlock {
     const ConstMatrixView<bfloat16> v = std::as_const(*this).kept_dy16(which);
     return {const_cast<bfloat16*>(v.data()), v.rows(), v.cols(), v.stride()};
   }
-  // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): the
-  // block's own, or with grad_bf16 or without keep_grads the model's `shared` one, updated in
-  // place (residual_add allows it; each value is dead when the next overwrites it).
-  MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_out).view(); }
-  MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return (grad_bf16 || !keep_grads ? shared : g_mid).view(); }
-  // g_mid and g_out in float; none with grad_bf16 (the bf16 ones are in x_out: kept_dy16) or
-  // without keep_grads.
-  void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride) {
-    for (Matrix<T>* wide : {&g_mid, &g_out})
-      keep_grads && !grad_bf16 ? reshape(*wide, d, n, stride) : void(*wide = Matrix<T>());
+  // The residual gradients after the FFN (fc_proj's dY) and after attention (proj's dY): with
+  // grad_bf16 or without keep_grads the model's `shared` one, updated in place (residual_add
+  // allows it; each value is dead when the next overwrites it). Else they are kept, in the
+  // memory of the activations they are the gradients of, each dead when its gradient is
+  // written: proj's dY in x_mid (LN2's backward has read it), fc_proj's in x_out (the next
+  // block's LN1 has read it), and the last block's fc_proj's, which LN_f's backward writes
+  // from x_out, in the block's own g_out.
+  MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return kept_grad(GPTProjection::fc_proj, shared).view(); }
+  MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return kept_grad(GPTProjection::proj, shared).view(); }
+  // Where proj's (x_mid) or fc_proj's (x_out or g_out) dY is: as g_mid_in / g_out_in.
+  Matrix<T>& kept_grad(GPTProjection which, Matrix<T>& shared) noexcept {
+    if (grad_bf16 || !keep_grads) return shared;
+    if (which == GPTProjection::proj) return x_mid;
+    return g_out.size() == 0 ? x_out : g_out;
+  }
+  // g_out in float for the last block (last) where the dY are kept in float; none otherwise.
+  void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride, bool last) {
+    keep_grads && !grad_bf16 && last ? reshape(g_out, d, n, stride) : void(g_out = Matrix<T>());
   }
   // Bytes of the block's buffers and its attention core's cache.
   std::int64_t buffer_bytes() const noexcept {
     std::int64_t bytes = attn.memory_bytes();
-    for (const Matrix<T>* m : {&qkv_out, &x_mid, &fc_out, &x_out, &g_mid, &g_out}) bytes += m->memory_bytes();
+    for (const Matrix<T>* m : {&qkv_out, &x_mid, &fc_out, &x_out, &g_out}) bytes += m->memory_bytes();
     for (const ProjectionInput<T>* m : {&ln1_out, &att_out, &ln2_out, &gelu_out}) bytes += m->memory_bytes();
     for (const Matrix<bfloat16>* m : {&qkv16, &fc16}) bytes += m->memory_bytes();
     return bytes;
@@ -119,10 +127,9 @@ struct GPTBlock {
       reshape(wide, rows, cols, stride);
     }
   }
-  // residual-stream gradients at x_mid (proj's dY) and x_out (fc_proj's dY); with grad_bf16
-  // the model's shared float ones flow instead, and a sparse proj's and fc_proj's dY (for DST)
-  // are kept in bf16 (kept_dy16)
-  Matrix<T> g_mid, g_out;
+  // the last block's residual-stream gradient at x_out (fc_proj's dY) where the block keeps
+  // its dY in float (kept_grad); else empty
+  Matrix<T> g_out;
 
   Projection& projection(GPTProjection which) noexcept {
     return const_cast<Projection&>(std::as_const(*this).projection(which));

@@ -54,10 +54,11 @@ struct GPTOptions {
   // sum their rounded dY (the last bits differ). false keeps them in float.
   bool bf16_activations = true;
   // Keep the sparse proj's and fc_proj's dY after backward, for DST rules that read gradients
-  // (SparsityAlgorithm::needs_gradients: RigL, SNFS, GraNet's regrow): 2 d_model values per
-  // token and block. false: every block's residual gradients flow through one shared buffer,
-  // and sparse_layers() shows proj's and fc_proj's output gradient empty (such a rule then
-  // throws ArgumentError); the results are the same bits.
+  // (SparsityAlgorithm::needs_gradients: RigL, SNFS, GraNet's regrow). They take the memory of
+  // activations dead by then (GPT's "Buffers"), so keeping them costs d_model values per token
+  // once, for the last block. false: every block's residual gradients flow through one shared
+  // buffer of that size, and sparse_layers() shows proj's and fc_proj's output gradient empty
+  // (such a rule then throws ArgumentError); the results are the same bits.
   bool keep_output_grads = true;
   // One W^T cache for all the sparse projections (ModelScratch::share_transposes), rebuilt
   // for each one's backward (O(live weights), one thread) instead of kept per projection:
