@@ -398,6 +398,9 @@ int run(Config cfg) {
   spec.padding_ratio = 0;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   const auto algorithm = make_algorithm<Index>(cfg);
+  if (blocks && algorithm && !algorithm->supports_blocks())
+    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " +
+                               cfg.algorithm);
   spec.keep_output_grads = algorithm && algorithm->needs_gradients();  // the dY only DST reads
   spec.share_transposes = cfg.share_transposes;
   auto model = [&] {
@@ -436,9 +439,6 @@ int run(Config cfg) {
                        .bias_correction = cfg.bias_correction == "global" ? sprig::AdamWBiasCorrection::global
                                                                           : sprig::AdamWBiasCorrection::per_slot});
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
-  if (blocks && algorithm && !algorithm->supports_blocks())
-    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " +
-                               cfg.algorithm);
   std::printf(
       "optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
       "clip %g; %lld steps; topology: %s\n",
