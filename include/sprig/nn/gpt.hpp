@@ -57,11 +57,10 @@
 // N, no topology change) allocates nothing (the swaps move buffers, never allocate). Per
 // block the model keeps 8 activations (LN1 out, QKV out, attention out, the residual after
 // attention, LN2 out, fc's output, the GELU output, the residual after the FFN); proj's and
-// fc_proj's dY, the residual gradients, take the memory of the residuals they are the
-// gradients of, dead when each is written (GPTBlock::kept_grad; the last block's fc_proj's
-// has a buffer of its own). fc's output buffer holds gelu'(fc's output) after forward
-// (GELU::forward_keep_derivative), from which fc_proj's backward applies the GELU's backward
-// to its dX (FusedActivation::gelu): no separate GELU backward pass.
+// fc_proj's dY take the memory of the residuals they are the gradients of, dead when each is
+// written (GPTBlock::kept_grad; the last fc_proj's its own). fc's output buffer holds
+// gelu'(fc's output) after forward (GELU::forward_keep_derivative), from which fc_proj's
+// backward applies the GELU's backward to its dX (FusedActivation::gelu): no GELU backward.
 //
 // What lives from forward to backward: per block the 8 activations and the attention core's
 // probability cache (nn/attention.hpp), the embeddings' output, LN_f's output and the logits;
@@ -93,12 +92,13 @@
 // Cost: the layers' passes once each per forward and backward; O(parameters) memory plus,
 // per block, (8 d_model + 2 d_ff) x N activation values (of which (3 d_model + d_ff) x N in
 // bf16 where the projections run in bf16, and (6 d_model + 2 d_ff) x N with
-// bf16_activations) and no gradient values (the kept dY take the residuals' memory), and
-// once d_model x N for the last block's or the shared residual gradient and (6 d_model + d_ff) x N for the spares and scratch gradients, whichever projections
-// are sparse (3 d_model fewer where every qkv is sparse and keeps Q, K, V in bf16: the
-// attention core's backward writes its dY over them, GPTBlock::backward_attention). Threads:
-// every layer gives the same bits for any OpenMP thread count (Linear on a threaded CBLAS
-// excepted: kernels/dense_gemm.hpp), so the model does. One model serves one thread at a time.
+// bf16_activations), no gradient values (the kept dY take the residuals' memory), and once
+// (7 d_model + d_ff) x N for the last block's (or the shared) residual gradient, the spares
+// and the scratch gradients, whichever projections are sparse (3 d_model fewer where every
+// qkv is sparse and keeps Q, K, V in bf16: the attention core's backward writes its dY over
+// them, GPTBlock::backward_attention). Threads: every layer gives the same bits for any OpenMP
+// thread count (Linear on a threaded CBLAS excepted: kernels/dense_gemm.hpp), so the model
+// does. One model serves one thread at a time.
 //
 // Throws: ArgumentError from the constructor for a config entry < 1, d_model not divisible
 // by heads, densities.size() not 0 or layers, a density outside (0, 1], a padding_ratio or
