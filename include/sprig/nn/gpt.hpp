@@ -461,7 +461,7 @@ private:
     switch (which) {
       case GPTProjection::qkv: return b.qkv_dy(spare_qkv_).view();
       case GPTProjection::fc: return (Block::is_sparse(b.fc) ? b.fc_out : spare_fc_).view();
-      default: return b.keep_grads && !b.grad_bf16 ? b.kept_grad(which, grad_).view() : MatrixView<T>{};
+      default: return b.keeps_float_grads() ? b.kept_grad(which, grad_).view() : MatrixView<T>{};
     }
   }
 

@@ -93,15 +93,18 @@ struct GPTBlock {
   // from x_out, in the block's own g_out.
   MatrixView<T> g_out_in(Matrix<T>& shared) noexcept { return kept_grad(GPTProjection::fc_proj, shared).view(); }
   MatrixView<T> g_mid_in(Matrix<T>& shared) noexcept { return kept_grad(GPTProjection::proj, shared).view(); }
+  // Whether the block keeps proj's and fc_proj's dY in float (kept_grad), not in bf16
+  // (kept_dy16) or not at all.
+  bool keeps_float_grads() const noexcept { return keep_grads && !grad_bf16; }
   // Where proj's (x_mid) or fc_proj's (x_out or g_out) dY is: as g_mid_in / g_out_in.
   Matrix<T>& kept_grad(GPTProjection which, Matrix<T>& shared) noexcept {
-    if (grad_bf16 || !keep_grads) return shared;
+    if (!keeps_float_grads()) return shared;
     if (which == GPTProjection::proj) return x_mid;
     return g_out.size() == 0 ? x_out : g_out;
   }
   // g_out in float for the last block (last) where the dY are kept in float; none otherwise.
   void shape_residual_grads(std::int64_t d, std::int64_t n, std::int64_t stride, bool last) {
-    keep_grads && !grad_bf16 && last ? reshape(g_out, d, n, stride) : void(g_out = Matrix<T>());
+    keeps_float_grads() && last ? reshape(g_out, d, n, stride) : void(g_out = Matrix<T>());
   }
   // Bytes of the block's buffers and its attention core's cache.
   std::int64_t buffer_bytes() const noexcept {
