@@ -32,7 +32,7 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
                     --attn-sparsity 0.5 --ffn-sparsity 0.8 --algorithm rigl --delta-t 10 --sample 40)
   add_test(NAME example:char_gpt_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_smoke PROPERTIES LABELS example
-                       PASS_REGULAR_EXPRESSION "RESULT val_loss=[0-9.]+ ms_per_step=[0-9.]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ tokens_per_s=")
+                       PASS_REGULAR_EXPRESSION "peak RSS [0-9]+\ntraining: 30 steps in [0-9.]+ s, [0-9.]+ ms a step \\(median [0-9.]+ ms, first step [0-9.]+ ms\\).*RESULT val_loss=[0-9.]+ ms_per_step=[0-9.]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ tokens_per_s=.* median_ms_per_step=[0-9.]+")
   # The same loop with the projections in dense 4x4 blocks (RigL on the block grid).
   add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example

@@ -489,6 +489,8 @@ int run(Config cfg) {
   sprig::dist::DataParallel dp(comm, model);  // one rank: every call an identity
   const examples::ProgressBar progress(20);
   double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
+  std::vector<double> step_seconds;  // each step's time: the median and the first step reported apart
+  step_seconds.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, cfg.steps - start.step)));
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
   bool swept = false;  // the stale temporaries of a killed save: removed before the first save
@@ -516,11 +518,16 @@ int run(Config cfg) {
       dp.apply_step(*algorithm, opt, step);
     else
       opt.step(model);
-    train_seconds += seconds_since(t0);
+    step_seconds.push_back(seconds_since(t0));
+    train_seconds += step_seconds.back();
     smooth = step == start.step ? loss : 0.95 * smooth + 0.05 * loss;
-    const std::int64_t done = step + 1 - start.step;
+    // the rate after the first step (its first touch of every buffer costs up to twice a step)
+    const auto warm = static_cast<std::int64_t>(step_seconds.size()) - 1;
+    const double rate_seconds = warm > 0 ? train_seconds - step_seconds.front() : train_seconds;
     progress.update("", step, cfg.steps, smooth,
-                    static_cast<double>(done * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9), "tok/s");
+                    static_cast<double>(std::max<std::int64_t>(warm, 1) * cfg.batch * cfg.block) /
+                        std::max(rate_seconds, 1e-9),
+                    "tok/s");
     const bool last = step + 1 == cfg.steps;
     if ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) || last) {
       val_loss = evaluate(model, val, val_starts, cfg.batch, cfg.block);
@@ -584,6 +591,13 @@ int run(Config cfg) {
   const double ms_per_step = 1e3 * train_seconds / static_cast<double>(steps_run);
   const double tokens_per_s =  // 0 when no step ran (--eval-only, or a resume at the end)
       step > start.step ? static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9) : 0.0;
+  double median_ms = 0.0;  // 0 when no step ran
+  if (!step_seconds.empty()) {
+    std::vector<double> sorted = step_seconds;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t n = sorted.size();
+    median_ms = 1e3 * (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+  }
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
   const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();
@@ -597,6 +611,9 @@ int run(Config cfg) {
       static_cast<long long>(pm.gradients),
       static_cast<long long>(everything - pm.weights - pm.optimizer_state - pm.gradients - scratch),
       static_cast<long long>(scratch), static_cast<long long>(rss));
+  if (!step_seconds.empty())  // after the sample's text and "weights": what resume tests compare holds no timing
+    std::printf("training: %zu steps in %.3f s, %.2f ms a step (median %.2f ms, first step %.2f ms)\n",
+                step_seconds.size(), train_seconds, ms_per_step, median_ms, 1e3 * step_seconds.front());
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
@@ -609,10 +626,12 @@ int run(Config cfg) {
                 cfg.sample_full_window ? "full window per token" : "key/value cache");
   std::printf(
       "RESULT val_loss=%.4f ms_per_step=%.2f weight_bytes=%lld dense_weight_bytes=%lld tokens_per_s=%.0f "
-      "optimizer_state_bytes=%lld peak_rss_bytes=%lld sample_tokens_per_s=%.1f export_bytes=%lld import_val_loss=%.4f\n",
+      "optimizer_state_bytes=%lld peak_rss_bytes=%lld sample_tokens_per_s=%.1f export_bytes=%lld import_val_loss=%.4f "
+      "median_ms_per_step=%.2f\n",
       val_loss, ms_per_step, static_cast<long long>(pm.weights), static_cast<long long>(pm.dense_weights), tokens_per_s,
       static_cast<long long>(pm.optimizer_state), static_cast<long long>(rss),
-      cfg.sample_chars > 0 ? sample_tokens_per_s : 0.0, static_cast<long long>(export_bytes), import_val_loss);
+      cfg.sample_chars > 0 ? sample_tokens_per_s : 0.0, static_cast<long long>(export_bytes), import_val_loss,
+      median_ms);
   return 0;
 }
 
