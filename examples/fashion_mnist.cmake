@@ -55,7 +55,8 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                          PASS_REGULAR_EXPRESSION "4x4 blocks.*bf16 products.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
     add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm snfs --max-steps 1)
     set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
-                         PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs")
+                         PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs"
+                         FAIL_REGULAR_EXPRESSION "data: ")  # refused before loading the data
     sprig_example_script_test(fashion_mnist_block_resume fashion_mnist resume_equals_straight
       DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
               -DEVERY=7 -DSTOP=53

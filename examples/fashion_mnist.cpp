@@ -138,6 +138,11 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   if (!cfg.block.empty() && cfg.index_bits == "16")
     throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
+  if (!cfg.block.empty() && cfg.algorithm != "none" && cfg.algorithm != "static" && cfg.algorithm != "set" &&
+      cfg.algorithm != "rigl")  // run() checks the algorithm's supports_blocks() again
+    throw sprig::ArgumentError(
+        "fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the block grid), not " +
+        cfg.algorithm);
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);
