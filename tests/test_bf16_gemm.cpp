@@ -20,7 +20,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "with_threads.hpp"
@@ -295,4 +297,34 @@ TEST_CASE("bf16_gemm checks shapes, overlap and the requested path") {
     if (!sprig::bf16_gemm_available(p))
       CHECK_THROWS_AS(sprig::bf16_gemm(A, B, MatrixView<float>(c.data(), 3, 5), Update::overwrite, p),
                       sprig::ArgumentError);
+}
+
+TEST_CASE("bf16_gemm in the caller's workspace: the same bits, and a short or misaligned one throws") {
+  for (const Bf16GemmPath path : kPaths) {
+    if (!runs_here(path)) continue;
+    INFO(sprig::path_name(path));
+    for (const auto& [M, N, K] : {std::tuple{1, 1, 1}, {17, 33, 15}, {40, 50, 1100}, {100, 17, 33}}) {
+      Problem pr(M, N, K, static_cast<std::uint32_t>(M + N + K));
+      const std::int64_t need = sprig::bf16_gemm_workspace_size(M, K, N, path);
+      CHECK(need > 0);
+      // a workspace of garbage, one element longer than needed, used twice: the same bits as an own one
+      sprig::AlignedVector<bfloat16> ws(static_cast<std::size_t>(need + 1), bfloat16(std::nanf("")));
+      for (const Update update : {Update::overwrite, Update::accumulate}) {
+        auto own = pr.run(path, update);
+        for (int again = 0; again < 2; ++again) {
+          Strided<float> C = pr.C0;
+          sprig::bf16_gemm(pr.A.cview(), pr.B.cview(), C.view(), update, path, std::span<bfloat16>(ws));
+          CHECK(same_bits(C, own));
+        }
+      }
+      Strided<float> C = pr.C0;
+      CHECK_THROWS_WITH(sprig::bf16_gemm(pr.A.cview(), pr.B.cview(), C.view(), Update::overwrite, path,
+                                         std::span<bfloat16>(ws.data(), static_cast<std::size_t>(need - 1))),
+                        Catch::Contains("needs " + std::to_string(need)));
+      CHECK_THROWS_WITH(sprig::bf16_gemm(pr.A.cview(), pr.B.cview(), C.view(), Update::overwrite, path,
+                                         std::span<bfloat16>(ws.data() + 1, static_cast<std::size_t>(need))),
+                        Catch::Contains("off a 64-byte boundary"));
+    }
+    CHECK(sprig::bf16_gemm_workspace_size(0, 5, 5, path) == 0);
+  }
 }

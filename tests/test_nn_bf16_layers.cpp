@@ -212,25 +212,26 @@ TEST_CASE("bf16 layers: memory_bytes counts the shadow and an owned scratch once
   const auto X = random_matrix(37, 4, 1);
   const auto bytes = [](std::int64_t n) { return n * static_cast<std::int64_t>(sizeof(bfloat16)); };
   // The layer's shadow is storage_size() values (SparseLinear) or in x out (Linear); its own
-  // scratch holds the rounded X (37 x 4) after a forward.
+  // scratch holds the rounded X (37 x 4) after a forward, and Linear's also the GEMM's packing
+  // memory after it (on a 64-byte line: 160 values for the X).
   // Copies (Linear; SparseLinear is move-only): a copy shares a shared scratch, not an owned one.
-  const auto check = [&](auto& layer, std::int64_t shadow_values, std::int64_t out) {
+  const auto check = [&](auto& layer, std::int64_t shadow_values, std::int64_t out, std::int64_t scratch_values) {
     layer.set_precision(Precision::bf16);
     Matrix<float> Y(out, 4);
     layer.forward(X.view(), Y.view());
     const std::int64_t own = layer.memory_bytes();
     if constexpr (std::is_copy_constructible_v<std::remove_cvref_t<decltype(layer)>>) {
       auto copy = layer;  // shares nothing it owned: its scratch is new and empty
-      CHECK(copy.memory_bytes() == own - bytes(37 * 4));
+      CHECK(copy.memory_bytes() == own - bytes(scratch_values));
       copy.forward(X.view(), Y.view());
       CHECK(copy.memory_bytes() == own);
     }
     const auto shared = std::make_shared<Bf16Scratch>();
     layer.share_bf16_scratch(shared);  // counted by its owner (a ModelScratch), not the layer
     layer.forward(X.view(), Y.view());
-    CHECK(shared->memory_bytes() == bytes(37 * 4));
+    CHECK(shared->memory_bytes() == bytes(scratch_values));
     const std::int64_t with_shared = layer.memory_bytes();
-    CHECK(with_shared == own - bytes(37 * 4));
+    CHECK(with_shared == own - bytes(scratch_values));
     if constexpr (std::is_copy_constructible_v<std::remove_cvref_t<decltype(layer)>>) {
       auto shared_copy = layer;  // a copy keeps sharing
       shared_copy.forward(X.view(), Y.view());
@@ -240,9 +241,9 @@ TEST_CASE("bf16 layers: memory_bytes counts the shadow and an owned scratch once
     CHECK(layer.memory_bytes() == with_shared - bytes(shadow_values));
   };
   auto sparse = odd_layer();
-  check(sparse, sparse.weight.matrix.storage_size(), 29);
+  check(sparse, sparse.weight.matrix.storage_size(), 29, 37 * 4);
   Linear<float> dense(37, 29, 3);
-  check(dense, 37 * 29, 29);
+  check(dense, 37 * 29, 29, 160 + bf16_gemm_workspace_size(29, 37, 4, bf16_gemm_path()));
 }
 
 namespace {

@@ -3,6 +3,8 @@
 //
 //   bf16_gemm(A, B, C, update)        the fastest path this CPU runs (bf16_gemm_path())
 //   bf16_gemm(A, B, C, update, path)  that path (tests, benchmarks); ArgumentError if unavailable
+//   bf16_gemm(A, B, C, update, path, workspace)  in the caller's packing memory (no allocation;
+//                                     bf16_gemm_workspace_size elements): what layers call
 //   bf16_gemm_available(path)         whether path runs here; bf16_gemm_unavailable_reason says why not
 //
 // Three paths, picked in this order:
@@ -294,17 +296,19 @@ inline void pack_a_tiles(ConstMatrixView<bfloat16> A, std::int64_t KT, std::int6
     }
 }
 
+// ws: bf16_gemm_workspace_size(M, K, N, amx) elements: A's tiles, then B's pairs.
 inline void bf16_gemm_amx(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C,
-                          bool accumulate) {
+                          bool accumulate, bfloat16* ws) {
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
   const std::int64_t MT = (M + 15) / 16, NT = (N + 15) / 16, KT = (K + 31) / 32, P = KT * 16;
-  AlignedVector<bfloat16> Ap(static_cast<std::size_t>(MT * KT * 512)), Bp(static_cast<std::size_t>(NT * P * 32));
+  bfloat16* const Ap = ws;
+  bfloat16* const Bp = ws + MT * KT * 512;
   const std::int64_t MB = (MT + 1) / 2;
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
-    pack_a_tiles(A, KT, share_begin(MT, t, n), share_begin(MT, t + 1, n), Ap.data());
-    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
+    pack_a_tiles(A, KT, share_begin(MT, t, n), share_begin(MT, t + 1, n), Ap);
+    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp);
     bf16_gemm_barrier();
-    amx_compute(Ap.data(), Bp.data(), M, N, KT, C, accumulate, share_begin(MB, t, n), share_begin(MB, t + 1, n));
+    amx_compute(Ap, Bp, M, N, KT, C, accumulate, share_begin(MB, t, n), share_begin(MB, t + 1, n));
   });
 }
 
@@ -399,24 +403,31 @@ inline void avx512_bf16_compute(ConstMatrixView<bfloat16> A, const bfloat16* Bp,
   }
 }
 
+// ws: bf16_gemm_workspace_size(M, K, N, avx512_bf16) elements: B's pairs.
 inline void bf16_gemm_avx512(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C,
-                             bool accumulate) {
+                             bool accumulate, bfloat16* ws) {
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
   const std::int64_t NT = (N + 15) / 16, P = (K + 1) / 2;
-  AlignedVector<bfloat16> Bp(static_cast<std::size_t>(NT * P * 32));
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
-    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), Bp.data());
+    pack_b_pairs_fast(B, P, share_begin(NT, t, n), share_begin(NT, t + 1, n), ws);
     bf16_gemm_barrier();
-    avx512_bf16_compute(A, Bp.data(), P, C, accumulate, share_begin(M, t, n), share_begin(M, t + 1, n));
+    avx512_bf16_compute(A, ws, P, C, accumulate, share_begin(M, t, n), share_begin(M, t + 1, n));
   });
 }
 
 #endif  // SPRIG_BF16_GEMM_X86
 
+// The floats of A (rounded up to whole 64-byte lines), then of B: what the portable path widens.
+inline std::int64_t bf16_gemm_portable_floats(std::int64_t M, std::int64_t K, std::int64_t N) noexcept {
+  return (M * K + 15) / 16 * 16 + K * N;
+}
+
+// ws: bf16_gemm_workspace_size(M, K, N, portable) elements (64-byte aligned): A and B in float.
 inline void bf16_gemm_portable(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C,
-                               bool accumulate) {
+                               bool accumulate, bfloat16* ws) {
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
-  AlignedVector<float> Af(static_cast<std::size_t>(M * K)), Bf(static_cast<std::size_t>(K * N));
+  const std::span<float> Af(reinterpret_cast<float*>(ws), static_cast<std::size_t>(M * K));
+  const std::span<float> Bf(reinterpret_cast<float*>(ws) + (M * K + 15) / 16 * 16, static_cast<std::size_t>(K * N));
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
     for (std::int64_t i = share_begin(M, t, n); i < share_begin(M, t + 1, n); ++i)
       to_float(std::span<const bfloat16>(A.row(i), static_cast<std::size_t>(K)),
@@ -450,10 +461,26 @@ inline Bf16GemmPath bf16_gemm_path() {
   return Bf16GemmPath::portable;
 }
 
-// C = A B (overwrite) or C += A B (accumulate) on `path`: the contract at the top of this file.
-// Throws ArgumentError when the path is not available here (bf16_gemm_unavailable_reason).
+// The bf16 elements of packing memory bf16_gemm takes on `path` for A [M x K] times B [K x N]
+// (0 for an empty product). O(1).
+inline std::int64_t bf16_gemm_workspace_size(std::int64_t M, std::int64_t K, std::int64_t N,
+                                             Bf16GemmPath path) noexcept {
+  if (M <= 0 || K <= 0 || N <= 0) return 0;
+  const std::int64_t NT = (N + 15) / 16;
+  switch (path) {
+    case Bf16GemmPath::amx: return (M + 15) / 16 * ((K + 31) / 32) * 512 + NT * ((K + 31) / 32 * 16) * 32;
+    case Bf16GemmPath::avx512_bf16: return NT * ((K + 1) / 2) * 32;
+    default: return 2 * detail::bf16_gemm_portable_floats(M, K, N);
+  }
+}
+
+// C = A B (overwrite) or C += A B (accumulate) on `path` in the caller's packing memory:
+// `workspace` holds at least bf16_gemm_workspace_size(M, K, N, path) elements and starts on a
+// 64-byte boundary, its contents unspecified before and after; nothing allocates. The contract
+// at the top of this file; throws ArgumentError when the path is not available here
+// (bf16_gemm_unavailable_reason) or the workspace is short or misaligned, ShapeError as below.
 inline void bf16_gemm(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C, Update update,
-                      Bf16GemmPath path) {
+                      Bf16GemmPath path, std::span<bfloat16> workspace) {
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
   if (B.rows() != K || C.rows() != M || C.cols() != N)
     throw ShapeError(detail::message("bf16_gemm: A is ", M, "x", K, ", B is ", B.rows(), "x", N, ", C is ", C.rows(),
@@ -468,15 +495,29 @@ inline void bf16_gemm(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, 
     if (!accumulate) C.fill(0.0f);
     return;
   }
+  const std::int64_t need = bf16_gemm_workspace_size(M, K, N, path);
+  if (std::ssize(workspace) < need || reinterpret_cast<std::uintptr_t>(workspace.data()) % 64 != 0)
+    throw ArgumentError(
+        detail::message("bf16_gemm: the workspace holds ", workspace.size(), " elements",
+                        reinterpret_cast<std::uintptr_t>(workspace.data()) % 64 != 0 ? " off a 64-byte boundary" : "",
+                        "; this product needs ", need, " on a 64-byte boundary"));
+  bfloat16* const ws = workspace.data();
   switch (path) {
 #if SPRIG_BF16_GEMM_AMX
-    case Bf16GemmPath::amx: detail::bf16_gemm_amx(A, B, C, accumulate); return;
+    case Bf16GemmPath::amx: detail::bf16_gemm_amx(A, B, C, accumulate, ws); return;
 #endif
 #if SPRIG_BF16_GEMM_X86
-    case Bf16GemmPath::avx512_bf16: detail::bf16_gemm_avx512(A, B, C, accumulate); return;
+    case Bf16GemmPath::avx512_bf16: detail::bf16_gemm_avx512(A, B, C, accumulate, ws); return;
 #endif
-    default: detail::bf16_gemm_portable(A, B, C, accumulate); return;
+    default: detail::bf16_gemm_portable(A, B, C, accumulate, ws); return;
   }
+}
+
+// The same in packing memory of its own, allocated for the call.
+inline void bf16_gemm(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C, Update update,
+                      Bf16GemmPath path) {
+  AlignedVector<bfloat16> ws(static_cast<std::size_t>(bf16_gemm_workspace_size(A.rows(), A.cols(), B.cols(), path)));
+  bf16_gemm(A, B, C, update, path, std::span<bfloat16>(ws));
 }
 
 // C = A B or C += A B on the fastest path here (bf16_gemm_path()).
