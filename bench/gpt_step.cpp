@@ -39,19 +39,17 @@
 // activations, their gradients and layer caches, the kernels' shared packing scratch
 // (GPT::scratch_bytes), and the process's peak RSS so far (getrusage).
 //
-// Profile (--profile, default: the ffn and all variants): the same step replicated from the
-// model's public parts, each phase timed on its own: the model's embeddings, projections
-// (forward(X, Y) and backward(X, dY, dX, gelu-fusion) on the model's own Linear /
-// SparseLinear objects, so their caches and workspaces are the ones the model's step uses),
-// final norm, head and the model's parameters for clipping and AdamW; per block LayerNorms
-// and CausalSelfAttention objects of the profiler's own in the model's precision (the model's
-// are private; their cost does not depend on the values) and activation buffers shaped as the
-// model shapes its own.
-// fc_proj's backward applies the GELU's backward in its dX pass (FusedActivation::gelu) as in
-// the model, so "GELU" is the forward only. The profile runs --steps steps after one warm-up
-// step, each followed by one of the model's own steps (timed, so drift and other load hit
-// both alike); each phase's median and the median per-step sum are printed beside the median
-// of those model steps; a sum more than 5% away is flagged.
+// Profile (--profile: the variants named): the model's own step with a GPTPhaseClock attached
+// (GPT::set_phase_clock, nn/phase_clock.hpp): forward and backward time each of their phases
+// as they run (the phases of GPTPhase, summed over the blocks), and the loss, clipping and
+// AdamW are timed around the model's calls. A layer norm's phase includes rounding its output
+// to bf16 where the model keeps the next projection's input so; fc_proj's backward includes
+// the GELU's backward (in its dX pass where fused), so "GELU" is the forward only; with bf16
+// activations fc's forward and the GELU run in column chunks, each timed. The profile runs
+// --steps steps after one warm-up step, each followed by one of the model's own steps without
+// a clock (timed, so drift and other load hit both alike); each phase's median and the median
+// per-step sum are printed beside the median of those model steps; a sum more than 5% away
+// is flagged.
 //
 // CSV columns: kind,variant,threads,index_bits,phase,median_ms,min_ms,max_ms,tokens_per_s,
 // weight_bytes,optimizer_state_bytes — kind "step" (phase empty) or "phase" (one row per
@@ -61,13 +59,9 @@
 // Threads: every sprig layer gives the same bits for any thread count; the dense projections
 // and the head run OpenBLAS (OpenMP build), whose sums may depend on the thread count.
 #include <sprig/models/gpt.hpp>
-#include <sprig/nn/attention.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
-#include <sprig/nn/gelu.hpp>
 #include <sprig/nn/gpt.hpp>
-#include <sprig/nn/layer_norm.hpp>
 #include <sprig/nn/model.hpp>
-#include <sprig/nn/residual.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
 #include <sprig/optim/clip.hpp>
@@ -90,6 +84,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -187,7 +182,7 @@ struct Options {
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::uint64_t seed = 1;
   std::string csv;
-  std::vector<std::string> weight_blocks;  // block shapes the sparse variants run in too
+  std::vector<std::string> weight_blocks;          // block shapes the sparse variants run in too
   std::vector<std::string> precisions = {"fp32"};  // with bf16: the unstructured sparse variants in bf16 too
 };
 
@@ -291,6 +286,16 @@ constexpr std::array<const char*, kPhases> kPhaseNames = {
     "gradient clipping (global norm)",
     "optimizer (AdamW, all parameters)"};
 
+// gpt_step's phase of a GPTPhase: the same order, with the loss between the head's forward
+// and backward.
+constexpr Phase phase_of(sprig::GPTPhase g) {
+  const auto i = static_cast<int>(g);
+  return static_cast<Phase>(i < static_cast<int>(sprig::GPTPhase::head_backward) ? i : i + 1);
+}
+static_assert(phase_of(sprig::GPTPhase::head_forward) == head_fwd &&
+              phase_of(sprig::GPTPhase::head_backward) == head_bwd &&
+              phase_of(sprig::GPTPhase::embeddings_backward) == emb_bwd && emb_bwd + 3 == kPhases);
+
 // Groups of phases for the summary ("where the time goes").
 struct Group {
   const char* name;
@@ -343,43 +348,31 @@ struct Batches {
   }
 };
 
-template <class Index, class SparseLayer>
+// The model's step with a GPTPhaseClock attached (GPT::set_phase_clock): the model times its
+// own phases as they run; the loss, clipping and AdamW are timed here around the model's calls.
+template <class Model>
 class Profiler {
 public:
-  using Model = sprig::GPT<T, Index, SparseLayer>;
-  using Projection = typename Model::Projection;
-
-  // attention: the model's attention precision (bf16 where its projections are, as
-  // GPTOptions::bf16_attention's default gives).
-  Profiler(Model& model, sprig::Precision attention) : m_(model) {
-    const sprig::GPTConfig& c = model.config();
-    blocks_.reserve(static_cast<std::size_t>(c.layers));
-    for (std::int64_t l = 0; l < c.layers; ++l) {
-      blocks_.emplace_back(c.d_model, c.heads);
-      blocks_.back().attn.set_precision(attention);
-    }
-  }
+  explicit Profiler(Model& model) : m_(model) {}
 
   // steps profiled steps after one warm-up, each followed by one timed model_step() (the
-  // model's own step, so the comparison sees the same machine state).
+  // model's own step without a clock, so the comparison sees the same machine state).
   template <class ModelStep>
   ProfileResult run(Batches& data, std::int64_t batch, std::int64_t seq_len, sprig::AdamW<T>& opt, double clip,
                     int steps, ModelStep&& model_step) {
-    shape(batch * seq_len);
     std::array<std::vector<double>, kPhases> samples;
     std::vector<double> sums, model_ms;
     for (int it = 0; it < steps + 1; ++it) {  // the first is a warm-up
-      ph_.fill(0.0);
       const auto [tokens, labels] = data.take();
-      step(tokens, labels, batch, seq_len, opt, clip);
+      const std::array<double, kPhases> ph = step(tokens, labels, batch, seq_len, opt, clip);
       const auto t0 = Clock::now();
       model_step();
-      if (it > 0) model_ms.push_back(ms_between(t0, Clock::now()));
       if (it == 0) continue;
+      model_ms.push_back(ms_between(t0, Clock::now()));
       double s = 0.0;
       for (int p = 0; p < kPhases; ++p) {
-        samples[p].push_back(ph_[p]);
-        s += ph_[p];
+        samples[p].push_back(ph[p]);
+        s += ph[p];
       }
       sums.push_back(s);
     }
@@ -392,130 +385,38 @@ public:
   }
 
 private:
-  struct Block {
-    Block(std::int64_t d, std::int64_t heads) : ln1(d), ln2(d), attn(d, heads) {}
-    sprig::LayerNorm<T> ln1, ln2;
-    sprig::CausalSelfAttention<T> attn;
-    sprig::Matrix<T> ln1_out, qkv_out, att_out, x_mid, ln2_out, fc_out, gelu_out, x_out, g_mid, g_out, d_qkv, d_fc;
+  // The clock attached for one scope (detached however the scope ends).
+  struct Attached {
+    Model& m;
+    Attached(Model& model, sprig::GPTPhaseClock& clock) : m(model) { m.set_phase_clock(&clock); }
+    ~Attached() { m.set_phase_clock(nullptr); }
+    Attached(const Attached&) = delete;
+    Attached& operator=(const Attached&) = delete;
   };
 
   template <class Fn>
-  void timed(Phase p, Fn&& fn) {
+  static double time_ms(Fn&& fn) {
     const auto t0 = Clock::now();
     fn();
-    ph_[static_cast<std::size_t>(p)] += ms_between(t0, Clock::now());
+    return ms_between(t0, Clock::now());
   }
 
-  static bool is_sparse(const Projection& p) { return std::holds_alternative<SparseLayer>(p); }
-  Projection& proj(std::size_t l, sprig::GPTProjection j) { return m_.projection(l, j); }
-
-  static void reshape(sprig::Matrix<T>& x, std::int64_t rows, std::int64_t cols) {
-    if (x.rows() != rows || x.cols() != cols)
-      x.resize(rows, cols, sprig::Sequential<T, Index>::activation_stride(cols));
-  }
-
-  // As GPT::shape_buffers: per block activations, per-block dY buffers for sparse qkv / fc
-  // and shared ones for dense.
-  void shape(std::int64_t n) {
-    const sprig::GPTConfig& c = m_.config();
-    const std::int64_t d = c.d_model, f = c.d_ff;
-    for (std::size_t l = 0; l < blocks_.size(); ++l) {
-      Block& b = blocks_[l];
-      for (sprig::Matrix<T>* x : {&b.ln1_out, &b.att_out, &b.x_mid, &b.ln2_out, &b.x_out, &b.g_mid, &b.g_out})
-        reshape(*x, d, n);
-      reshape(b.qkv_out, 3 * d, n);
-      reshape(b.fc_out, f, n);
-      reshape(b.gelu_out, f, n);
-      if (is_sparse(proj(l, sprig::GPTProjection::qkv)))
-        reshape(b.d_qkv, 3 * d, n);
-      else
-        reshape(shared_dqkv_, 3 * d, n);
-      if (is_sparse(proj(l, sprig::GPTProjection::fc)))
-        reshape(b.d_fc, f, n);
-      else
-        reshape(shared_dfc_, f, n);
+  // One step of the model (forward, the loss, backward, clipping, AdamW), ms per phase.
+  std::array<double, kPhases> step(std::span<const std::int32_t> tokens, std::span<const int> labels,
+                                   std::int64_t batch, std::int64_t seq_len, sprig::AdamW<T>& opt, double clip) {
+    std::array<double, kPhases> ph{};
+    sprig::GPTPhaseClock clock;
+    {
+      const Attached on(m_, clock);
+      const auto z = m_.forward(tokens, batch, seq_len);
+      ph[loss_phase] = time_ms([&] { ce_.forward_backward(z, labels, m_.output_grad()); });
+      m_.backward();
     }
-    for (sprig::Matrix<T>* x : {&x0_, &lnf_out_, &scratch_a_, &scratch_b_, &g_in_}) reshape(*x, d, n);
-    reshape(logits_, c.vocab, n);
-    reshape(dlogits_, c.vocab, n);
-  }
-
-  sprig::ConstMatrixView<T> input_of(std::size_t l) const { return l == 0 ? x0_.view() : blocks_[l - 1].x_out.view(); }
-
-  static void forward(Projection& p, sprig::ConstMatrixView<T> X, sprig::MatrixView<T> Y) {
-    std::visit([&](auto& layer) { layer.forward(X, Y); }, p);
-  }
-  static void backward(Projection& p, sprig::ConstMatrixView<T> X, sprig::ConstMatrixView<T> dY,
-                       sprig::MatrixView<T> dX, sprig::FusedActivation a = sprig::FusedActivation::none,
-                       sprig::ConstMatrixView<T> derivative = {}) {
-    std::visit([&](auto& layer) { layer.backward(X, dY, dX, a, derivative); }, p);
-  }
-
-  // The model's step (GPT::forward, the loss, GPT::backward, clipping, AdamW), phase by phase.
-  void step(std::span<const std::int32_t> tokens, std::span<const int> labels, std::int64_t batch, std::int64_t seq_len,
-            sprig::AdamW<T>& opt, double clip) {
-    using sprig::GPTProjection;
-    const std::int64_t d = m_.config().d_model;
-    timed(emb_fwd, [&] {
-      m_.token_embedding().forward(tokens, x0_.view());
-      m_.positional_embedding().forward_add(seq_len, x0_.view());
-    });
-    for (std::size_t l = 0; l < blocks_.size(); ++l) {
-      Block& b = blocks_[l];
-      const sprig::ConstMatrixView<T> x = input_of(l);
-      timed(ln_fwd, [&] { b.ln1.forward(x, b.ln1_out.view()); });
-      timed(qkv_fwd, [&] { forward(proj(l, GPTProjection::qkv), b.ln1_out.view(), b.qkv_out.view()); });
-      const sprig::ConstMatrixView<T> qkv = b.qkv_out.view();
-      const std::int64_t n = qkv.cols();
-      timed(attn_fwd, [&] {
-        b.attn.forward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), batch, seq_len,
-                       b.att_out.view());
-      });
-      timed(proj_fwd, [&] { forward(proj(l, GPTProjection::proj), b.att_out.view(), b.x_mid.view()); });
-      timed(resid_fwd, [&] { sprig::add_into<T>(x, b.x_mid.view()); });
-      timed(ln_fwd, [&] { b.ln2.forward(b.x_mid.view(), b.ln2_out.view()); });
-      timed(fc_fwd, [&] { forward(proj(l, GPTProjection::fc), b.ln2_out.view(), b.fc_out.view()); });
-      timed(gelu_fwd, [&] { gelu_.forward_keep_derivative(b.fc_out.view(), b.gelu_out.view()); });
-      timed(fcproj_fwd, [&] { forward(proj(l, GPTProjection::fc_proj), b.gelu_out.view(), b.x_out.view()); });
-      timed(resid_fwd, [&] { sprig::add_into<T>(b.x_mid.view(), b.x_out.view()); });
-    }
-    timed(ln_fwd, [&] { m_.final_norm().forward(input_of(blocks_.size()), lnf_out_.view()); });
-    timed(head_fwd, [&] { m_.head().forward(lnf_out_.view(), logits_.view()); });
-    timed(loss_phase, [&] { ce_.forward_backward(logits_.view(), labels, dlogits_.view()); });
-    timed(head_bwd, [&] { m_.head().backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view()); });
-    timed(ln_bwd,
-          [&] { m_.final_norm().backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out.view()); });
-    for (std::size_t l = blocks_.size(); l-- > 0;) {
-      Block& b = blocks_[l];
-      const sprig::MatrixView<T> d_fc = is_sparse(proj(l, GPTProjection::fc)) ? b.d_fc.view() : shared_dfc_.view();
-      const sprig::MatrixView<T> d_qkv = is_sparse(proj(l, GPTProjection::qkv)) ? b.d_qkv.view() : shared_dqkv_.view();
-      timed(fcproj_bwd, [&] {
-        backward(proj(l, GPTProjection::fc_proj), b.gelu_out.view(), b.g_out.view(), d_fc, sprig::FusedActivation::gelu,
-                 b.fc_out.view());
-      });
-      timed(fc_bwd, [&] { backward(proj(l, GPTProjection::fc), b.ln2_out.view(), d_fc, scratch_a_.view()); });
-      timed(ln_bwd, [&] { b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view()); });
-      timed(resid_bwd, [&] { sprig::residual_add<T>(b.g_out.view(), scratch_b_.view(), b.g_mid.view()); });
-      timed(proj_bwd,
-            [&] { backward(proj(l, GPTProjection::proj), b.att_out.view(), b.g_mid.view(), scratch_a_.view()); });
-      const sprig::ConstMatrixView<T> qkv = b.qkv_out.view();
-      const std::int64_t n = qkv.cols();
-      timed(attn_bwd, [&] {
-        b.attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), scratch_a_.view(),
-                        d_qkv.block(0, 0, d, n), d_qkv.block(d, 0, d, n), d_qkv.block(2 * d, 0, d, n));
-      });
-      timed(qkv_bwd, [&] { backward(proj(l, GPTProjection::qkv), b.ln1_out.view(), d_qkv, scratch_a_.view()); });
-      timed(ln_bwd, [&] { b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view()); });
-      timed(resid_bwd, [&] {
-        sprig::residual_add<T>(b.g_mid.view(), scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out.view() : g_in_.view());
-      });
-    }
-    timed(emb_bwd, [&] {
-      m_.token_embedding().backward(tokens, g_in_.view());
-      m_.positional_embedding().backward(seq_len, g_in_.view());
-    });
-    timed(clip_phase, [&] { sprig::clip_grad_norm(m_, clip); });
-    timed(opt_phase, [&] { opt.step(m_); });
+    ph[clip_phase] = time_ms([&] { sprig::clip_grad_norm(m_, clip); });
+    ph[opt_phase] = time_ms([&] { opt.step(m_); });
+    for (std::size_t g = 0; g < sprig::GPTPhaseClock::kPhases; ++g)
+      ph[phase_of(static_cast<sprig::GPTPhase>(g))] = 1e3 * clock.seconds(static_cast<sprig::GPTPhase>(g));
+    return ph;
   }
 
   // 2 x multiply-adds of the phases with a GEMM-like core (projections: live weights; the
@@ -523,7 +424,8 @@ private:
   void flops(ProfileResult& r, std::int64_t batch, std::int64_t seq_len) {
     const double n = static_cast<double>(batch * seq_len);
     const Phase fwd[] = {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}, bwd[] = {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd};
-    for (std::size_t l = 0; l < blocks_.size(); ++l)
+    const auto layers = static_cast<std::size_t>(m_.layers());
+    for (std::size_t l = 0; l < layers; ++l)
       for (std::size_t j = 0; j < 4; ++j) {
         const double live = std::visit(
             [](const auto& layer) -> double {
@@ -535,13 +437,13 @@ private:
               else
                 return static_cast<double>(layer.weight.matrix.nnz());
             },
-            proj(l, static_cast<sprig::GPTProjection>(j)));
+            m_.projection(l, static_cast<sprig::GPTProjection>(j)));
         r.flops[fwd[j]] += 2 * live * n;
         r.flops[bwd[j]] += 4 * live * n;  // weight gradient and dX
       }
     const double t = static_cast<double>(seq_len), d = static_cast<double>(m_.config().d_model);
     // pairs x head dims, all heads of every block (the phase times all blocks)
-    const double causal = static_cast<double>(blocks_.size()) * static_cast<double>(batch) * t * (t + 1) / 2 * d;
+    const double causal = static_cast<double>(layers) * static_cast<double>(batch) * t * (t + 1) / 2 * d;
     r.flops[attn_fwd] = 2 * 2 * causal;  // Q K^T and P V
     r.flops[attn_bwd] = 2 * 4 * causal;  // dP, dV, dQ, dK
     const double head = static_cast<double>(m_.config().vocab) * d * n;
@@ -550,11 +452,7 @@ private:
   }
 
   Model& m_;
-  std::vector<Block> blocks_;
-  sprig::GELU<T> gelu_;
   sprig::SoftmaxCrossEntropy<T> ce_;
-  sprig::Matrix<T> x0_, lnf_out_, logits_, dlogits_, scratch_a_, scratch_b_, g_in_, shared_dqkv_, shared_dfc_;
-  std::array<double, kPhases> ph_{};
 };
 
 // ---------------------------------------------------------------------------------------
@@ -630,7 +528,7 @@ std::vector<Result> run_variant(const Variant& v, const Options& o, Batches& dat
     r.activation_bytes = model.memory_bytes() - r.pm.weights - r.pm.optimizer_state - r.pm.gradients - r.scratch_bytes;
     r.peak_rss_bytes = peak_rss_bytes();
     if (profile) {
-      Profiler<Index, SparseLayer> p(model, v.precision);
+      Profiler<decltype(model)> p(model);
       r.profile = p.run(data, o.batch, o.block, opt, o.clip, o.steps, step);
       r.has_profile = true;
     }

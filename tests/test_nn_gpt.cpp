@@ -1,6 +1,7 @@
 #include "sprig/nn/gpt.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -220,6 +221,60 @@ TEMPLATE_TEST_CASE("GPT: a steady-state forward, loss and backward allocate noth
   step(model, ce, tokens, labels, 4, 4);
   opt.step(model);
   CHECK(g_allocations.load() - with_opt == 0);
+}
+
+TEST_CASE("GPT: a phase clock times every phase of the step it runs and changes no bit", "[nn][gpt][clock]") {
+  using enum GPTPhase;
+  // (all sparse, and kTiny's mix of dense and sparse) x (fp32, bf16: Q, K, V, the GELU in chunks)
+  const std::vector<GPTBlockDensity> all_sparse(2, {.qkv = 0.5, .proj = 0.5, .fc = 0.5, .fc_proj = 0.5});
+  for (const auto& densities : {all_sparse, kTinyDensities})
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      INFO((precision == Precision::bf16 ? "bf16" : "fp32") << ", " << (&densities == &all_sparse ? "all" : "mixed"));
+      GPT<float> timed(kTiny, densities, {.seed = 4, .precision = precision});
+      GPT<float> plain(kTiny, densities, {.seed = 4, .precision = precision});
+      GPTPhaseClock clock;
+      timed.set_phase_clock(&clock);
+      SoftmaxCrossEntropy<float> ce;
+      const auto tokens = random_ids(16, kTiny.vocab, 51);
+      const auto labels = as_labels(random_ids(16, kTiny.vocab, 52));
+      step(timed, ce, tokens, labels, 2, 8);  // shapes the buffers: the second step allocates nothing
+      clock.reset();
+      const long before = g_allocations.load();
+      const auto t0 = std::chrono::steady_clock::now();
+      step(timed, ce, tokens, labels, 2, 8);
+      const double outside = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      CHECK(g_allocations.load() - before == 0);
+      step(plain, ce, tokens, labels, 2, 8);
+      const long unclocked = g_allocations.load();  // (dense bf16 layers packed in fresh memory per call before)
+      step(plain, ce, tokens, labels, 2, 8);
+      CHECK(g_allocations.load() - unclocked == 0);
+      CHECK(all_grads(timed) == all_grads(plain));
+      // every phase ran, as often as the blocks call it; the phases' intervals lie within the step's
+      const std::int64_t layers = kTiny.layers;
+      for (std::size_t p = 0; p < GPTPhaseClock::kPhases; ++p) {
+        INFO("phase " << p);
+        CHECK(clock.calls(static_cast<GPTPhase>(p)) >= 1);
+        CHECK(clock.seconds(static_cast<GPTPhase>(p)) >= 0.0);
+      }
+      for (const GPTPhase p : {qkv_forward, attention_forward, proj_forward, fc_proj_forward, fc_proj_backward,
+                               fc_backward, proj_backward, attention_backward, qkv_backward})
+        CHECK(clock.calls(p) == layers);
+      CHECK(clock.calls(layer_norms_forward) == 2 * layers + 1);
+      CHECK(clock.calls(layer_norms_backward) == 2 * layers + 1);
+      CHECK(clock.calls(residual_forward) == 2 * layers);
+      CHECK(clock.calls(residual_backward) == 2 * layers);
+      CHECK(clock.calls(fc_forward) >= layers);  // per column chunk with bf16 activations
+      CHECK(clock.calls(gelu_forward) == clock.calls(fc_forward));
+      for (const GPTPhase p : {embeddings_forward, head_forward, head_backward, embeddings_backward})
+        CHECK(clock.calls(p) == 1);
+      CHECK(clock.total_seconds() > 0.0);
+      CHECK(clock.total_seconds() <= outside);
+      // detached: the next step adds nothing
+      timed.set_phase_clock(nullptr);
+      const double total = clock.total_seconds();
+      step(timed, ce, tokens, labels, 2, 8);
+      CHECK(clock.total_seconds() == total);
+    }
 }
 
 TEMPLATE_TEST_CASE("GPT: AdamW learns a repeating sequence with sparse projections", "[nn][gpt][train]", float,

@@ -158,20 +158,8 @@ public:
         ln_f_(config.d_model),
         head_(config.d_model, config.vocab, options.seed, 2 + 4 * static_cast<std::uint64_t>(config.layers),
               detail::gpt_weight_init(options.init, config.layers, false)) {
-    constexpr const char* fn = "GPT";
-    if (!densities.empty() && std::ssize(densities) != config.layers)
-      throw ArgumentError(detail::message(fn, ": ", densities.size(), " densities for ", config.layers,
-                                          " layers (give one per layer, or none for a dense model)"));
+    detail::check_gpt_densities("GPT", config, densities, options);
     if (densities.empty()) densities.resize(static_cast<std::size_t>(config.layers));
-    for (const auto& [name, v] : {std::pair{"padding_ratio", options.padding_ratio}, {"growth_reserve", options.growth_reserve}})
-      if (!(v >= 0.0 && v <= 64.0)) throw ArgumentError(detail::message(fn, ": ", name, " ", v, " outside [0, 64]"));
-    for (std::size_t l = 0; l < densities.size(); ++l) {
-      const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
-      for (std::size_t j = 0; j < 4; ++j)
-        if (!(dens[j] > 0.0 && dens[j] <= 1.0))
-          throw ArgumentError(detail::message(fn, ": density ", dens[j], " of block ", l, "'s ",
-                                              detail::gpt_projection_name(j), " outside (0, 1]"));
-    }
     const std::int64_t d = config.d_model, f = config.d_ff;
     const WeightInit in = detail::gpt_weight_init(options.init, config.layers, false),
                      res = detail::gpt_weight_init(options.init, config.layers, true);
@@ -223,68 +211,52 @@ public:
   // layer runs) as listed at the top; after a throw, output_grad() and backward() throw until a
   // forward succeeds.
   ConstMatrixView<T> forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq_len) {
-    constexpr const char* fn = "GPT::forward";
     forwarded_ = backward_started_ = backward_done_ = false;
-    if (batch < 1) throw ArgumentError(detail::message(fn, ": batch ", batch, " must be >= 1"));
-    if (seq_len < 1) throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " must be >= 1"));
-    if (seq_len > config_.block_size)
-      throw ArgumentError(detail::message(fn, ": sequence length ", seq_len, " > block size ", config_.block_size));
-    if (std::ssize(tokens) != batch * seq_len)
-      throw ShapeError(detail::message(fn, ": ", tokens.size(), " tokens for batch ", batch, " x sequence length ",
-                                       seq_len, " = ", batch * seq_len));
-    for (std::size_t n = 0; n < tokens.size(); ++n) {
-      const std::int32_t id = tokens[n];
-      if (id < 0 || id >= config_.vocab)
-        throw ArgumentError(detail::message(fn, ": token id ", id, " at position ", n, " (sequence ",
-                                            static_cast<std::int64_t>(n) / seq_len, ", token ",
-                                            static_cast<std::int64_t>(n) % seq_len, ") outside [0, vocab ",
-                                            config_.vocab, ")"));
-    }
+    detail::check_gpt_tokens("GPT::forward", config_, tokens, batch, seq_len);
     tokens_ = tokens;
     seq_len_ = seq_len;
     shape_buffers(batch * seq_len);
 
-    tok_.forward(tokens, x0_.view());
-    pos_.forward_add(seq_len, x0_.view());
-    const std::int64_t d = config_.d_model;
+    using enum GPTPhase;
+    const auto time = [this](GPTPhase p, auto&& fn) { detail::timed(clock_, p, fn); };
+    time(embeddings_forward, [&] {
+      tok_.forward(tokens, x0_.view());
+      pos_.forward_add(seq_len, x0_.view());
+    });
     for (std::size_t l = 0; l < blocks_.size(); ++l) {
       Block& b = blocks_[l];
       const ConstMatrixView<T> x = input_of(l);
       // (the lent scratch buffers are dead in forward: a bf16 input is written there, then narrowed)
-      b.ln1_out.write([&](MatrixView<T> y) { b.ln1.forward(x, y); }, scratch_a_.view());
+      time(layer_norms_forward,
+           [&] { b.ln1_out.write([&](MatrixView<T> y) { b.ln1.forward(x, y); }, scratch_a_.view()); });
       // (fc's float output, and Q, K, V where qkv writes no bf16, go through the dead spares first)
-      const bool q16 = b.qkv_bf16;
-      if (!q16 || !Block::run_forward_narrow(b.qkv, b.ln1_out, b.qkv16.view())) {
-        Block::run_forward(b.qkv, b.ln1_out, q16 ? spare_qkv_.view() : b.qkv_out.view());
-        if constexpr (std::is_same_v<T, float>)
-          if (q16) detail::narrow_rows(spare_qkv_.view(), b.qkv16.view());
-      }
-      b.att_out.write(
-          [&](MatrixView<T> y) {
-            b.with_qkv([&](auto qkv) {
-              b.attn.forward(qkv.block(0, 0, d, qkv.cols()), qkv.block(d, 0, d, qkv.cols()),
-                             qkv.block(2 * d, 0, d, qkv.cols()), batch, seq_len, y);
-            });
-          },
-          scratch_a_.view());
-      Block::run_forward(b.proj, b.att_out, b.x_mid.view());
-      add_into<T>(x, b.x_mid.view());
-      b.ln2_out.write([&](MatrixView<T> y) { b.ln2.forward(b.x_mid.view(), y); }, scratch_a_.view());
+      time(qkv_forward, [&] { b.forward_qkv(spare_qkv_.view()); });
+      time(attention_forward, [&] { b.forward_attention(batch, seq_len, scratch_a_.view()); });
+      time(proj_forward, [&] { Block::run_forward(b.proj, b.att_out, b.x_mid.view()); });
+      time(residual_forward, [&] { add_into<T>(x, b.x_mid.view()); });
+      time(layer_norms_forward,
+           [&] { b.ln2_out.write([&](MatrixView<T> y) { b.ln2.forward(b.x_mid.view(), y); }, scratch_a_.view()); });
       if (b.gelu_bf16) {
-        b.forward_ffn_in_chunks(gelu_, spare_fc_.view());  // fc16 := gelu'(fc's output)
+        b.forward_ffn_in_chunks(gelu_, spare_fc_.view(), clock_);  // fc16 := gelu'(fc's output)
       } else {
-        Block::run_forward(b.fc, b.ln2_out, b.fc_out.view());
-        // fc_out := gelu'(fc's output)
-        b.gelu_out.write([&](MatrixView<T> y) { gelu_.forward_keep_derivative(b.fc_out.view(), y); }, spare_fc_.view());
+        time(fc_forward, [&] { Block::run_forward(b.fc, b.ln2_out, b.fc_out.view()); });
+        time(gelu_forward, [&] {  // fc_out := gelu'(fc's output)
+          b.gelu_out.write([&](MatrixView<T> y) { gelu_.forward_keep_derivative(b.fc_out.view(), y); },
+                           spare_fc_.view());
+        });
       }
-      Block::run_forward(b.fc_proj, b.gelu_out, b.x_out.view());
-      add_into<T>(b.x_mid.view(), b.x_out.view());
+      time(fc_proj_forward, [&] { Block::run_forward(b.fc_proj, b.gelu_out, b.x_out.view()); });
+      time(residual_forward, [&] { add_into<T>(b.x_mid.view(), b.x_out.view()); });
     }
-    ln_f_.forward(input_of(blocks_.size()), lnf_out_.view());
-    head_.forward(lnf_out_.view(), logits_.view());
+    time(layer_norms_forward, [&] { ln_f_.forward(input_of(blocks_.size()), lnf_out_.view()); });
+    time(head_forward, [&] { head_.forward(lnf_out_.view(), logits_.view()); });
     forwarded_ = true;
     return logits_.view();
   }
+
+  // Attaches a clock to which forward() and backward() add each GPTPhase's time (nullptr, the
+  // default: none). Held by pointer: it outlives the model or is detached first. Same results.
+  void set_phase_clock(GPTPhaseClock* clock) noexcept { clock_ = clock; }
 
   // dLoss/dlogits of the last forward (same shape as its logits): the loss writes it before
   // backward(). Throws ArgumentError without a successful forward.
@@ -306,29 +278,40 @@ public:
           "GPT::backward: backward already ran after the last forward (it keeps the sparse layers' output "
           "gradients in activations it has consumed); call forward again first");
     backward_started_ = true;
-    head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view());
-    ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out_in(grad_));
+    using enum GPTPhase;
+    const auto time = [this](GPTPhase p, auto&& fn) { detail::timed(clock_, p, fn); };
+    time(head_backward, [&] { head_.backward(lnf_out_.view(), dlogits_.view(), scratch_a_.view()); });
+    time(layer_norms_backward,
+         [&] { ln_f_.backward(input_of(blocks_.size()), scratch_a_.view(), blocks_.back().g_out_in(grad_)); });
     for (std::size_t l = blocks_.size(); l-- > 0;) {
       Block& b = blocks_[l];
       const MatrixView<T> g_out = b.g_out_in(grad_), g_mid = b.g_mid_in(grad_);
       if (b.gelu_bf16) {
-        b.backward_ffn_bf16(g_out, b.g16(GPTProjection::fc_proj, grad16_), spare_fc_, scratch_a_.view());
+        b.backward_ffn_bf16(g_out, b.g16(GPTProjection::fc_proj, grad16_), spare_fc_, scratch_a_.view(), clock_);
       } else {
-        Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
+        time(fc_proj_backward, [&] {
+          Block::run_backward(b.fc_proj, b.gelu_out, g_out, spare_fc_.view(), FusedActivation::gelu, b.fc_out.view());
+        });
         // fc_out (gelu') is dead now: a sparse fc's dY stays in it, and its old buffer is the next spare
         if (Block::is_sparse(b.fc)) std::swap(b.fc_out, spare_fc_);
-        Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc), scratch_a_.view());
+        time(fc_backward,
+             [&] { Block::run_backward(b.fc, b.ln2_out, dy_buffer(b, GPTProjection::fc), scratch_a_.view()); });
       }
-      b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view());
-      residual_add<T>(g_out, scratch_b_.view(), g_mid);
-      Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g16(GPTProjection::proj, grad16_),
-                           scratch_a_.view());
-      b.backward_attention(spare_qkv_, scratch_a_.view());
-      b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view());
-      residual_add<T>(g_mid, scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out_in(grad_) : g_in_.view());
+      time(layer_norms_backward, [&] { b.ln2.backward(b.x_mid.view(), scratch_a_.view(), scratch_b_.view()); });
+      time(residual_backward, [&] { residual_add<T>(g_out, scratch_b_.view(), g_mid); });
+      time(proj_backward, [&] {
+        Block::backward_from(b.proj, b.att_out, g_mid, b.grad_bf16, b.g16(GPTProjection::proj, grad16_),
+                             scratch_a_.view());
+      });
+      b.backward_attention(spare_qkv_, scratch_a_.view(), clock_);
+      time(layer_norms_backward, [&] { b.ln1.backward(input_of(l), scratch_a_.view(), scratch_b_.view()); });
+      time(residual_backward,
+           [&] { residual_add<T>(g_mid, scratch_b_.view(), l > 0 ? blocks_[l - 1].g_out_in(grad_) : g_in_.view()); });
     }
-    tok_.backward(tokens_, g_in_.view());
-    pos_.backward(seq_len_, g_in_.view());
+    time(embeddings_backward, [&] {
+      tok_.backward(tokens_, g_in_.view());
+      pos_.backward(seq_len_, g_in_.view());
+    });
     backward_done_ = true;
   }
 
@@ -438,13 +421,15 @@ private:
                                                       .init = init,
                                                       .padding_ratio = o.padding_ratio,
                                                       .growth_reserve = o.growth_reserve});
-    std::visit([&](auto& layer) {
-      if constexpr (requires { layer.set_precision(o.precision); })
-        layer.set_precision(o.precision);
-      else if (o.precision != Precision::fp32)
-        throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision),
-                                            " needs projection layers with set_precision"));
-    }, p);
+    std::visit(
+        [&](auto& layer) {
+          if constexpr (requires { layer.set_precision(o.precision); })
+            layer.set_precision(o.precision);
+          else if (o.precision != Precision::fp32)
+            throw ArgumentError(detail::message("GPT: precision ", precision_name(o.precision),
+                                                " needs projection layers with set_precision"));
+        },
+        p);
     return p;
   }
 
@@ -474,12 +459,14 @@ private:
   // options asked for it).
   bool bf16_input(const Projection& p) const noexcept {
     if (!bf16_inputs_) return false;
-    return std::visit([](const auto& layer) {
-      if constexpr (std::is_same_v<T, float> && requires { layer.precision(); })
-        return layer.precision() == Precision::bf16;
-      else
-        return false;
-    }, p);
+    return std::visit(
+        [](const auto& layer) {
+          if constexpr (std::is_same_v<T, float> && requires { layer.precision(); })
+            return layer.precision() == Precision::bf16;
+          else
+            return false;
+        },
+        p);
   }
 
   static void reshape(Matrix<T>& m, std::int64_t rows, std::int64_t cols) {
@@ -584,17 +571,18 @@ private:
   // qkv's and fc's dY while backward runs; swapped with a block's dead qkv_out / fc_out
   // where that layer is sparse (see backward)
   Matrix<T> spare_qkv_, spare_fc_;
-  Matrix<T> grad_;  // the residual gradient of the blocks with grad_bf16 (GPTBlock::g_out_in)
+  Matrix<T> grad_;           // the residual gradient of the blocks with grad_bf16 (GPTBlock::g_out_in)
   Matrix<bfloat16> grad16_;  // proj's and fc_proj's bf16 dY where the blocks keep none (GPTBlock::g16)
   std::span<const std::int32_t> tokens_;
   std::int64_t seq_len_ = 0;
   bool forwarded_ = false;
-  bool backward_started_ = false;  // since the last forward (a second backward throws)
-  bool backward_done_ = false;     // and finished: sparse_layers() shows the dY
-  ModelScratch<T> scratch_;        // the sparse projections' packing buffer (see the top)
-  bool bf16_inputs_ = true;        // GPTOptions::bf16_inputs
-  bool bf16_activations_ = true;   // GPTOptions::bf16_activations
-  bool keep_output_grads_ = true;  // GPTOptions::keep_output_grads
+  bool backward_started_ = false;   // since the last forward (a second backward throws)
+  bool backward_done_ = false;      // and finished: sparse_layers() shows the dY
+  ModelScratch<T> scratch_;         // the sparse projections' packing buffer (see the top)
+  bool bf16_inputs_ = true;         // GPTOptions::bf16_inputs
+  bool bf16_activations_ = true;    // GPTOptions::bf16_activations
+  bool keep_output_grads_ = true;   // GPTOptions::keep_output_grads
+  GPTPhaseClock* clock_ = nullptr;  // set_phase_clock
 };
 
 }  // namespace sprig

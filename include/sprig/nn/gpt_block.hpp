@@ -214,19 +214,45 @@ struct GPTBlock {
       });
     return done;
   }
+  // qkv's forward into Q, K, V: into qkv16 where qkv_bf16 (through `spare`, a float [3 d_model
+  // x N], where the layer writes no bf16 Y), else into qkv_out.
+  void forward_qkv(MatrixView<T> spare) {
+    if (!qkv_bf16 || !run_forward_narrow(qkv, ln1_out, qkv16.view())) {
+      run_forward(qkv, ln1_out, qkv_bf16 ? spare : qkv_out.view());
+      if constexpr (std::is_same_v<T, float>)
+        if (qkv_bf16) detail::narrow_rows(ConstMatrixView<T>(spare), qkv16.view());
+    }
+  }
+  // The attention core's forward from Q, K, V into att_out (through `scratch`, a float
+  // [d_model x N] dead in forward, where att_out is kept in bf16).
+  void forward_attention(std::int64_t batch, std::int64_t seq_len, MatrixView<T> scratch) {
+    att_out.write(
+        [&](MatrixView<T> y) {
+          with_qkv([&](auto q) {
+            const std::int64_t d = y.rows(), n = q.cols();
+            attn.forward(q.block(0, 0, d, n), q.block(d, 0, d, n), q.block(2 * d, 0, d, n), batch, seq_len, y);
+          });
+        },
+        scratch);
+  }
   // With gelu_bf16, fc's forward and the GELU: fc's float output through `spare` (a float
   // [d_ff x w], any w >= 1) in chunks of w columns (a product's columns are independent, so
-  // the same bits as in one), the GELU output rounded into gelu_out and gelu' into fc16.
-  void forward_ffn_in_chunks(const GELU<T>& gelu, MatrixView<T> spare) {
+  // the same bits as in one), the GELU output rounded into gelu_out and gelu' into fc16; each
+  // chunk's product and GELU timed into clock's fc_forward and gelu_forward (where not null).
+  void forward_ffn_in_chunks(const GELU<T>& gelu, MatrixView<T> spare, GPTPhaseClock* clock) {
     if constexpr (std::is_same_v<T, float>) {
       const std::int64_t f = fc16.rows(), n = fc16.cols(), w = spare.cols();
       for (std::int64_t c = 0; c < n; c += w) {
         const std::int64_t cols = std::min(w, n - c);
         const MatrixView<T> z = spare.block(0, 0, f, cols);
-        ln2_out.visit(
-            [&](auto x) { std::visit([&](auto& layer) { layer.forward(x.block(0, c, x.rows(), cols), z); }, fc); });
-        gelu.forward_keep_derivative(z, gelu_out.narrow_buffer().block(0, c, f, cols),
-                                     fc16.view().block(0, c, f, cols));
+        timed(clock, GPTPhase::fc_forward, [&] {
+          ln2_out.visit(
+              [&](auto x) { std::visit([&](auto& layer) { layer.forward(x.block(0, c, x.rows(), cols), z); }, fc); });
+        });
+        timed(clock, GPTPhase::gelu_forward, [&] {
+          gelu.forward_keep_derivative(z, gelu_out.narrow_buffer().block(0, c, f, cols),
+                                       fc16.view().block(0, c, f, cols));
+        });
       }
     }
   }
@@ -247,21 +273,27 @@ struct GPTBlock {
   // With gelu_bf16, fc_proj's and fc's backward from the residual gradient g_out, fc's dX into
   // dX: gelu' (fc16) is read once, and a sparse fc's dY, rounded, replaces it (made in
   // fc_proj's store where its layer can: backward_through_gelu); g16: fc_proj's bf16 dY
-  // (g16(fc_proj, ...)); spare: a float [d_ff x N].
-  void backward_ffn_bf16(ConstMatrixView<T> g_out, MatrixView<bfloat16> g16, Matrix<T>& spare, MatrixView<T> dX) {
+  // (g16(fc_proj, ...)); spare: a float [d_ff x N]. Timed into clock's fc_proj_backward (with
+  // the GELU's backward) and fc_backward where it is not null.
+  void backward_ffn_bf16(ConstMatrixView<T> g_out, MatrixView<bfloat16> g16, Matrix<T>& spare, MatrixView<T> dX,
+                         GPTPhaseClock* clock) {
     if constexpr (std::is_same_v<T, float>) {
       const bool sparse_fc = is_sparse(fc);
-      if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g16, fc16)) {
-        backward_from(fc_proj, gelu_out, g_out, grad_bf16, g16, spare.view());
+      timed(clock, GPTPhase::fc_proj_backward, [&] {
+        if (!sparse_fc || !grad_bf16 || !backward_through_gelu(fc_proj, gelu_out, g_out, g16, fc16)) {
+          backward_from(fc_proj, gelu_out, g_out, grad_bf16, g16, spare.view());
+          if (sparse_fc)
+            GELU<T>::backward(fc16.view(), spare.view(), fc16.view());
+          else
+            GELU<T>::backward(fc16.view(), spare.view());
+        }
+      });
+      timed(clock, GPTPhase::fc_backward, [&] {
         if (sparse_fc)
-          GELU<T>::backward(fc16.view(), spare.view(), fc16.view());
+          run_backward(fc, ln2_out, fc16.view(), dX);
         else
-          GELU<T>::backward(fc16.view(), spare.view());
-      }
-      if (sparse_fc)
-        run_backward(fc, ln2_out, fc16.view(), dX);
-      else
-        run_backward(fc, ln2_out, spare.view(), dX);
+          run_backward(fc, ln2_out, spare.view(), dX);
+      });
     }
   }
   // Whether the attention core's backward writes a sparse qkv's dY over Q, K, V (in bf16): its
@@ -285,23 +317,28 @@ struct GPTBlock {
   // The attention core's and qkv's backward; g: the attention output's gradient, then qkv's dX.
   // Q, K, V die in the core's backward: a sparse qkv's dY takes their buffer (written over them
   // with dqkv_over_qkv(), else swapped in after, the old buffer then the next spare); a dense
-  // qkv's goes to spare, a float [3 d_model x N] (unused with dqkv_over_qkv()).
-  void backward_attention(Matrix<T>& spare, MatrixView<T> g) {
+  // qkv's goes to spare, a float [3 d_model x N] (unused with dqkv_over_qkv()). Timed into
+  // clock's attention_backward and qkv_backward where it is not null.
+  void backward_attention(Matrix<T>& spare, MatrixView<T> g, GPTPhaseClock* clock) {
     const std::int64_t d = g.rows();
     const bool over = dqkv_over_qkv();
-    with_qkv([&](auto qkv) {
-      const std::int64_t n = qkv.cols();
-      const auto core = [&](auto dqkv) {
-        attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), g,
-                      dqkv.block(0, 0, d, n), dqkv.block(d, 0, d, n), dqkv.block(2 * d, 0, d, n));
-      };
-      if constexpr (std::is_same_v<typename decltype(qkv)::value_type, bfloat16>)
-        if (over) return core(qkv16.view());
-      core(spare.view());
+    timed(clock, GPTPhase::attention_backward, [&] {
+      with_qkv([&](auto qkv) {
+        const std::int64_t n = qkv.cols();
+        const auto core = [&](auto dqkv) {
+          attn.backward(qkv.block(0, 0, d, n), qkv.block(d, 0, d, n), qkv.block(2 * d, 0, d, n), g,
+                        dqkv.block(0, 0, d, n), dqkv.block(d, 0, d, n), dqkv.block(2 * d, 0, d, n));
+        };
+        if constexpr (std::is_same_v<typename decltype(qkv)::value_type, bfloat16>)
+          if (over) return core(qkv16.view());
+        core(spare.view());
+      });
     });
-    if (over) return run_backward(qkv, ln1_out, ConstMatrixView<bfloat16>(qkv16.view()), g);
-    if (!qkv_bf16 && is_sparse(qkv)) std::swap(qkv_out, spare);
-    backward_from(qkv, ln1_out, qkv_dy(spare).view(), qkv_bf16, qkv16, g);
+    timed(clock, GPTPhase::qkv_backward, [&] {
+      if (over) return run_backward(qkv, ln1_out, ConstMatrixView<bfloat16>(qkv16.view()), g);
+      if (!qkv_bf16 && is_sparse(qkv)) std::swap(qkv_out, spare);
+      backward_from(qkv, ln1_out, qkv_dy(spare).view(), qkv_bf16, qkv16, g);
+    });
   }
   // The same with a bf16 dY: for a sparse layer in bf16 with a bf16 X only (else ArgumentError).
   static void run_backward(Projection& p, const ProjectionInput<T>& X, ConstMatrixView<bfloat16> dY, MatrixView<T> dX) {

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "../core/error.hpp"
 #include "../core/padded_csr.hpp"
 #include "../core/precision.hpp"
 #include "init.hpp"
+#include "phase_clock.hpp"
 
 namespace sprig {
 
@@ -39,7 +42,7 @@ struct GPTOptions {
   std::uint64_t seed = 0;
   GPTInit init = GPTInit::gpt2;
   double padding_ratio = kDefaultPaddingRatio;  // spare slots per row, in [0, 64] (PaddedCSR)
-  double growth_reserve = 0;  // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
+  double growth_reserve = 0;              // > 0 for dynamic sparse training (SparseParameter::reserve_growth), <= 64
   Precision precision = Precision::fp32;  // of the four projections (set_precision; the head: fp32)
   // With bf16 projections, keep their inputs in bf16 between forward and backward (GPT's
   // "Buffers"): the same results in half the memory. false keeps them in float.
@@ -70,7 +73,41 @@ struct GPTOptions {
 // The four projections of a block, in model order (SparseLayerRef::position = 4 * block + j).
 enum class GPTProjection : std::size_t { qkv = 0, proj = 1, fc = 2, fc_proj = 3 };
 
+// The phases of a GPT's forward and backward that a GPTPhaseClock times (GPT::set_phase_clock),
+// in the order they first run, each summed over the blocks. A layer norm's phase includes
+// rounding its output to bf16 where the next projection keeps its input so; a projection's,
+// rounding its output (Q, K, V) or dY to bf16 where the model keeps them so; fc_proj's
+// backward, the GELU's backward (fused into its dX pass or not).
+enum class GPTPhase : std::size_t {
+  embeddings_forward,
+  layer_norms_forward,
+  qkv_forward,
+  attention_forward,
+  proj_forward,
+  residual_forward,
+  fc_forward,
+  gelu_forward,
+  fc_proj_forward,
+  head_forward,
+  head_backward,
+  layer_norms_backward,
+  fc_proj_backward,
+  fc_backward,
+  proj_backward,
+  attention_backward,
+  qkv_backward,
+  residual_backward,
+  embeddings_backward,
+  count
+};
+using GPTPhaseClock = PhaseClock<GPTPhase, static_cast<std::size_t>(GPTPhase::count)>;
+
 namespace detail {
+inline const char* gpt_projection_name(std::size_t j) noexcept {
+  constexpr const char* names[] = {"qkv", "proj", "fc", "fc_proj"};
+  return j < 4 ? names[j] : "?";
+}
+
 // Validates a GPTConfig, naming fn. O(1).
 inline void check_gpt_config(const char* fn, const GPTConfig& c) {
   const std::pair<const char*, std::int64_t> entries[] = {{"layers", c.layers},         {"heads", c.heads},
@@ -82,16 +119,50 @@ inline void check_gpt_config(const char* fn, const GPTConfig& c) {
     throw ArgumentError(message(fn, ": d_model ", c.d_model, " is not divisible by heads ", c.heads));
 }
 
+// Validates a GPT's densities (one per layer, or none for a dense model; each in (0, 1]) and
+// storage options, naming fn: ArgumentError. O(layers).
+inline void check_gpt_densities(const char* fn, const GPTConfig& c, const std::vector<GPTBlockDensity>& densities,
+                                const GPTOptions& options) {
+  if (!densities.empty() && std::ssize(densities) != c.layers)
+    throw ArgumentError(message(fn, ": ", densities.size(), " densities for ", c.layers,
+                                " layers (give one per layer, or none for a dense model)"));
+  for (const auto& [name, v] :
+       {std::pair{"padding_ratio", options.padding_ratio}, {"growth_reserve", options.growth_reserve}})
+    if (!(v >= 0.0 && v <= 64.0)) throw ArgumentError(message(fn, ": ", name, " ", v, " outside [0, 64]"));
+  for (std::size_t l = 0; l < densities.size(); ++l) {
+    const double dens[] = {densities[l].qkv, densities[l].proj, densities[l].fc, densities[l].fc_proj};
+    for (std::size_t j = 0; j < 4; ++j)
+      if (!(dens[j] > 0.0 && dens[j] <= 1.0))
+        throw ArgumentError(
+            message(fn, ": density ", dens[j], " of block ", l, "'s ", gpt_projection_name(j), " outside (0, 1]"));
+  }
+}
+
+// Validates a forward's arguments against c, naming fn: ArgumentError for batch < 1, seq_len
+// outside [1, block_size] or a token id outside [0, vocab) (with its position), ShapeError for
+// tokens.size() != batch * seq_len. O(tokens).
+inline void check_gpt_tokens(const char* fn, const GPTConfig& c, std::span<const std::int32_t> tokens,
+                             std::int64_t batch, std::int64_t seq_len) {
+  if (batch < 1) throw ArgumentError(message(fn, ": batch ", batch, " must be >= 1"));
+  if (seq_len < 1) throw ArgumentError(message(fn, ": sequence length ", seq_len, " must be >= 1"));
+  if (seq_len > c.block_size)
+    throw ArgumentError(message(fn, ": sequence length ", seq_len, " > block size ", c.block_size));
+  if (std::ssize(tokens) != batch * seq_len)
+    throw ShapeError(message(fn, ": ", tokens.size(), " tokens for batch ", batch, " x sequence length ", seq_len,
+                             " = ", batch * seq_len));
+  for (std::size_t n = 0; n < tokens.size(); ++n)
+    if (const std::int32_t id = tokens[n]; id < 0 || id >= c.vocab)
+      throw ArgumentError(message(fn, ": token id ", id, " at position ", n, " (sequence ",
+                                  static_cast<std::int64_t>(n) / seq_len, ", token ",
+                                  static_cast<std::int64_t>(n) % seq_len, ") outside [0, vocab ", c.vocab, ")"));
+}
+
 // The WeightInit of a projection (residual: proj or fc_proj) or the head under `init`.
 inline WeightInit gpt_weight_init(GPTInit init, std::int64_t layers, bool residual) {
   if (init == GPTInit::kaiming_uniform) return {};
   return WeightInit::normal(residual ? 0.02 / std::sqrt(2.0 * static_cast<double>(layers)) : 0.02);
 }
 
-inline const char* gpt_projection_name(std::size_t j) noexcept {
-  constexpr const char* names[] = {"qkv", "proj", "fc", "fc_proj"};
-  return j < 4 ? names[j] : "?";
-}
 }  // namespace detail
 
 }  // namespace sprig
