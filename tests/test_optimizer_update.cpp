@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include <sprig/core/rng.hpp>
@@ -116,6 +117,39 @@ TEMPLATE_TEST_CASE("adamw_counted_update restarts fresh slots, saturates counts,
                                           static_cast<std::int64_t>(e - b));
     REQUIRE(same_bits(split.w, whole.w));
     REQUIRE(same_bits(split.counts, whole.counts));
+  }
+}
+
+TEMPLATE_TEST_CASE("zero_moments finds a slot with m and v both zero, anywhere, and nothing else", "[kernel][optim]",
+                   float, double) {
+  using T = TestType;
+  CHECK_FALSE(zero_moments_on<KernelArch>(static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), 0));
+  for (const std::int64_t n : {1, 3, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257}) {
+    INFO("n " << n);
+    std::vector<T> m(static_cast<std::size_t>(n)), v(m.size());
+    for (std::int64_t i = 0; i < n; ++i) {  // no zero: every value at least 1e-30 in magnitude
+      m[static_cast<std::size_t>(i)] = T((i % 3 == 0 ? -1 : 1) * (1e-30 + 0.01 * static_cast<double>(i)));
+      v[static_cast<std::size_t>(i)] = T(1e-30 + 0.02 * static_cast<double>(i));
+    }
+    CHECK_FALSE(zero_moments_on<KernelArch>(m.data(), v.data(), n));
+    for (std::int64_t at = 0; at < n; ++at) {
+      const auto a = static_cast<std::size_t>(at);
+      const T m0 = m[a], v0 = v[a];
+      m[a] = T(0);  // m alone, v alone, a NaN beside a zero: no
+      CHECK_FALSE(zero_moments_on<KernelArch>(m.data(), v.data(), n));
+      m[a] = m0;
+      v[a] = T(0);
+      CHECK_FALSE(zero_moments_on<KernelArch>(m.data(), v.data(), n));
+      m[a] = std::numeric_limits<T>::quiet_NaN();
+      CHECK_FALSE(zero_moments_on<KernelArch>(m.data(), v.data(), n));
+      m[a] = at % 2 == 0 ? T(0) : -T(0);  // both, either sign: yes, and not outside the range
+      CHECK(zero_moments_on<KernelArch>(m.data(), v.data(), n));
+      CHECK(zero_moments_on<KernelArch>(m.data() + at, v.data() + at, n - at));
+      CHECK_FALSE(zero_moments_on<KernelArch>(m.data(), v.data(), at));
+      CHECK_FALSE(zero_moments_on<KernelArch>(m.data() + at + 1, v.data() + at + 1, n - at - 1));
+      m[a] = m0;
+      v[a] = v0;
+    }
   }
 }
 

@@ -86,6 +86,8 @@ void adamw_counted_update_on(const AdamWStep<T>& k, const T* c1, const T* c2, T 
                              T* counts, std::int64_t n);
 template <class A, class T>
 void sgd_update_on(const SGDStep<T>& k, T* w, const T* g, T* buffer, std::int64_t n);
+template <class A, class T>
+bool zero_moments_on(const T* m, const T* v, std::int64_t n);
 
 template <Value T>
 struct LayerNormForwardArgs;
@@ -133,7 +135,8 @@ void bf16_sddmm_portable_on(const PaddedCSR<float, Index>& W, ConstMatrixView<bf
 #define SPRIG_DETAIL_SPARSE_KERNELS(X) X(spmm) X(spmm_transposed) X(sddmm) X(sddmm_dx)
 // clang-format off
 #define SPRIG_DETAIL_DENSE_KERNELS(X)                                                          \
-  X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(sgd_update)   \
+  X(narrow_forward) X(narrow_backward) X(adamw_update) X(adamw_counted_update) X(zero_moments) \
+  X(sgd_update)                                                                                 \
   X(layer_norm_forward) X(layer_norm_backward) X(layer_norm_dy_xhat) X(add_arrays)      \
   X(sum_squares) X(scale_array) X(gelu_forward) X(gelu_keep_derivative) X(gelu_backward)  \
   X(gelu_keep_derivative_bf16) X(gelu_scale_bf16) X(gelu_scale_widened)

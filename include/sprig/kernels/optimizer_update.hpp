@@ -7,6 +7,8 @@
 //   adamw_counted_update   the same with per-slot corrections c1[n], c2[n], where the slot's
 //                  count n becomes 1 for a slot whose m and v are both exactly 0, else
 //                  min(n + 1, top), and is stored back
+//   zero_moments   whether some slot has m and v both exactly 0 (either sign): AdamW's test for
+//                  a slot that needs a count of its own
 //   sgd_update     g' = g + wd w, then plain (w -= lr g'), momentum (b = mu b + g';
 //                  w -= lr b) or Nesterov (b = mu b + g'; w -= lr (g' + mu b))
 //
@@ -123,6 +125,28 @@ void adamw_update_on(const AdamWStep<T>& k, T c1, T c2, T* w, const T* g, T* m, 
 #endif
   const AdamWConstants<T> ks(k);
   for (std::int64_t s = 0; s < n; ++s) adamw_element(ks, g[s], c1, c2, m[s], v[s], w[s]);
+}
+
+template <class A, class T>
+bool zero_moments_on(const T* m, const T* v, std::int64_t n) {
+  std::int64_t j = 0;
+#if SPRIG_KERNEL_SIMD
+  if constexpr (kSimdFor<T, A>) {
+    using B = xsimd::batch<T, A>;
+    constexpr std::int64_t U = B::size;
+    const B zero(T(0));
+    const auto hit = [&](std::int64_t at) SPRIG_ALWAYS_INLINE_LAMBDA {
+      return (B::load_unaligned(m + at) == zero) & (B::load_unaligned(v + at) == zero);
+    };
+    for (; j + 4 * U <= n; j += 4 * U)  // four registers per test: the loop is a stream of loads
+      if (xsimd::any(hit(j) | hit(j + U) | hit(j + 2 * U) | hit(j + 3 * U))) return true;
+    for (; j + U <= n; j += U)
+      if (xsimd::any(hit(j))) return true;
+  }
+#endif
+  for (; j < n; ++j)
+    if (m[j] == T(0) && v[j] == T(0)) return true;
+  return false;
 }
 
 template <class A, class T>

@@ -213,10 +213,10 @@ private:
       if (t > 1) {
         const T* mp = p.state[0].data();
         const T* vp = p.state[1].data();
+        const auto zero_moments = detail::zero_moments_kernel<T>();
         detail::for_each_live_range(p, [&](std::int64_t b, std::int64_t e) {
-          bool any = false;
-          for (std::int64_t s = b; s < e; ++s) any |= (mp[s] == T(0)) & (vp[s] == T(0));
-          if (any) fresh.store(true, std::memory_order_relaxed);
+          if (!fresh.load(std::memory_order_relaxed) && zero_moments(mp + b, vp + b, e - b))
+            fresh.store(true, std::memory_order_relaxed);
         });
       }
       if (!fresh.load(std::memory_order_relaxed)) return update_global(p);
