@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -205,6 +206,31 @@ TEST_CASE("SparseLinear bf16: clear errors", "[nn][sparse_linear][bf16][errors]"
   CHECK_THROWS_AS(parse_precision("fp16"), ArgumentError);
   CHECK(parse_precision("bf16") == Precision::bf16);
   CHECK(std::string(precision_name(Precision::fp32)) == "fp32");
+}
+
+TEST_CASE("Bf16Scratch::parts: each part on its own 64-byte line, none overlapping, the last one exact",
+          "[nn][bf16][memory]") {
+  Bf16Scratch scratch;
+  const auto line = [](const bfloat16* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; };
+  for (const std::array<std::int64_t, 4> sizes :
+       {std::array<std::int64_t, 4>{1, 31, 33, 5}, {32, 0, 64, 0}, {0, 0, 0, 7}, {148, 29, 1, 1000}}) {
+    const auto p = scratch.parts(sizes);
+    std::int64_t end = 0;  // elements from p[0] to the last part's end
+    for (std::size_t i = 0; i < 4; ++i) {
+      INFO("part " << i << " of " << sizes[0] << ", " << sizes[1] << ", " << sizes[2] << ", " << sizes[3]);
+      CHECK(line(p[i]));
+      if (i > 0) CHECK(p[i] - p[i - 1] == (sizes[i - 1] + 31) / 32 * 32);  // the part before, whole and padded
+      end = (p[i] - p[0]) + sizes[i];
+    }
+    CHECK(scratch.memory_bytes() >= end * static_cast<std::int64_t>(sizeof(bfloat16)));
+    for (std::size_t i = 0; i < 4; ++i)  // every part writable to its end
+      std::fill(p[i], p[i] + sizes[i], bfloat16(static_cast<float>(i)));
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::int64_t k = 0; k < sizes[i]; ++k) REQUIRE(static_cast<float>(p[i][k]) == static_cast<float>(i));
+  }
+  Bf16Scratch fresh;  // grows to the last part's end, not a line past it
+  fresh.parts(std::array<std::int64_t, 2>{3, 5});
+  CHECK(fresh.memory_bytes() == (32 + 5) * static_cast<std::int64_t>(sizeof(bfloat16)));
 }
 
 TEST_CASE("bf16 layers: memory_bytes counts the shadow and an owned scratch once, a shared one never",

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,12 +40,30 @@ public:
     if (n > std::ssize(buffer_)) buffer_.resize(static_cast<std::size_t>(n));
     return buffer_.data();
   }
+  // Consecutive parts of sizes[0], sizes[1], ... elements, each starting on a 64-byte line (a
+  // part of size 0 gets a valid pointer), contents unspecified, valid until the next call;
+  // grows as data(n) does, to the last part's end. For a call that needs its rounded operands
+  // and a kernel's packing memory side by side.
+  template <std::size_t N>
+  std::array<bfloat16*, N> parts(const std::array<std::int64_t, N>& sizes) {
+    std::array<std::int64_t, N> offsets{};
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      offsets[i] = total;
+      total += i + 1 < N ? (sizes[i] + kLine - 1) / kLine * kLine : sizes[i];
+    }
+    bfloat16* base = data(total);
+    std::array<bfloat16*, N> out{};
+    for (std::size_t i = 0; i < N; ++i) out[i] = base + offsets[i];
+    return out;
+  }
   // Bytes owned.
   std::int64_t memory_bytes() const noexcept {
     return static_cast<std::int64_t>(buffer_.capacity() * sizeof(bfloat16));
   }
 
 private:
+  static constexpr std::int64_t kLine = static_cast<std::int64_t>(kAlignment / sizeof(bfloat16));
   std::vector<bfloat16, AlignedAllocator<bfloat16>> buffer_;
 };
 
@@ -144,6 +163,17 @@ public:
     return detail::narrow_rows(X, scratch().data(X.rows() * X.cols()));
   }
   static ConstMatrixView<bfloat16> rounded(ConstMatrixView<bfloat16> X) noexcept { return X; }
+  // X rounded as above and `workspace` more elements of the scratch on their own 64-byte line
+  // (a kernel's packing memory), both valid until the scratch's next use; a bf16 X as it is.
+  std::pair<ConstMatrixView<bfloat16>, std::span<bfloat16>> rounded_with_workspace(ConstMatrixView<float> X,
+                                                                                   std::int64_t workspace) {
+    const auto [x, w] = scratch().parts(std::array{X.rows() * X.cols(), workspace});
+    return {detail::narrow_rows(X, x), std::span<bfloat16>(w, static_cast<std::size_t>(workspace))};
+  }
+  std::pair<ConstMatrixView<bfloat16>, std::span<bfloat16>> rounded_with_workspace(ConstMatrixView<bfloat16> X,
+                                                                                   std::int64_t workspace) {
+    return {X, std::span<bfloat16>(scratch().data(workspace), static_cast<std::size_t>(workspace))};
+  }
   // X and dY rounded to bf16, side by side in the scratch (valid until its next use).
   std::pair<ConstMatrixView<bfloat16>, ConstMatrixView<bfloat16>> rounded(ConstMatrixView<float> X,
                                                                           ConstMatrixView<float> dY) {

@@ -69,7 +69,8 @@ public:
     bias.decay = false;
     CounterRng rng(seed, layer_key, kInitKey);
     const double bound = kaiming_uniform_bound(fan_in);
-    for (T& v : weight.value) v = static_cast<T>(init.is_normal() ? scale * rng.normal() : rng.uniform(-bound, bound));
+    for (T& v : weight.value)
+      v = static_cast<T>(init.is_normal() ? scale * rng.normal() : rng.uniform(-bound, bound));
   }
 
   // Shape of W (O(1)).
@@ -97,7 +98,9 @@ public:
   // nn/projection_input.hpp): bitwise the float form's results for a float X that rounds to
   // this X. Needs Precision::bf16 (else ArgumentError); throws as the float form.
   void forward(ConstMatrixView<bfloat16> X, std::type_identity_t<MatrixView<T>> Y,
-               FusedActivation act = FusedActivation::none) requires std::is_same_v<T, float> {
+               FusedActivation act = FusedActivation::none)
+    requires std::is_same_v<T, float>
+  {
     bf16_.require_bf16_input("Linear::forward");
     check_forward(X, Y, act);
     forward_bf16(X, Y, act);
@@ -134,7 +137,9 @@ public:
   // The same with X in bf16, as forward's bf16 form (x_activation relu reads X widened).
   void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY,
                 std::type_identity_t<MatrixView<T>> dX, FusedActivation x_activation = FusedActivation::none,
-                std::type_identity_t<ConstMatrixView<T>> x_derivative = {}) requires std::is_same_v<T, float> {
+                std::type_identity_t<ConstMatrixView<T>> x_derivative = {})
+    requires std::is_same_v<T, float>
+  {
     bf16_.require_bf16_input("Linear::backward");
     if (dX.rows() != in_features() || dX.cols() != X.cols())
       throw ShapeError(detail::message("Linear::backward: dX is ", dX.rows(), "x", dX.cols(), ", expected ",
@@ -160,8 +165,9 @@ public:
       gemm<T>(Trans::no, Trans::yes, T(1), dY, X, T(0), weight.grad_view());
     detail::sum_rows<T>(dY, bias.grad);
   }
-  void backward(ConstMatrixView<bfloat16> X,
-                std::type_identity_t<ConstMatrixView<T>> dY) requires std::is_same_v<T, float> {
+  void backward(ConstMatrixView<bfloat16> X, std::type_identity_t<ConstMatrixView<T>> dY)
+    requires std::is_same_v<T, float>
+  {
     bf16_.require_bf16_input("Linear::backward");
     check_backward_shapes(X, dY);
     backward_bf16(X, dY, nullptr);
@@ -213,25 +219,14 @@ private:
                                        X.rows(), "x", X.cols(), ", Y is ", Y.rows(), "x", Y.cols()));
     detail::check_forward_activation("Linear::forward", act);
   }
-  // (the bf16 products' packing memory follows the rounded operands in the shared scratch,
-  // each part on a 64-byte line: no allocation in a steady state)
-  static std::int64_t lines(std::int64_t n) noexcept { return (n + 31) / 32 * 32; }
   template <class XT>
   void forward_bf16(ConstMatrixView<XT> X, MatrixView<float> Y, FusedActivation act) {
     const auto W = bf16_.shadow(weight.value.size());
     to_bfloat16(std::span<const float>(weight.value), W);
-    const std::int64_t B = X.cols(), in = in_features(), out = out_features();
+    const std::int64_t out = out_features(), in = in_features();
     const Bf16GemmPath path = bf16_gemm_path();
-    const std::int64_t xn = std::is_same_v<XT, float> ? lines(in * B) : 0,
-                       ws = bf16_gemm_workspace_size(out, in, B, path);
-    bfloat16* buffer = bf16_.scratch().data(xn + ws);
-    ConstMatrixView<bfloat16> Xb;
-    if constexpr (std::is_same_v<XT, float>)
-      Xb = detail::narrow_rows(X, buffer);
-    else
-      Xb = X;
-    bf16_gemm(ConstMatrixView<bfloat16>(W.data(), out, in), Xb, Y, Update::overwrite, path,
-              std::span<bfloat16>(buffer + xn, static_cast<std::size_t>(ws)));
+    const auto [Xb, pack] = bf16_.rounded_with_workspace(X, bf16_gemm_workspace_size(out, in, X.cols(), path));
+    bf16_gemm(ConstMatrixView<bfloat16>(W.data(), out, in), Xb, Y, Update::overwrite, path, pack);
     detail::add_bias<float>(bias.value, Y, act);
   }
   // dW = dY X^T, db, and dX = W^T dY when dX is given (no activation: the caller's pass).
@@ -240,17 +235,16 @@ private:
     const auto W = bf16_.forwarded_shadow(weight.value.size(), "Linear::backward");
     const std::int64_t B = X.cols(), in = in_features(), out = out_features();
     const Bf16GemmPath path = bf16_gemm_path();
-    const std::int64_t xt = lines(B * in), dy = lines(B * out), wt = dX ? lines(in * out) : 0;
     const std::int64_t ws = std::max(bf16_gemm_workspace_size(out, B, in, path),
                                      dX ? bf16_gemm_workspace_size(in, out, B, path) : std::int64_t{0});
-    bfloat16* buffer = bf16_.scratch().data(xt + dy + wt + ws);
-    const std::span<bfloat16> pack(buffer + xt + dy + wt, static_cast<std::size_t>(ws));
-    const auto XT = detail::narrow_transposed(X, buffer);
-    const auto dYb = detail::narrow_rows(dY, buffer + xt);
+    const auto [xt, dy, wt, pk] = bf16_.scratch().parts(std::array{B * in, B * out, dX ? in * out : 0, ws});
+    const std::span<bfloat16> pack(pk, static_cast<std::size_t>(ws));
+    const auto XT = detail::narrow_transposed(X, xt);
+    const auto dYb = detail::narrow_rows(dY, dy);
     bf16_gemm(dYb, XT, weight.grad_view(), Update::overwrite, path, pack);
     detail::sum_rows<float>(dY, bias.grad);
     if (!dX) return;
-    const auto WT = detail::narrow_transposed(ConstMatrixView<bfloat16>(W.data(), out, in), buffer + xt + dy);
+    const auto WT = detail::narrow_transposed(ConstMatrixView<bfloat16>(W.data(), out, in), wt);
     bf16_gemm(WT, dYb, *dX, Update::overwrite, path, pack);
   }
 
