@@ -81,6 +81,7 @@
 #include "guarded_main.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
+#include "quantiles.hpp"
 #include "ranks.hpp"
 #include "run_settings.hpp"
 #include "stale_temporaries.hpp"
@@ -591,13 +592,8 @@ int run(Config cfg) {
   const double ms_per_step = 1e3 * train_seconds / static_cast<double>(steps_run);
   const double tokens_per_s =  // 0 when no step ran (--eval-only, or a resume at the end)
       step > start.step ? static_cast<double>(steps_run * cfg.batch * cfg.block) / std::max(train_seconds, 1e-9) : 0.0;
-  double median_ms = 0.0;  // 0 when no step ran
-  if (!step_seconds.empty()) {
-    std::vector<double> sorted = step_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    const std::size_t n = sorted.size();
-    median_ms = 1e3 * (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
-  }
+  const double median_ms =  // 0 when no step ran
+      step_seconds.empty() ? 0.0 : 1e3 * examples::quantiles(step_seconds).median;
   const sprig::ParameterMemory pm = sprig::parameter_memory(model);
   const std::int64_t rss = examples::peak_rss_bytes();
   const std::int64_t everything = model.memory_bytes();

@@ -39,6 +39,7 @@
 #include "fashion_mnist_data.hpp"
 #include "kernel_label.hpp"
 #include "progress.hpp"
+#include "quantiles.hpp"
 #include "ranks.hpp"
 #include "run_settings.hpp"
 #include "stale_temporaries.hpp"
@@ -135,15 +136,6 @@ sprig::Sequential<T, Index, Block...> build_model(const Config& cfg, double spar
     return sprig::models::build_block_mlp<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
 }
 
-struct Quantiles {
-  double p10, median, p90;
-};
-inline Quantiles quantiles(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)]; };
-  return {at(0.1), at(0.5), at(0.9)};
-}
-
 // Times training steps of the dense model and of the sparse one in the same process,
 // alternating step by step on the same batches (so machine drift hits both alike), and
 // prints the medians with the 10th/90th percentiles, split into forward (with the loss),
@@ -189,11 +181,12 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
   std::printf("step times over %lld alternating steps, batch %lld (ms: median [p10, p90]):\n",
               static_cast<long long>(cfg.compare_steps), static_cast<long long>(cfg.batch));
   for (int m = 0; m < 2; ++m) {
-    const auto q = quantiles(total[m]), f = quantiles(fwd[m]), b = quantiles(bwd[m]), o = quantiles(opt_t[m]);
+    const auto q = examples::quantiles(total[m]), f = examples::quantiles(fwd[m]), b = examples::quantiles(bwd[m]),
+               o = examples::quantiles(opt_t[m]);
     std::printf("  %-6s step %8.3f [%.3f, %.3f]  forward+loss %.3f  backward %.3f  optimizer %.3f\n", names[m],
                 q.median, q.p10, q.p90, f.median, b.median, o.median);
   }
-  const double dense_ms = quantiles(total[0]).median, sparse_ms = quantiles(total[1]).median;
+  const double dense_ms = examples::quantiles(total[0]).median, sparse_ms = examples::quantiles(total[1]).median;
   std::printf("STEP_TIMES dense_ms=%.3f sparse_ms=%.3f speedup=%.2f sparsity=%g batch=%lld\n", dense_ms, sparse_ms,
               dense_ms / sparse_ms, cfg.sparsity, static_cast<long long>(cfg.batch));
   return 0;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(SPRIG_EXAMPLES_MPI)
@@ -19,6 +20,7 @@
 #endif
 
 #include "progress.hpp"
+#include "quantiles.hpp"
 
 namespace examples {
 
@@ -82,10 +84,7 @@ void report_ranks(sprig::dist::Communicator& comm, const DP& dp, double train_se
     step_ms.push_back(v[0]);
     comm_share.push_back((v[1] + v[2]) / v[0]);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  const auto median = [](std::vector<double> v) { return quantiles(std::move(v)).median; };
   std::printf("DIST ranks=%d ms_per_step=%.3f comm_share=%.3f gradient_bytes_per_step=%.0f\n", comm.size(),
               median(step_ms), median(comm_share), mine[3]);
 }
