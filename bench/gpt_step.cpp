@@ -236,83 +236,50 @@ Variant variant_of(const std::string& name, const Options& o) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Phases of the profiled step, in the order they run.
-enum Phase {
-  emb_fwd,
-  ln_fwd,
-  qkv_fwd,
-  attn_fwd,
-  proj_fwd,
-  resid_fwd,
-  fc_fwd,
-  gelu_fwd,
-  fcproj_fwd,
-  head_fwd,
-  loss_phase,
-  head_bwd,
-  ln_bwd,
-  fcproj_bwd,
-  fc_bwd,
-  proj_bwd,
-  attn_bwd,
-  qkv_bwd,
-  resid_bwd,
-  emb_bwd,
-  clip_phase,
-  opt_phase,
-  kPhases
-};
-constexpr std::array<const char*, kPhases> kPhaseNames = {
-    "embeddings forward (token gather + positions)",
-    "layer norms forward (LN1, LN2, LN_f)",
-    "qkv projection forward",
-    "attention core forward (scores, causal softmax, weighted sum)",
-    "proj projection forward",
-    "residual adds forward",
-    "fc projection forward",
-    "GELU forward (keeps its derivative)",
-    "fc_proj projection forward",
-    "head forward (dense, + bias)",
-    "loss (softmax cross-entropy + dlogits)",
-    "head backward",
-    "layer norms backward",
-    "fc_proj projection backward (+ GELU backward in its dX pass)",
-    "fc projection backward",
-    "proj projection backward",
-    "attention core backward",
-    "qkv projection backward",
-    "residual adds backward",
-    "embeddings backward (scatter-add)",
-    "gradient clipping (global norm)",
-    "optimizer (AdamW, all parameters)"};
-
-// gpt_step's phase of a GPTPhase: the same order, with the loss between the head's forward
-// and backward.
-constexpr Phase phase_of(sprig::GPTPhase g) {
-  const auto i = static_cast<int>(g);
-  return static_cast<Phase>(i < static_cast<int>(sprig::GPTPhase::head_backward) ? i : i + 1);
+// Rows of the profile: the model's own phases (GPTPhase, timed by its clock; rows 0 .. 18) and
+// the three the bench times around the model's step.
+using G = sprig::GPTPhase;
+constexpr std::size_t kModelPhases = sprig::GPTPhaseClock::kPhases;
+constexpr std::size_t loss_phase = kModelPhases, clip_phase = kModelPhases + 1, opt_phase = kModelPhases + 2,
+                      kPhases = kModelPhases + 3;
+constexpr std::size_t row(G p) { return static_cast<std::size_t>(p); }
+const char* phase_name(std::size_t r) {
+  constexpr const char* bench_names[] = {"loss (softmax cross-entropy + dlogits)", "gradient clipping (global norm)",
+                                         "optimizer (AdamW, all parameters)"};
+  return r < kModelPhases ? sprig::gpt_phase_name(static_cast<G>(r)) : bench_names[r - kModelPhases];
 }
-static_assert(phase_of(sprig::GPTPhase::head_forward) == head_fwd &&
-              phase_of(sprig::GPTPhase::head_backward) == head_bwd &&
-              phase_of(sprig::GPTPhase::embeddings_backward) == emb_bwd && emb_bwd + 3 == kPhases);
+// The rows in the order the step runs them: the loss between the head's forward and backward.
+constexpr std::array<std::size_t, kPhases> kStepOrder = [] {
+  std::array<std::size_t, kPhases> order{};
+  std::size_t k = 0;
+  for (std::size_t r = 0; r < kModelPhases; ++r) {
+    if (r == row(G::head_backward)) order[k++] = loss_phase;
+    order[k++] = r;
+  }
+  order[k++] = clip_phase;
+  order[k++] = opt_phase;
+  return order;
+}();
 
 // Groups of phases for the summary ("where the time goes").
 struct Group {
   const char* name;
-  std::vector<Phase> phases;
+  std::vector<std::size_t> phases;  // rows
 };
 const std::vector<Group>& groups() {
-  static const std::vector<Group> g = {{"projections forward", {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}},
-                                       {"projections backward", {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd}},
-                                       {"attention core forward", {attn_fwd}},
-                                       {"attention core backward", {attn_bwd}},
-                                       {"layer norms (forward + backward)", {ln_fwd, ln_bwd}},
-                                       {"GELU forward", {gelu_fwd}},
-                                       {"embeddings (forward + backward)", {emb_fwd, emb_bwd}},
-                                       {"head + loss (forward + backward)", {head_fwd, loss_phase, head_bwd}},
-                                       {"residual adds (forward + backward)", {resid_fwd, resid_bwd}},
-                                       {"optimizer", {opt_phase}},
-                                       {"clipping", {clip_phase}}};
+  static const std::vector<Group> g = {
+      {"projections forward", {row(G::qkv_forward), row(G::proj_forward), row(G::fc_forward), row(G::fc_proj_forward)}},
+      {"projections backward",
+       {row(G::qkv_backward), row(G::proj_backward), row(G::fc_backward), row(G::fc_proj_backward)}},
+      {"attention core forward", {row(G::attention_forward)}},
+      {"attention core backward", {row(G::attention_backward)}},
+      {"layer norms (forward + backward)", {row(G::layer_norms_forward), row(G::layer_norms_backward)}},
+      {"GELU forward", {row(G::gelu_forward)}},
+      {"embeddings (forward + backward)", {row(G::embeddings_forward), row(G::embeddings_backward)}},
+      {"head + loss (forward + backward)", {row(G::head_forward), loss_phase, row(G::head_backward)}},
+      {"residual adds (forward + backward)", {row(G::residual_forward), row(G::residual_backward)}},
+      {"optimizer", {opt_phase}},
+      {"clipping", {clip_phase}}};
   return g;
 }
 
@@ -370,14 +337,14 @@ public:
       if (it == 0) continue;
       model_ms.push_back(ms_between(t0, Clock::now()));
       double s = 0.0;
-      for (int p = 0; p < kPhases; ++p) {
+      for (std::size_t p = 0; p < kPhases; ++p) {
         samples[p].push_back(ph[p]);
         s += ph[p];
       }
       sums.push_back(s);
     }
     ProfileResult r;
-    for (int p = 0; p < kPhases; ++p) r.ms[p] = median(samples[p]);
+    for (std::size_t p = 0; p < kPhases; ++p) r.ms[p] = median(samples[p]);
     r.sum_ms = median(sums);
     r.model_ms = median(model_ms);
     flops(r, batch, seq_len);
@@ -414,8 +381,7 @@ private:
     }
     ph[clip_phase] = time_ms([&] { sprig::clip_grad_norm(m_, clip); });
     ph[opt_phase] = time_ms([&] { opt.step(m_); });
-    for (std::size_t g = 0; g < sprig::GPTPhaseClock::kPhases; ++g)
-      ph[phase_of(static_cast<sprig::GPTPhase>(g))] = 1e3 * clock.seconds(static_cast<sprig::GPTPhase>(g));
+    for (std::size_t g = 0; g < kModelPhases; ++g) ph[g] = 1e3 * clock.seconds(static_cast<G>(g));
     return ph;
   }
 
@@ -423,7 +389,9 @@ private:
   // attention core: the causal half of the scores and of the weighted sum).
   void flops(ProfileResult& r, std::int64_t batch, std::int64_t seq_len) {
     const double n = static_cast<double>(batch * seq_len);
-    const Phase fwd[] = {qkv_fwd, proj_fwd, fc_fwd, fcproj_fwd}, bwd[] = {qkv_bwd, proj_bwd, fc_bwd, fcproj_bwd};
+    const std::size_t fwd[] = {row(G::qkv_forward), row(G::proj_forward), row(G::fc_forward), row(G::fc_proj_forward)},
+                      bwd[] = {row(G::qkv_backward), row(G::proj_backward), row(G::fc_backward),
+                               row(G::fc_proj_backward)};
     const auto layers = static_cast<std::size_t>(m_.layers());
     for (std::size_t l = 0; l < layers; ++l)
       for (std::size_t j = 0; j < 4; ++j) {
@@ -444,11 +412,11 @@ private:
     const double t = static_cast<double>(seq_len), d = static_cast<double>(m_.config().d_model);
     // pairs x head dims, all heads of every block (the phase times all blocks)
     const double causal = static_cast<double>(layers) * static_cast<double>(batch) * t * (t + 1) / 2 * d;
-    r.flops[attn_fwd] = 2 * 2 * causal;  // Q K^T and P V
-    r.flops[attn_bwd] = 2 * 4 * causal;  // dP, dV, dQ, dK
+    r.flops[row(G::attention_forward)] = 2 * 2 * causal;   // Q K^T and P V
+    r.flops[row(G::attention_backward)] = 2 * 4 * causal;  // dP, dV, dQ, dK
     const double head = static_cast<double>(m_.config().vocab) * d * n;
-    r.flops[head_fwd] = 2 * head;
-    r.flops[head_bwd] = 4 * head;
+    r.flops[row(G::head_forward)] = 2 * head;
+    r.flops[row(G::head_backward)] = 4 * head;
   }
 
   Model& m_;
@@ -586,12 +554,12 @@ void write_report(std::ostream& os, const std::vector<Result>& all, const Option
        << "\n\n| where the time goes | ms | share |\n|---|---|---|\n";
     for (const Group& g : groups()) {
       double ms = 0;
-      for (Phase ph : g.phases) ms += p.ms[ph];
+      for (const std::size_t ph : g.phases) ms += p.ms[ph];
       os << "| " << g.name << " | " << fmt("%.3f", ms) << " | " << fmt("%.1f%%", 100.0 * ms / p.sum_ms) << " |\n";
     }
     os << "\n| phase (in step order) | ms | share | GFLOP/s |\n|---|---|---|---|\n";
-    for (int ph = 0; ph < kPhases; ++ph)
-      os << "| " << kPhaseNames[ph] << " | " << fmt("%.3f", p.ms[ph]) << " | "
+    for (const std::size_t ph : kStepOrder)
+      os << "| " << phase_name(ph) << " | " << fmt("%.3f", p.ms[ph]) << " | "
          << fmt("%.1f%%", 100.0 * p.ms[ph] / p.sum_ms) << " | "
          << (p.flops[ph] > 0 && p.ms[ph] > 0 ? fmt("%.1f", p.flops[ph] / (p.ms[ph] * 1e6)) : std::string("")) << " |\n";
   }
@@ -608,8 +576,8 @@ void write_csv(std::ostream& os, const std::vector<Result>& all, const Options& 
        << fmt("%.3f", r.min()) << ',' << fmt("%.3f", r.max()) << ',' << fmt("%.0f", tokens / (r.med() / 1e3)) << ','
        << r.pm.weights << ',' << r.pm.optimizer_state << '\n';
     if (!r.has_profile) continue;
-    for (int ph = 0; ph < kPhases; ++ph)
-      os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",\"" << kPhaseNames[ph] << "\","
+    for (const std::size_t ph : kStepOrder)
+      os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",\"" << phase_name(ph) << "\","
          << fmt("%.3f", r.profile.ms[ph]) << ",,,,,\n";
     os << "phase," << r.variant.name << ',' << r.threads << ',' << bits << ",sum of phases,"
        << fmt("%.3f", r.profile.sum_ms) << ",,,,,\n";

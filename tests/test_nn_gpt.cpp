@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -221,6 +222,19 @@ TEMPLATE_TEST_CASE("GPT: a steady-state forward, loss and backward allocate noth
   step(model, ce, tokens, labels, 4, 4);
   opt.step(model);
   CHECK(g_allocations.load() - with_opt == 0);
+}
+
+TEST_CASE("GPT: every phase has its own name", "[nn][gpt][clock]") {
+  std::set<std::string> names;
+  for (std::size_t p = 0; p < GPTPhaseClock::kPhases; ++p) {
+    const std::string name = gpt_phase_name(static_cast<GPTPhase>(p));
+    INFO("phase " << p << ": " << name);
+    CHECK(name.size() > 5);
+    CHECK(names.insert(name).second);
+  }
+  CHECK(gpt_phase_name(GPTPhase::qkv_forward) == std::string("qkv projection forward"));
+  CHECK(gpt_phase_name(GPTPhase::embeddings_backward) == std::string("embeddings backward (scatter-add)"));
+  CHECK(gpt_phase_name(GPTPhase::count) == std::string("?"));
 }
 
 TEST_CASE("GPT: a phase clock times every phase of the step it runs and changes no bit", "[nn][gpt][clock]") {

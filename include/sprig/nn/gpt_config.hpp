@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <utility>
 #include <vector>
@@ -101,6 +102,32 @@ enum class GPTPhase : std::size_t {
   count
 };
 using GPTPhaseClock = PhaseClock<GPTPhase, static_cast<std::size_t>(GPTPhase::count)>;
+
+// What phase p covers, as a profile prints it ("?" for count). O(1).
+inline const char* gpt_phase_name(GPTPhase p) noexcept {
+  constexpr const char* names[] = {"embeddings forward (token gather + positions)",
+                                   "layer norms forward (LN1, LN2, LN_f)",
+                                   "qkv projection forward",
+                                   "attention core forward (scores, causal softmax, weighted sum)",
+                                   "proj projection forward",
+                                   "residual adds forward",
+                                   "fc projection forward",
+                                   "GELU forward (keeps its derivative)",
+                                   "fc_proj projection forward",
+                                   "head forward (dense, + bias)",
+                                   "head backward",
+                                   "layer norms backward",
+                                   "fc_proj projection backward (+ GELU backward in its dX pass)",
+                                   "fc projection backward",
+                                   "proj projection backward",
+                                   "attention core backward",
+                                   "qkv projection backward",
+                                   "residual adds backward",
+                                   "embeddings backward (scatter-add)"};
+  static_assert(std::size(names) == static_cast<std::size_t>(GPTPhase::count));
+  const auto i = static_cast<std::size_t>(p);
+  return i < std::size(names) ? names[i] : "?";
+}
 
 namespace detail {
 inline const char* gpt_projection_name(std::size_t j) noexcept {
