@@ -292,6 +292,22 @@ void BM_gelu_forward_keep_derivative(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations() * 4 * kD * kN);
 }
 
+// The bf16 form as a bf16 GPT runs it: fc's output in chunks of range(0) columns of [d_ff x w]
+// float, the GELU and gelu' rounded into their columns of [d_ff x N] bf16.
+void BM_gelu_forward_keep_derivative_bf16(benchmark::State& st) {
+  const std::int64_t w = st.range(0);
+  const sprig::Matrix<float> Z = random_matrix(4 * kD, w, 5, -3, 3);
+  sprig::Matrix<sprig::bfloat16> Y(4 * kD, kN), D(4 * kD, kN);
+  const sprig::GELU<float> gelu;
+  for (auto _ : st) {
+    for (std::int64_t c = 0; c < kN; c += w)
+      gelu.forward_keep_derivative(Z.view(), Y.view().block(0, c, 4 * kD, w), D.view().block(0, c, 4 * kD, w));
+    benchmark::DoNotOptimize(Y.data());
+    benchmark::DoNotOptimize(D.data());
+  }
+  st.SetItemsProcessed(st.iterations() * 4 * kD * kN);
+}
+
 }  // namespace
 
 BENCHMARK(BM_layer_norm_forward_plain_loop);
@@ -301,6 +317,7 @@ BENCHMARK(BM_layer_norm_backward_kernel);
 BENCHMARK(BM_residual_add_plain_loop);
 BENCHMARK(BM_residual_add_kernel);
 BENCHMARK(BM_gelu_forward_keep_derivative);
+BENCHMARK(BM_gelu_forward_keep_derivative_bf16)->Arg(256)->Arg(1024);
 BENCHMARK(BM_adamw_plain_loop)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_kernel)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_per_slot)->Arg(1)->Arg(0);
