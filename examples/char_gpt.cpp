@@ -138,6 +138,7 @@ struct Config {
   std::optional<sprig::RunSettings> resumed;  // not an option: the resumed checkpoint's settings, read once in main
   double prune_attn = -1, prune_ffn = -1;  // --prune-attn/--prune-ffn: magnitude pruning on import (< 0: off)
   bool eval_only = false;                  // no training steps
+  bool profile = false;                    // --profile: where a training step's time goes, printed at the end
   std::string dump_logits;                 // --dump-logits: the logits of the first validation windows, as safetensors
 };
 
@@ -491,6 +492,8 @@ int run(Config cfg) {
   const examples::ProgressBar progress(20);
   double train_seconds = 0.0, smooth = 0.0, val_loss = std::nan("");
   std::vector<double> step_seconds;  // each step's time: the median and the first step reported apart
+  sprig::GPTPhaseClock clock;        // --profile: the model's own phases (GPT::set_phase_clock) and
+  double loss_seconds = 0.0, update_seconds = 0.0;  // the loss, and clipping with the updates, timed here
   step_seconds.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, cfg.steps - start.step)));
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
@@ -504,10 +507,15 @@ int run(Config cfg) {
                                    std::span<const std::int64_t>(starts).subspan(static_cast<std::size_t>(shard.begin),
                                                                                  static_cast<std::size_t>(shard.size)),
                                    cfg.block, x, y);
+    if (cfg.profile) model.set_phase_clock(&clock);  // the training step's forward and backward only
     const auto z = model.forward(x, shard.size, cfg.block);
+    const auto t_loss = Clock::now();
     const T local_loss = ce.forward_backward(z, std::span<const int>(y.data(), y.size()), model.output_grad());
     const double loss = sprig::check_finite(dp.average(local_loss), "the training loss", step + 1);  // every rank alike
+    loss_seconds += seconds_since(t_loss);
     dp.backward();  // with the gradient average over the ranks, so clipping sees the global gradient
+    model.set_phase_clock(nullptr);
+    const auto t_update = Clock::now();
     try {
       sprig::clip_grad_norm(model, cfg.clip);
     } catch (const sprig::ArgumentError&) {
@@ -519,6 +527,7 @@ int run(Config cfg) {
       dp.apply_step(*algorithm, opt, step);
     else
       opt.step(model);
+    update_seconds += seconds_since(t_update);
     step_seconds.push_back(seconds_since(t0));
     train_seconds += step_seconds.back();
     smooth = step == start.step ? loss : 0.95 * smooth + 0.05 * loss;
@@ -610,6 +619,22 @@ int run(Config cfg) {
   if (!step_seconds.empty())  // after the sample's text and "weights": what resume tests compare holds no timing
     std::printf("training: %zu steps in %.3f s, %.2f ms a step (median %.2f ms, first step %.2f ms)\n",
                 step_seconds.size(), train_seconds, ms_per_step, median_ms, 1e3 * step_seconds.front());
+  if (cfg.profile && !step_seconds.empty()) {
+    const auto n = static_cast<double>(step_seconds.size());
+    const auto line = [&](const char* what, double seconds) {
+      std::printf("  %-62s %9.3f ms %6.1f%%\n", what, 1e3 * seconds / n, 100.0 * seconds / train_seconds);
+    };
+    std::printf("profile: where a training step's time goes (mean over %zu steps, %.2f ms a step):\n",
+                step_seconds.size(), ms_per_step);
+    for (std::size_t p = 0; p < sprig::GPTPhaseClock::kPhases; ++p) {
+      const auto phase = static_cast<sprig::GPTPhase>(p);
+      line(sprig::gpt_phase_name(phase), clock.seconds(phase));
+    }
+    line("loss (softmax cross-entropy + dlogits; the ranks' average)", loss_seconds);
+    line("clipping, optimizer and topology updates", update_seconds);
+    // the rest of each step: the batch's windows, and the ranks' gradient sums where there are ranks
+    line("data and the rest", train_seconds - clock.total_seconds() - loss_seconds - update_seconds);
+  }
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
@@ -733,6 +758,8 @@ int program(int argc, char** argv) {
   app.add_option("--prune-ffn", cfg.prune_ffn,
                  "With --import: prune fc and fc_proj by magnitude to this sparsity (sets the FFN's sparsity)")
       ->check(examples::in_range(0.0, 0.9999));
+  app.add_flag("--profile", cfg.profile,
+               "Print where a training step's time goes, phase by phase (the model's own step; the same results)");
   app.add_flag("--eval-only", cfg.eval_only, "Train nothing: evaluate (then --dump-logits, --export, --sample)");
   app.add_option("--dump-logits", cfg.dump_logits,
                  "Write the logits of the first --batch validation windows to this safetensors file (tokens, logits)");
