@@ -32,6 +32,10 @@ if(TARGET sprig::openblas_openmp AND CLI11_FOUND AND OpenMP_CXX_FOUND)
                    --warmup 1 --steps 1 --variants all --profile "")
   set_tests_properties(bench:gpt_step_no_profile PROPERTIES TIMEOUT 60
     PASS_REGULAR_EXPRESSION "\\| all \\(attn" FAIL_REGULAR_EXPRESSION "Profile:|unknown variant")
+  # a --profile that names no variant the run has is an error, not a run without the profile
+  add_test(NAME bench:gpt_step_profile_not_run COMMAND gpt_step --layers 1 --variants all --profile all,ffn)
+  set_tests_properties(bench:gpt_step_profile_not_run PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "gpt_step: --profile ffn: no such variant runs")
   # bf16 products in blocks: every sparse shape variant once more in bf16, and the named form
   add_test(NAME bench:gpt_step_blocks_bf16_smoke
            COMMAND gpt_step --layers 2 --heads 2 --d-model 32 --d-ff 128 --block 16 --batch 2 --threads 1

@@ -706,6 +706,14 @@ int main(int argc, char** argv) {
     for (const auto& v : o.variants) (void)variant_of(v, o);
     std::erase(o.profile, std::string());  // `--profile ""`: profile nothing
     for (const auto& v : o.profile) (void)variant_of(v, o);
+    if (app.count("--profile") > 0) {  // (the default names what the default --variants run)
+      const std::vector<std::string> names = variant_names(o);
+      for (const auto& v : o.profile)
+        if (std::find(names.begin(), names.end(), v) == names.end())
+          throw std::invalid_argument("--profile " + v +
+                                      ": no such variant runs (--variants, --weight-blocks and "
+                                      "--precision give the names; bf16 ones end in /bf16)");
+    }
     return o.index_bits == 16 ? run<std::int16_t>(o, argc, argv) : run<std::int32_t>(o, argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt_step: %s\n", e.what());
