@@ -37,6 +37,9 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
   add_test(NAME example:char_gpt_profile COMMAND char_gpt ${CHAR_GPT_TINY} --steps 12 --eval-every 6 --profile)
   set_tests_properties(example:char_gpt_profile PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "profile: where a training step's time goes \\(mean over 12 steps, [0-9.]+ ms a step\\):\n  embeddings forward [^\n]* [0-9.]+ ms +[0-9.]+%\n(  [^\n]* [0-9.]+ ms +[0-9.]+%\n)+  embeddings backward \\(scatter-add\\) +[0-9.]+ ms +[0-9.]+%\n  loss [^\n]* [0-9.]+ ms +[0-9.]+%\n  clipping, optimizer and topology updates +[0-9.]+ ms +[0-9.]+%\n  data and the rest +[0-9.]+ ms +[0-9.]+%\n")
+  add_test(NAME example:char_gpt_profile_no_steps COMMAND char_gpt ${CHAR_GPT_TINY} --eval-only --profile)
+  set_tests_properties(example:char_gpt_profile_no_steps PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "profile: no training step ran, nothing to profile")
   # The same loop with the projections in dense 4x4 blocks (RigL on the block grid).
   add_test(NAME example:char_gpt_blocks_smoke COMMAND char_gpt ${CHAR_GPT_TINY} --weight-blocks 4x4 --steps 30 --eval-every 10)
   set_tests_properties(example:char_gpt_blocks_smoke PROPERTIES LABELS example

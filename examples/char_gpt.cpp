@@ -634,6 +634,8 @@ int run(Config cfg) {
     line("clipping, optimizer and topology updates", update_seconds);
     // the rest of each step: the batch's windows, and the ranks' gradient sums where there are ranks
     line("data and the rest", train_seconds - clock.total_seconds() - loss_seconds - update_seconds);
+  } else if (cfg.profile) {
+    std::printf("profile: no training step ran, nothing to profile\n");
   }
   if (comm.size() > 1) examples::report_ranks(comm, dp, train_seconds, steps_run);
   if (algorithm)
