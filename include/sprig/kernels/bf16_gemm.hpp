@@ -98,6 +98,28 @@ inline std::int64_t share_begin(std::int64_t n, std::int64_t t, std::int64_t thr
   return n * t / threads;
 }
 
+// Where a path's packing lives in its workspace, in bf16 elements from its start: the second
+// part (amx: B's pairs after A's tiles; portable: B's floats after A's, A's rounded up to a
+// 64-byte line) at `second`, `total` in all (avx512_bf16: B's pairs alone, second = 0).
+// bf16_gemm_workspace_size and the kernels read the same layout.
+struct Bf16GemmLayout {
+  std::int64_t second, total;
+};
+inline Bf16GemmLayout bf16_gemm_layout(std::int64_t M, std::int64_t K, std::int64_t N, Bf16GemmPath path) noexcept {
+  const std::int64_t NT = (N + 15) / 16;
+  switch (path) {
+    case Bf16GemmPath::amx: {
+      const std::int64_t MT = (M + 15) / 16, KT = (K + 31) / 32, a = MT * KT * 512;
+      return {a, a + NT * (KT * 16) * 32};
+    }
+    case Bf16GemmPath::avx512_bf16: return {0, NT * ((K + 1) / 2) * 32};
+    default: {
+      const std::int64_t a_floats = (M * K + 15) / 16 * 16;
+      return {2 * a_floats, 2 * (a_floats + K * N)};
+    }
+  }
+}
+
 // B in pairs along k, in panels of 16 columns: panel jt, pair p holds at
 // out[(jt P + p) 32 + 2 c + e] the value B(2 p + e, 16 jt + c), zero past K or N, for the
 // panels [jt0, jt1). A panel's 16 pairs from p = 16 kt on are AMX's B tile (16 rows of 64
@@ -302,7 +324,7 @@ inline void bf16_gemm_amx(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16>
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
   const std::int64_t MT = (M + 15) / 16, NT = (N + 15) / 16, KT = (K + 31) / 32, P = KT * 16;
   bfloat16* const Ap = ws;
-  bfloat16* const Bp = ws + MT * KT * 512;
+  bfloat16* const Bp = ws + bf16_gemm_layout(M, K, N, Bf16GemmPath::amx).second;
   const std::int64_t MB = (MT + 1) / 2;
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
     pack_a_tiles(A, KT, share_begin(MT, t, n), share_begin(MT, t + 1, n), Ap);
@@ -417,17 +439,13 @@ inline void bf16_gemm_avx512(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat
 
 #endif  // SPRIG_BF16_GEMM_X86
 
-// The floats of A (rounded up to whole 64-byte lines), then of B: what the portable path widens.
-inline std::int64_t bf16_gemm_portable_floats(std::int64_t M, std::int64_t K, std::int64_t N) noexcept {
-  return (M * K + 15) / 16 * 16 + K * N;
-}
-
 // ws: bf16_gemm_workspace_size(M, K, N, portable) elements (64-byte aligned): A and B in float.
 inline void bf16_gemm_portable(ConstMatrixView<bfloat16> A, ConstMatrixView<bfloat16> B, MatrixView<float> C,
                                bool accumulate, bfloat16* ws) {
   const std::int64_t M = A.rows(), K = A.cols(), N = B.cols();
   const std::span<float> Af(reinterpret_cast<float*>(ws), static_cast<std::size_t>(M * K));
-  const std::span<float> Bf(reinterpret_cast<float*>(ws) + (M * K + 15) / 16 * 16, static_cast<std::size_t>(K * N));
+  const std::span<float> Bf(reinterpret_cast<float*>(ws + bf16_gemm_layout(M, K, N, Bf16GemmPath::portable).second),
+                            static_cast<std::size_t>(K * N));
   bf16_gemm_threads(M * N * K, [&](std::int64_t t, std::int64_t n) {
     for (std::int64_t i = share_begin(M, t, n); i < share_begin(M, t + 1, n); ++i)
       to_float(std::span<const bfloat16>(A.row(i), static_cast<std::size_t>(K)),
@@ -465,13 +483,7 @@ inline Bf16GemmPath bf16_gemm_path() {
 // (0 for an empty product). O(1).
 inline std::int64_t bf16_gemm_workspace_size(std::int64_t M, std::int64_t K, std::int64_t N,
                                              Bf16GemmPath path) noexcept {
-  if (M <= 0 || K <= 0 || N <= 0) return 0;
-  const std::int64_t NT = (N + 15) / 16;
-  switch (path) {
-    case Bf16GemmPath::amx: return (M + 15) / 16 * ((K + 31) / 32) * 512 + NT * ((K + 31) / 32 * 16) * 32;
-    case Bf16GemmPath::avx512_bf16: return NT * ((K + 1) / 2) * 32;
-    default: return 2 * detail::bf16_gemm_portable_floats(M, K, N);
-  }
+  return M <= 0 || K <= 0 || N <= 0 ? 0 : detail::bf16_gemm_layout(M, K, N, path).total;
 }
 
 // C = A B (overwrite) or C += A B (accumulate) on `path` in the caller's packing memory:
