@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Speed/quality frontier of block-sparse hidden layers on Fashion-MNIST: fashion_mnist with
 # unstructured sparse layers and with each block shape, at each sparsity, over seeds, one
-# thread, a fixed topology unless the extra options name an algorithm (--algorithm set or
-# rigl updates every shape, on the block grid for blocks), then writes
+# thread, a fixed topology unless the extra options name an algorithm (any --algorithm
+# updates every shape, on the block grid for blocks), then writes
 #   OUT/block_sweep.md    table per sparsity: accuracy (mean +- std), ms/step, weight bytes,
 #                         and which shapes are on the frontier (no other shape is both faster
 #                         and more accurate)
@@ -50,9 +50,9 @@ done
 
 cpu="$(lscpu | sed -nE 's/^Model name: *//p' | head -1), family $(lscpu | sed -nE 's/^CPU family: *//p' | head -1) model $(lscpu | sed -nE 's/^Model: *//p' | head -1)"
 first="$out/logs/${shapes[0]}_${sparsities[0]}_${seeds[0]}.log"
-python3 - "$dat" "$out/block_sweep.md" "$cpu" "$(grep '^model:' "$first" | head -1)" "$(grep '^optimizer:' "$first" | head -1)" "examples/block_sweep.sh $*" <<'EOF'
+python3 - "$dat" "$out/block_sweep.md" "$cpu" "$(grep '^model:' "$first" | head -1)" "$(grep '^optimizer:' "$first" | head -1)" "examples/block_sweep.sh $*" "$(grep '^topology:' "$first" | head -1)" <<'EOF'
 import statistics as st, sys, collections
-dat, md, cpu, model, opt, cmd = sys.argv[1:7]
+dat, md, cpu, model, opt, cmd, topology = sys.argv[1:8]
 runs = collections.defaultdict(list)
 order = []
 for line in open(dat):
@@ -64,7 +64,7 @@ with open(md, 'w') as f:
     f.write('# Block-sparse hidden layers on Fashion-MNIST: accuracy against step time\n\n')
     f.write(f'`{cmd}`; {cpu}; one thread per run, runs one after another.\n')
     f.write(f'{model.replace("model: ", "")}\n{opt}\n')
-    f.write('A fixed random topology for every shape (no DST), the same seeds. Accuracy: final test accuracy, mean +- std over the seeds; ms/step: forward + backward + optimizer averaged over each run, median over the seeds. Frontier: no other shape at this sparsity is both faster and at least as accurate.\n\n')
+    f.write((f'{topology} (on the block grid for blocks)' if topology else 'A fixed random topology for every shape (no DST)') + ', the same seeds. Accuracy: final test accuracy, mean +- std over the seeds; ms/step: forward + backward + optimizer averaged over each run, median over the seeds. Frontier: no other shape at this sparsity is both faster and at least as accurate.\n\n')
     for s in dict.fromkeys(k[0] for k in order):
         rows = []
         for (ss, shape) in order:

@@ -75,13 +75,13 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
     sprig_example_script_test(char_gpt_model_files char_gpt model_files
       DEFINES "-DARGS=--heads;2;--block;32;--batch;4;--eval-windows;8;--threads;1;--sample;0")
   endif()
-  # A DST rule that cannot update blocks is refused by name before the model is built.
-  add_test(NAME example:char_gpt_blocks_reject_dst
+  # SNFS moves 8x8 blocks between the sparse projections (attention and FFN alike).
+  add_test(NAME example:char_gpt_blocks_snfs
            COMMAND char_gpt --layers 2 --heads 2 --d-model 32 --d-ff 64 --block 32 --batch 4 --threads 1
-                   --ffn-sparsity 0.8 --weight-blocks 8x8 --algorithm snfs --steps 1)
-  set_tests_properties(example:char_gpt_blocks_reject_dst PROPERTIES LABELS example
-                       PASS_REGULAR_EXPRESSION "--weight-blocks takes --algorithm none, static, set or rigl, not snfs"
-                       FAIL_REGULAR_EXPRESSION "model: ")
+                   --attn-sparsity 0.5 --ffn-sparsity 0.8 --weight-blocks 8x8 --algorithm snfs --delta-t 2 --steps 6
+                   --eval-every 0 --sample 0)
+  set_tests_properties(example:char_gpt_blocks_snfs PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "snfs.*step 6")
   add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")

@@ -400,9 +400,6 @@ int run(Config cfg) {
   spec.padding_ratio = 0;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
   const auto algorithm = make_algorithm<Index>(cfg);
-  if (blocks && algorithm && !algorithm->supports_blocks())
-    throw sprig::ArgumentError("char_gpt: --weight-blocks takes --algorithm none, static, set or rigl, not " +
-                               cfg.algorithm);
   spec.keep_output_grads = algorithm && algorithm->needs_gradients();  // the dY only DST reads
   spec.share_transposes = cfg.share_transposes;
   auto model = [&] {

@@ -37,8 +37,7 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "; kernels [a-z0-9.+]+\n.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
-    # Block-sparse hidden layers train with SET on the block grid, and an algorithm that does
-    # not update blocks is refused by name.
+    # Block-sparse hidden layers train with SET on the block grid.
     add_test(NAME example:fashion_mnist_block_smoke
              COMMAND fashion_mnist --block 4x4 --algorithm set --delta-t 10 --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_block_smoke PROPERTIES LABELS example
@@ -53,12 +52,19 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                      --threads 1)
     set_tests_properties(example:fashion_mnist_bf16_blocks_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "4x4 blocks.*bf16 products.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
-    add_test(NAME example:fashion_mnist_block_rejects_dst COMMAND fashion_mnist --block 8x1 --algorithm snfs --max-steps 1)
-    set_tests_properties(example:fashion_mnist_block_rejects_dst PROPERTIES LABELS example
-                         PASS_REGULAR_EXPRESSION "--block takes --algorithm none, static, set or rigl \\(updates on the block grid\\), not snfs"
-                         FAIL_REGULAR_EXPRESSION "data: ")  # refused before loading the data
+    # SNFS on the block grid (GraNet's block run resumes below).
+    add_test(NAME example:fashion_mnist_block_snfs
+             COMMAND fashion_mnist --block 8x1 --algorithm snfs --delta-t 10 --epochs 1 --max-steps 30 --threads 1)
+    set_tests_properties(example:fashion_mnist_block_snfs PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "sparse in 8x1 blocks.*topology: snfs.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
     sprig_example_script_test(fashion_mnist_block_resume fashion_mnist resume_equals_straight
       DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
+              -DEVERY=7 -DSTOP=53
+              "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
+    # GraNet prunes the block grid from --initial-sparsity to --sparsity, and resumes as it ran
+    # (weight_bytes: the pruned size).
+    sprig_example_script_test(fashion_mnist_block_granet_resume fashion_mnist resume_equals_straight
+      DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;granet;--initial-sparsity;0.5;--delta-t;10;--sparsity;0.8;--widths;64,64"
               -DEVERY=7 -DSTOP=53
               "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
     # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates

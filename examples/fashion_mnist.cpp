@@ -11,8 +11,8 @@
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
-// (32-bit indices; --algorithm static, set or rigl update on the block grid; no --constant-fan-in
-// or --compare-steps with blocks).
+// (32-bit indices; every --algorithm updates the block grid; no --constant-fan-in or
+// --compare-steps with blocks).
 // Under an MPI launcher with more than one rank (or with --distributed) the run is data
 // parallel: --batch is the global batch, each rank trains on its 1/N of its columns, gradients
 // are averaged (dist::DataParallel), rank 0 prints and writes checkpoints, and the end of the
@@ -138,11 +138,6 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   if (!cfg.block.empty() && cfg.index_bits == "16")
     throw sprig::ArgumentError("fashion_mnist: --block is built with --index-bits 32 only");
-  if (!cfg.block.empty() && cfg.algorithm != "none" && cfg.algorithm != "static" && cfg.algorithm != "set" &&
-      cfg.algorithm != "rigl")  // run() checks the algorithm's supports_blocks() again
-    throw sprig::ArgumentError(
-        "fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the block grid), not " +
-        cfg.algorithm);
   if (!cfg.checkpoint_dir.empty())
     examples::require_writable_dir<sprig::ArgumentError>("fashion_mnist", "--checkpoint", cfg.checkpoint_dir);
   if (!cfg.csv.empty()) examples::require_writable_file<sprig::ArgumentError>("fashion_mnist", "--csv", cfg.csv);

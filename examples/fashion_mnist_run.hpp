@@ -383,19 +383,21 @@ int run(const Config& cfg) {
       sprig::models::MLPSpec spec = mlp_spec<Index>(cfg, cfg.initial_sparsity, data.train.features());
       sprig::dst::GraNetOptions g;
       const std::size_t sparse_layers = model.sparse_layers().size();  // mlp_sparsities also lists the dense output
-      g.initial_sparsity = sprig::models::mlp_sparsities(spec);
+      // on the block grids in a block model, as build_block_mlp draws them
+      const auto sparsities = [&] {
+        if constexpr (blocks)
+          return sprig::models::mlp_sparsities(spec, Block::kBlockRows..., Block::kBlockCols...);
+        else
+          return sprig::models::mlp_sparsities(spec);
+      };
+      g.initial_sparsity = sparsities();
       g.initial_sparsity.resize(sparse_layers);
       g.regrow = cfg.algorithm == "granet";
       spec.sparsity = cfg.sparsity;
-      g.final_sparsity = sprig::models::mlp_sparsities(spec);
+      g.final_sparsity = sparsities();
       g.final_sparsity.resize(sparse_layers);
       algorithm = std::make_unique<sprig::dst::GraNet<T, Index>>(dst_schedule, cfg.seed, std::move(g));
     }
-    if (blocks && !algorithm->supports_blocks())
-      throw sprig::ArgumentError(
-          "fashion_mnist: --block takes --algorithm none, static, set or rigl (updates on the "
-          "block grid), not " +
-          cfg.algorithm);
     algorithm->constant_fan_in = cfg.constant_fan_in;
     std::printf("topology: %s%s, every %lld steps until step %lld, drop fraction %.2f (cosine decay)%s\n",
                 cfg.algorithm.c_str(), cfg.constant_fan_in ? " with constant fan-in" : "",

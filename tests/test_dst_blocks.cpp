@@ -1,11 +1,13 @@
-// Dynamic sparse training at block granularity: Static, SET and RigL on BlockSparseLinear
-// layers through their stand-in over the block grid. Checked against oracles written here:
-// the dropped blocks are those of smallest Frobenius norm, RigL's grown blocks those of
-// largest sum of |dY X^T| (computed in double from the recorded X and dY), survivors keep
-// their values and optimizer state bit for bit, new blocks start at zero with zero state, the
-// live block count is preserved, and the layer's kernels see the new topology (a backward
-// after the update against the dense oracle). Unsupported combinations are rejected with
-// nothing changed; a run is bitwise the same for 1 and 2 threads.
+// Dynamic sparse training at block granularity: Static, SET, RigL, SNFS, GraNet and gmp on
+// BlockSparseLinear layers through their stand-in over the block grid. Checked against
+// oracles written here: the dropped blocks are those of smallest Frobenius norm, RigL's grown
+// blocks those of largest sum of |dY X^T| (computed in double from the recorded X and dY),
+// GraNet's live counts those of its cubic schedule on the grid, SNFS's grown counts the
+// redistribution by each layer's mean |first moment| (computed here from the blocks),
+// survivors keep their values and optimizer state bit for bit, new blocks start at zero with
+// zero state, and the layer's kernels see the new topology (a backward after the update
+// against the dense oracle). Unsupported combinations are rejected with nothing changed; a
+// run is bitwise the same for 1 and 2 threads.
 #include "sprig/dst/algorithm.hpp"
 
 #include <algorithm>
@@ -13,8 +15,11 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -23,6 +28,7 @@
 
 #include "sprig/dst/fan_in.hpp"
 #include "sprig/dst/granet.hpp"
+#include "sprig/dst/live_count.hpp"
 #include "sprig/models/mlp.hpp"
 #include "sprig/dst/rigl.hpp"
 #include "sprig/dst/set.hpp"
@@ -125,6 +131,33 @@ std::set<std::pair<std::int64_t, std::int64_t>> smallest_norms(
   return out;
 }
 
+// After an update that dropped `dropped` of `before`: every survivor is in `after` bit for
+// bit, a block grown where none was is zero (values and state), and a dropped block grown
+// again is as it was. Returns how many blocks grew (live after, not kept).
+template <class T>
+std::int64_t check_survivors_and_grown(const std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>& before,
+                                       const std::set<std::pair<std::int64_t, std::int64_t>>& dropped,
+                                       const std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>& after) {
+  for (const auto& [pos, img] : before)
+    if (!dropped.count(pos)) {
+      REQUIRE(after.count(pos));
+      CHECK(after.at(pos) == img);  // a survivor keeps its values and state bit for bit
+    }
+  std::int64_t grown = 0;
+  for (const auto& [pos, img] : after) {
+    if (before.count(pos) && !dropped.count(pos)) continue;
+    ++grown;
+    if (before.count(pos)) {  // a dropped block chosen again stays as it was
+      CHECK(img == before.at(pos));
+      continue;
+    }
+    for (T v : img.values) CHECK(v == T(0));
+    for (const auto& st : img.state)
+      for (T v : st) CHECK(v == T(0));
+  }
+  return grown;
+}
+
 // The weight as a dense matrix (for the backward oracle).
 template <class T, class Index>
 Matrix<double> dense(const Block44<T, Index>& layer) {
@@ -157,6 +190,38 @@ void check_backward_sees_topology(Block44<T, Index>& layer) {
       for (std::int64_t r = 0; r < out; ++r) want += W(r, c) * static_cast<double>(dY(r, b));
       REQUIRE(static_cast<double>(dX(c, b)) == Approx(want).margin(1e-4));
     }
+}
+
+// A rule of a user's that does not declare supports_blocks().
+template <class T, class Index>
+class UnstructuredOnly final : public dst::SparsityAlgorithm<T, Index> {
+public:
+  using dst::SparsityAlgorithm<T, Index>::SparsityAlgorithm;
+  std::string_view name() const override { return "own"; }
+
+protected:
+  std::vector<std::int64_t> grow_linear_positions(const typename dst::SparsityAlgorithm<T, Index>::LayerRef&,
+                                                  const dst::DropSet&, std::int64_t, CounterRng&) override {
+    return {};
+  }
+};
+
+// The mean |first moment| over a block layer's live in-matrix entries, from its blocks (the
+// gradient before AdamW has made state), in double: SNFS's redistribution weight.
+template <class T, class Index>
+double mean_abs_moment(const Block44<T, Index>& layer) {
+  const auto& m = layer.weight.state.empty() ? layer.weight.grad : layer.weight.state[0];
+  double sum = 0;
+  std::int64_t n = 0;
+  layer.weight.matrix.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T*) {
+    for (std::int64_t r = 0; r < 4; ++r)
+      for (std::int64_t c = 0; c < 4; ++c)
+        if (i * 4 + r < layer.out_features() && j * 4 + c < layer.in_features()) {
+          sum += std::abs(static_cast<double>(m[static_cast<std::size_t>(s * 16 + r * 4 + c)]));
+          ++n;
+        }
+  });
+  return n ? sum / static_cast<double>(n) : 0.0;
 }
 
 }  // namespace
@@ -194,24 +259,7 @@ TEMPLATE_TEST_CASE("SET on block layers drops the smallest block norms and grows
       REQUIRE(std::ssize(after) == std::ssize(before[l]));  // the live block count is preserved
       CHECK(r.layers[l].live_before == std::ssize(before[l]));
       CHECK(r.layers[l].live_after == std::ssize(after));
-      std::int64_t grown = 0;
-      for (const auto& [pos, img] : before[l])
-        if (!dropped[l].count(pos)) {
-          REQUIRE(after.count(pos));
-          CHECK(after.at(pos) == img);  // a survivor keeps its values and state bit for bit
-        }
-      for (const auto& [pos, img] : after) {
-        if (before[l].count(pos) && !dropped[l].count(pos)) continue;
-        if (before[l].count(pos)) {  // a dropped block chosen again stays as it was
-          CHECK(img == before[l].at(pos));
-          continue;
-        }
-        ++grown;
-        for (T v : img.values) CHECK(v == T(0));
-        for (const auto& st : img.state)
-          for (T v : st) CHECK(v == T(0));
-      }
-      CHECK(grown > 0);
+      CHECK(check_survivors_and_grown(before[l], dropped[l], after) > 0);
       check_backward_sees_topology(layer);
     }
     train(model, opt, set, t + 1, t + 4);  // and training goes on
@@ -308,7 +356,7 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
     for (const auto& [pos, img] : blocks_of(*layers[0])) b.insert(pos);
     CHECK(a != b);
   }
-  SECTION("SNFS, GraNet and constant_fan_in are refused before anything changes") {
+  SECTION("a rule without supports_blocks() and constant_fan_in are refused before anything changes") {
     Model<T, Index> model = make_model<T, Index>();
     AdamW<T> opt({.lr = 1e-2});
     dst::Static<T, Index> stat(schedule, 1);
@@ -318,9 +366,10 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
     const auto layers = block_layers(model);
     const auto image = blocks_of(*layers[0]);
     const auto grad = layers[0]->weight.grad;
-    dst::SNFS<T, Index> snfs(schedule, 1);
-    CHECK_THROWS_AS(dst::apply_step(snfs, opt, model, 3), ArgumentError);
-    CHECK_THROWS_WITH(snfs.update(model.sparse_layers(), 3), Catch::Contains("block-sparse"));
+    UnstructuredOnly<T, Index> own(schedule, 1);
+    CHECK_THROWS_AS(dst::apply_step(own, opt, model, 3), ArgumentError);
+    CHECK_THROWS_WITH(own.update(model.sparse_layers(), 3),
+                      Catch::Contains("block-sparse") && Catch::Contains("own does not update"));
     dst::SET<T, Index> set(schedule, 1);
     set.constant_fan_in = true;
     CHECK_THROWS_WITH(dst::apply_step(set, opt, model, 3), Catch::Contains("constant_fan_in"));
@@ -331,29 +380,155 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
   }
 }
 
-TEST_CASE("block RigL and SET runs are bitwise identical for 1 and 2 threads", "[dst][blocks][threads]") {
+TEST_CASE("block RigL, SET, SNFS and GraNet runs are bitwise identical for 1 and 2 threads", "[dst][blocks][threads]") {
   using T = float;
   using Index = std::int32_t;
   const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 0, .t_end = 30, .alpha = 0.3};
-  auto run = [&](int threads, bool rigl) {
+  auto run = [&](int threads, const std::string& name) {
     std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> out;
     sprig_test::with_threads(threads, [&] {
       Model<T, Index> model = make_model<T, Index>();
       AdamW<T> opt({.lr = 1e-2});
-      dst::RigL<T, Index> r(schedule, 9);
-      dst::SET<T, Index> s(schedule, 9);
-      if (rigl)
-        train(model, opt, r, 1, 14);
-      else
-        train(model, opt, s, 1, 14);
+      std::unique_ptr<dst::SparsityAlgorithm<T, Index>> a;
+      if (name == "rigl") a = std::make_unique<dst::RigL<T, Index>>(schedule, 9);
+      if (name == "set") a = std::make_unique<dst::SET<T, Index>>(schedule, 9);
+      if (name == "snfs") a = std::make_unique<dst::SNFS<T, Index>>(schedule, 9);
+      if (name == "granet")
+        a = std::make_unique<dst::GraNet<T, Index>>(schedule, 9, dst::GraNetOptions{{0.7, 0.7}, {0.85, 0.9}});
+      train(model, opt, *a, 1, 14);
       for (auto* l : block_layers(model)) out.push_back(blocks_of(*l));
     });
     return out;
   };
-  for (bool rigl : {true, false}) {
-    INFO((rigl ? "rigl" : "set"));
-    CHECK(run(1, rigl) == run(2, rigl));
+  for (const std::string name : {"rigl", "set", "snfs", "granet"}) {
+    INFO(name);
+    CHECK(run(1, name) == run(2, name));
   }
+}
+
+TEMPLATE_TEST_CASE("GraNet and gmp on block layers prune the block grid along the cubic schedule", "[dst][blocks]",
+                   (std::tuple<float, std::int32_t>), (std::tuple<double, std::int16_t>)) {
+  using T = std::tuple_element_t<0, TestType>;
+  using Index = std::tuple_element_t<1, TestType>;
+  const dst::UpdateSchedule schedule{.delta_t = 4, .t_begin = 0, .t_end = 24, .alpha = 0.3};
+  for (const bool regrow : {true, false}) {
+    INFO((regrow ? "granet" : "gmp"));
+    Model<T, Index> model = make_model<T, Index>(0.5);
+    AdamW<T> opt({.lr = 1e-2});
+    dst::GraNet<T, Index> granet(schedule, 4,
+                                 {.initial_sparsity = {0.5, 0.5}, .final_sparsity = {0.8, 0.9}, .regrow = regrow});
+    const auto layers = block_layers(model);
+    const std::vector<std::int64_t> grid = {10 * 4, 6 * 10};  // 37x13 and 22x37 in 4x4 blocks
+    train(model, opt, granet, 1, 4);
+    for (std::int64_t t = 4; t <= 24; t += 4) {
+      Matrix<T> x;
+      forward_backward(model, x, t);
+      std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> before;
+      std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
+      std::vector<std::int64_t> target(2), regen(2);
+      opt.step(model);  // apply_step's order: GraNet steps the optimizer before the update
+      for (std::size_t l = 0; l < 2; ++l) {
+        before.push_back(blocks_of(*layers[l]));
+        const auto live = std::ssize(before[l]);
+        target[l] = dst::live_count(grid[l], granet.target_sparsity(l, t));
+        regen[l] = regrow ? static_cast<std::int64_t>(
+                                std::floor(schedule.drop_fraction(t) * static_cast<double>(std::min(live, target[l]))))
+                          : 0;
+        dropped.push_back(smallest_norms(before[l], std::max<std::int64_t>(0, live - target[l]) + regen[l]));
+      }
+      const dst::UpdateReport r = granet.update(model.sparse_layers(), t);
+      for (std::size_t l = 0; l < 2; ++l) {
+        INFO("step " << t << ", block layer " << l);
+        layers[l]->weight.matrix.check_invariants();
+        layers[l]->weight.check_aligned("test");
+        const auto after = blocks_of(*layers[l]);
+        CHECK(std::ssize(after) == target[l]);
+        CHECK(r.layers[l].live_after == target[l]);
+        CHECK(check_survivors_and_grown(before[l], dropped[l], after) == regen[l]);
+        check_backward_sees_topology(*layers[l]);
+      }
+    }
+    // the schedule's last update (t = 24) left each layer at its final sparsity
+    CHECK(layers[0]->weight.matrix.nnz_blocks() == dst::live_count(grid[0], 0.8));
+    CHECK(layers[1]->weight.matrix.nnz_blocks() == dst::live_count(grid[1], 0.9));
+  }
+}
+
+TEST_CASE("SNFS on block layers moves blocks to the layer of larger mean |momentum|", "[dst][blocks]") {
+  using T = float;
+  using Index = std::int32_t;
+  const dst::UpdateSchedule schedule{.delta_t = 4, .t_begin = 0, .t_end = 40, .alpha = 0.4};
+  Model<T, Index> model = make_model<T, Index>(0.6);
+  AdamW<T> opt({.lr = 1e-2});
+  dst::SNFS<T, Index> snfs(schedule, 6);
+  const auto layers = block_layers(model);
+  const std::vector<std::int64_t> grid = {10 * 4, 6 * 10};
+  train(model, opt, snfs, 1, 4);
+  bool moved = false;
+  for (std::int64_t t = 4; t <= 16; t += 4) {
+    Matrix<T> x;
+    forward_backward(model, x, t);
+    opt.step(model);  // apply_step's order: SNFS steps the optimizer before the update
+    std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> before;
+    std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
+    std::vector<std::int64_t> drop(2), room(2);
+    std::vector<double> momentum(2);
+    for (std::size_t l = 0; l < 2; ++l) {
+      before.push_back(blocks_of(*layers[l]));
+      const auto live = std::ssize(before[l]);
+      drop[l] = static_cast<std::int64_t>(std::floor(schedule.drop_fraction(t) * static_cast<double>(live)));
+      room[l] = grid[l] - (live - drop[l]);
+      momentum[l] = mean_abs_moment(*layers[l]);
+      CHECK(layers[l]->mean_abs_momentum() == Approx(momentum[l]).epsilon(1e-12));
+      dropped.push_back(smallest_norms(before[l], drop[l]));
+    }
+    const std::vector<std::int64_t> grow = dst::SNFS<T, Index>::redistribute(drop, momentum, room);
+    moved = moved || grow != drop;
+    const dst::UpdateReport r = snfs.update(model.sparse_layers(), t);
+    std::int64_t total_before = 0, total_after = 0;
+    for (std::size_t l = 0; l < 2; ++l) {
+      INFO("step " << t << ", block layer " << l);
+      layers[l]->weight.matrix.check_invariants();
+      layers[l]->weight.check_aligned("test");
+      const auto after = blocks_of(*layers[l]);
+      total_before += std::ssize(before[l]);
+      total_after += std::ssize(after);
+      CHECK(std::ssize(after) == std::ssize(before[l]) - drop[l] + grow[l]);
+      CHECK(r.layers[l].live_after == std::ssize(after));
+      CHECK(check_survivors_and_grown(before[l], dropped[l], after) == grow[l]);
+      check_backward_sees_topology(*layers[l]);
+    }
+    CHECK(total_after == total_before);  // the model's block count is preserved
+  }
+  CHECK(moved);  // the momenta differed enough to move blocks between the layers
+}
+
+TEST_CASE("SNFS refuses layers of different block shapes before anything changes", "[dst][blocks]") {
+  using T = float;
+  using Index = std::int32_t;
+  // 13 -> 37 in 4x4 blocks, 37 -> 22 unstructured, both sparse
+  Model<T, Index> model;
+  model.add(Block44<T, Index>(13, 37, {.density = 0.4, .seed = 2, .growth_reserve = 0.25}));
+  model.add(ReLU<T>{});
+  model.add(SparseLinear<T, Index>(37, 22, {.density = 0.4, .seed = 2, .layer_key = 1, .growth_reserve = 0.25}));
+  const dst::UpdateSchedule schedule{.delta_t = 3, .t_begin = 0, .t_end = 30, .alpha = 0.3};
+  AdamW<T> opt({.lr = 1e-2});
+  Matrix<T> x(13, 6, 0.5f);
+  const auto z = model.forward(x);
+  for (std::int64_t i = 0; i < z.rows(); ++i)
+    for (std::int64_t b = 0; b < z.cols(); ++b) model.output_grad()(i, b) = 0.01f * static_cast<T>(i - b);
+  model.backward();
+  const auto* first = std::get_if<Block44<T, Index>>(&model.layer(0));
+  REQUIRE(first);
+  const auto image = blocks_of(*first);
+  dst::SNFS<T, Index> snfs(schedule, 1);
+  CHECK_THROWS_WITH(dst::apply_step(snfs, opt, model, 3),
+                    Catch::Contains("4x4 blocks and sparse layer 1 1x1") && Catch::Contains("set_excluded_layers"));
+  CHECK(opt.step_count() == 0);  // refused before the optimizer's step
+  CHECK(blocks_of(*first) == image);
+  snfs.set_excluded_layers({1});  // the block layer alone updates
+  dst::apply_step(snfs, opt, model, 3);
+  CHECK(opt.step_count() == 1);
 }
 
 TEST_CASE("the block grid stand-in: norms per slot, replay and adoption, errors", "[dst][blocks]") {

@@ -78,8 +78,8 @@ template <Value T, ColumnIndex Index, class Optimizer, ModelOf<T, Index> M>
 void apply_step(SparsityAlgorithm<T, Index>& algorithm, Optimizer& optimizer, M& model, std::int64_t t,
                 UpdateReport* report = nullptr);
 
-// The base of Static, SET, RigL and SNFS. Not thread-safe: one algorithm object serves one
-// model, called from one thread (the kernels inside parallelize themselves).
+// The base of Static, SET, RigL, SNFS and GraNet. Not thread-safe: one algorithm serves one
+// model from one thread (the kernels inside parallelize themselves).
 template <Value T, ColumnIndex Index>
 class SparsityAlgorithm {
 public:
@@ -155,11 +155,10 @@ public:
   // Whether grow_linear_positions_per_row is implemented (Static, SET, RigL; not SNFS, whose
   // redistribution between layers changes row counts).
   virtual bool supports_constant_fan_in() const { return false; }
-  // Whether the algorithm updates block-sparse layers (SparseLayerRef::blocks): Static, SET
-  // and RigL, on the block grid. There a block is dropped by its Frobenius norm, RigL grows
-  // the blocks of largest sum of |dL/dW| over their entries, and a new block starts at zero
-  // with zero state. update() throws ArgumentError, before any layer changes, for a block
-  // layer with an algorithm that does not, or with constant_fan_in.
+  // Whether the algorithm updates block-sparse layers (SparseLayerRef::blocks) on the block grid
+  // (every built-in one): a block is dropped by its Frobenius norm, grown by the sum of |dL/dW|
+  // over its entries (RigL, SNFS, GraNet), and starts at zero with zero state. update() throws
+  // ArgumentError, before any layer changes, for a block layer otherwise or with constant_fan_in.
   virtual bool supports_blocks() const { return false; }
 
   // Total time spent in topology updates and how many there were (counted by update()).
@@ -208,6 +207,10 @@ protected:
   virtual bool should_compact(const PaddedCSR<T, Index>& W) const {
     return W.dead_slots() > compact_threshold * static_cast<double>(W.storage_size());
   }
+  // A rule's own preconditions on the layers an update changes, checked before anything changes
+  // (apply_step: before the optimizer): throws ArgumentError naming `caller`. Default: none.
+  virtual void check_layers(std::span<const LayerRef>, const char* /*caller*/) const {}
+
   // How many connections each layer grows; by default as many as it dropped (the live count
   // of every layer is preserved).
   virtual std::vector<std::int64_t> grow_counts(std::span<const LayerRef>,
@@ -325,17 +328,13 @@ private:
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
   // support blocks or runs with constant_fan_in. O(layers).
   void check_blocks(std::span<const LayerRef> layers, const char* caller) const {
-    for (const LayerRef& l : layers) {
-      if (!l.blocks) continue;
-      if (!supports_blocks() || constant_fan_in)
+    for (const LayerRef& l : layers)
+      if (l.blocks && (!supports_blocks() || constant_fan_in))
         throw ArgumentError(sprig::detail::message(
             caller, ": sparse layer ", l.sparse_index, " (", l.out_features(), "x", l.in_features(), " in ",
             l.blocks->block_height(), "x", l.blocks->block_width(), " blocks) is block-sparse, and ",
-            constant_fan_in ? std::string("constant_fan_in is not supported on block-sparse layers")
-                            : sprig::detail::message(name(),
-                                                     " does not update block-sparse layers (static, set and "
-                                                     "rigl do)")));
-    }
+            constant_fan_in ? "constant_fan_in is not supported on block-sparse layers"
+                            : std::string(name()) + " does not update block-sparse layers (supports_blocks())"));
   }
 
   template <Value U, ColumnIndex I, class Optimizer, ModelOf<U, I> M>
@@ -462,6 +461,7 @@ private:
     check_sparse_layers(layers, caller);
     const std::span<const LayerRef> active = active_layers(layers, storage, caller);
     check_blocks(active, caller);
+    check_layers(active, caller);
     check_gradients(active, caller);
     if (constant_fan_in) check_constant_fan_in(active, caller);
     return active;

@@ -18,6 +18,9 @@
 // layout (PaddedCSR::capacity_for per row) by more than compact_threshold is compacted after
 // the update, so pruned rows return their memory.
 //
+// On a block-sparse layer the sparsities, counts and magnitudes are those of its block grid
+// (blocks, their Frobenius norms, RigL's block score: SparsityAlgorithm::supports_blocks).
+//
 // The model is built at the initial sparsity (e.g. build_mlp with sparsity 0.5). A checkpoint
 // records the options (configuration()) and rejects a load into a GraNet built with others. constant_fan_in is not supported (pruning by
 // magnitude changes row counts). Deterministic as every algorithm (algorithm.hpp).
@@ -63,6 +66,7 @@ public:
   std::string_view name() const override { return options_.regrow ? "granet" : "gmp"; }
   bool needs_gradients() const override { return options_.regrow; }
   bool streams_gradients() const override { return true; }
+  bool supports_blocks() const override { return true; }
   const GraNetOptions& options() const noexcept { return options_; }
   // The sparsities and the regrow flag, for checkpoints: [initial..., final..., regrow].
   std::vector<double> configuration() const override {

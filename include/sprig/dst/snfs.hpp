@@ -13,10 +13,20 @@
 // supported: redistribution changes a layer's count, so its rows cannot all keep theirs (an
 // update with it set throws ArgumentError before any layer changes). Constructor throws as
 // SparsityAlgorithm's.
+//
+// Block-sparse layers: counts are blocks, a layer's momentum is the mean |m| over its live
+// entries (BlockTopology::mean_abs_momentum), and a block grows where the sum of |dL/dW| over
+// its entries is largest. The blocks moved between layers must be alike, so every layer an
+// update changes has the same block shape (an unstructured layer's is 1x1); otherwise the
+// update throws ArgumentError before anything changes.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <span>
+#include <utility>
 
 #include "algorithm.hpp"
 
@@ -31,20 +41,39 @@ public:
   std::string_view name() const override { return "snfs"; }
   bool needs_gradients() const override { return true; }
   bool streams_gradients() const override { return true; }
+  bool supports_blocks() const override { return true; }
 
 protected:
+  void check_layers(std::span<const typename Base::LayerRef> layers, const char* caller) const override {
+    auto shape = [](const typename Base::LayerRef& l) {
+      return l.blocks ? std::pair{l.blocks->block_height(), l.blocks->block_width()}
+                      : std::pair<std::int64_t, std::int64_t>{1, 1};
+    };
+    for (const auto& l : layers)
+      if (shape(l) != shape(layers.front()))
+        throw ArgumentError(sprig::detail::message(
+            caller, ": snfs moves weights between layers in units of the layers' blocks, but sparse layer ",
+            layers.front().sparse_index, " has ", shape(layers.front()).first, "x", shape(layers.front()).second,
+            " blocks and sparse layer ", l.sparse_index, " ", shape(l).first, "x", shape(l).second,
+            " (1x1: unstructured); exclude one kind (set_excluded_layers) or use rigl"));
+  }
+
   std::vector<std::int64_t> grow_counts(std::span<const typename Base::LayerRef> layers,
                                         const std::vector<std::int64_t>& drop_counts) override {
     const std::size_t n = layers.size();
     std::vector<double> momentum(n, 0.0);
     std::vector<std::int64_t> room(n);
     for (std::size_t l = 0; l < n; ++l) {
-      const auto& p = layers[l].layer->weight;
+      const auto& p = layers[l].layer->weight;  // a block layer's stand-in over its grid
+      room[l] = p.matrix.rows() * p.matrix.cols() - (p.matrix.nnz() - drop_counts[l]);
+      if (layers[l].blocks) {
+        momentum[l] = layers[l].blocks->mean_abs_momentum();
+        continue;
+      }
       const auto& m = !p.state.empty() && !p.state[0].empty() ? p.state[0] : p.grad;
       double sum = 0.0;
       p.matrix.for_each_live([&](std::int64_t, std::int64_t, T, std::int64_t s) { sum += std::abs(double(m[s])); });
       momentum[l] = p.matrix.nnz() > 0 ? sum / static_cast<double>(p.matrix.nnz()) : 0.0;
-      room[l] = p.matrix.rows() * p.matrix.cols() - (p.matrix.nnz() - drop_counts[l]);
     }
     return redistribute(drop_counts, momentum, room);
   }

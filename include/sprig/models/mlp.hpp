@@ -80,11 +80,14 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec, s
 }
 }  // namespace detail
 
-// The sparsity of every layer (0 for a dense one) that `spec` leads to, one per layer.
-// O(layers); throws ShapeError for fewer than 2 widths or a width below 1, ArgumentError
-// unless 0 <= sparsity < 1, or for layer_sparsities of the wrong length or out of [0, 1).
-inline std::vector<double> mlp_sparsities(const MLPSpec& spec) {
-  return detail::mlp_sparsities("models::mlp_sparsities", spec);
+// The sparsity of every layer (0 for a dense one) that `spec` leads to, one per layer; with
+// a block shape, those of build_block_mlp in block_rows x block_cols blocks (ERK over the
+// block grids). O(layers); throws ShapeError for fewer than 2 widths or a width below 1,
+// ArgumentError unless 0 <= sparsity < 1, or for layer_sparsities of the wrong length or out
+// of [0, 1). Precondition: block_rows, block_cols >= 1.
+inline std::vector<double> mlp_sparsities(const MLPSpec& spec, std::int64_t block_rows = 1,
+                                          std::int64_t block_cols = 1) {
+  return detail::mlp_sparsities("models::mlp_sparsities", spec, block_rows, block_cols);
 }
 
 namespace detail {

@@ -35,10 +35,11 @@
 // (share_bf16_scratch).
 #pragma once
 
-#include <type_traits>
-
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "../core/block_padded_csr.hpp"
@@ -291,6 +292,21 @@ public:
     if (!weight.step_counts.empty()) chunk.apply(weight.step_counts, Weight::kBlockSize);
   }
   void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.matrix.adopt_pattern(grid); }
+  // BlockTopology's: O(live blocks x R x C).
+  double mean_abs_momentum() const override {
+    const auto& m = !weight.state.empty() && !weight.state[0].empty() ? weight.state[0] : weight.grad;
+    const std::int64_t out = out_features(), in = in_features();
+    double sum = 0.0;
+    std::int64_t entries = 0;
+    weight.matrix.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T*) {
+      const std::int64_t rows = std::min<std::int64_t>(R, out - i * R), cols = std::min<std::int64_t>(C, in - j * C);
+      const T* b = m.data() + s * Weight::kBlockSize;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) sum += std::abs(static_cast<double>(b[r * C + c]));
+      entries += rows * cols;
+    });
+    return entries > 0 ? sum / static_cast<double>(entries) : 0.0;
+  }
 
   // Bytes of the weights (BlockPaddedCSR arrays + bias), the same layer dense, and everything
   // the layer owns (weights, gradients, optimizer state, transpose cache, workspaces; a shared

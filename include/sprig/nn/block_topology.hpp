@@ -25,6 +25,11 @@ public:
   virtual void apply_slot_moves(const SlotLog& chunk) = 0;
   // Takes the stand-in's pattern once every chunk was replayed (BlockPaddedCSR::adopt_pattern).
   virtual void adopt_pattern(const PaddedCSR<T, Index>& grid) = 0;
+  // The mean of |m| over the weight's live entries inside the matrix (an edge block's entries
+  // beyond it excluded), m the optimizer's first state vector (SGD's momentum, AdamW's first
+  // moment), or the gradient while the optimizer has made none; 0 with no live entry. SNFS
+  // redistributes by it, as it does by the same mean of an unstructured layer. Reads only.
+  virtual double mean_abs_momentum() const = 0;
 
 protected:
   ~BlockTopology() = default;
