@@ -10,8 +10,10 @@
 #include <vector>
 
 #include <sprig/models/mlp.hpp>
+#include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
+#include <sprig/dst/snfs.hpp>
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/nn/block_sparse_linear.hpp>
 #include <sprig/nn/gpt.hpp>
@@ -82,6 +84,9 @@ std::unique_ptr<dst::SparsityAlgorithm<T, std::int32_t>> make_algorithm(const st
   s.t_end = 24;
   if (name == "rigl") return std::make_unique<dst::RigL<T, std::int32_t>>(s, 11);
   if (name == "set") return std::make_unique<dst::SET<T, std::int32_t>>(s, 11);
+  if (name == "snfs") return std::make_unique<dst::SNFS<T, std::int32_t>>(s, 11);
+  if (name == "granet")  // from small_block_mlp's half of the blocks
+    return std::make_unique<dst::GraNet<T, std::int32_t>>(s, 11, dst::GraNetOptions{{0.5, 0.5}, {0.7, 0.75}});
   return std::make_unique<dst::Static<T, std::int32_t>>();
 }
 
@@ -290,6 +295,11 @@ TEST_CASE("data-parallel training equals one process on the global batch", "[dis
                               &small_block_mlp<double>);
     check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64,
                               &small_block_mlp<double>);
+  }
+  SECTION("4x4 blocks: SNFS and GraNet, SGD momentum") {
+    for (const char* algorithm : {"snfs", "granet"})
+      check_equivalence<double>(algorithm, SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64,
+                                &small_block_mlp<double>);
   }
   SECTION("RigL, SGD momentum, every sparse gradient in a buffer of its own") {
     check_equivalence<double>("rigl", SGD<double>({.lr = 0.1, .momentum = 0.9}), 1e-10, 30, 64);
