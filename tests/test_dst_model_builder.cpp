@@ -159,6 +159,10 @@ TEST_CASE("build_block_mlp: block layers at the block densities, ERK over the bl
         blocks.layer(l));
   // a layer ERK makes dense is a Linear
   CHECK(k + std::count(want.begin(), want.end(), 0.0) == 3);
+  // mlp_sparsities with the block shape gives them (GraNet's targets for such a model)
+  CHECK(mlp_sparsities(erk, 8, 1) == want);
+  CHECK(mlp_sparsities(erk) != want);  // the unstructured ERK of the same widths differs
+  CHECK_THROWS_WITH(mlp_sparsities(erk, 0, 1), Catch::Contains("block shape 0x1"));
   MLPSpec bad = spec;
   bad.sparsity = 0.9999;
   CHECK_THROWS_AS((build_block_mlp<float, std::int32_t, 4, 4>(bad)), ArgumentError);

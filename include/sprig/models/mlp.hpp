@@ -84,9 +84,12 @@ inline std::vector<double> mlp_sparsities(const char* fn, const MLPSpec& spec, s
 // a block shape, those of build_block_mlp in block_rows x block_cols blocks (ERK over the
 // block grids). O(layers); throws ShapeError for fewer than 2 widths or a width below 1,
 // ArgumentError unless 0 <= sparsity < 1, or for layer_sparsities of the wrong length or out
-// of [0, 1). Precondition: block_rows, block_cols >= 1.
+// of [0, 1), or a block shape below 1x1.
 inline std::vector<double> mlp_sparsities(const MLPSpec& spec, std::int64_t block_rows = 1,
                                           std::int64_t block_cols = 1) {
+  if (block_rows < 1 || block_cols < 1)
+    throw ArgumentError(sprig::detail::message("models::mlp_sparsities: block shape ", block_rows, "x", block_cols,
+                                               " (rows and columns must be >= 1)"));
   return detail::mlp_sparsities("models::mlp_sparsities", spec, block_rows, block_cols);
 }
 
