@@ -61,6 +61,12 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
       DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
               -DEVERY=7 -DSTOP=53
               "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
+    # Constant fan-in on the block grid: every block row drawn with, and kept at, one count.
+    add_test(NAME example:fashion_mnist_block_constant_fan_in
+             COMMAND fashion_mnist --block 4x4 --constant-fan-in --algorithm rigl --delta-t 10 --epochs 1 --max-steps 30
+                     --threads 1)
+    set_tests_properties(example:fashion_mnist_block_constant_fan_in PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "sparse in 4x4 blocks.*topology: rigl with constant fan-in.*RESULT test_accuracy=0\\.[0-9]+")
     # GraNet prunes the block grid from --initial-sparsity to --sparsity, and resumes as it ran
     # (weight_bytes: the pruned size).
     sprig_example_script_test(fashion_mnist_block_granet_resume fashion_mnist resume_equals_straight

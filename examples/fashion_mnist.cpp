@@ -11,7 +11,7 @@
 // The hidden layers are SparseLinear at density 1 - sparsity (Kaiming init with the
 // effective fan-in), the output layer is dense. --sparsity 0 builds every layer dense.
 // --block RxC makes them BlockSparseLinear of R x C blocks at block density 1 - sparsity
-// (32-bit indices; every --algorithm updates the block grid; no --constant-fan-in or
+// (32-bit indices; every --algorithm and --constant-fan-in work on the block grid; no
 // --compare-steps with blocks).
 // Under an MPI launcher with more than one rank (or with --distributed) the run is data
 // parallel: --batch is the global batch, each rank trains on its 1/N of its columns, gradients

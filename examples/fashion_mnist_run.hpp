@@ -307,8 +307,8 @@ int run(const Config& cfg) {
   if (prunes && !(cfg.initial_sparsity >= 0.0 && cfg.initial_sparsity <= cfg.sparsity))
     throw sprig::ArgumentError("fashion_mnist: --initial-sparsity " + std::to_string(cfg.initial_sparsity) +
                                " must lie in [0, --sparsity " + std::to_string(cfg.sparsity) + "]");
-  if (blocks && (cfg.constant_fan_in || cfg.compare_steps > 0))
-    throw sprig::ArgumentError("fashion_mnist: --block does not take --constant-fan-in or --compare-steps yet");
+  if (blocks && cfg.compare_steps > 0)
+    throw sprig::ArgumentError("fashion_mnist: --block does not take --compare-steps yet");
   if (cfg.batch > data.train.size())
     throw sprig::ArgumentError("fashion_mnist: --batch " + std::to_string(cfg.batch) + " is larger than the " +
                                std::to_string(data.train.size()) + " training images");
@@ -319,8 +319,7 @@ int run(const Config& cfg) {
   if (cfg.resumed) examples::check_resume_settings("fashion_mnist", state_file, *cfg.resumed, settings);
   auto model =
       build_model<Index, Block...>(cfg, prunes ? cfg.initial_sparsity : cfg.sparsity, data.train.features(), shape);
-  if constexpr (!blocks)
-    if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
+  if (cfg.constant_fan_in) sprig::dst::redraw_constant_fan_in(model, cfg.seed);
   const double density = 1.0 - (prunes ? cfg.initial_sparsity : cfg.sparsity);
   const int threads = examples::choose_threads(cfg.threads, 3 * sprig::parameter_memory(model).parameters * cfg.batch);
   const std::string kind = cfg.sparsity <= 0.0 ? "dense" : blocks ? "sparse in " + cfg.block + " blocks" : "sparse";

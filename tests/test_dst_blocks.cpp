@@ -356,7 +356,7 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
     for (const auto& [pos, img] : blocks_of(*layers[0])) b.insert(pos);
     CHECK(a != b);
   }
-  SECTION("a rule without supports_blocks() and constant_fan_in are refused before anything changes") {
+  SECTION("a rule without supports_blocks(), and constant_fan_in on uneven rows, are refused before anything changes") {
     Model<T, Index> model = make_model<T, Index>();
     AdamW<T> opt({.lr = 1e-2});
     dst::Static<T, Index> stat(schedule, 1);
@@ -372,8 +372,8 @@ TEST_CASE("block DST: exclusions keep a block layer's mask, unsupported runs cha
                       Catch::Contains("block-sparse") && Catch::Contains("own does not update"));
     dst::SET<T, Index> set(schedule, 1);
     set.constant_fan_in = true;
-    CHECK_THROWS_WITH(dst::apply_step(set, opt, model, 3), Catch::Contains("constant_fan_in"));
-    CHECK_THROWS_AS(dst::redraw_constant_fan_in(model, 1), ArgumentError);
+    CHECK_THROWS_WITH(dst::apply_step(set, opt, model, 3), Catch::Contains("to hold the same live count"));
+    CHECK_THROWS_AS(dst::redraw_constant_fan_in(model, 1, -1.0), ArgumentError);
     CHECK(blocks_of(*layers[0]) == image);
     CHECK(layers[0]->weight.grad == grad);
     CHECK(opt.step_count() == 2);  // apply_step refused before the optimizer's step
@@ -581,4 +581,143 @@ TEST_CASE("the block grid stand-in: norms per slot, replay and adoption, errors"
       const bool erased = r / 4 == bi && c / 4 == bj, born = r / 4 == gi && c / 4 == gj;
       CHECK(after(r, c) == (erased || born ? 0.0 : before(r, c)));  // a born block starts at zero
     }
+}
+
+TEST_CASE("redraw_constant_fan_in gives every block row of a block layer the same block count", "[dst][blocks]") {
+  using T = double;
+  using Index = std::int32_t;
+  Model<T, Index> model = make_model<T, Index>(0.6);
+  AdamW<T> opt({.lr = 1e-2});
+  dst::Static<T, Index> stat({.delta_t = 4, .t_begin = 0, .t_end = 40}, 1);
+  train(model, opt, stat, 1, 3);  // gradient and state exist, to be discarded
+  const auto layers = block_layers(model);
+  std::vector<std::int64_t> n;
+  std::vector<AlignedVector<T>> biases;
+  for (auto* l : layers) {
+    const auto& W = l->weight.matrix;
+    n.push_back(std::max<std::int64_t>(1, std::llround(double(W.nnz_blocks()) / double(W.block_rows()))));
+    biases.push_back(l->bias.value);
+  }
+  layers[1]->weight.decay = false;
+  dst::redraw_constant_fan_in(model, 7, 0.25);
+  for (std::size_t l = 0; l < 2; ++l) {
+    INFO("block layer " << l);
+    const auto& layer = *layers[l];
+    const auto& W = layer.weight.matrix;
+    W.check_invariants();
+    layer.weight.check_aligned("test");
+    for (std::int64_t i = 0; i < W.block_rows(); ++i) CHECK(W.pattern().row_nnz(i) == n[l]);
+    // Kaiming-uniform with the mean fan-in of the live in-matrix entries; outside entries 0
+    std::int64_t live = 0;
+    W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
+      live += (std::min<std::int64_t>(W.rows(), (i + 1) * 4) - i * 4) *
+              (std::min<std::int64_t>(W.cols(), (j + 1) * 4) - j * 4);
+    });
+    const double bound = std::sqrt(6.0 / (double(live) / double(W.rows())));
+    double largest = 0;
+    W.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T* b) {
+      for (std::int64_t r = 0; r < 4; ++r)
+        for (std::int64_t c = 0; c < 4; ++c) {
+          const bool inside = i * 4 + r < W.rows() && j * 4 + c < W.cols();
+          if (!inside) CHECK(b[r * 4 + c] == 0.0);
+          CHECK(std::abs(b[r * 4 + c]) < bound);
+          largest = std::max(largest, std::abs(b[r * 4 + c]));
+        }
+    });
+    CHECK(largest > 0.5 * bound);
+    for (T g : layer.weight.grad) CHECK(g == 0.0);
+    for (const auto& st : layer.weight.state) CHECK(st.empty());
+    CHECK(layer.bias.value == biases[l]);
+    CHECK(layer.weight.decay == (l == 0));
+    CHECK(W.pattern().storage_size() > W.pattern().nnz());  // the growth reserve
+    check_backward_sees_topology(*layers[l]);
+  }
+  // a function of the seed: a model built alike and redrawn alike holds the same blocks
+  Model<T, Index> again = make_model<T, Index>(0.6);
+  dst::redraw_constant_fan_in(again, 7, 0.25);
+  for (std::size_t l = 0; l < 2; ++l) CHECK(blocks_of(*block_layers(again)[l]).size() == blocks_of(*layers[l]).size());
+  for (std::size_t l = 0; l < 2; ++l) {
+    auto a = blocks_of(*block_layers(again)[l]), b = blocks_of(*layers[l]);
+    for (auto& [pos, img] : a) img.state.clear();
+    for (auto& [pos, img] : b) img.state.clear();
+    CHECK(a == b);
+  }
+  CHECK_THROWS_WITH(layers[0]->redraw_per_row(5, 1, 0.0), Catch::Contains("5 blocks per row outside [1, 4"));
+}
+
+TEST_CASE("SET and RigL with constant_fan_in keep every block row's count on the block grid", "[dst][blocks]") {
+  using T = float;
+  using Index = std::int32_t;
+  const dst::UpdateSchedule schedule{.delta_t = 4, .t_begin = 0, .t_end = 40, .alpha = 0.5};
+  for (const bool rigl : {false, true}) {
+    INFO((rigl ? "rigl" : "set"));
+    Model<T, Index> model = make_model<T, Index>(0.3);  // 3 and 7 blocks per block row
+    dst::redraw_constant_fan_in(model, 3, 0.25);
+    AdamW<T> opt({.lr = 1e-2});
+    std::unique_ptr<dst::SparsityAlgorithm<T, Index>> algo;
+    if (rigl)
+      algo = std::make_unique<dst::RigL<T, Index>>(schedule, 5);
+    else
+      algo = std::make_unique<dst::SET<T, Index>>(schedule, 5);
+    algo->constant_fan_in = true;
+    train(model, opt, *algo, 1, 4);
+    const auto layers = block_layers(model);
+    for (std::int64_t t : {4, 8}) {
+      Matrix<T> x;
+      forward_backward(model, x, t);
+      const auto refs = model.sparse_layers();
+      std::vector<std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>>> before;
+      std::vector<std::set<std::pair<std::int64_t, std::int64_t>>> dropped;
+      std::vector<std::int64_t> per_row(2), n(2);
+      std::vector<Matrix<double>> score(2);
+      for (std::size_t l = 0; l < 2; ++l) {
+        before.push_back(blocks_of(*layers[l]));
+        const auto& W = layers[l]->weight.matrix;
+        n[l] = W.pattern().row_nnz(0);
+        per_row[l] = static_cast<std::int64_t>(std::floor(schedule.drop_fraction(t) * static_cast<double>(n[l])));
+        REQUIRE(per_row[l] > 0);
+        std::set<std::pair<std::int64_t, std::int64_t>> drop;
+        for (std::int64_t i = 0; i < W.block_rows(); ++i) {  // the per_row smallest norms of each block row
+          std::map<std::pair<std::int64_t, std::int64_t>, BlockImage<T>> row;
+          for (const auto& [pos, img] : before[l])
+            if (pos.first == i) row.insert({pos, img});
+          const auto d = smallest_norms(row, per_row[l]);
+          drop.insert(d.begin(), d.end());
+        }
+        dropped.push_back(std::move(drop));
+        score[l] = Matrix<double>(W.block_rows(), W.block_cols());  // RigL's block score, in double
+        for (std::int64_t r = 0; r < W.rows(); ++r)
+          for (std::int64_t c = 0; c < W.cols(); ++c) {
+            double g = 0;
+            for (std::int64_t b = 0; b < refs[l].input.cols(); ++b)
+              g += static_cast<double>(refs[l].output_grad(r, b)) * static_cast<double>(refs[l].input(c, b));
+            score[l](r / 4, c / 4) += std::abs(g);
+          }
+      }
+      algo->update(refs, t);
+      for (std::size_t l = 0; l < 2; ++l) {
+        INFO("step " << t << ", block layer " << l);
+        const auto& W = layers[l]->weight.matrix;
+        W.check_invariants();
+        layers[l]->weight.check_aligned("test");
+        for (std::int64_t i = 0; i < W.block_rows(); ++i) CHECK(W.pattern().row_nnz(i) == n[l]);
+        const auto after = blocks_of(*layers[l]);
+        CHECK(check_survivors_and_grown(before[l], dropped[l], after) == per_row[l] * W.block_rows());
+        if (!rigl) continue;
+        for (std::int64_t i = 0; i < W.block_rows(); ++i) {  // grown: the row's largest scores not kept
+          double lowest_grown = 1e300, highest_left = -1;
+          for (std::int64_t j = 0; j < W.block_cols(); ++j) {
+            const std::pair<std::int64_t, std::int64_t> pos{i, j};
+            if (before[l].count(pos) && !dropped[l].count(pos)) continue;
+            if (after.count(pos))
+              lowest_grown = std::min(lowest_grown, score[l](i, j));
+            else
+              highest_left = std::max(highest_left, score[l](i, j));
+          }
+          CHECK(lowest_grown >= highest_left - 1e-5 * std::max(1.0, highest_left));
+        }
+      }
+      train(model, opt, *algo, t + 1, t + 4);
+    }
+  }
 }

@@ -124,17 +124,19 @@ public:
     m.set_shape("BlockPaddedCSR::random", rows, cols);
     m.pattern_ = PaddedCSR<T, Index>::random_total(blocks_covering(rows, R), blocks_covering(cols, C), nnz_blocks, seed,
                                                    padding_ratio);
-    m.pattern_.drop_values();
-    m.values_.assign(static_cast<std::size_t>(m.pattern_.storage_size() * kBlockSize), T(0));
-    CounterRng rng(seed, kValueStream);
-    m.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T*) {
-      T* b = m.block(s);
-      for (std::int64_t r = 0; r < R; ++r)
-        for (std::int64_t c = 0; c < C; ++c) {
-          const T v = static_cast<T>(rng.uniform(-1.0, 1.0));
-          if (i * R + r < rows && j * C + c < cols) b[r * C + c] = v;
-        }
-    });
+    m.fill_random_values(seed);
+    return m;
+  }
+  // Exactly blocks_per_row live blocks in every block row (the pattern of
+  // PaddedCSR::random_per_row over the grid, same seed), values as random()'s. Throws
+  // ArgumentError if blocks_per_row is outside [0, block_cols].
+  static BlockPaddedCSR random_per_row(std::int64_t rows, std::int64_t cols, std::int64_t blocks_per_row,
+                                       std::uint64_t seed, double padding_ratio = kDefaultPaddingRatio) {
+    BlockPaddedCSR m;
+    m.set_shape("BlockPaddedCSR::random_per_row", rows, cols);
+    m.pattern_ = PaddedCSR<T, Index>::random_per_row(blocks_covering(rows, R), blocks_covering(cols, C), blocks_per_row,
+                                                     seed, padding_ratio);
+    m.fill_random_values(seed);
     return m;
   }
   // random() at round(density * block_rows * block_cols) blocks; density in [0, 1].
@@ -380,6 +382,21 @@ public:
 
 private:
   static constexpr std::uint64_t kValueStream = 0xB10C'5EEDULL;
+  // Values for pattern_'s live blocks, uniform in [-1, 1) from (seed, kValueStream) in slot
+  // order, out-of-matrix entries and padding zero.
+  void fill_random_values(std::uint64_t seed) {
+    pattern_.drop_values();
+    values_.assign(static_cast<std::size_t>(pattern_.storage_size() * kBlockSize), T(0));
+    CounterRng rng(seed, kValueStream);
+    for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t s, const T*) {
+      T* b = block(s);
+      for (std::int64_t r = 0; r < R; ++r)
+        for (std::int64_t c = 0; c < C; ++c) {
+          const T v = static_cast<T>(rng.uniform(-1.0, 1.0));
+          if (i * R + r < rows_ && j * C + c < cols_) b[r * C + c] = v;
+        }
+    });
+  }
 
   void set_shape(const char* fn, std::int64_t rows, std::int64_t cols) {
     if (rows < 0 || cols < 0) throw ShapeError(detail::message(fn, ": negative shape ", rows, "x", cols));

@@ -157,8 +157,9 @@ public:
   virtual bool supports_constant_fan_in() const { return false; }
   // Whether the algorithm updates block-sparse layers (SparseLayerRef::blocks) on the block grid
   // (every built-in one): a block is dropped by its Frobenius norm, grown by the sum of |dL/dW|
-  // over its entries (RigL, SNFS, GraNet), and starts at zero with zero state. update() throws
-  // ArgumentError, before any layer changes, for a block layer otherwise or with constant_fan_in.
+  // over its entries (RigL, SNFS, GraNet), and starts at zero with zero state; constant_fan_in
+  // keeps every block row's count. update() throws ArgumentError, before any layer changes, for
+  // a block layer otherwise.
   virtual bool supports_blocks() const { return false; }
 
   // Total time spent in topology updates and how many there were (counted by update()).
@@ -326,15 +327,14 @@ private:
   static constexpr std::int64_t kWidenColumns = 128;
 
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
-  // support blocks or runs with constant_fan_in. O(layers).
+  // support blocks. O(layers).
   void check_blocks(std::span<const LayerRef> layers, const char* caller) const {
     for (const LayerRef& l : layers)
-      if (l.blocks && (!supports_blocks() || constant_fan_in))
-        throw ArgumentError(sprig::detail::message(
-            caller, ": sparse layer ", l.sparse_index, " (", l.out_features(), "x", l.in_features(), " in ",
-            l.blocks->block_height(), "x", l.blocks->block_width(), " blocks) is block-sparse, and ",
-            constant_fan_in ? "constant_fan_in is not supported on block-sparse layers"
-                            : std::string(name()) + " does not update block-sparse layers (supports_blocks())"));
+      if (l.blocks && !supports_blocks())
+        throw ArgumentError(sprig::detail::message(caller, ": sparse layer ", l.sparse_index, " (", l.out_features(),
+                                                   "x", l.in_features(), " in ", l.blocks->block_height(), "x",
+                                                   l.blocks->block_width(), " blocks) is block-sparse, and ", name(),
+                                                   " does not update block-sparse layers (supports_blocks())"));
   }
 
   template <Value U, ColumnIndex I, class Optimizer, ModelOf<U, I> M>

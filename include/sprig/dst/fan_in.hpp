@@ -6,7 +6,8 @@
 // Every row gets n columns uniformly without replacement (PaddedCSR::random_per_row, each
 // row from its own counter-based stream), values Kaiming-uniform with the fan-in n, as
 // SparseLinear's constructor does with its mean fan-in. The result is a function of the seed
-// (and layer key) only, the same for any thread count.
+// (and layer key) only, the same for any thread count. redraw_constant_fan_in does the same for
+// a block-sparse layer's block grid.
 #pragma once
 
 #include <algorithm>
@@ -72,12 +73,13 @@ SparseLinear<T, Index> constant_fan_in_linear(std::int64_t in, std::int64_t out,
 // n = llround(nnz / rows) and at least 1, the layer's mean fan-in (so its density is kept up
 // to rounding), from CounterRng(seed, sparse_index, kFanInInitKey); Kaiming-uniform values
 // with fan-in n, the layer's padding ratio and weight-decay flag, `growth_reserve` reserved
-// (SparseParameter::reserve_growth; 0 for none), gradient zero and no optimizer state.
-// Biases and dense layers are untouched. For a freshly built model (build_mlp, build_gpt, a
-// user's), before the optimizer's first step: optimizer state of the old weights is
-// discarded with them. Throws ArgumentError, before any layer changes, unless
-// 0 <= growth_reserve <= 64, if a layer is block-sparse or if two share a sparse_index
-// (check_sparse_layers). O(nnz + cols) per layer.
+// (SparseParameter::reserve_growth; 0 for none), gradient zero and no optimizer state. A
+// block-sparse layer gets the same on its block grid: n blocks in every block row
+// (BlockTopology::redraw_per_row). Biases and dense layers are untouched. For a freshly built
+// model (build_mlp, build_block_mlp, build_gpt, a user's), before the optimizer's first step:
+// optimizer state of the old weights is discarded with them. Throws ArgumentError, before any
+// layer changes, unless 0 <= growth_reserve <= 64, or if two layers share a sparse_index
+// (check_sparse_layers). O(nnz + cols) per layer (x R x C for blocks).
 template <TrainableModel M>
 void redraw_constant_fan_in(
     M& model, std::uint64_t seed,
@@ -89,17 +91,17 @@ void redraw_constant_fan_in(
         sprig::detail::message("dst::redraw_constant_fan_in: growth_reserve ", growth_reserve, " outside [0, 64]"));
   const auto layers = model.sparse_layers();
   check_sparse_layers<T, Index>(layers, "dst::redraw_constant_fan_in");
-  for (const SparseLayerRef<T, Index>& ref : layers)
-    if (ref.blocks)
-      throw ArgumentError(sprig::detail::message("dst::redraw_constant_fan_in: sparse layer ", ref.sparse_index,
-                                                 " is block-sparse (constant fan-in is for unstructured layers)"));
   for (const SparseLayerRef<T, Index>& ref : layers) {
-    auto& param = ref.layer->weight;
+    auto& param = ref.layer->weight;  // a block layer's stand-in over its grid
     const auto& W = param.matrix;
     if (W.rows() == 0) continue;
     const std::int64_t n =
         std::max<std::int64_t>(1, std::llround(static_cast<double>(W.nnz()) / static_cast<double>(W.rows())));
     CounterRng rng(seed, ref.sparse_index, kFanInInitKey);
+    if (ref.blocks) {
+      ref.blocks->redraw_per_row(n, rng(), growth_reserve);
+      continue;
+    }
     const bool decay = param.decay;
     param = SparseParameter<T, Index>(
         detail::constant_fan_in_weight<T, Index>(W.rows(), W.cols(), n, rng(), W.padding_ratio()));

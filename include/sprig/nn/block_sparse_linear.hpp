@@ -108,11 +108,7 @@ public:
     if (w.nnz_blocks() == 0)
       throw ArgumentError(detail::message("BlockSparseLinear: density ", density, " of a ", out, "x", in, " layer in ",
                                           R, "x", C, " blocks rounds to no block at all"));
-    std::int64_t live = 0;  // in-matrix entries of live blocks
-    w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
-      live += (std::min<std::int64_t>(out, (i + 1) * R) - i * R) * (std::min<std::int64_t>(in, (j + 1) * C) - j * C);
-    });
-    const double fan_in = static_cast<double>(live) / static_cast<double>(out);
+    const double fan_in = mean_fan_in(w);
     if (options.init.is_normal()) {  // in-matrix entries of live blocks redrawn in slot order
       const double scale = normal_init_std("BlockSparseLinear", options.init, static_cast<double>(in), fan_in);
       const std::span<T> values = w.values();
@@ -292,6 +288,21 @@ public:
     if (!weight.step_counts.empty()) chunk.apply(weight.step_counts, Weight::kBlockSize);
   }
   void adopt_pattern(const PaddedCSR<T, Index>& grid) override { weight.matrix.adopt_pattern(grid); }
+  // BlockTopology's: O(storage x R x C), a new topology key.
+  void redraw_per_row(std::int64_t blocks_per_row, std::uint64_t seed, double growth_reserve) override {
+    const std::int64_t grid_cols = weight.matrix.block_cols();
+    if (blocks_per_row < 1 || blocks_per_row > grid_cols)
+      throw ArgumentError(detail::message("BlockSparseLinear::redraw_per_row: ", blocks_per_row,
+                                          " blocks per row outside [1, ", grid_cols, " block columns]"));
+    Weight w =
+        Weight::random_per_row(out_features(), in_features(), blocks_per_row, seed, weight.matrix.padding_ratio());
+    const double bound = kaiming_uniform_bound(mean_fan_in(w));
+    for (T& v : w.values()) v = static_cast<T>(v * bound);  // zeros (padding, outside) stay 0
+    const bool decay = weight.decay;
+    weight = BlockSparseParameter<T, Index, R, C>(std::move(w));
+    weight.decay = decay;
+    if (growth_reserve > 0.0) weight.reserve_growth(growth_reserve);
+  }
   // BlockTopology's: O(live blocks x R x C).
   double mean_abs_momentum() const override {
     const auto& m = !weight.state.empty() && !weight.state[0].empty() ? weight.state[0] : weight.grad;
@@ -394,6 +405,16 @@ private:
     const auto [Xb, dYb] = bf16_.rounded(X, dY);
     bf16_block_sddmm(weight.matrix, dYb, Xb, std::span<float>(weight.grad), workspace_);
     if (dX) bf16_block_spmm_transposed(weight.matrix, values, transpose_cache(), dYb, *dX, transpose_workspace_);
+  }
+
+  // Live in-matrix entries per output row (an edge block's entries beyond the matrix excluded).
+  static double mean_fan_in(const Weight& w) {
+    std::int64_t live = 0;
+    w.for_each_block([&](std::int64_t i, std::int64_t j, std::int64_t, const T*) {
+      live += (std::min<std::int64_t>(w.rows(), (i + 1) * R) - i * R) *
+              (std::min<std::int64_t>(w.cols(), (j + 1) * C) - j * C);
+    });
+    return static_cast<double>(live) / static_cast<double>(w.rows());
   }
 
   void init(Weight w) {

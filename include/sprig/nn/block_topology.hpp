@@ -30,6 +30,13 @@ public:
   // moment), or the gradient while the optimizer has made none; 0 with no live entry. SNFS
   // redistributes by it, as it does by the same mean of an unstructured layer. Reads only.
   virtual double mean_abs_momentum() const = 0;
+  // Redraws the weight with exactly blocks_per_row live blocks in every block row
+  // (BlockPaddedCSR::random_per_row from `seed`), Kaiming-uniform values with the mean fan-in
+  // of the live in-matrix entries, the padding ratio and weight-decay flag kept, the gradient
+  // zero, no optimizer state, growth_reserve reserved (0: none); the bias stays
+  // (dst::redraw_constant_fan_in). Throws ArgumentError for blocks_per_row outside
+  // [1, block columns], nothing changed.
+  virtual void redraw_per_row(std::int64_t blocks_per_row, std::uint64_t seed, double growth_reserve) = 0;
 
 protected:
   ~BlockTopology() = default;
