@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "sprig/dst/granet.hpp"
+#include "sprig/dst/live_count.hpp"
 #include "sprig/dst/rigl.hpp"
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
@@ -49,6 +51,19 @@ std::string message_of(auto&& fn) {
     return e.what();
   }
   return "no throw";
+}
+
+// Each sparse layer's live count against live_count(its size, sparsities[k]), over the block
+// grid in a block model (the stand-in's shape).
+template <class Model>
+void check_live_counts(Model& model, const std::vector<double>& sparsities) {
+  const auto refs = model.sparse_layers();
+  REQUIRE(refs.size() == sparsities.size());
+  for (std::size_t k = 0; k < refs.size(); ++k) {
+    INFO("sparse layer " << k << " (position " << refs[k].position << ")");
+    const auto& m = refs[k].layer->weight.matrix;
+    CHECK(refs[k].layer->weight.live_count() == live_count(m.rows() * m.cols(), sparsities[k]));
+  }
 }
 
 }  // namespace
@@ -246,5 +261,86 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
     std::vector<std::size_t> which;
     for (std::size_t q : sprig_test::some_indices(slots.size(), 8)) which.push_back(slots[q]);
     sprig_test::check_gradient(loss, p.matrix.values(), analytic, which);
+  }
+}
+
+TEST_CASE("gpt_sparsities: each sparse projection's sparsity in sparse_layers() order, as the builders draw it",
+          "[dst][gpt_builder]") {
+  const GPTSpec uniform{.config = kConfig, .attn_sparsity = 0.7, .ffn_sparsity = 0.9, .seed = 2};
+  std::vector<double> expected;
+  for (int l = 0; l < 3; ++l) expected.insert(expected.end(), {0.7, 0.7, 0.9, 0.9});
+  CHECK(gpt_sparsities(uniform) == expected);
+  CHECK(gpt_sparsities(uniform, 8, 8) == expected);  // uniform: the same fraction of every grid
+  // a dense group is no part of the list (its projections are Linear)
+  CHECK(gpt_sparsities({.config = kConfig, .ffn_sparsity = 0.9}) == std::vector<double>(6, 0.9));
+  CHECK(gpt_sparsities({.config = kConfig}).empty());
+  // ERK: proj gets 3/2 of qkv's density (models/gpt.hpp); the builders keep round((1 - s) x size)
+  GPTSpec erk = uniform;
+  erk.distribution = Distribution::erk;
+  const std::vector<double> s = gpt_sparsities(erk);
+  REQUIRE(s.size() == 12);
+  CHECK((1.0 - s[1]) / (1.0 - s[0]) == Approx(1.5));
+  auto model = build_gpt<float>(erk);
+  check_live_counts(model, s);
+  // over 8x1 block grids ERK weighs the shapes otherwise (qkv 12 x 32 blocks, fc 16 x 32, fc_proj 4 x 128)
+  const std::vector<double> s8 = gpt_sparsities(erk, 8, 1);
+  CHECK(s8 != s);
+  auto blocks = build_block_gpt<float, std::int32_t, 8, 1>(erk);
+  check_live_counts(blocks, s8);
+  CHECK(message_of([] { gpt_sparsities({.config = kConfig, .attn_sparsity = 1.0}); }) ==
+        "models::gpt_sparsities: attn_sparsity 1 outside [0, 1)");
+  CHECK(message_of([&] { gpt_sparsities(uniform, 0, 4); }) ==
+        "models::gpt_sparsities: block shape 0x4 (rows and columns must be >= 1)");
+}
+
+namespace {
+// GraNet over a GPT built at `start`, pruning to `end`'s sparsities (gpt_sparsities over R x C
+// grids): the model starts at the first list, holds live_count(size, end's) after the last
+// update, and trains (the loss halves).
+template <class Model>
+void check_granet_prunes(Model model, const GPTSpec& start, const GPTSpec& end, std::int64_t R, std::int64_t C) {
+  using T = typename Model::value_type;
+  using Index = typename Model::index_type;
+  const GraNetOptions options{.initial_sparsity = gpt_sparsities(start, R, C),
+                              .final_sparsity = gpt_sparsities(end, R, C)};
+  check_live_counts(model, options.initial_sparsity);
+  std::vector<std::int32_t> tokens;
+  std::vector<int> labels;
+  for (int n = 0; n < 16; ++n) {
+    tokens.push_back((n * 7 + 3) % 11);
+    labels.push_back((n * 5 + 1) % 11);
+  }
+  SoftmaxCrossEntropy<T> ce;
+  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
+  GraNet<T, Index> granet({.delta_t = 4, .t_begin = 0, .t_end = 20, .alpha = 0.3}, 1, options);
+  T first = 0, last = 0;
+  for (std::int64_t t = 0; t < 30; ++t) {
+    const auto Z = model.forward(tokens, 2, 8);
+    last = ce.forward_backward(Z, labels, model.output_grad());
+    if (t == 0) first = last;
+    model.backward();
+    apply_step(granet, opt, model, t);
+  }
+  CHECK(granet.updates() == 6);  // steps 0, 4, ..., 20
+  CHECK(last < first * 0.5);
+  check_live_counts(model, options.final_sparsity);
+}
+}  // namespace
+
+TEST_CASE("gpt_sparsities give GraNet a GPT's lists: pruned from one spec's sparsities to another's",
+          "[dst][gpt_builder][granet]") {
+  const GPTConfig config{.layers = 2, .heads = 2, .d_model = 16, .d_ff = 32, .block_size = 8, .vocab = 11};
+  GPTSpec start{.config = config,
+                .attn_sparsity = 0.3,
+                .ffn_sparsity = 0.5,
+                .distribution = Distribution::erk,
+                .seed = 3,
+                .growth_reserve = SparseParameter<double, std::int32_t>::kGrowthReserve};
+  GPTSpec end = start;
+  end.attn_sparsity = 0.6;
+  end.ffn_sparsity = 0.8;
+  SECTION("unstructured") { check_granet_prunes(build_gpt<double>(start), start, end, 1, 1); }
+  SECTION("in 4x4 blocks") {
+    check_granet_prunes(build_block_gpt<double, std::int32_t, 4, 4>(start), start, end, 4, 4);
   }
 }

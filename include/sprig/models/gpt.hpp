@@ -87,6 +87,24 @@ inline std::vector<GPTBlockDensity> gpt_densities(const GPTSpec& spec) {
   return detail::gpt_densities("models::gpt_densities", spec);
 }
 
+// The sparsity of every sparse projection `spec` leads to (those gpt_densities puts below 1),
+// in model order (GPT::sparse_layers(): block by block, qkv, proj, fc, fc_proj): the per-layer
+// lists GraNetOptions takes. With a block shape, over the R x C block grids, as build_block_gpt
+// draws them. O(layers) (ERK: O(layers^2) at worst). Throws what gpt_densities throws, naming
+// models::gpt_sparsities, and ArgumentError for a block shape below 1x1.
+inline std::vector<double> gpt_sparsities(const GPTSpec& spec, std::int64_t block_rows = 1,
+                                          std::int64_t block_cols = 1) {
+  constexpr const char* fn = "models::gpt_sparsities";
+  if (block_rows < 1 || block_cols < 1)
+    throw ArgumentError(
+        sprig::detail::message(fn, ": block shape ", block_rows, "x", block_cols, " (rows and columns must be >= 1)"));
+  std::vector<double> out;
+  for (const GPTBlockDensity& b : detail::gpt_densities(fn, spec, block_rows, block_cols))
+    for (const double d : {b.qkv, b.proj, b.fc, b.fc_proj})
+      if (d < 1.0) out.push_back(1.0 - d);
+  return out;
+}
+
 namespace detail {
 // The GPT of `spec` (a GPT type), its densities over grids of R x C blocks (1 x 1: SparseLinear).
 template <class Model>
