@@ -82,6 +82,25 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
                    --eval-every 0 --sample 0)
   set_tests_properties(example:char_gpt_blocks_snfs PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "snfs.*step 6")
+  # GraNet and gmp prune each sparse group from --initial-sparsity to its own along the cubic
+  # schedule (updates at steps 0, 10, 20, 30): at the end fc and fc_proj hold live_count(2048,
+  # 0.8) = 410 weights each (1 - 820/4096 = 79.9805% sparse), in 4x4 blocks live_count(128, 0.8)
+  # = 26 of each grid's 128 blocks (1 - 52/256 = 79.6875%); attention ends at 50%.
+  set(CHAR_GPT_TINY_PRUNED --layers 2 --heads 2 --d-model 32 --d-ff 64 --block 32 --batch 4 --eval-windows 8
+                           --threads 1 --attn-sparsity 0.5 --ffn-sparsity 0.8 --initial-sparsity 0.3 --delta-t 10)
+  add_test(NAME example:char_gpt_granet
+           COMMAND char_gpt ${CHAR_GPT_TINY_PRUNED} --algorithm granet --steps 40 --eval-every 20 --sample 0)
+  set_tests_properties(example:char_gpt_granet PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "topology: granet, each sparse group from 0.3 sparse to its own along the cubic schedule.*topology updates: 4,.*\nsparsity now: attention 50%, FFN 79.9805%\n")
+  add_test(NAME example:char_gpt_blocks_gmp
+           COMMAND char_gpt ${CHAR_GPT_TINY_PRUNED} --algorithm gmp --weight-blocks 4x4 --steps 40 --eval-every 20 --sample 0)
+  set_tests_properties(example:char_gpt_blocks_gmp PROPERTIES LABELS example
+                       PASS_REGULAR_EXPRESSION "in 4x4 blocks.*topology: gmp, .*topology updates: 4,.*\nsparsity now \\(of the block grid\\): attention 50%, FFN 79.6875%\n")
+  # A GraNet run killed between its updates and resumed equals the straight run.
+  sprig_example_script_test(char_gpt_granet_resume char_gpt resume_equals_straight
+    DEFINES "-DARGS=${CHAR_GPT_TINY_PRUNED};--algorithm;granet;--sample;40;--steps;40;--eval-every;20" -DEVERY=7 -DSTOP=23
+            "-DRESUMED=resumed from .* at step 21" "-DMATCH=val loss [0-9.]+" "-DFROM=sample (temperature"
+            "-DUNTIL=weights ")
   add_test(NAME example:char_gpt_missing_data COMMAND char_gpt --data /nonexistent/text.txt --steps 1)
   set_tests_properties(example:char_gpt_missing_data PROPERTIES LABELS example
                        PASS_REGULAR_EXPRESSION "char_gpt: read_char_text: cannot open '/nonexistent/text.txt'")

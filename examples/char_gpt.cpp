@@ -10,6 +10,7 @@
 //   char_gpt --config mini40m --ffn-sparsity 0.9 --steps 20   # the speed configuration
 //   char_gpt --ffn-sparsity 0.9 --weight-blocks 4x4 --algorithm rigl   # FFN in dense 4x4 blocks
 //   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --precision bf16   # bf16 products
+//   char_gpt --attn-sparsity 0.7 --ffn-sparsity 0.9 --algorithm granet   # pruned gradually from 50%
 //   mpirun -np 2 char_gpt --ffn-sparsity 0.9 --threads 1  # data parallel over 2 ranks (sprig/dist)
 //
 // Configs: small = 4 layers, 4 heads, d_model 256, d_ff 1024, block 128, batch 16, 2000
@@ -32,6 +33,7 @@
 //   RESULT val_loss=<x> ms_per_step=<x> weight_bytes=<n> dense_weight_bytes=<n> tokens_per_s=<x> ...
 //          ... export_bytes=<n> import_val_loss=<x>
 #include <sprig/models/gpt.hpp>
+#include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/dst/snfs.hpp>
@@ -107,6 +109,7 @@ struct Config {
   double ffn_sparsity = 0.0;
   std::string distribution = "uniform";
   std::string algorithm = "none";
+  double initial_sparsity = 0.5;             // granet / gmp: each sparse group's start, pruned to its sparsity
   std::string bias_correction = "per-slot";  // AdamW's correction of grown weights: per-slot|global
   std::int64_t delta_t = 100;
   double alpha = 0.3;
@@ -177,8 +180,21 @@ double evaluate(Model& model, std::span<const std::int32_t> val, const std::vect
   return sum / static_cast<double>(windows);
 }
 
+bool prunes(const Config& c) { return c.algorithm == "granet" || c.algorithm == "gmp"; }
+
+// The spec with each sparse group at --initial-sparsity: where gradual pruning starts.
+sprig::models::GPTSpec starting_spec(const Config& cfg, sprig::models::GPTSpec spec) {
+  if (spec.attn_sparsity > 0.0) spec.attn_sparsity = cfg.initial_sparsity;
+  if (spec.ffn_sparsity > 0.0) spec.ffn_sparsity = cfg.initial_sparsity;
+  return spec;
+}
+
+// `spec` at the final sparsities; R x C: the block shape (1 x 1 unstructured), whose grids
+// GraNet's per-layer lists (models::gpt_sparsities) count.
 template <class Index>
-std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Config& cfg) {
+std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Config& cfg,
+                                                                        const sprig::models::GPTSpec& spec,
+                                                                        std::int64_t R, std::int64_t C) {
   if (cfg.algorithm == "none") return nullptr;
   if (cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
     throw sprig::ArgumentError("char_gpt: --algorithm needs --attn-sparsity or --ffn-sparsity > 0");
@@ -187,7 +203,33 @@ std::unique_ptr<sprig::dst::SparsityAlgorithm<T, Index>> make_algorithm(const Co
   if (cfg.algorithm == "static") return std::make_unique<sprig::dst::Static<T, Index>>(s, cfg.seed);
   if (cfg.algorithm == "set") return std::make_unique<sprig::dst::SET<T, Index>>(s, cfg.seed);
   if (cfg.algorithm == "rigl") return std::make_unique<sprig::dst::RigL<T, Index>>(s, cfg.seed);
-  return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
+  if (cfg.algorithm == "snfs") return std::make_unique<sprig::dst::SNFS<T, Index>>(s, cfg.seed);
+  sprig::dst::GraNetOptions g{.initial_sparsity = sprig::models::gpt_sparsities(starting_spec(cfg, spec), R, C),
+                              .final_sparsity = sprig::models::gpt_sparsities(spec, R, C),
+                              .regrow = cfg.algorithm == "granet"};
+  // ERK makes a matrix dense where its share would exceed 1, more often at lower sparsity
+  if (g.initial_sparsity.size() != g.final_sparsity.size())
+    throw sprig::ArgumentError(
+        "char_gpt: --distribution erk makes " + std::to_string(g.final_sparsity.size() - g.initial_sparsity.size()) +
+        " projection(s) dense at --initial-sparsity " + examples::detail::show(cfg.initial_sparsity) +
+        " that are sparse at the final sparsities, and a dense one cannot be pruned: raise "
+        "--initial-sparsity");
+  return std::make_unique<sprig::dst::GraNet<T, Index>>(s, cfg.seed, std::move(g));
+}
+
+// Each group's sparsity now (live weights, or blocks on the block grid, over all positions):
+// {attention, FFN}, -1 for a group with no sparse projection.
+template <class Model>
+std::pair<double, double> group_sparsities(Model& model) {
+  double live[2] = {0, 0}, size[2] = {0, 0};
+  for (const auto& r : model.sparse_layers()) {
+    const std::size_t g = r.position % 4 < 2 ? 0 : 1;  // qkv, proj | fc, fc_proj
+    const auto& m = r.layer->weight.matrix;
+    live[g] += static_cast<double>(r.layer->weight.live_count());
+    size[g] += static_cast<double>(m.rows()) * static_cast<double>(m.cols());
+  }
+  const auto sparsity = [&](std::size_t g) { return size[g] > 0 ? 1.0 - live[g] / size[g] : -1.0; };
+  return {sparsity(0), sparsity(1)};
 }
 
 // What a training step holds at least (examples/cli_checks.hpp), from the options alone: the
@@ -199,7 +241,10 @@ examples::MemoryEstimate step_memory(const Config& c, std::int64_t vocab) {
   const double L = static_cast<double>(c.layers), d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff),
                B = static_cast<double>(c.batch), Tn = static_cast<double>(c.block), H = static_cast<double>(c.heads),
                V = static_cast<double>(vocab), f = sizeof(T);
-  const double live = L * (4 * d * d * (1 - c.attn_sparsity) + 2 * d * ff * (1 - c.ffn_sparsity)) + (2 * V + Tn) * d;
+  // gradual pruning starts denser (--initial-sparsity)
+  const double sa = prunes(c) && c.attn_sparsity > 0.0 ? c.initial_sparsity : c.attn_sparsity;
+  const double sf = prunes(c) && c.ffn_sparsity > 0.0 ? c.initial_sparsity : c.ffn_sparsity;
+  const double live = L * (4 * d * d * (1 - sa) + 2 * d * ff * (1 - sf)) + (2 * V + Tn) * d;
   return {.options = "--layers " + std::to_string(c.layers) + " --heads " + std::to_string(c.heads) + " --d-model " +
                      std::to_string(c.d_model) + " --d-ff " + std::to_string(c.d_ff) + " --batch " +
                      std::to_string(c.batch) + " --block " + std::to_string(c.block),
@@ -330,6 +375,7 @@ sprig::RunSettings run_settings(const Config& c, const sprig::CharText& text) {
   examples::add_setting(s, "--index-bits", static_cast<int>(8 * sizeof(Index)));
   examples::add_setting(s, "--precision", c.precision);
   examples::add_setting(s, "--algorithm", c.algorithm);
+  if (prunes(c)) examples::add_setting(s, "--initial-sparsity", c.initial_sparsity);  // older checkpoints lack it
   examples::add_setting(s, "--delta-t", c.delta_t);
   examples::add_setting(s, "--alpha", c.alpha);
   examples::add_setting(s, "--bias-correction", c.bias_correction);
@@ -399,7 +445,13 @@ int run(Config cfg) {
   // state (28 MB in bf16 8x8 RigL; docs/transformers.md, "Tight rows").
   spec.padding_ratio = 0;
   if (changes_topology) spec.growth_reserve = sprig::SparseParameter<T, Index>::kGrowthReserve;
-  const auto algorithm = make_algorithm<Index>(cfg);
+  const auto algorithm = [&] {
+    if constexpr (blocks)
+      return make_algorithm<Index>(cfg, spec, Block::kBlockRows..., Block::kBlockCols...);
+    else
+      return make_algorithm<Index>(cfg, spec, 1, 1);
+  }();
+  if (prunes(cfg)) spec = starting_spec(cfg, spec);                    // built there, pruned along the cubic schedule
   spec.keep_output_grads = algorithm && algorithm->needs_gradients();  // the dY only DST reads
   spec.share_transposes = cfg.share_transposes;
   auto model = [&] {
@@ -413,9 +465,9 @@ int run(Config cfg) {
     import_weights(cfg, text, model);
     if (changes_topology) model.reserve_growth();  // imported patterns come tight: the room again
     std::printf("imported %s%s\n", cfg.import_file.c_str(),
-                cfg.prune_attn >= 0.0 || cfg.prune_ffn >= 0.0
-                    ? ", pruned by magnitude to the densities below (one-shot)"
-                    : "");
+                cfg.prune_attn < 0.0 && cfg.prune_ffn < 0.0 ? ""
+                : prunes(cfg) ? ", pruned by magnitude to --initial-sparsity (one-shot), then gradually by the topology"
+                              : ", pruned by magnitude to the densities below (one-shot)");
   }
 #endif
   const sprig::ParameterMemory pm0 = sprig::parameter_memory(model);
@@ -440,9 +492,13 @@ int run(Config cfg) {
   const sprig::CosineWarmupLR schedule(cfg.lr, std::min(cfg.warmup, cfg.steps - 1), cfg.steps, cfg.min_lr);
   std::printf(
       "optimizer: AdamW betas (0.9, 0.99), %s bias correction, lr %g (warmup %lld, cosine to %g), weight decay %g on matrices, "
-      "clip %g; %lld steps; topology: %s\n",
+      "clip %g; %lld steps; topology: %s%s\n",
       cfg.bias_correction.c_str(), cfg.lr, static_cast<long long>(cfg.warmup), cfg.min_lr, cfg.weight_decay, cfg.clip,
-      static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed");
+      static_cast<long long>(cfg.steps), algorithm ? cfg.algorithm.c_str() : "fixed",
+      prunes(cfg) ? (", each sparse group from " + examples::detail::show(cfg.initial_sparsity) +
+                     " sparse to its own along the cubic schedule")
+                        .c_str()
+                  : "");
 
   sprig::dist::Communicator& comm = *ranks;
   const sprig::dist::Shard shard = sprig::dist::shard(cfg.batch, comm);  // sequences of each batch
@@ -639,6 +695,12 @@ int run(Config cfg) {
     std::printf("topology updates: %lld, %.3f s in total (%.2f%% of training time)\n",
                 static_cast<long long>(algorithm->updates()), algorithm->total_seconds(),
                 100.0 * algorithm->total_seconds() / std::max(train_seconds, 1e-9));
+  if (prunes(cfg)) {
+    const auto [attn, ffn] = group_sparsities(model);
+    std::printf("sparsity now%s: attention %s, FFN %s\n", blocks ? " (of the block grid)" : "",
+                attn < 0 ? "dense" : (examples::detail::show(100.0 * attn) + "%").c_str(),
+                ffn < 0 ? "dense" : (examples::detail::show(100.0 * ffn) + "%").c_str());
+  }
   const double sample_tokens_per_s = static_cast<double>(cfg.sample_chars) / std::max(sample_seconds, 1e-9);
   if (cfg.sample_chars > 0)  // after the sample's text: its timing is no part of what resume tests compare
     std::printf("sampling: %lld tokens in %.3f s, %.1f tokens/s (%s)\n", static_cast<long long>(cfg.sample_chars),
@@ -679,8 +741,15 @@ int program(int argc, char** argv) {
                  "AdamW: correct a grown weight's moments with its own step count (per-slot) or the global one")
       ->check(CLI::IsMember({"per-slot", "global"}))
       ->capture_default_str();
-  app.add_option("--algorithm", cfg.algorithm, "Dynamic sparse training: none, static, set, rigl or snfs")
-      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs"}))
+  app.add_option("--algorithm", cfg.algorithm,
+                 "Dynamic sparse training: none, static, set, rigl, snfs, granet (gradual pruning with regrowth) or gmp "
+                 "(gradual magnitude pruning)")
+      ->check(CLI::IsMember({"none", "static", "set", "rigl", "snfs", "granet", "gmp"}))
+      ->capture_default_str();
+  app.add_option("--initial-sparsity", cfg.initial_sparsity,
+                 "granet / gmp: the sparsity each sparse group starts at, pruned to --attn-sparsity / --ffn-sparsity "
+                 "by the cubic schedule")
+      ->check(examples::in_range(0.0, 0.9999))
       ->capture_default_str();
   app.add_option("--delta-t", cfg.delta_t, "Steps between topology updates")
       ->check(examples::positive())
@@ -812,6 +881,19 @@ int program(int argc, char** argv) {
   if (cfg.algorithm != "none" && cfg.attn_sparsity <= 0.0 && cfg.ffn_sparsity <= 0.0)
     throw sprig::ArgumentError("char_gpt: --algorithm " + cfg.algorithm +
                                " needs --attn-sparsity or --ffn-sparsity > 0");
+  if (app.count("--initial-sparsity") > 0 && !prunes(cfg))
+    throw sprig::ArgumentError(
+        "char_gpt: --initial-sparsity is where gradual pruning starts: it needs --algorithm "
+        "granet or gmp, not " +
+        cfg.algorithm);
+  if (prunes(cfg))
+    for (const auto& [option, final_sparsity] : {std::pair<std::string, double>{"--attn-sparsity", cfg.attn_sparsity},
+                                                 std::pair<std::string, double>{"--ffn-sparsity", cfg.ffn_sparsity}})
+      if (final_sparsity > 0.0 && !(cfg.initial_sparsity > 0.0 && cfg.initial_sparsity <= final_sparsity))
+        throw sprig::ArgumentError(
+            "char_gpt: --algorithm " + cfg.algorithm + " prunes each sparse group from --initial-sparsity " +
+            examples::detail::show(cfg.initial_sparsity) + " to its own: it must be above 0 and at most " + option +
+            " " + examples::detail::show(final_sparsity));
   if (!cfg.weight_blocks.empty() && cfg.index_bits == "16")
     throw sprig::ArgumentError("char_gpt: --weight-blocks is built with --index-bits 32 only");
   if (!cfg.checkpoint_dir.empty())

@@ -52,27 +52,27 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
                      --threads 1)
     set_tests_properties(example:fashion_mnist_bf16_blocks_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "4x4 blocks.*bf16 products.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
-    # SNFS on the block grid (GraNet's block run resumes below).
+    # SNFS on the block grid (RigL's and GraNet's block runs resume above).
     add_test(NAME example:fashion_mnist_block_snfs
              COMMAND fashion_mnist --block 8x1 --algorithm snfs --delta-t 10 --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_block_snfs PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "sparse in 8x1 blocks.*topology: snfs.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+")
-    sprig_example_script_test(fashion_mnist_block_resume fashion_mnist resume_equals_straight
-      DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;rigl;--delta-t;10;--sparsity;0.8;--widths;64,64"
-              -DEVERY=7 -DSTOP=53
-              "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
+    # Kill-and-resume on the block grid equals the straight run: RigL, and GraNet pruning the
+    # grid from --initial-sparsity to --sparsity (weight_bytes: the pruned size).
+    set(_block_resume_rigl "")
+    set(_block_resume_granet ";--initial-sparsity;0.5")
+    foreach(_algorithm IN ITEMS rigl granet)
+      sprig_example_script_test(fashion_mnist_block_${_algorithm}_resume fashion_mnist resume_equals_straight
+        DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;${_algorithm}${_block_resume_${_algorithm}};--delta-t;10;--sparsity;0.8;--widths;64,64"
+                -DEVERY=7 -DSTOP=53
+                "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
+    endforeach()
     # Constant fan-in on the block grid: every block row drawn with, and kept at, one count.
     add_test(NAME example:fashion_mnist_block_constant_fan_in
              COMMAND fashion_mnist --block 4x4 --constant-fan-in --algorithm rigl --delta-t 10 --epochs 1 --max-steps 30
                      --threads 1)
     set_tests_properties(example:fashion_mnist_block_constant_fan_in PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "sparse in 4x4 blocks.*topology: rigl with constant fan-in.*RESULT test_accuracy=0\\.[0-9]+")
-    # GraNet prunes the block grid from --initial-sparsity to --sparsity, and resumes as it ran
-    # (weight_bytes: the pruned size).
-    sprig_example_script_test(fashion_mnist_block_granet_resume fashion_mnist resume_equals_straight
-      DEFINES "-DARGS=--epochs;2;--max-steps;40;--threads;1;--block;4x4;--algorithm;granet;--initial-sparsity;0.5;--delta-t;10;--sparsity;0.8;--widths;64,64"
-              -DEVERY=7 -DSTOP=53
-              "-DMATCH=test loss [0-9.]+ acc [0-9.]+;RESULT test_accuracy=[0-9.]+ weight_bytes=[0-9]+")
     # Kill-and-resume equals the uninterrupted run: same accuracy and weights, RigL updates
     # and a checkpoint in between (the test loss is printed with 4 decimals; the state itself
     # is compared bitwise by test_io_checkpoint).

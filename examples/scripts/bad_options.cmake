@@ -176,7 +176,7 @@ if(CHAR_GPT)
   run("${e}" "--config" --config huge)
   run("${e}" "--distribution" --distribution normal)
   run("${e}" "--bias-correction" --bias-correction none)
-  run("${e}" "--algorithm" --algorithm granet)
+  run("${e}" "--algorithm" --algorithm magic)
   run("${e}" "--weight-blocks" --weight-blocks 3x3)
   run("${e}" "unknown-option|not expected|extras" --unknown-option 1)
   run("${e}" "cannot open '/nonexistent/text.txt'" --data /nonexistent/text.txt)
@@ -185,6 +185,18 @@ if(CHAR_GPT)
   run("${e}" "--resume needs --checkpoint" --resume)
   run("${e}" "--weight-blocks is built with --index-bits 32 only" --weight-blocks 4x4 --index-bits 16)
   run("${e}" "--algorithm rigl needs --attn-sparsity or --ffn-sparsity > 0" --algorithm rigl)
+  # gradual pruning (granet, gmp) starts at --initial-sparsity, in (0, each sparse group's own]
+  bad_numbers("${e}" --initial-sparsity range 1)
+  run("${e}" "--initial-sparsity is where gradual pruning starts: it needs --algorithm granet or gmp, not rigl"
+      --algorithm rigl --ffn-sparsity 0.9 --initial-sparsity 0.5)
+  run("${e}" "--algorithm gmp prunes each sparse group from --initial-sparsity 0.95 to its own: it must be above 0 and at most --ffn-sparsity 0.9"
+      --algorithm gmp --ffn-sparsity 0.9 --initial-sparsity 0.95)
+  run("${e}" "--algorithm granet prunes each sparse group from --initial-sparsity 0 to its own: it must be above 0 and at most --attn-sparsity 0.5"
+      --algorithm granet --attn-sparsity 0.5 --initial-sparsity 0)
+  # ERK makes both proj dense at 5% attention sparsity (proj's share is 3/2 of qkv's), not at 50%
+  run("${e}" "--distribution erk makes 2 projection\\(s\\) dense at --initial-sparsity 0.05 that are sparse at the final sparsities"
+      --algorithm granet --distribution erk --attn-sparsity 0.5 --initial-sparsity 0.05 --layers 2 --heads 2 --d-model 32
+      --d-ff 64 --block 32 --batch 4 --eval-windows 8)
   run("${e}" "--d-model 256 is not a multiple of --heads 3" --heads 3)
   run("${e}" "--min-lr 0.01 is above --lr 0.001" --min-lr 0.01)
   # models in and out (without nlohmann-json every one is refused, naming the options)

@@ -5,6 +5,7 @@
 #     weights came back), and with --prune-attn/--prune-ffn a run starts from it pruned, prints
 #     the loss right after pruning (other than the dense one) and exports the compressed form,
 #     smaller than the dense file;
+#     --algorithm gmp prunes such an import gradually, from --initial-sparsity to --prune-ffn;
 #  3. --import of the compressed file into a model of the same sparsities restores the pruned
 #     run's validation loss;
 #  4. errors: a model of other shapes (the tensor named, the run refused before training), a file
@@ -76,6 +77,19 @@ if(NOT out MATCHES "attention 50% sparse, FFN 80% sparse" OR NOT out MATCHES "co
 endif()
 if(NOT sparse_bytes LESS dense_bytes)
   message(FATAL_ERROR "the compressed export (${sparse_bytes} bytes) is not smaller than the dense (${dense_bytes})")
+endif()
+
+# 2b. gradual pruning of the import: one-shot to --initial-sparsity, then gmp to --prune-ffn
+# (updates at steps 0 and 2 of 4): fc and fc_proj end at live_count(2048, 0.9) = 205 weights
+# each, 1 - 410/4096 = 89.9902% sparse; its loss after the one-shot pruning is not 80%'s
+run(out --import "${dense}" --prune-ffn 0.9 --algorithm gmp --initial-sparsity 0.5 --delta-t 2 --steps 4 --eval-every 0)
+match(gradual_loss "val loss ([0-9.]+) right after the import and pruning" "${out}" "gradually pruned import")
+if(gradual_loss STREQUAL pruned_loss OR gradual_loss STREQUAL dense_loss)
+  message(FATAL_ERROR "pruning the FFN to 50% gave the val loss of the dense or the 50% / 80% model:\n${out}")
+endif()
+if(NOT out MATCHES "pruned by magnitude to --initial-sparsity \\(one-shot\\), then gradually"
+   OR NOT out MATCHES "\nsparsity now: attention dense, FFN 89.9902%\n")
+  message(FATAL_ERROR "the gradually pruned import did not end at the FFN's 90%:\n${out}")
 endif()
 
 # 3. the compressed file into a sparse model: its pattern and values back
