@@ -5,8 +5,9 @@
 #      skipped when OUT/dense.safetensors exists (or DENSE=FILE names one);
 #   2. import it pruned by magnitude to attention ATTN / FFN FFN sparsity (one-shot, per group),
 #      print the validation loss right after pruning, fine-tune FINETUNE_STEPS steps with
-#      ALGORITHM (static: the pruned pattern kept; rigl, set, snfs also work) and export the
-#      compressed (sparse-bitmask) model;
+#      ALGORITHM (static: the pruned pattern kept; rigl, set, snfs also work; granet and gmp
+#      prune one-shot to INITIAL only, then gradually to ATTN / FFN while fine-tuning) and
+#      export the compressed (sparse-bitmask) model;
 #   3. train the same sparse model from scratch for FINETUNE_STEPS steps at the same learning
 #      rate, as the baseline;
 #   then print the four validation losses and the file sizes, and write OUT/prune_pretrained.md.
@@ -14,6 +15,7 @@
 # Usage: examples/prune_pretrained.sh [BUILD_DIR] [OUT_DIR] [extra char_gpt options...]
 #   env: DENSE_STEPS=2000 FINETUNE_STEPS=500 ATTN=0.7 FFN=0.9 ALGORITHM=static
 #        FINETUNE_LR=2e-3 THREADS=1 DENSE=<a dense export to start from>
+#        INITIAL=0.5 (granet, gmp: where the gradual pruning starts)
 #   BUILD_DIR defaults to ./build, OUT_DIR to examples/results/prune_pretrained. The extra
 #   options go to every run (for example --config mini40m or --eval-windows 32).
 set -euo pipefail
@@ -32,6 +34,13 @@ ffn="${FFN:-0.9}"
 algorithm="${ALGORITHM:-static}"
 lr="${FINETUNE_LR:-2e-3}"
 threads="${THREADS:-1}"
+initial="${INITIAL:-0.5}"
+gradual=()  # granet and gmp prune from --initial-sparsity, the others start at ATTN / FFN
+pruned_to="attention $attn / FFN $ffn"
+if [[ "$algorithm" == granet || "$algorithm" == gmp ]]; then
+  gradual=(--initial-sparsity "$initial")
+  pruned_to="$initial (where $algorithm starts)"
+fi
 mkdir -p "$out"
 dense="${DENSE:-$out/dense.safetensors}"
 
@@ -61,13 +70,13 @@ fi
 dense_bytes="$(stat -c %s "$dense")"
 
 run "$out/finetune.log" --import "$dense" --prune-attn "$attn" --prune-ffn "$ffn" --steps "$steps" \
-  --algorithm "$algorithm" --lr "$lr" --export "$out/pruned.safetensors" --export-form compressed "$@"
+  --algorithm "$algorithm" "${gradual[@]}" --lr "$lr" --export "$out/pruned.safetensors" --export-form compressed "$@"
 pruned_loss="$(result "$out/finetune.log" import_val_loss)"
 finetuned_loss="$(result "$out/finetune.log" val_loss)"
 compressed_bytes="$(result "$out/finetune.log" export_bytes)"
 
 run "$out/scratch.log" --attn-sparsity "$attn" --ffn-sparsity "$ffn" --steps "$steps" --algorithm "$algorithm" \
-  --lr "$lr" --export "$out/scratch.safetensors" --export-form compressed "$@"
+  "${gradual[@]}" --lr "$lr" --export "$out/scratch.safetensors" --export-form compressed "$@"
 scratch_loss="$(result "$out/scratch.log" val_loss)"
 
 cpu="$(lscpu | sed -nE 's/^Model name: *//p' | head -1)"
@@ -75,12 +84,12 @@ cpu="$(lscpu | sed -nE 's/^Model name: *//p' | head -1)"
   echo "# Pruning a pretrained char_gpt: attention $attn / FFN $ffn"
   echo
   echo "\`examples/prune_pretrained.sh $*\` (DENSE_STEPS=$dense_steps FINETUNE_STEPS=$steps ALGORITHM=$algorithm" \
-    "FINETUNE_LR=$lr THREADS=$threads), $(date -u +%Y-%m-%d), $cpu"
+    "FINETUNE_LR=$lr THREADS=$threads${gradual:+ INITIAL=$initial}), $(date -u +%Y-%m-%d), $cpu"
   echo
   echo "| model | validation loss | file | bytes |"
   echo "|---|---:|---|---:|"
   echo "| dense, $dense_steps steps | $dense_loss | dense safetensors | $dense_bytes |"
-  echo "| pruned by magnitude, no fine-tuning | $pruned_loss | | |"
+  echo "| pruned by magnitude to $pruned_to, no fine-tuning | $pruned_loss | | |"
   echo "| pruned, fine-tuned $steps steps ($algorithm) | $finetuned_loss | compressed sparse-bitmask | $compressed_bytes |"
   echo "| same sparsity from scratch, $steps steps ($algorithm) | $scratch_loss | | |"
   echo
