@@ -146,4 +146,8 @@ if(TARGET char_gpt AND SPRIG_BUILD_TESTS)
     DEFINES "-DARGS=${CHAR_GPT_TINY};--steps;12;--eval-every;0"
             "-DCHANGES=--layers|3|2;--heads|4|2;--d-model|64|32;--d-ff|128|64;--block|16|32;--batch|8|4;--attn-sparsity|0.7|0.5;--ffn-sparsity|0.9|0.8;--distribution|erk|uniform;--weight-blocks|4x4|none;--precision|bf16|fp32;--index-bits|32|16;--algorithm|set|rigl;--delta-t|20|10;--alpha|0.5|0.3;--bias-correction|global|per-slot;--lr|0.002|0.001;--min-lr|0.0002|0.0001;--warmup|50|100;--weight-decay|0.2|0.1;--clip|0.5|1;--steps|16|12;--seed|2|1;--data|OTHER_TEXT|a text of 1115394 characters, vocabulary 65|a text of 2280 characters, vocabulary 8"
             "-DFREE=--threads|2;--eval-every|5;--eval-windows|4;--checkpoint-every|3;--sample|10;--temperature|0.5;--prompt|T")
+  # --initial-sparsity is a setting of granet and gmp runs only (refused with the others)
+  sprig_example_script_test(char_gpt_resume_mismatch_granet char_gpt resume_mismatch
+    DEFINES "-DARGS=${CHAR_GPT_TINY_PRUNED};--algorithm;granet;--steps;12;--eval-every;0;--sample;0"
+            "-DCHANGES=--initial-sparsity|0.4|0.3" "-DFREE=--threads|2")
 endif()

@@ -88,8 +88,12 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     # both values, and accepts the options --help lists as free to change.
     sprig_example_script_test(fashion_mnist_resume_mismatch fashion_mnist resume_mismatch
       DEFINES "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--algorithm;rigl;--widths;64,64"
-              "-DCHANGES=--widths|64,32|64,64;--sparsity|0.8|0.9;--initial-sparsity|0.6|0.5;--distribution|erk|uniform;--block|4x4|none;--precision|bf16|fp32;--index-bits|32|16;--algorithm|set|rigl;--delta-t|20|100;--alpha|0.5|0.3;--constant-fan-in|FLAG|false|true;--optimizer|sgd|adamw;--lr|0.002|0.004;--weight-decay|0.001|0.0001;--momentum|0.8|0.9;--bias-correction|global|per-slot;--warmup-epochs|0.5|0.2;--batch|64|128;--max-steps|20|10;--epochs|2|1;--seed|2|1"
+              "-DCHANGES=--widths|64,32|64,64;--sparsity|0.8|0.9;--distribution|erk|uniform;--block|4x4|none;--precision|bf16|fp32;--index-bits|32|16;--algorithm|set|rigl;--delta-t|20|100;--alpha|0.5|0.3;--constant-fan-in|FLAG|false|true;--optimizer|sgd|adamw;--lr|0.002|0.004;--weight-decay|0.001|0.0001;--momentum|0.8|0.9;--bias-correction|global|per-slot;--warmup-epochs|0.5|0.2;--batch|64|128;--max-steps|20|10;--epochs|2|1;--seed|2|1"
               "-DFREE=--threads|2;--checkpoint-every|3;--csv|${CMAKE_CURRENT_BINARY_DIR}/resume_mismatch_test.csv")
+    # --initial-sparsity only with granet or gmp (refused with the others)
+    sprig_example_script_test(fashion_mnist_resume_mismatch_granet fashion_mnist resume_mismatch
+      DEFINES "-DARGS=--epochs;1;--max-steps;10;--threads;1;--sparsity;0.9;--algorithm;granet;--initial-sparsity;0.5;--widths;64,64"
+              "-DCHANGES=--initial-sparsity|0.6|0.5" "-DFREE=--threads|2")
     # Data parallel under mpirun: 2 ranks train the model one process trains (to rounding),
     # and a 2-rank run killed and resumed from its checkpoint equals the straight 2-rank run.
     if(TARGET sprig_dist AND MPIEXEC_EXECUTABLE)

@@ -134,6 +134,10 @@ int program(int argc, char** argv) {
     throw sprig::ArgumentError("fashion_mnist: --resume needs --checkpoint DIR");
   if (cfg.algorithm != "none" && cfg.sparsity <= 0.0)
     throw sprig::ArgumentError("fashion_mnist: --algorithm " + cfg.algorithm + " needs --sparsity > 0");
+  if (app.count("--initial-sparsity") > 0 && cfg.algorithm != "granet" && cfg.algorithm != "gmp")
+    throw sprig::ArgumentError(
+        "fashion_mnist: --initial-sparsity is where gradual pruning starts: it needs --algorithm granet or gmp, not " +
+        cfg.algorithm);
   if (cfg.compare_steps > 0 && cfg.sparsity <= 0.0)
     throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
   if (!cfg.block.empty() && cfg.index_bits == "16")

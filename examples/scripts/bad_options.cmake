@@ -136,6 +136,8 @@ if(FASHION_MNIST)
   run("${e}" "--block is built with --index-bits 32 only" --block 4x4 --index-bits 16)
   run("${e}" "--precision" --precision fp16)
   run("${e}" "--algorithm rigl needs --sparsity > 0" --algorithm rigl --sparsity 0)
+  run("${e}" "--initial-sparsity is where gradual pruning starts: it needs --algorithm granet or gmp, not set"
+      --algorithm set --initial-sparsity 0.5)
   if(FASHION_MNIST_DATA)  # divergence is an error (needs the data set)
     run("${e}" "the run diverged: the training loss is -?(nan|inf) at step [0-9]+" --epochs 1 --max-steps 60 --lr 1e6 --threads 1)
     # what sizes memory is bounded, checked before the model is built
