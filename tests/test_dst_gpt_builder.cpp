@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -64,6 +65,36 @@ void check_live_counts(Model& model, const std::vector<double>& sparsities) {
     const auto& m = refs[k].layer->weight.matrix;
     CHECK(refs[k].layer->weight.live_count() == live_count(m.rows() * m.cols(), sparsities[k]));
   }
+}
+
+// A fixed batch of 2 sequences of 8 tokens over a vocabulary of 11, and its labels.
+struct FixedBatch {
+  std::vector<std::int32_t> tokens;
+  std::vector<int> labels;
+  FixedBatch() {
+    for (int n = 0; n < 16; ++n) {
+      tokens.push_back((n * 7 + 3) % 11);
+      labels.push_back((n * 5 + 1) % 11);
+    }
+  }
+};
+
+// `steps` steps of AdamW (lr 1e-2, no decay) on `batch`, through apply_step with `algorithm`;
+// returns the first and the last loss.
+template <class Model, class Algorithm>
+std::pair<double, double> train_on(Model& model, Algorithm& algorithm, const FixedBatch& batch, std::int64_t steps) {
+  using T = typename Model::value_type;
+  SoftmaxCrossEntropy<T> ce;
+  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
+  T first = 0, last = 0;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    const auto Z = model.forward(batch.tokens, 2, 8);
+    last = ce.forward_backward(Z, batch.labels, model.output_grad());
+    if (t == 0) first = last;
+    model.backward();
+    apply_step(algorithm, opt, model, t);
+  }
+  return {first, last};
 }
 
 }  // namespace
@@ -224,24 +255,11 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
     live.push_back(r.layer->weight.live_count());
     keys.push_back(r.layer->weight.matrix.topology_key());
   }
-  std::vector<std::int32_t> tokens;
-  std::vector<int> labels;
-  for (int n = 0; n < 16; ++n) {
-    tokens.push_back((n * 7 + 3) % 11);
-    labels.push_back((n * 5 + 1) % 11);
-  }
-  SoftmaxCrossEntropy<T> ce;
-  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
+  const FixedBatch batch;
   RigL<T, std::int32_t> rigl({.delta_t = 5, .t_begin = 0, .t_end = 30, .alpha = 0.3}, 1);
-  T first = 0, last = 0;
-  for (std::int64_t t = 0; t < 40; ++t) {
-    const auto Z = model.forward(tokens, 2, 8);
-    last = ce.forward_backward(Z, labels, model.output_grad());
-    if (t == 0) first = last;
-    model.backward();
-    apply_step(rigl, opt, model, t);
-  }
+  const auto [first, last] = train_on(model, rigl, batch, 40);
   CHECK(last < first * 0.5);
+  SoftmaxCrossEntropy<T> ce;
   const auto refs = model.sparse_layers();
   for (std::size_t k = 0; k < refs.size(); ++k) {
     INFO("sparse layer " << k);
@@ -249,10 +267,10 @@ TEST_CASE("build_gpt with RigL: topology updates keep live counts and exact grad
     CHECK_FALSE(refs[k].layer->weight.matrix.topology_key() == keys[k]);
   }
   // after the updates the gradient of every sparse weight is still the loss's
-  const auto Z = model.forward(tokens, 2, 8);
-  ce.forward_backward(Z, labels, model.output_grad());
+  const auto Z = model.forward(batch.tokens, 2, 8);
+  ce.forward_backward(Z, batch.labels, model.output_grad());
   model.backward();
-  auto loss = [&] { return double(ce.forward(model.forward(tokens, 2, 8), labels)); };
+  auto loss = [&] { return double(ce.forward(model.forward(batch.tokens, 2, 8), batch.labels)); };
   for (const auto& r : refs) {
     auto& p = r.layer->weight;
     std::vector<double> analytic(p.grad.begin(), p.grad.end());
@@ -304,23 +322,8 @@ void check_granet_prunes(Model model, const GPTSpec& start, const GPTSpec& end, 
   const GraNetOptions options{.initial_sparsity = gpt_sparsities(start, R, C),
                               .final_sparsity = gpt_sparsities(end, R, C)};
   check_live_counts(model, options.initial_sparsity);
-  std::vector<std::int32_t> tokens;
-  std::vector<int> labels;
-  for (int n = 0; n < 16; ++n) {
-    tokens.push_back((n * 7 + 3) % 11);
-    labels.push_back((n * 5 + 1) % 11);
-  }
-  SoftmaxCrossEntropy<T> ce;
-  AdamW<T> opt({.lr = 1e-2, .weight_decay = 0.0});
   GraNet<T, Index> granet({.delta_t = 4, .t_begin = 0, .t_end = 20, .alpha = 0.3}, 1, options);
-  T first = 0, last = 0;
-  for (std::int64_t t = 0; t < 30; ++t) {
-    const auto Z = model.forward(tokens, 2, 8);
-    last = ce.forward_backward(Z, labels, model.output_grad());
-    if (t == 0) first = last;
-    model.backward();
-    apply_step(granet, opt, model, t);
-  }
+  const auto [first, last] = train_on(model, granet, FixedBatch{}, 30);
   CHECK(granet.updates() == 6);  // steps 0, 4, ..., 20
   CHECK(last < first * 0.5);
   check_live_counts(model, options.final_sparsity);
