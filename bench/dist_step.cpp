@@ -18,9 +18,10 @@
 // of forward to the end of the optimizer step (or topology update); every rank times its own.
 // Printed per rank: the median step and its quartiles, the mean time blocked in the gradient
 // sums (the blocking sums after backward; with --overlap, what backward did not hide), the gradient bytes it contributed
-// per step, the bytes gathered per topology update, the model's bytes (Sequential::
-// memory_bytes) and the peak resident set (VmHWM). The last line, DISTSTEP, is
-// machine-readable: medians over ranks.
+// per step, the bytes gathered per topology update, the time per update (the algorithm's
+// own clock: the drop, the grow ranking and the candidates' gather, not the X / dY gather),
+// the model's bytes (Sequential::memory_bytes) and the peak resident set (VmHWM). The last
+// line, DISTSTEP, is machine-readable: medians over ranks (update_ms: the slowest rank's).
 #include <sprig/dist/data_parallel.hpp>
 #include <sprig/dist/mpi_communicator.hpp>
 #include <sprig/dst/rigl.hpp>
@@ -62,6 +63,7 @@ struct Options {
   std::int64_t delta_t = 25;
   std::uint64_t seed = 1;
   bool overlap = false;
+  bool split_scoring = true;
 };
 
 // Peak resident set of this process in bytes (VmHWM), 0 where /proc is not there.
@@ -146,7 +148,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   else if (o.algorithm != "none")
     throw sprig::ArgumentError("dist_step: --algorithm is none, set or rigl, not " + o.algorithm);
 
-  sprig::dist::DataParallel dp(comm, model, {.overlap = o.overlap});
+  sprig::dist::DataParallel dp(comm, model, {.overlap = o.overlap, .split_scoring = o.split_scoring});
   // the mean over the global batch: each shard's gradient is over its B columns, and
   // DataParallel averages the N shards
   auto step = [&](std::int64_t t) {
@@ -174,6 +176,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   comm.barrier();
   dp.reset_stats();
   const std::int64_t updates_before = algorithm ? algorithm->updates() : 0;
+  const double update_seconds_before = algorithm ? algorithm->total_seconds() : 0.0;
   std::vector<double> ms;
   ms.reserve(static_cast<std::size_t>(o.steps));
   const auto t_all = Clock::now();
@@ -184,6 +187,8 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   }
   const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_all).count();
   const std::int64_t updates = algorithm ? algorithm->updates() - updates_before : 0;
+  const double update_ms =
+      updates > 0 ? 1e3 * (algorithm->total_seconds() - update_seconds_before) / static_cast<double>(updates) : 0.0;
 
   std::int64_t live = 0, values = 0;
   model.for_each_parameter([&](auto& p) {
@@ -201,7 +206,7 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
                                       ? sizeof(T) * sparse_io * static_cast<double>(o.batch - B)
                                       : 0.0;
   const auto& st = dp.stats();
-  constexpr int kFields = 9;
+  constexpr int kFields = 10;
   const double mine[kFields] = {median(ms),
                                 quantile(ms, 0.25),
                                 quantile(ms, 0.75),
@@ -211,7 +216,8 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
                                 updates > 0 ? static_cast<double>(st.gather_bytes) / static_cast<double>(updates) : 0.0,
                                 static_cast<double>(model.memory_bytes()),
                                 peak_resident_bytes(),
-                                1e3 * st.gradient_wait_seconds / static_cast<double>(std::max(1, o.steps))};
+                                1e3 * st.gradient_wait_seconds / static_cast<double>(std::max(1, o.steps)),
+                                update_ms};
   std::vector<double> all(static_cast<std::size_t>(kFields * comm.size()));
   comm.allgather(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)));
   if (comm.rank() != 0) return 0;
@@ -219,32 +225,34 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
   std::printf(
       "dist_step: %s, %s%s, sparsity %.3f, %lld live weights (%lld trained values), global batch %lld, "
       "%d rank(s) (%s) x %d thread(s), %d warm-up + %d timed steps, %s, algorithm %s (%lld updates timed), "
-      "gradient sums %s backward\n",
+      "gradient sums %s backward, update scoring %s\n",
       o.model.c_str(), mlp ? "784-1024-1024-10" : "",
       mlp ? "" : (std::to_string(o.width) + "-" + std::to_string(o.hidden) + "-" + std::to_string(o.width)).c_str(),
       o.sparsity, static_cast<long long>(live), static_cast<long long>(values), static_cast<long long>(o.batch),
       comm.size(), comm.name().c_str(), o.threads, o.warmup, o.steps, o.optimizer.c_str(), o.algorithm.c_str(),
-      static_cast<long long>(updates), o.overlap ? "during" : "after");
-  std::vector<double> step_ms, share, peak;
+      static_cast<long long>(updates), o.overlap ? "during" : "after",
+      o.split_scoring && comm.size() > 1 ? "split over the ranks" : "whole on every rank");
+  std::vector<double> step_ms, share, peak, update;
   for (int r = 0; r < comm.size(); ++r) {
     const double* v = all.data() + kFields * r;
     std::printf(
         "rank %d: %.3f ms/step [%.3f, %.3f], waiting for gradient sums %.3f ms/step (%.1f%%); %.3f MB of "
-        "gradient a step, %.3f MB gathered per update; model %.1f MB, peak resident %.1f MB\n",
-        r, v[0], v[1], v[2], v[8], 100.0 * v[3], v[4] / 1e6, v[5] / 1e6, v[6] / 1e6, v[7] / 1e6);
+        "gradient a step, %.3f MB gathered per update, %.1f ms per update; model %.1f MB, peak resident %.1f MB\n",
+        r, v[0], v[1], v[2], v[8], 100.0 * v[3], v[4] / 1e6, v[5] / 1e6, v[9], v[6] / 1e6, v[7] / 1e6);
     step_ms.push_back(v[0]);
     share.push_back(v[3]);
     peak.push_back(v[7]);
+    update.push_back(v[9]);
   }
   std::printf(
       "DISTSTEP model=%s optimizer=%s overlap=%d ranks=%d threads=%d batch=%lld live=%lld ms_per_step=%.3f comm_share=%.4f "
       "gradient_bytes_per_step=%.0f predicted_gradient_bytes=%lld gather_bytes_per_update=%.0f "
       "predicted_gather_bytes=%.0f "
-      "model_bytes=%.0f peak_resident_bytes=%.0f\n",
+      "update_ms=%.3f model_bytes=%.0f peak_resident_bytes=%.0f\n",
       o.model.c_str(), o.optimizer.c_str(), o.overlap ? 1 : 0, comm.size(), o.threads, static_cast<long long>(o.batch),
       static_cast<long long>(live), median(step_ms), median(share), mine[4],
-      static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather, mine[6],
-      median(peak));
+      static_cast<long long>(values * static_cast<std::int64_t>(sizeof(T))), mine[5], predicted_gather,
+      *std::max_element(update.begin(), update.end()), mine[6], median(peak));
   return 0;
 }
 
@@ -269,6 +277,8 @@ int main(int argc, char** argv) {
   app.add_option("--delta-t", o.delta_t, "steps between topology updates")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "seed of weights and data");
   app.add_flag("--overlap", o.overlap, "sum the gradients during backward (non-blocking) instead of after it");
+  app.add_flag("!--no-split-scoring", o.split_scoring,
+               "every rank ranks every row of a RigL update's dense gradients (default: each its share)");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(o.threads);
   try {

@@ -393,6 +393,39 @@ TEST_CASE("overlapped and blocking gradient averages give the same bits", "[dist
   CHECK(dpa.stats().gradient_bytes == dpb.stats().gradient_bytes);
 }
 
+// Split scoring (the default: each rank ranks its share of the rows, the ranks merge their
+// candidates) against every rank ranking every row: the same bits at every step. Under mpirun
+// the split one also gathers the candidates; on one process neither splits.
+TEST_CASE("split and unsplit update scoring give the same bits", "[dist][train]") {
+  Communicator& comm = sprig::testing::communicator();
+  const Data<double> local = columns(make_data<double>(24, 3), shard(24, comm));
+  for (const char* name : {"rigl", "snfs"}) {
+    INFO(name << ", " << comm.size() << " ranks");
+    Model<double> a = small_mlp<double>(5), b = small_mlp<double>(5);
+    DataParallel split(comm, a), whole(comm, b, {.split_scoring = false});
+    auto algo_a = make_algorithm<double>(name), algo_b = make_algorithm<double>(name);
+    SoftmaxCrossEntropy<double> ce;
+    SGD<double> oa({.lr = 0.1, .momentum = 0.9}), ob({.lr = 0.1, .momentum = 0.9});
+    for (int t = 0; t < 26; ++t) {
+      const auto Za = a.forward(local.X.view());
+      ce.forward_backward(Za, local.y, a.output_grad());
+      split.backward();
+      split.apply_step(*algo_a, oa, t);
+      const auto Zb = b.forward(local.X.view());
+      ce.forward_backward(Zb, local.y, b.output_grad());
+      whole.backward();
+      whole.apply_step(*algo_b, ob, t);
+      REQUIRE(topology_hash(a) == topology_hash(b));
+      REQUIRE(max_weight_difference(a, b) == 0.0);
+    }
+    CHECK(algo_a->split_scoring() == nullptr);  // attached for each update only
+    if (comm.size() > 1)
+      CHECK(split.stats().gather_bytes > whole.stats().gather_bytes);  // the candidates
+    else
+      CHECK(split.stats().gather_bytes == 0);
+  }
+}
+
 TEST_CASE("a rank whose topology differs is detected on every rank", "[dist]") {
   Communicator& comm = sprig::testing::communicator();
   Model<double> m = small_mlp<double>(5);

@@ -28,15 +28,20 @@
 // The topology stays identical on every rank by construction: weights are identical (same
 // averaged gradient, same optimizer), magnitudes drop alike, SET's randomness is a
 // counter-based function of (seed, layer, step), and an algorithm that grows by gradient
-// (RigL, SNFS) sees the gradient of the global batch: before an update each sparse layer's
+// (RigL, SNFS, GraNet) sees the gradient of the global batch: before an update each sparse layer's
 // input X [in x b] and output gradient dY [out x b] are all-gathered into [in x G] and
 // [out x G] (columns in rank order, so they are the single process's batch), and dY is scaled
 // by 1/size (a shard's loss is a mean over b = G/size columns). That moves (in + out) x G
 // values per layer per update, against 2 x out x in for a sum-allreduce of the dense gradient
-// dY X^T (fewer whenever G < out x in / (in + out) x 2, e.g. G < 1638 for 1024 x 4096), and
-// every rank then ranks the same numbers. After every topology update (and at construction)
-// a hash of every sparse weight's slot layout is all-gathered and compared: a mismatch throws
-// sprig::Error on every rank, naming the ranks that differ. Never silent divergence.
+// dY X^T (fewer whenever G < out x in / (in + out) x 2, e.g. G < 1638 for 1024 x 4096).
+// With Options::split_scoring (the default) rank r of N ranks the dense gradient of its N-th
+// of each layer's rows only, and the ranks all-gather their best candidates (about k of 16
+// bytes in all per layer, after a sum of 65536 counts) and merge them alike: the ranking's
+// compute per rank drops by N, and every rank grows the positions one process would
+// (dst/split_scoring.hpp); without it every rank ranks every row. After every topology update
+// (and at construction) a hash of every sparse weight's slot layout is all-gathered and
+// compared: a mismatch throws sprig::Error on every rank, naming the ranks that differ. Never
+// silent divergence.
 //
 // Equivalence: N ranks with global batch G give the losses and topology of one process with
 // batch G up to floating-point reassociation (the gradient sum over the batch is split at the
@@ -160,8 +165,8 @@ struct CommunicationStats {
   std::int64_t steps = 0;              // gradient averages
   std::int64_t gradient_bytes = 0;     // bytes of gradient summed: live slots of sparse, all of dense
   double gradient_wait_seconds = 0.0;  // time blocked in gradient sums (what overlap hid excluded)
-  std::int64_t gather_bytes = 0;       // bytes of X and dY received for gradient-driven updates
-  double gather_seconds = 0.0;
+  std::int64_t gather_bytes = 0;  // bytes of X, dY and split scoring's candidates received for gradient-driven updates
+  double gather_seconds = 0.0;    // (the candidates' gather includes the wait for the slowest rank's ranking)
   std::int64_t topology_checks = 0;
   double check_seconds = 0.0;  // hashing and comparing topologies
   double seconds() const noexcept { return gradient_wait_seconds + gather_seconds + check_seconds; }
@@ -181,6 +186,9 @@ public:
     // finished layers) instead of one blocking sum per bucket after backward; see the top of
     // this file for why it is off by default.
     bool overlap = false;
+    // Split the ranking of a gradient-driven update's dense gradients over the ranks (the top
+    // of this file). Off: every rank ranks every row, for comparison.
+    bool split_scoring = true;
   };
 
   // Checks that the model's sparse_layers() repeat no sparse_index (check_sparse_layers:
@@ -253,6 +261,12 @@ public:
     }
     if (algorithm.needs_gradients() && comm_.size() > 1) {
       GlobalBatch global{model_, gather_layers(algorithm)};
+      struct Attach {  // the split for this update only, also when it throws
+        dst::SparsityAlgorithm<T, Index>& a;
+        dst::SplitScoring* before = a.split_scoring();
+        ~Attach() { a.set_split_scoring(before); }
+      } attach{algorithm};
+      if (options_.split_scoring) algorithm.set_split_scoring(&split_);
       dst::apply_step(algorithm, optimizer, global, t, report);
     } else {
       dst::apply_step(algorithm, optimizer, model_, t, report);
@@ -271,6 +285,47 @@ public:
 private:
   using Clock = std::chrono::steady_clock;
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+  // The ranks as the parts of a split scoring: gather() is two all-gathers (the counts, then
+  // the bytes padded to the largest count; its bytes count in stats().gather_bytes), sum() an
+  // allreduce.
+  class RankSplit final : public dst::SplitScoring {
+  public:
+    explicit RankSplit(DataParallel& dp) : dp_(dp) {}
+    int part() const noexcept override { return dp_.comm_.rank(); }
+    int parts() const noexcept override { return dp_.comm_.size(); }
+    void gather(std::span<const std::byte> mine, std::vector<std::byte>& all) override {
+      const auto start = Clock::now();
+      Communicator& comm = dp_.comm_;
+      const auto n = static_cast<std::size_t>(comm.size());
+      const auto count = static_cast<std::int64_t>(mine.size());
+      counts_.resize(n);
+      comm.allgather(std::as_bytes(std::span(&count, 1)), std::as_writable_bytes(std::span(counts_)));
+      const auto width = static_cast<std::size_t>(*std::max_element(counts_.begin(), counts_.end()));
+      padded_.resize(width);  // (the buffers keep their capacity: no page faults on every update)
+      std::copy(mine.begin(), mine.end(), padded_.begin());
+      received_.resize(width * n);
+      comm.allgather(padded_, received_);
+      std::size_t total = 0;
+      for (std::int64_t c : counts_) total += static_cast<std::size_t>(c);
+      all.resize(total);
+      for (std::size_t r = 0, at = 0; r < n; at += static_cast<std::size_t>(counts_[r]), ++r)
+        std::copy_n(received_.begin() + static_cast<std::ptrdiff_t>(r * width), counts_[r], all.begin() + at);
+      dp_.stats_.gather_bytes += static_cast<std::int64_t>(width * (n - 1));
+      dp_.stats_.gather_seconds += seconds_since(start);
+    }
+
+    void sum(std::span<std::int64_t> counts) override {
+      const auto start = Clock::now();
+      dp_.comm_.allreduce_sum(counts);
+      dp_.stats_.gather_seconds += seconds_since(start);
+    }
+
+  private:
+    DataParallel& dp_;
+    std::vector<std::int64_t> counts_;
+    std::vector<std::byte> padded_, received_;
+  };
 
   // The model as dst::apply_step sees it during a gradient-driven update: its parameters, and
   // its sparse layers with the global batch's X and dY.
@@ -433,6 +488,7 @@ private:
   std::vector<Matrix<T>> inputs_, output_grads_;
   Matrix<T> widened_;  // a bf16 input widened before its gather
   AlignedVector<T> pack_, unpack_;
+  RankSplit split_{*this};
 };
 
 // ---- checkpoints -----------------------------------------------------------------------

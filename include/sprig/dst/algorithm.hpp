@@ -42,6 +42,7 @@
 #include "../nn/sequential.hpp"
 #include "drop_grow.hpp"
 #include "schedule.hpp"
+#include "split_scoring.hpp"
 
 namespace sprig::dst {
 
@@ -162,6 +163,13 @@ public:
   // a block layer otherwise.
   virtual bool supports_blocks() const { return false; }
 
+  // Splits the dense-gradient ranking of top_dense_gradient(_per_row) (RigL, SNFS, GraNet) over
+  // the processes of `split`, each ranking its share of every layer's rows; the grown positions
+  // are the unsplit ones (dst/split_scoring.hpp). nullptr (the default): every row here. Not
+  // owned; dist::DataParallel attaches its own for each gradient-driven update.
+  void set_split_scoring(SplitScoring* split) noexcept { split_ = split; }
+  SplitScoring* split_scoring() const noexcept { return split_; }
+
   // Total time spent in topology updates and how many there were (counted by update()).
   double total_seconds() const noexcept { return total_seconds_; }
   std::int64_t updates() const noexcept { return updates_; }
@@ -244,18 +252,30 @@ protected:
   // others. Needs the layer's input and output gradient (checked by update()).
   // For a block-sparse layer the positions are on the block grid, ranked by each block's sum
   // of |dL/dW| over its entries.
+  // With set_split_scoring, this process ranks its share of the rows and the shares are merged.
   std::vector<std::int64_t> top_dense_gradient(const LayerRef& layer, const DropSet& dropped, std::int64_t k) {
-    return top_gradient_linear_positions(
-        layer.layer->weight.matrix, dropped, k, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); }, gradient_block_);
+    const auto& W = layer.layer->weight.matrix;
+    auto gradient = [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); };
+    if (!split_ || split_->parts() == 1)
+      return top_gradient_linear_positions(W, dropped, k, gradient_block_rows(layer), gradient, gradient_block_);
+    const auto mine = top_gradient_candidates(W, dropped, k, gradient_block_rows(layer), gradient, gradient_block_,
+                                              split_rows(W.rows(), *split_));
+    return gather_top_candidates<T>(*split_, mine, k, split_candidates_);
   }
   // top_dense_gradient within each row: the per_row largest |dL/dW| of every row among its
-  // columns not kept (RigL's grow rule under constant fan-in), streamed the same way.
+  // columns not kept (RigL's grow rule under constant fan-in), streamed (and split) the same way.
   std::vector<std::int64_t> top_dense_gradient_per_row(const LayerRef& layer, const DropSet& dropped,
                                                        std::int64_t per_row) {
-    return top_gradient_linear_positions_per_row(
-        layer.layer->weight.matrix, dropped, per_row, gradient_block_rows(layer),
-        [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); }, gradient_block_);
+    const auto& W = layer.layer->weight.matrix;
+    auto gradient = [&](std::int64_t r0, std::int64_t, MatrixView<T> out) { gradient_rows(layer, r0, out); };
+    if (!split_ || split_->parts() == 1)
+      return top_gradient_linear_positions_per_row(W, dropped, per_row, gradient_block_rows(layer), gradient,
+                                                   gradient_block_);
+    const auto mine = top_gradient_linear_positions_per_row(W, dropped, per_row, gradient_block_rows(layer), gradient,
+                                                            gradient_block_, split_rows(W.rows(), *split_));
+    std::vector<std::int64_t> all;  // parts in row order: ascending
+    gather_values(*split_, std::span(mine), split_candidates_.bytes, all);
+    return all;
   }
 
 private:
@@ -297,34 +317,11 @@ private:
     block_abs_sums<T>(block_gradient_.view(), R, layer.blocks->block_width(), out);
   }
 
-  // out = rows [e0, e0 + out.rows()) of dY X^T for a layer whose X or dY is bf16: over chunks
-  // of kWidenColumns batch columns, each widened (exactly) into widened_input_ / widened_grad_,
-  // the products accumulated in chunk order.
+  // out = rows [e0, e0 + out.rows()) of dY X^T for a layer whose X or dY is bf16.
   void widened_product_rows(const LayerRef& layer, std::int64_t e0, MatrixView<T> out) {
-    const std::int64_t B = layer.input_cols(), in = layer.input_rows();
-    for (std::int64_t c0 = 0; c0 < B || c0 == 0; c0 += kWidenColumns) {
-      const std::int64_t nc = std::min(kWidenColumns, B - c0);
-      const auto x = columns_in_t(layer.input, layer.input_bf16, 0, in, c0, nc, widened_input_);
-      const auto dy = columns_in_t(layer.output_grad, layer.output_grad_bf16, e0, out.rows(), c0, nc, widened_grad_);
-      gemm<T>(Trans::no, Trans::yes, T(1), dy, x, c0 == 0 ? T(0) : T(1), out);
-    }
+    widened_gradient_rows<T>(layer.output_grad, layer.output_grad_bf16, layer.input, layer.input_bf16, e0, out,
+                             widened_input_, widened_grad_);
   }
-  // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of an operand held in T (wide) or bf16.
-  static ConstMatrixView<T> columns_in_t(ConstMatrixView<T> wide, ConstMatrixView<bfloat16> narrow, std::int64_t r0,
-                                         std::int64_t rows, std::int64_t c0, std::int64_t cols, Matrix<T>& buffer) {
-    if (!narrow.data()) return wide.block(r0, c0, rows, cols);
-    buffer.resize(rows, cols);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const bfloat16* from = narrow.row(r0 + i) + c0;
-      if constexpr (std::is_same_v<T, float>)
-        to_float(std::span<const bfloat16>(from, static_cast<std::size_t>(cols)),
-                 std::span<float>(buffer.row(i), static_cast<std::size_t>(cols)));
-      else
-        for (std::int64_t j = 0; j < cols; ++j) buffer(i, j) = static_cast<T>(static_cast<float>(from[j]));
-    }
-    return buffer.view();
-  }
-  static constexpr std::int64_t kWidenColumns = 128;
 
   // Throws ArgumentError naming `caller` if a layer is block-sparse and the algorithm does not
   // support blocks. O(layers).
@@ -568,6 +565,8 @@ private:
   Matrix<T> widened_input_;   // a bf16 input in T (with_float_input; a chunk of it when streamed)
   Matrix<T> widened_grad_;    // a bf16 output gradient in T (the same)
   LayerRef widened_layer_;    // the layer with that input
+  SplitScoring* split_ = nullptr;
+  SplitCandidates<T> split_candidates_;  // a split scoring's buffers (an update gathers layer after layer)
 };
 
 // One optimizer step and/or topology update for training step t (0-based), after forward

@@ -12,8 +12,20 @@
 #include <vector>
 
 #include "drop_grow.hpp"
+#include "split_scoring.hpp"
 
 namespace sprig::dst {
+
+namespace detail {
+// range.end clipped to `rows`; throws ArgumentError naming `fn` unless 0 <= begin <= end.
+inline std::int64_t checked_row_end(std::int64_t rows, RowRange range, const char* fn) {
+  const std::int64_t end = std::min(range.end, rows);
+  if (range.begin < 0 || range.begin > end)
+    throw ArgumentError(
+        sprig::detail::message(fn, ": rows [", range.begin, ", ", range.end, ") of a layer of ", rows, " rows"));
+  return end;
+}
+}  // namespace detail
 
 // Marks, row by row, the columns that are kept (live and not dropped): the positions a grow
 // step must skip. Valid for one row at a time, in any row order; holds references to W and
@@ -152,11 +164,12 @@ struct KeyedPosition {
 };
 
 // The k positions with the largest |dense gradient| among those not kept (ties: the smaller
-// position), or all of them if fewer, as keyed candidates in ascending position. Streams the
-// gradient in blocks of `block_rows` rows: `block_gradient(r0, n, out)` must write rows
-// [r0, r0 + n) of dL/dW (dense, n x cols) into `out`. Extra memory: one block plus 2k + cols
-// candidates of 16 bytes (T = float), never rows x cols. NaN gradients are never chosen.
-// O(rows * cols) besides block_gradient; throws ArgumentError if block_rows < 1.
+// position) in the rows of `range` (every row by default), or all of them if fewer, as keyed
+// candidates in ascending position. Streams the gradient in blocks of `block_rows` rows from
+// range.begin: `block_gradient(r0, n, out)` must write rows [r0, r0 + n) of dL/dW (dense, n x
+// cols) into `out`. Extra memory: one block plus 2k + cols candidates of 16 bytes (T = float),
+// never rows x cols. NaN gradients are never chosen. O(range rows * cols) besides
+// block_gradient; throws ArgumentError if block_rows < 1 or the range is not within the rows.
 //
 // Linear: candidates are appended without branches (a slot written at every position, kept
 // by advancing past it) while their key is above the running k-th; whenever the buffer is
@@ -166,9 +179,10 @@ struct KeyedPosition {
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>& W, const DropSet& drop, std::int64_t k,
                                                       std::int64_t block_rows, BlockGradient&& block_gradient,
-                                                      Matrix<T>& block) {
+                                                      Matrix<T>& block, RowRange range = {}) {
   if (block_rows < 1)
     throw ArgumentError(sprig::detail::message("dst::top_gradient_candidates: block_rows ", block_rows, " < 1"));
+  const std::int64_t row_end = detail::checked_row_end(W.rows(), range, "dst::top_gradient_candidates");
   if (k <= 0) return {};
   using Key = decltype(sprig::magnitude_key(T(0)));
   constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
@@ -198,8 +212,8 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
     lowest = kth + 1;
   };
   KeptColumns<T, Index> kept(W, drop);
-  for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
-    const std::int64_t rows = std::min(block_rows, W.rows() - r0);
+  for (std::int64_t r0 = range.begin; r0 < row_end; r0 += block_rows) {
+    const std::int64_t rows = std::min(block_rows, row_end - r0);
     if (block.rows() < rows || block.cols() != cols) block.resize(block_rows, cols);
     MatrixView<T> out = block.view().block(0, 0, rows, cols);
     block_gradient(r0, rows, out);
@@ -228,20 +242,82 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index>& W, const DropSet& drop,
                                                         std::int64_t k, std::int64_t block_rows,
-                                                        BlockGradient&& block_gradient, Matrix<T>& block) {
-  auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block);
+                                                        BlockGradient&& block_gradient, Matrix<T>& block,
+                                                        RowRange range = {}) {
+  auto cand = top_gradient_candidates(W, drop, k, block_rows, block_gradient, block, range);
   std::vector<std::int64_t> out(cand.size());
   for (std::size_t q = 0; q < cand.size(); ++q) out[q] = cand[q].position;
   return out;
 }
 
+// The k best of candidates gathered from disjoint row ranges (each range's own
+// top_gradient_candidates, the ranges in row order, so `all` ascends in position): the
+// largest keys, ties by the smaller position, as ascending positions; all of them if fewer
+// than k. They are the positions top_gradient_candidates gives over the union of the ranges
+// (dst/split_scoring.hpp says why). O(n) for n candidates (a rank selection and one pass).
+template <Value T>
+std::vector<std::int64_t> merge_top_candidates(std::span<const KeyedPosition<T>> all, std::int64_t k) {
+  using Key = decltype(sprig::magnitude_key(T(0)));
+  std::vector<std::int64_t> out;
+  if (k <= 0) return out;
+  const std::size_t n = all.size();
+  out.reserve(std::min(n, static_cast<std::size_t>(k)));
+  if (std::cmp_less_equal(n, k)) {
+    for (const auto& c : all) out.push_back(c.position);
+    return out;
+  }
+  const Key kth = sprig::key_of_rank<Key>(
+      n, [&](std::size_t q) { return all[q].key; }, static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
+  std::int64_t ties = k;  // of the k-th's key, how many are taken (the first, smallest positions)
+  for (const auto& c : all) ties -= c.key > kth;
+  for (const auto& c : all) {
+    const bool take = c.key > kth || (c.key == kth && ties > 0);
+    ties -= c.key == kth && take;
+    if (take) out.push_back(c.position);
+  }
+  return out;
+}
+
+// What gather_top_candidates keeps between calls (its buffers: capacity reused).
+template <Value T>
+struct SplitCandidates {
+  std::vector<std::int64_t> histogram;
+  std::vector<KeyedPosition<T>> sent, all;
+  std::vector<std::byte> bytes;
+};
+
+// The k best of every part's candidates, on every part alike (as ascending positions): `mine`
+// is this part's top_gradient_candidates over its rows (split_rows). A histogram of the
+// candidates' keys by their top 16 bits, summed over the parts, gives the bucket holding the
+// k-th best key of all; each part sends only its candidates in that bucket or above (every
+// one of the k best among them), and merge_top_candidates picks from what arrives. Every part
+// must call it alike (collectives). O(candidates + 65536) and what the split's calls cost.
+template <Value T>
+std::vector<std::int64_t> gather_top_candidates(SplitScoring& split, std::span<const KeyedPosition<T>> mine,
+                                                std::int64_t k, SplitCandidates<T>& buffers) {
+  using Key = decltype(sprig::magnitude_key(T(0)));
+  constexpr int kShift = 8 * static_cast<int>(sizeof(Key)) - 16;
+  auto& histogram = buffers.histogram;
+  histogram.assign(std::size_t{1} << 16, 0);
+  for (const auto& c : mine) ++histogram[static_cast<std::size_t>(c.key >> kShift)];
+  split.sum(histogram);
+  std::size_t bucket = histogram.size();  // the lowest bucket sent
+  for (std::int64_t above = 0; bucket > 0 && above < k;) above += histogram[--bucket];
+  buffers.sent.clear();
+  for (const auto& c : mine)
+    if (static_cast<std::size_t>(c.key >> kShift) >= bucket) buffers.sent.push_back(c);
+  gather_values(split, std::span<const KeyedPosition<T>>(buffers.sent), buffers.bytes, buffers.all);
+  return merge_top_candidates<T>(buffers.all, k);
+}
+
 // RigL's grow step under constant fan-in: in every row, the per_row columns with the largest
 // |dense gradient| among the row's columns that are not kept (ties: the smaller column), as
-// ascending linear positions; a row with fewer non-NaN candidates gives all of them (NaN
-// gradients are never chosen; update() then rejects the short list). The gradient is
-// streamed in blocks of `block_rows` rows as for top_gradient_candidates. Extra memory: one
-// block plus cols candidates and keys. O(rows * cols) besides block_gradient; throws
-// ArgumentError if block_rows < 1 or per_row < 0.
+// ascending linear positions, for the rows of `range` (every row by default); a row with fewer
+// non-NaN candidates gives all of them (NaN gradients are never chosen; update() then rejects
+// the short list). The gradient is streamed in blocks of `block_rows` rows as for
+// top_gradient_candidates. Extra memory: one block plus cols candidates and keys. O(range rows
+// * cols) besides block_gradient; throws ArgumentError if block_rows < 1, per_row < 0 or the
+// range is not within the rows.
 //
 // Per row, one branch-free pass appends (key, column) for the keys at or above an estimate
 // of the row's cut taken from the previous row (its key of rank 2 per_row); when fewer than
@@ -252,23 +328,25 @@ std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index
 template <Value T, ColumnIndex Index, class BlockGradient>
 std::vector<std::int64_t> top_gradient_linear_positions_per_row(const PaddedCSR<T, Index>& W, const DropSet& drop,
                                                                 std::int64_t per_row, std::int64_t block_rows,
-                                                                BlockGradient&& block_gradient, Matrix<T>& block) {
+                                                                BlockGradient&& block_gradient, Matrix<T>& block,
+                                                                RowRange range = {}) {
   const char* fn = "dst::top_gradient_linear_positions_per_row";
   if (block_rows < 1) throw ArgumentError(sprig::detail::message(fn, ": block_rows ", block_rows, " < 1"));
   if (per_row < 0) throw ArgumentError(sprig::detail::message(fn, ": per_row = ", per_row, " < 0"));
+  const std::int64_t row_end = detail::checked_row_end(W.rows(), range, fn);
   std::vector<std::int64_t> out;
   if (per_row == 0) return out;
   using Key = decltype(sprig::magnitude_key(T(0)));
   constexpr Key kExcluded = std::bit_cast<Key>(std::numeric_limits<T>::infinity()) + 1;  // NaN keys and above
   const std::int64_t cols = W.cols();
-  out.reserve(static_cast<std::size_t>(per_row * W.rows()));
+  out.reserve(static_cast<std::size_t>(per_row * (row_end - range.begin)));
   std::vector<KeyedPosition<T>> cand(static_cast<std::size_t>(cols) + 1);  // + 1: the write past the last
   std::vector<Key> keys(static_cast<std::size_t>(cols));
   sprig::KeyRankSelector<Key> selector;
   KeptColumns<T, Index> kept(W, drop);
   Key estimate = 0;
-  for (std::int64_t r0 = 0; r0 < W.rows(); r0 += block_rows) {
-    const std::int64_t rows = std::min(block_rows, W.rows() - r0);
+  for (std::int64_t r0 = range.begin; r0 < row_end; r0 += block_rows) {
+    const std::int64_t rows = std::min(block_rows, row_end - r0);
     if (block.rows() < rows || block.cols() != cols) block.resize(block_rows, cols);
     MatrixView<T> g_block = block.view().block(0, 0, rows, cols);
     block_gradient(r0, rows, g_block);

@@ -11,10 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
+#include "../core/bfloat16.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
+#include "bfloat16_convert.hpp"
 #include "dense_gemm.hpp"
 
 namespace sprig {
@@ -66,6 +70,45 @@ void block_gradient_sums(ConstMatrixView<T> dY, ConstMatrixView<T> X, std::int64
   scratch.resize(erows, in);
   gemm<T>(Trans::no, Trans::yes, T(1), dY.block(e0, 0, erows, dY.cols()), X, T(0), scratch.view());
   block_abs_sums<T>(scratch.view(), R, C, out);
+}
+
+namespace detail {
+// Rows [r0, r0 + rows) and columns [c0, c0 + cols) of an operand held in T (`wide`) or, where
+// `narrow` is non-empty, in bf16 (widened exactly into `buffer`).
+template <Value T>
+ConstMatrixView<T> columns_in_t(ConstMatrixView<T> wide, ConstMatrixView<bfloat16> narrow, std::int64_t r0,
+                                std::int64_t rows, std::int64_t c0, std::int64_t cols, Matrix<T>& buffer) {
+  if (!narrow.data()) return wide.block(r0, c0, rows, cols);
+  buffer.resize(rows, cols);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const bfloat16* from = narrow.row(r0 + i) + c0;
+    if constexpr (std::is_same_v<T, float>)
+      to_float(std::span<const bfloat16>(from, static_cast<std::size_t>(cols)),
+               std::span<float>(buffer.row(i), static_cast<std::size_t>(cols)));
+    else
+      for (std::int64_t j = 0; j < cols; ++j) buffer(i, j) = static_cast<T>(static_cast<float>(from[j]));
+  }
+  return buffer.view();
+}
+}  // namespace detail
+
+// dense_gradient_rows for operands that may be held in bf16: each of dY and X is read from its
+// bf16 view where that view is non-empty, else from its T view. Over chunks of 128 batch
+// columns, each widened (exactly) into x_buffer / dy_buffer, the products accumulated in chunk
+// order: the scratch is 128 columns, not the batch. Preconditions (not checked): the operands
+// fit as for dense_gradient_rows. O(n x cols x B).
+template <Value T>
+void widened_gradient_rows(ConstMatrixView<T> dY, ConstMatrixView<bfloat16> dY_bf16, ConstMatrixView<T> X,
+                           ConstMatrixView<bfloat16> X_bf16, std::int64_t r0, MatrixView<T> out, Matrix<T>& x_buffer,
+                           Matrix<T>& dy_buffer) {
+  constexpr std::int64_t kChunk = 128;
+  const std::int64_t B = X_bf16.data() ? X_bf16.cols() : X.cols(), in = X_bf16.data() ? X_bf16.rows() : X.rows();
+  for (std::int64_t c0 = 0; c0 < B || c0 == 0; c0 += kChunk) {
+    const std::int64_t nc = std::min(kChunk, B - c0);
+    const auto x = detail::columns_in_t(X, X_bf16, 0, in, c0, nc, x_buffer);
+    const auto dy = detail::columns_in_t(dY, dY_bf16, r0, out.rows(), c0, nc, dy_buffer);
+    gemm<T>(Trans::no, Trans::yes, T(1), dy, x, c0 == 0 ? T(0) : T(1), out);
+  }
 }
 
 }  // namespace sprig
