@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     loss.forward_backward(logits, labels, model.output_grad());  // the mean over this rank's columns
     const double correct = dp.sum(sprig::SoftmaxCrossEntropy<float>::count_correct(logits, labels)) / double(batch);
     accuracy = t == 0 ? correct : 0.9 * accuracy + 0.1 * correct;
-    dp.backward();                      // backward, each layer's gradients averaged over the ranks as it finishes
+    dp.backward();                      // backward, then every gradient averaged over the ranks
     dp.apply_step(rigl, optimizer, t);  // the same step on every rank; RigL grows by the global batch's gradient
   }
   if (world.rank() == 0)
