@@ -1,10 +1,14 @@
 #include <sprig/dist/data_parallel.hpp>
 
+#include <unistd.h>  // getpid
+
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -242,9 +246,12 @@ public:
   void barrier() override {}
 };
 
+// Named by rank 0's process id, so that concurrent runs of the suite do not share the file.
 std::filesystem::path scratch_file(Communicator& comm, const std::string& what) {
+  std::int64_t pid = ::getpid();
+  comm.broadcast(std::as_writable_bytes(std::span(&pid, 1)), 0);
   return std::filesystem::temp_directory_path() /
-         ("sprig_test_dist_" + what + "_" + std::to_string(comm.size()) + "ranks.bin");
+         ("sprig_test_dist_" + what + "_" + std::to_string(pid) + "_" + std::to_string(comm.size()) + "ranks.bin");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
 
+#include "file_test_support.hpp"
 #include "test_nn_gradcheck.hpp"
 
 using namespace sprig;
@@ -72,7 +73,8 @@ TEMPLATE_TEST_CASE_SIG("BlockPaddedCSR file: round trip after structural changes
 TEST_CASE("BlockPaddedCSR file: saved and loaded by path", "[io][block_csr]") {
   using M = BlockPaddedCSR<double, std::int64_t, 4, 4>;
   const M W = M::random(30, 21, 9, 5);
-  const auto path = std::filesystem::temp_directory_path() / "sprig_test_block.sprig";
+  const sprig::test::TempDir dir;  // a fixed name would collide with a concurrent run of the suite
+  const auto path = dir.path / "block.sprig";
   save_block_padded_csr(path, W);
   const M back = load_block_padded_csr<M>(path);
   REQUIRE(back.to_dense().rows() == 30);

@@ -17,6 +17,7 @@
 #include "sprig/nn/softmax_cross_entropy.hpp"
 #include "sprig/optim/adamw.hpp"
 #include "sprig/optim/clip.hpp"
+#include "file_test_support.hpp"
 #include "test_nn_gradcheck.hpp"
 
 using namespace sprig;
@@ -169,7 +170,8 @@ TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitw
     if constexpr (requires { p.matrix.pattern(); }) p.matrix.check_invariants();
   });
 
-  const auto file = std::filesystem::temp_directory_path() / "sprig_test_block_gpt.state";
+  const sprig::test::TempDir dir;  // a fixed name would collide with a concurrent run of the suite
+  const auto file = dir.path / "block_gpt.state";
   save_training_state(file, model, opt, {.step = 7, .seed = 5}, &rigl);
   train(model, opt, rigl, 7, 12);
   const auto straight = image(model);
@@ -178,7 +180,6 @@ TEST_CASE("block GPT: RigL on the block grid, and a checkpoint that resumes bitw
   AdamW<T> opt2({.lr = 1e-2});
   dst::RigL<T, std::int32_t> rigl2(schedule, 5);
   const TrainingProgress at = load_training_state(file, other, opt2, &rigl2);
-  std::filesystem::remove(file);
   CHECK(at.step == 7);
   other.reserve_growth(0.25);
   train(other, opt2, rigl2, 7, 12);

@@ -163,6 +163,32 @@ struct KeyedPosition {
   std::int64_t position;
 };
 
+// Keeps the k best of `c` (ascending in position, more than k of them) in place and in order:
+// the largest keys, ties by the smaller position. Sets `kept` to k and returns the k-th
+// largest key. O(c.size()): a rank selection and two passes.
+template <Value T>
+auto keep_top_candidates(std::span<KeyedPosition<T>> c, std::int64_t k, std::size_t& kept) {
+  using Key = decltype(sprig::magnitude_key(T(0)));
+  const std::size_t n = c.size();
+  const Key kth = sprig::key_of_rank<Key>(
+      n, [&](std::size_t q) { return c[q].key; }, static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
+  std::int64_t ties = k;  // of the k-th's key, how many are taken (the first ones)
+  for (std::size_t q = 0; q < n; ++q) ties -= c[q].key > kth;
+  std::size_t out = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    const Key key = c[q].key;
+    bool take = key > kth;
+    if (key == kth) [[unlikely]] {
+      take = ties > 0;
+      ties -= take;
+    }
+    c[out] = c[q];
+    out += take;
+  }
+  kept = out;
+  return kth;
+}
+
 // The k positions with the largest |dense gradient| among those not kept (ties: the smaller
 // position) in the rows of `range` (every row by default), or all of them if fewer, as keyed
 // candidates in ascending position. Streams the gradient in blocks of `block_rows` rows from
@@ -192,24 +218,7 @@ std::vector<KeyedPosition<T>> top_gradient_candidates(const PaddedCSR<T, Index>&
   std::size_t n = 0;
   Key lowest = 0;  // keys in [lowest, kExcluded) enter; above the k-th once the buffer was cut
   auto cut = [&] {
-    const Key kth = sprig::key_of_rank<Key>(
-        n, [&](std::size_t q) { return cand[q].key; },
-        static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
-    std::int64_t ties = k;                      // of the k-th's key, how many are taken (the first ones)
-    for (std::size_t q = 0; q < n; ++q) ties -= cand[q].key > kth;
-    std::size_t out = 0;
-    for (std::size_t q = 0; q < n; ++q) {
-      const Key key = cand[q].key;
-      bool take = key > kth;
-      if (key == kth) [[unlikely]] {
-        take = ties > 0;
-        ties -= take;
-      }
-      cand[out] = cand[q];
-      out += take;
-    }
-    n = out;
-    lowest = kth + 1;
+    lowest = keep_top_candidates(std::span(cand.data(), n), k, n) + 1;  // above the k-th
   };
   KeptColumns<T, Index> kept(W, drop);
   for (std::int64_t r0 = range.begin; r0 < row_end; r0 += block_rows) {
@@ -253,28 +262,16 @@ std::vector<std::int64_t> top_gradient_linear_positions(const PaddedCSR<T, Index
 // The k best of candidates gathered from disjoint row ranges (each range's own
 // top_gradient_candidates, the ranges in row order, so `all` ascends in position): the
 // largest keys, ties by the smaller position, as ascending positions; all of them if fewer
-// than k. They are the positions top_gradient_candidates gives over the union of the ranges
-// (dst/split_scoring.hpp says why). O(n) for n candidates (a rank selection and one pass).
+// than k (reorders `all`). They are the positions top_gradient_candidates gives over the union
+// of the ranges (dst/split_scoring.hpp says why). O(n) for n candidates (keep_top_candidates).
 template <Value T>
-std::vector<std::int64_t> merge_top_candidates(std::span<const KeyedPosition<T>> all, std::int64_t k) {
-  using Key = decltype(sprig::magnitude_key(T(0)));
+std::vector<std::int64_t> merge_top_candidates(std::span<KeyedPosition<T>> all, std::int64_t k) {
   std::vector<std::int64_t> out;
   if (k <= 0) return out;
-  const std::size_t n = all.size();
-  out.reserve(std::min(n, static_cast<std::size_t>(k)));
-  if (std::cmp_less_equal(n, k)) {
-    for (const auto& c : all) out.push_back(c.position);
-    return out;
-  }
-  const Key kth = sprig::key_of_rank<Key>(
-      n, [&](std::size_t q) { return all[q].key; }, static_cast<std::int64_t>(n) - k + 1);  // the k-th largest
-  std::int64_t ties = k;  // of the k-th's key, how many are taken (the first, smallest positions)
-  for (const auto& c : all) ties -= c.key > kth;
-  for (const auto& c : all) {
-    const bool take = c.key > kth || (c.key == kth && ties > 0);
-    ties -= c.key == kth && take;
-    if (take) out.push_back(c.position);
-  }
+  std::size_t n = all.size();
+  if (std::cmp_greater(n, k)) keep_top_candidates(all, k, n);
+  out.reserve(n);
+  for (std::size_t q = 0; q < n; ++q) out.push_back(all[q].position);
   return out;
 }
 
