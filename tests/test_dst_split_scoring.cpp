@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sprig/dst/fan_in.hpp>
@@ -55,6 +56,7 @@ public:
     int parts() const noexcept override { return static_cast<int>(g_.slots_.size()); }
     void gather(std::span<const std::byte> mine, std::vector<std::byte>& all) override {
       ++gathers;
+      bytes_sent += std::ssize(mine);
       g_.slots_[static_cast<std::size_t>(p_)].assign(mine.begin(), mine.end());
       g_.barrier_.arrive_and_wait();
       all.clear();
@@ -65,6 +67,7 @@ public:
       std::vector<std::byte> all;
       gather(std::as_bytes(std::span<const std::int64_t>(counts)), all);
       --gathers;
+      bytes_sent -= static_cast<std::int64_t>(counts.size_bytes());
       std::fill(counts.begin(), counts.end(), 0);
       for (std::size_t at = 0; at < all.size(); at += counts.size_bytes())
         for (std::size_t j = 0; j < counts.size(); ++j) {
@@ -74,7 +77,7 @@ public:
         }
       ++sums;
     }
-    std::int64_t gathers = 0, sums = 0;
+    std::int64_t gathers = 0, sums = 0, bytes_sent = 0;  // bytes_sent: by gather(), not sum()
 
   private:
     ThreadGroup& g_;
@@ -117,7 +120,7 @@ Matrix<T> awkward_gradient(const PaddedCSR<T, I>& W, CounterRng& rng) {
 template <class T>
 struct Gathered {
   std::vector<std::int64_t> positions;
-  std::int64_t sent = 0;
+  std::int64_t sent = 0, bytes = 0;  // candidates sent, and the bytes they took
 };
 template <class T>
 std::vector<Gathered<T>> gather_on_threads(const std::vector<std::vector<KeyedPosition<T>>>& mine, std::int64_t k) {
@@ -135,6 +138,7 @@ std::vector<Gathered<T>> gather_on_threads(const std::vector<std::vector<KeyedPo
           SplitCandidates<T> buffers;
           out[q].positions = gather_top_candidates<T>(part, mine[q], k, buffers);
           out[q].sent = std::ssize(buffers.sent);
+          out[q].bytes = part.bytes_sent;
         } catch (const std::exception& e) {
           errors[q] = e.what();
           group.drop_out();
@@ -188,10 +192,48 @@ TEMPLATE_TEST_CASE("the merged shares of a split gradient top-k are the unsplit 
         REQUIRE(merge_top_candidates<T>(all, k) == want);
         // the same through the parts' histogram and gather, on every part
         const auto got = gather_on_threads<T>(mine, k);
-        for (int p = 0; p < n; ++p) REQUIRE(got[p].positions == want);
+        for (int p = 0; p < n; ++p) {
+          REQUIRE(got[p].positions == want);
+          REQUIRE(got[p].bytes == got[p].sent * (sizeof(T) == 4 ? 8 : 16));  // float: packed
+        }
       }
     }
   }
+}
+
+TEST_CASE("float candidates travel packed in 8 bytes only where every position fits in 32 bits", "[dst][split][rigl]") {
+  // candidates made directly (a layer of 2^32 positions would not fit in a test), with tied
+  // keys; the oracle: sort by key descending, then position, take k, sort the positions
+  CounterRng rng(31);
+  using Key = decltype(sprig::magnitude_key(0.0f));
+  for (const std::int64_t top : {(std::int64_t{1} << 32) - 1, std::int64_t{1} << 32, std::int64_t{1} << 40}) {
+    INFO("largest position " << top);
+    std::vector<std::vector<KeyedPosition<float>>> mine(3);
+    std::vector<KeyedPosition<float>> every;
+    std::int64_t next = top - 3 * 50;  // part 2 ends at top
+    for (int p = 0; p < 3; ++p)
+      for (int q = 0; q < 50; ++q) {
+        const float g = rng.uniform_below(3) == 0 ? 1.5f : static_cast<float>(rng.uniform(0.0, 4.0));
+        next += 1;
+        mine[p].push_back({sprig::magnitude_key(g), next});
+        every.push_back(mine[p].back());
+      }
+    REQUIRE(every.back().position == top);
+    for (std::int64_t k : {1, 37, 150, 200}) {
+      auto best = every;
+      std::sort(best.begin(), best.end(),
+                [](const auto& a, const auto& b) { return a.key != b.key ? a.key > b.key : a.position < b.position; });
+      std::vector<std::int64_t> want;
+      for (std::size_t q = 0; q < best.size() && std::cmp_less(q, k); ++q) want.push_back(best[q].position);
+      std::sort(want.begin(), want.end());
+      const auto got = gather_on_threads<float>(mine, k);
+      for (const auto& g : got) {
+        REQUIRE(g.positions == want);
+        REQUIRE(g.bytes == g.sent * (top < (std::int64_t{1} << 32) ? 8 : 16));
+      }
+    }
+  }
+  static_assert(sizeof(Key) == 4);
 }
 
 TEST_CASE("the parts send about k candidates in all, not k each", "[dst][split][rigl]") {

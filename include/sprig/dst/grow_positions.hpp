@@ -280,6 +280,7 @@ template <Value T>
 struct SplitCandidates {
   std::vector<std::int64_t> histogram;
   std::vector<KeyedPosition<T>> sent, all;
+  std::vector<std::uint64_t> wire, wire_all;  // the sent candidates packed, 8 bytes each
   std::vector<std::byte> bytes;
 };
 
@@ -288,22 +289,41 @@ struct SplitCandidates {
 // candidates' keys by their top 16 bits, summed over the parts, gives the bucket holding the
 // k-th best key of all; each part sends only its candidates in that bucket or above (every
 // one of the k best among them), and merge_top_candidates picks from what arrives. Every part
-// must call it alike (collectives). O(candidates + 65536) and what the split's calls cost.
+// must call it alike (collectives). A candidate travels as 8 bytes (key and position in 32
+// bits each) where every part's keys and positions fit (float, positions below 2^32; the
+// histogram counts those that do not), as 16 otherwise. O(candidates + 65536) and what the
+// split's calls cost.
 template <Value T>
 std::vector<std::int64_t> gather_top_candidates(SplitScoring& split, std::span<const KeyedPosition<T>> mine,
                                                 std::int64_t k, SplitCandidates<T>& buffers) {
   using Key = decltype(sprig::magnitude_key(T(0)));
   constexpr int kShift = 8 * static_cast<int>(sizeof(Key)) - 16;
+  constexpr std::size_t kBuckets = std::size_t{1} << 16;
+  constexpr std::int64_t kNarrow = std::int64_t{1} << 32;  // positions below it fit in 32 bits
   auto& histogram = buffers.histogram;
-  histogram.assign(std::size_t{1} << 16, 0);
-  for (const auto& c : mine) ++histogram[static_cast<std::size_t>(c.key >> kShift)];
+  histogram.assign(kBuckets + 1, 0);  // + 1: the candidates that need 16 bytes
+  for (const auto& c : mine) {
+    ++histogram[static_cast<std::size_t>(c.key >> kShift)];
+    histogram[kBuckets] += sizeof(Key) > 4 || c.position >= kNarrow;
+  }
   split.sum(histogram);
-  std::size_t bucket = histogram.size();  // the lowest bucket sent
+  std::size_t bucket = kBuckets;  // the lowest bucket sent
   for (std::int64_t above = 0; bucket > 0 && above < k;) above += histogram[--bucket];
   buffers.sent.clear();
   for (const auto& c : mine)
     if (static_cast<std::size_t>(c.key >> kShift) >= bucket) buffers.sent.push_back(c);
-  gather_values(split, std::span<const KeyedPosition<T>>(buffers.sent), buffers.bytes, buffers.all);
+  if (sizeof(Key) > 4 || histogram[kBuckets] > 0) {
+    gather_values(split, std::span<const KeyedPosition<T>>(buffers.sent), buffers.bytes, buffers.all);
+  } else {
+    buffers.wire.clear();
+    for (const auto& c : buffers.sent)
+      buffers.wire.push_back(static_cast<std::uint64_t>(c.key) << 32 | static_cast<std::uint64_t>(c.position));
+    gather_values(split, std::span<const std::uint64_t>(buffers.wire), buffers.bytes, buffers.wire_all);
+    buffers.all.resize(buffers.wire_all.size());
+    for (std::size_t q = 0; q < buffers.all.size(); ++q)
+      buffers.all[q] = {static_cast<Key>(buffers.wire_all[q] >> 32),
+                        static_cast<std::int64_t>(buffers.wire_all[q] & 0xffffffffu)};
+  }
   return merge_top_candidates<T>(buffers.all, k);
 }
 
