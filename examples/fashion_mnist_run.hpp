@@ -14,6 +14,7 @@
 #include <sprig/dst/static_topology.hpp>
 #include <sprig/data/batches.hpp>
 #include <sprig/data/idx.hpp>
+#include <sprig/nn/layer_clock.hpp>
 #include <sprig/nn/sequential.hpp>
 #include <sprig/nn/softmax_cross_entropy.hpp>
 #include <sprig/optim/adamw.hpp>
@@ -32,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -136,10 +138,30 @@ sprig::Sequential<T, Index, Block...> build_model(const Config& cfg, double spar
     return sprig::models::build_block_mlp<T, Index, Block::kBlockRows..., Block::kBlockCols...>(spec);
 }
 
+// A layer's kind and shape for a profile line: "sparse 784x1000", "dense 1000x10", "relu".
+template <class Layer>
+std::string layer_label(const Layer& layer) {
+  return std::visit(
+      [](const auto& l) -> std::string {
+        using L = std::decay_t<decltype(l)>;
+        if constexpr (requires { l.in_features(); }) {
+          const std::string kind = requires { l.weight.matrix; }
+          ? "sparse" : "dense";
+          return kind + " " + std::to_string(l.in_features()) + "x" + std::to_string(l.out_features());
+        } else if constexpr (std::is_same_v<L, sprig::ReLU<T>>) {
+          return "relu";
+        } else {
+          return "gelu";
+        }
+      },
+      layer);
+}
+
 // Times training steps of the dense model and of the sparse one in the same process,
 // alternating step by step on the same batches (so machine drift hits both alike), and
 // prints the medians with the 10th/90th percentiles, split into forward (with the loss),
-// backward and optimizer.
+// backward and optimizer, and each layer's mean forward and backward time (a LayerClock
+// attached to each model).
 template <class Index>
 int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data, T mean, T inv_std) {
   if (cfg.sparsity <= 0.0) throw sprig::ArgumentError("fashion_mnist: --compare-steps needs --sparsity > 0");
@@ -155,7 +177,11 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
   sprig::SoftmaxCrossEntropy<T> ce;
   constexpr std::int64_t warmup = 5;
   std::vector<double> total[2], fwd[2], bwd[2], opt_t[2];
+  sprig::LayerClock clocks[2];
+  for (int m = 0; m < 2; ++m) models[m].set_layer_clock(&clocks[m]);
   for (std::int64_t k = 0; k < cfg.compare_steps + warmup; ++k) {
+    if (k == warmup)
+      for (auto& c : clocks) c.reset();
     auto batch = batches.gather(k % batches.batches_per_epoch(), x, y);
     for (std::int64_t f = 0; f < batch.x.rows(); ++f)
       for (std::int64_t b = 0; b < batch.size(); ++b) batch.x(f, b) = (batch.x(f, b) - mean) * inv_std;
@@ -185,6 +211,17 @@ int compare_step_times(const Config& cfg, const examples::FashionMNIST<T>& data,
                o = examples::quantiles(opt_t[m]);
     std::printf("  %-6s step %8.3f [%.3f, %.3f]  forward+loss %.3f  backward %.3f  optimizer %.3f\n", names[m],
                 q.median, q.p10, q.p90, f.median, b.median, o.median);
+  }
+  for (auto& m : models) m.set_layer_clock(nullptr);
+  std::printf("per layer (ms per step, mean; a ReLU or GELU that the linear layer next to it applies shows 0):\n");
+  std::printf("  %-24s %14s %14s\n", "layer (of the sparse model)", "dense fwd/bwd", "sparse fwd/bwd");
+  using Pass = sprig::LayerClock::Pass;
+  const double per_step = 1e3 / static_cast<double>(cfg.compare_steps);
+  for (std::size_t k = 0; k < models[1].size(); ++k) {
+    const std::string label = std::to_string(k) + " " + layer_label(models[1].layer(k));
+    std::printf("  %-24s %6.3f/%-7.3f %6.3f/%-7.3f\n", label.c_str(), per_step * clocks[0].seconds(k, Pass::forward),
+                per_step * clocks[0].seconds(k, Pass::backward), per_step * clocks[1].seconds(k, Pass::forward),
+                per_step * clocks[1].seconds(k, Pass::backward));
   }
   const double dense_ms = examples::quantiles(total[0]).median, sparse_ms = examples::quantiles(total[1]).median;
   std::printf("STEP_TIMES dense_ms=%.3f sparse_ms=%.3f speedup=%.2f sparsity=%g batch=%lld\n", dense_ms, sparse_ms,

@@ -1,12 +1,14 @@
 #include "sprig/nn/sequential.hpp"
 
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <span>
+#include <stdexcept>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -533,3 +535,85 @@ TEST_CASE("training steps of a sparse MLP with a dense head give the same bits a
   CHECK(differ == 0);
 }
 #endif
+
+TEST_CASE("Sequential: an attached LayerClock times each layer that runs, with the same bits", "[nn][sequential]") {
+  // sparse(0) - ReLU(1) - sparse(2) - GELU(3) - dense(4) - ReLU(5). By the fusion rules at the
+  // top of sequential.hpp: ReLU 1's forward runs in layer 0's store and its backward in layer
+  // 2's dX; GELU 3 runs its forward (keeping its derivative) and layer 4 applies its backward;
+  // ReLU 5's forward runs in layer 4's store, its backward on its own (nothing above it).
+  auto build = [] {
+    Sequential<float, std::int32_t> m;
+    m.add(SparseLinear<float, std::int32_t>(10, 14, {.density = 0.4, .seed = 3, .layer_key = 0}));
+    m.add(ReLU<float>{});
+    m.add(SparseLinear<float, std::int32_t>(14, 12, {.density = 0.5, .seed = 3, .layer_key = 1}));
+    m.add(GELU<float>{});
+    m.add(Linear<float>(12, 6, 3, 2));
+    m.add(ReLU<float>{});
+    return m;
+  };
+  Sequential<float, std::int32_t> timed = build(), plain = build();
+  LayerClock clock;
+  timed.set_layer_clock(&clock);
+  SGD<float> opt_timed({.lr = 0.1f}), opt_plain({.lr = 0.1f});
+  const auto X = random_matrix<float>(10, 9, 4);
+  const auto dOut = random_matrix<float>(6, 9, 5);
+  constexpr int kSteps = 3;
+  for (int step = 0; step < kSteps; ++step) {
+    for (auto* m : {&timed, &plain}) {
+      m->forward(X.view());
+      for (std::int64_t i = 0; i < 6; ++i)
+        for (std::int64_t j = 0; j < 9; ++j) m->output_grad()(i, j) = dOut(i, j);
+      m->backward();
+    }
+    for (std::size_t k = 0; k < timed.size(); ++k) {
+      const auto a = timed.act(k), b = plain.act(k);
+      for (std::int64_t i = 0; i < a.rows(); ++i)
+        for (std::int64_t j = 0; j < a.cols(); ++j)
+          REQUIRE(std::bit_cast<std::uint32_t>(a(i, j)) == std::bit_cast<std::uint32_t>(b(i, j)));
+    }
+    std::vector<float> ga, gb;
+    timed.for_each_parameter([&](auto& p) {
+      for (const float g : p.grad) ga.push_back(g);
+    });
+    plain.for_each_parameter([&](auto& p) {
+      for (const float g : p.grad) gb.push_back(g);
+    });
+    REQUIRE(!ga.empty());
+    REQUIRE(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)) == 0);
+    opt_timed.step(timed);
+    opt_plain.step(plain);
+  }
+  using P = LayerClock::Pass;
+  const std::int64_t forward_calls[] = {kSteps, 0, kSteps, kSteps, kSteps, 0};
+  const std::int64_t backward_calls[] = {kSteps, 0, kSteps, 0, kSteps, kSteps};
+  REQUIRE(clock.layers() == 6);
+  for (std::size_t k = 0; k < 6; ++k) {
+    CAPTURE(k);
+    CHECK(clock.calls(k, P::forward) == forward_calls[k]);
+    CHECK(clock.calls(k, P::backward) == backward_calls[k]);
+    CHECK((clock.seconds(k, P::forward) > 0.0) == (forward_calls[k] > 0));
+    CHECK((clock.seconds(k, P::backward) > 0.0) == (backward_calls[k] > 0));
+  }
+  CHECK(clock.total_seconds() > 0.0);
+  clock.reset();
+  CHECK(clock.layers() == 6);
+  CHECK(clock.total_seconds() == 0.0);
+  CHECK(clock.calls(0, P::forward) == 0);
+  timed.set_layer_clock(nullptr);  // detached: nothing more is added
+  timed.forward(X.view());
+  CHECK(clock.calls(0, P::forward) == 0);
+  CHECK(clock.calls(99, P::backward) == 0);  // never timed
+  CHECK(clock.seconds(99, P::backward) == 0.0);
+}
+
+TEST_CASE("LayerClock passes an exception through and counts nothing for that call", "[nn][sequential]") {
+  LayerClock clock;
+  CHECK_THROWS_WITH(clock.time(2, LayerClock::Pass::backward, [] { throw std::runtime_error("inside"); }), "inside");
+  CHECK(clock.calls(2, LayerClock::Pass::backward) == 0);
+  CHECK(clock.seconds(2, LayerClock::Pass::backward) == 0.0);
+  int ran = 0;
+  clock.time(2, LayerClock::Pass::backward, [&] { ++ran; });
+  CHECK(ran == 1);
+  CHECK(clock.calls(2, LayerClock::Pass::backward) == 1);
+  CHECK(clock.calls(2, LayerClock::Pass::forward) == 0);
+}

@@ -68,6 +68,7 @@
 #include "../core/error.hpp"
 #include "../core/matrix.hpp"
 #include "gelu.hpp"
+#include "layer_clock.hpp"
 #include "linear.hpp"
 #include "model.hpp"
 #include "model_scratch.hpp"
@@ -129,18 +130,20 @@ public:
       reshape(acts_[k], out, B);
       const ConstMatrixView<T> in = input_of(k);
       const MatrixView<T> y = acts_[k].view();
-      if (keeps_gelu_derivative(k)) {  // layer k - 1's buffer then holds gelu'(its output)
-        std::get<GELU<T>>(layers_[k]).forward_keep_derivative(acts_[act_of_[k - 1]].view(), y);
-        continue;
-      }
-      std::visit(
-          [&](auto& l) {
-            if constexpr (requires { l.forward(in, y, FusedActivation::relu); })
-              l.forward(in, y, fuses_next_relu(k) ? FusedActivation::relu : FusedActivation::none);
-            else
-              l.forward(in, y);
-          },
-          layers_[k]);
+      timed(k, LayerClock::Pass::forward, [&] {
+        if (keeps_gelu_derivative(k)) {  // layer k - 1's buffer then holds gelu'(its output)
+          std::get<GELU<T>>(layers_[k]).forward_keep_derivative(acts_[act_of_[k - 1]].view(), y);
+          return;
+        }
+        std::visit(
+            [&](auto& l) {
+              if constexpr (requires { l.forward(in, y, FusedActivation::relu); })
+                l.forward(in, y, fuses_next_relu(k) ? FusedActivation::relu : FusedActivation::none);
+              else
+                l.forward(in, y);
+            },
+            layers_[k]);
+      });
     }
     // which buffer holds grad(k): its own, or for the input of an element-wise layer k + 1
     // the one of grad(k + 1) (dX written over dY)
@@ -188,6 +191,13 @@ public:
       layer_done(k);
     }
   }
+
+  // Attaches a clock to which forward() and backward() add each layer's time (nullptr, the
+  // default: none). Held by pointer: it outlives the model or is detached first. Same results.
+  // A layer whose work another does is not timed: a ReLU applied in the store of the linear
+  // layer below it (forward) or in the dX of the one above (backward), a GELU whose backward
+  // the layer above applies; layer 0's backward is its parameter gradients only.
+  void set_layer_clock(LayerClock* clock) noexcept { clock_ = clock; }
 
   // Calls fn on the parameters of layer k (its weight, then its bias; none for an element-wise
   // layer), as for_each_parameter does for that layer. Throws ArgumentError for k >= size().
@@ -333,26 +343,38 @@ private:
     const ConstMatrixView<T> in = input_of(k);
     const ConstMatrixView<T> dy = grads_[grad_of_[k]].view();
     if (k == 0) {
-      std::visit(
-          [&](auto& l) {
-            if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
-          },
-          layers_[k]);
+      timed(k, LayerClock::Pass::backward, [&] {
+        std::visit(
+            [&](auto& l) {
+              if constexpr (requires { l.backward(in, dy); }) l.backward(in, dy);  // parameters only
+            },
+            layers_[k]);
+      });
     } else if (k + 1 < layers_.size() && fused_input_activation(k + 1) != FusedActivation::none) {
       // this activation's backward was applied by layer k + 1 to its dX
     } else {
       const FusedActivation fuse = fused_input_activation(k);
       // gelu: the derivative forward_keep_derivative left in the GELU's input buffer
       const ConstMatrixView<T> derivative = fuse == FusedActivation::gelu ? act(k - 2) : ConstMatrixView<T>();
-      std::visit(
-          [&](auto& l) {
-            if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative); })
-              l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative);
-            else
-              l.backward(in, dy, grads_[grad_of_[k - 1]].view());
-          },
-          layers_[k]);
+      timed(k, LayerClock::Pass::backward, [&] {
+        std::visit(
+            [&](auto& l) {
+              if constexpr (requires { l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative); })
+                l.backward(in, dy, grads_[grad_of_[k - 1]].view(), fuse, derivative);
+              else
+                l.backward(in, dy, grads_[grad_of_[k - 1]].view());
+            },
+            layers_[k]);
+      });
     }
+  }
+  // fn() timed into layer k's pass of the attached clock, or fn() alone.
+  template <class Fn>
+  void timed(std::size_t k, LayerClock::Pass p, Fn&& fn) {
+    if (clock_)
+      clock_->time(k, p, std::forward<Fn>(fn));
+    else
+      std::forward<Fn>(fn)();
   }
 
   std::size_t checked(const char* fn, std::size_t k) const {
@@ -423,6 +445,7 @@ private:
   std::vector<std::size_t> grad_of_;  // grad(k) is grads_[grad_of_[k]]
   ConstMatrixView<T> input_;
   bool forwarded_ = false;
+  LayerClock* clock_ = nullptr;  // set_layer_clock
   ModelScratch<T> scratch_;  // the layers' packing buffer (see the top)
 };
 
