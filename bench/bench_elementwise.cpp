@@ -7,6 +7,7 @@
 //   OMP_NUM_THREADS=1 bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -69,6 +70,35 @@ void BM_adamw_kernel(benchmark::State& st) {
     benchmark::DoNotOptimize(s.w.data());
   }
   st.SetItemsProcessed(st.iterations() * st.range(0));
+}
+
+// The per-slot-count kernel alone on 640 x 256 slots: every count the same (slots born
+// together: one table entry per register), or each slot's count drawn from [1, 1000] (a
+// table read per lane).
+void BM_adamw_counted_kernel(benchmark::State& st) {
+  const std::int64_t n = 640 * 256, top = 1000;
+  State s(n);
+  std::vector<float> c1(top + 1), c2(top + 1), counts(static_cast<std::size_t>(n), 500.0f);
+  for (std::int64_t j = 0; j <= top; ++j) {
+    c1[j] = 1.0f / (1.0f - std::pow(0.9f, static_cast<float>(std::max<std::int64_t>(j, 1))));
+    c2[j] = 1.0f / (1.0f - std::pow(0.999f, static_cast<float>(std::max<std::int64_t>(j, 1))));
+  }
+  sprig::CounterRng rng(4);
+  if (st.range(0))
+    for (auto& c : counts) c = static_cast<float>(1 + rng.uniform_below(top - 1));
+  const auto kernel = sprig::detail::adamw_counted_update_kernel<float>();
+  for (auto _ : st) {
+    kernel(kStep, c1.data(), c2.data(), static_cast<float>(top), s.w.data(), s.g.data(), s.m.data(), s.v.data(),
+           counts.data(), n);
+    benchmark::DoNotOptimize(s.w.data());
+    if (st.range(0)) {  // keep the counts spread (the kernel adds one to each)
+      st.PauseTiming();
+      for (auto& c : counts) c = c >= static_cast<float>(top - 1) ? 1.0f : c;
+      st.ResumeTiming();
+    }
+  }
+  st.SetLabel(st.range(0) ? "counts spread" : "counts equal");
+  st.SetItemsProcessed(st.iterations() * n);
 }
 
 // AdamW::update of a 90%-sparse 640 x 2560 parameter with per-slot counts (a DST run after
@@ -321,4 +351,5 @@ BENCHMARK(BM_gelu_forward_keep_derivative_bf16)->Arg(256)->Arg(1024);
 BENCHMARK(BM_adamw_plain_loop)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_kernel)->Arg(640 * 2560)->Arg(640 * 256);
 BENCHMARK(BM_adamw_per_slot)->Arg(1)->Arg(0);
+BENCHMARK(BM_adamw_counted_kernel)->Arg(0)->Arg(1);
 BENCHMARK_MAIN();

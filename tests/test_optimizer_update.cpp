@@ -93,31 +93,40 @@ TEMPLATE_TEST_CASE("adamw_counted_update restarts fresh slots, saturates counts,
     c1[j] = T(1) / (T(1) - std::pow(T(0.9), T(j)));
     c2[j] = T(1) / (T(1) - std::pow(T(0.999), T(j)));
   }
-  for (std::size_t n : {0, 1, 7, 16, 33, 500}) {
-    const AdamWState<T> start = adamw_state<T>(n, 30 + n);
-    AdamWState<T> whole = start;
-    adamw_counted_update_on<KernelArch>(k, c1.data(), c2.data(), top, whole.w.data(), whole.g.data(), whole.m.data(),
-                                        whole.v.data(), whole.counts.data(), static_cast<std::int64_t>(n));
-    for (std::size_t i = 0; i < n; ++i) {
-      const bool fresh = start.m[i] == T(0) && start.v[i] == T(0);
-      const T count = fresh ? T(1) : std::min(start.counts[i] + T(1), top);
-      REQUIRE(whole.counts[i] == count);
-      const auto j = static_cast<std::size_t>(count);
-      const double g = start.g[i], b1 = k.beta1, b2 = k.beta2;
-      const double m = b1 * start.m[i] + (1 - b1) * g, v = b2 * start.v[i] + (1 - b2) * g * g;
-      const double w =
-          start.w[i] - static_cast<double>(k.lr) * (m * c1[j]) / (std::sqrt(v * c2[j]) + static_cast<double>(k.eps));
-      REQUIRE(whole.w[i] == Approx(w).epsilon(tolerance<T>()));
+  // counts spread (each register mixes them), equal but for a fresh slot every 37th (whole
+  // registers of one count beside mixed ones), and all saturated
+  for (const int pattern : {0, 1, 2})
+    for (std::size_t n : {0, 1, 7, 16, 33, 500}) {
+      INFO("pattern " << pattern << ", n " << n);
+      AdamWState<T> start = adamw_state<T>(n, 30 + n);
+      for (std::size_t i = 0; pattern > 0 && i < n; ++i) {
+        start.counts[i] = pattern == 1 ? T(2) : top;
+        if (start.m[i] == T(0) && start.v[i] == T(0)) start.m[i] = T(0.005);
+        if (pattern == 1 && i % 37 == 5) start.m[i] = start.v[i] = T(0);
+      }
+      AdamWState<T> whole = start;
+      adamw_counted_update_on<KernelArch>(k, c1.data(), c2.data(), top, whole.w.data(), whole.g.data(), whole.m.data(),
+                                          whole.v.data(), whole.counts.data(), static_cast<std::int64_t>(n));
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool fresh = start.m[i] == T(0) && start.v[i] == T(0);
+        const T count = fresh ? T(1) : std::min(start.counts[i] + T(1), top);
+        REQUIRE(whole.counts[i] == count);
+        const auto j = static_cast<std::size_t>(count);
+        const double g = start.g[i], b1 = k.beta1, b2 = k.beta2;
+        const double m = b1 * start.m[i] + (1 - b1) * g, v = b2 * start.v[i] + (1 - b2) * g * g;
+        const double w =
+            start.w[i] - static_cast<double>(k.lr) * (m * c1[j]) / (std::sqrt(v * c2[j]) + static_cast<double>(k.eps));
+        REQUIRE(whole.w[i] == Approx(w).epsilon(tolerance<T>()));
+      }
+      const std::size_t cut = n / 3;
+      AdamWState<T> split = start;
+      for (auto [b, e] : {std::pair{std::size_t{0}, cut}, std::pair{cut, n}})
+        adamw_counted_update_on<KernelArch>(k, c1.data(), c2.data(), top, split.w.data() + b, split.g.data() + b,
+                                            split.m.data() + b, split.v.data() + b, split.counts.data() + b,
+                                            static_cast<std::int64_t>(e - b));
+      REQUIRE(same_bits(split.w, whole.w));
+      REQUIRE(same_bits(split.counts, whole.counts));
     }
-    const std::size_t cut = n / 3;
-    AdamWState<T> split = start;
-    for (auto [b, e] : {std::pair{std::size_t{0}, cut}, std::pair{cut, n}})
-      adamw_counted_update_on<KernelArch>(k, c1.data(), c2.data(), top, split.w.data() + b, split.g.data() + b,
-                                          split.m.data() + b, split.v.data() + b, split.counts.data() + b,
-                                          static_cast<std::int64_t>(e - b));
-    REQUIRE(same_bits(split.w, whole.w));
-    REQUIRE(same_bits(split.counts, whole.counts));
-  }
 }
 
 TEMPLATE_TEST_CASE("zero_moments finds a slot with m and v both zero, anywhere, and nothing else", "[kernel][optim]",

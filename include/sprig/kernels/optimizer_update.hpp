@@ -162,8 +162,21 @@ void adamw_counted_update_on(const AdamWStep<T>& k, const T* c1, const T* c2, T 
       adamw_register<B>(kb, p, [&](const B& m0, const B& v0) SPRIG_ALWAYS_INLINE_LAMBDA {
         const B nb = xsimd::select((m0 == zero) & (v0 == zero), one, xsimd::min(B::load_unaligned(p[4]) + one, topb));
         nb.store_unaligned(p[4]);
-        const auto index = xsimd::to_int(nb);  // exact: a whole number below 2^23
-        return std::pair{B::gather(c1, index), B::gather(c2, index)};
+        // the corrections by lane, read back from the counts just stored (whole numbers in
+        // [0, top]): one entry where every lane has the same count (slots born together),
+        // else one scalar read per lane (xsimd 8's B::gather is a chain of per-lane inserts)
+        const T first = p[4][0];
+        if (xsimd::all(nb == B(first))) {
+          const auto j = static_cast<std::size_t>(first);
+          return std::pair{B(c1[j]), B(c2[j])};
+        }
+        alignas(64) T lane1[B::size], lane2[B::size];
+        for (std::size_t i = 0; i < B::size; ++i) {
+          const auto j = static_cast<std::size_t>(p[4][i]);
+          lane1[i] = c1[j];
+          lane2[i] = c2[j];
+        }
+        return std::pair{B::load_aligned(lane1), B::load_aligned(lane2)};
       });
     });
     return;
