@@ -37,6 +37,11 @@ if(TARGET fashion_mnist AND SPRIG_BUILD_TESTS)
     add_test(NAME example:fashion_mnist_smoke COMMAND fashion_mnist --epochs 1 --max-steps 30 --threads 1)
     set_tests_properties(example:fashion_mnist_smoke PROPERTIES LABELS example
                          PASS_REGULAR_EXPRESSION "; kernels [a-z0-9.+]+\n.*RESULT test_accuracy=0\\.[0-9]+ weight_bytes=[0-9]+ dense_weight_bytes=[0-9]+ ms_per_step=")
+    # --compare-steps times the dense and the sparse model side by side, layer by layer (a
+    # LayerClock on each): a fused ReLU shows no time of its own.
+    add_test(NAME example:fashion_mnist_compare_steps COMMAND fashion_mnist --sparsity 0.9 --compare-steps 3 --threads 1)
+    set_tests_properties(example:fashion_mnist_compare_steps PROPERTIES LABELS example
+                         PASS_REGULAR_EXPRESSION "\n  0 sparse 784x1024 +[0-9]+\\.[0-9]+/[0-9.]+ +[0-9]+\\.[0-9]+/[0-9.]+ *\n  1 relu +0\\.000/0\\.000 +0\\.000/0\\.000 *\n  2 sparse 1024x1024 [^\n]*\n  3 relu [^\n]*\n  4 dense 1024x10 [^\n]*\nSTEP_TIMES dense_ms=")
     # Block-sparse hidden layers train with SET on the block grid.
     add_test(NAME example:fashion_mnist_block_smoke
              COMMAND fashion_mnist --block 4x4 --algorithm set --delta-t 10 --epochs 1 --max-steps 30 --threads 1)

@@ -145,8 +145,8 @@ std::string layer_label(const Layer& layer) {
       [](const auto& l) -> std::string {
         using L = std::decay_t<decltype(l)>;
         if constexpr (requires { l.in_features(); }) {
-          const std::string kind = requires { l.weight.matrix; }
-          ? "sparse" : "dense";
+          constexpr bool sparse = requires { l.weight.matrix; };
+          const std::string kind = sparse ? "sparse" : "dense";
           return kind + " " + std::to_string(l.in_features()) + "x" + std::to_string(l.out_features());
         } else if constexpr (std::is_same_v<L, sprig::ReLU<T>>) {
           return "relu";
