@@ -371,10 +371,7 @@ private:
   // fn() timed into layer k's pass of the attached clock, or fn() alone.
   template <class Fn>
   void timed(std::size_t k, LayerClock::Pass p, Fn&& fn) {
-    if (clock_)
-      clock_->time(k, p, std::forward<Fn>(fn));
-    else
-      std::forward<Fn>(fn)();
+    detail::timed(clock_ ? &clock_->layer(k) : nullptr, p, std::forward<Fn>(fn));
   }
 
   std::size_t checked(const char* fn, std::size_t k) const {
