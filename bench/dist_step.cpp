@@ -12,7 +12,7 @@
 //   ffn  width -> hidden -> width with GELU; both layers sparse; MSE against a random target.
 // --batch is the global batch G; each of N ranks trains on G / N of its columns. The optimizer
 // is SGD with momentum (or --optimizer adamw); --algorithm rigl or set adds topology updates
-// every --delta-t steps.
+// every --delta-t steps (--constant-fan-in: per row, every row the same count).
 //
 // Timing: --warmup untimed steps, then --steps timed steps back to back, each from the start
 // of forward to the end of the optimizer step (or topology update); every rank times its own.
@@ -24,6 +24,7 @@
 // line, DISTSTEP, is machine-readable: medians over ranks (update_ms: the slowest rank's).
 #include <sprig/dist/data_parallel.hpp>
 #include <sprig/dist/mpi_communicator.hpp>
+#include <sprig/dst/fan_in.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
 #include <sprig/sprig.hpp>
@@ -64,6 +65,7 @@ struct Options {
   std::uint64_t seed = 1;
   bool overlap = false;
   bool split_scoring = true;
+  bool constant_fan_in = false;
 };
 
 // Peak resident set of this process in bytes (VmHWM), 0 where /proc is not there.
@@ -147,6 +149,10 @@ int run(const Options& o, sprig::dist::Communicator& comm) {
     algorithm = std::make_unique<sprig::dst::SET<T, Index>>(schedule, o.seed);
   else if (o.algorithm != "none")
     throw sprig::ArgumentError("dist_step: --algorithm is none, set or rigl, not " + o.algorithm);
+  if (o.constant_fan_in) {  // every row of a sparse layer the same count, kept by the updates
+    sprig::dst::redraw_constant_fan_in(model, o.seed, 0.125);
+    if (algorithm) algorithm->constant_fan_in = true;
+  }
 
   sprig::dist::DataParallel dp(comm, model, {.overlap = o.overlap, .split_scoring = o.split_scoring});
   // the mean over the global batch: each shard's gradient is over its B columns, and
@@ -277,6 +283,8 @@ int main(int argc, char** argv) {
   app.add_option("--delta-t", o.delta_t, "steps between topology updates")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "seed of weights and data");
   app.add_flag("--overlap", o.overlap, "sum the gradients during backward (non-blocking) instead of after it");
+  app.add_flag("--constant-fan-in", o.constant_fan_in,
+               "every row of a sparse layer keeps the same count of weights (drawn so, kept by the updates)");
   app.add_flag("!--no-split-scoring", o.split_scoring,
                "every rank ranks every row of a RigL update's dense gradients (default: each its share)");
   CLI11_PARSE(app, argc, argv);

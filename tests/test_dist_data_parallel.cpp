@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <sprig/models/mlp.hpp>
+#include <sprig/dst/fan_in.hpp>
 #include <sprig/dst/granet.hpp>
 #include <sprig/dst/rigl.hpp>
 #include <sprig/dst/set.hpp>
@@ -87,6 +88,11 @@ std::unique_ptr<dst::SparsityAlgorithm<T, std::int32_t>> make_algorithm(const st
   s.delta_t = 4;
   s.t_end = 24;
   if (name == "rigl") return std::make_unique<dst::RigL<T, std::int32_t>>(s, 11);
+  if (name == "rigl per row") {  // its model drawn with constant fan-in (redraw_constant_fan_in)
+    auto a = std::make_unique<dst::RigL<T, std::int32_t>>(s, 11);
+    a->constant_fan_in = true;
+    return a;
+  }
   if (name == "set") return std::make_unique<dst::SET<T, std::int32_t>>(s, 11);
   if (name == "snfs") return std::make_unique<dst::SNFS<T, std::int32_t>>(s, 11);
   if (name == "granet")  // from small_block_mlp's half of the blocks
@@ -401,14 +407,17 @@ TEST_CASE("overlapped and blocking gradient averages give the same bits", "[dist
 }
 
 // Split scoring (the default: each rank ranks its share of the rows, the ranks merge their
-// candidates) against every rank ranking every row: the same bits at every step. Under mpirun
-// the split one also gathers the candidates; on one process neither splits.
+// candidates, or under constant fan-in their chosen positions) against every rank ranking every
+// row: the same bits at every step. Under mpirun the split one also gathers the candidates; on
+// one process neither splits.
 TEST_CASE("split and unsplit update scoring give the same bits", "[dist][train]") {
   Communicator& comm = sprig::testing::communicator();
   const Data<double> local = columns(make_data<double>(24, 3), shard(24, comm));
-  for (const char* name : {"rigl", "snfs"}) {
+  for (const std::string name : {"rigl", "snfs", "rigl per row"}) {
     INFO(name << ", " << comm.size() << " ranks");
     Model<double> a = small_mlp<double>(5), b = small_mlp<double>(5);
+    if (name == "rigl per row")  // the parts' positions gathered instead of their candidates
+      for (Model<double>* m : {&a, &b}) dst::redraw_constant_fan_in(*m, 5, 0.25);
     DataParallel split(comm, a), whole(comm, b, {.split_scoring = false});
     auto algo_a = make_algorithm<double>(name), algo_b = make_algorithm<double>(name);
     SoftmaxCrossEntropy<double> ce;

@@ -284,6 +284,51 @@ TEMPLATE_TEST_CASE("the shares of a split per-row gradient top-k, in part order,
   }
 }
 
+TEST_CASE("gathered per-row positions travel in 4 bytes only below 2^32 positions", "[dst][split][fan_in]") {
+  // positions made directly near the bound (a layer of 2^32 positions would not fit in a
+  // test); part 1 sends none; the oracle: every part's positions in part order
+  constexpr std::int64_t k32 = std::int64_t{1} << 32;
+  for (const std::int64_t bound : {std::int64_t{5}, k32 - 1, k32, k32 + 1, std::int64_t{1} << 40}) {
+    INFO("bound " << bound);
+    const std::vector<std::vector<std::int64_t>> mine = {{0, 1},
+                                                         {},
+                                                         {std::max<std::int64_t>(2, bound - 3), bound - 2, bound - 1}};
+    std::vector<std::int64_t> want;
+    for (const auto& m : mine) want.insert(want.end(), m.begin(), m.end());
+    ThreadGroup group(3);
+    std::vector<std::vector<std::int64_t>> got(3);
+    std::vector<std::int64_t> bytes(3);
+    std::vector<std::string> errors(3);
+    {
+      std::vector<std::jthread> threads;
+      for (int p = 0; p < 3; ++p)
+        threads.emplace_back([&, p] {
+          const auto q = static_cast<std::size_t>(p);
+          try {
+            ThreadGroup::Part part(group, p);
+            SplitCandidates<float> buffers;
+            got[q] = gather_positions<float>(part, mine[q], bound, buffers);
+            bytes[q] = part.bytes_sent;
+          } catch (const std::exception& e) {
+            errors[q] = e.what();
+            group.drop_out();
+          }
+        });
+    }
+    for (int p = 0; p < 3; ++p) {
+      const auto q = static_cast<std::size_t>(p);
+      REQUIRE(errors[q].empty());
+      CHECK(got[q] == want);
+      CHECK(bytes[q] == std::ssize(mine[q]) * (bound <= k32 ? 4 : 8));
+    }
+  }
+  SplitCandidates<double> buffers;
+  PartOf part(0, 2);  // refused before anything is sent
+  const std::vector<std::int64_t> outside = {3, 7}, negative = {-1};
+  CHECK_THROWS_AS(gather_positions<double>(part, outside, 7, buffers), ArgumentError);
+  CHECK_THROWS_AS(gather_positions<double>(part, negative, 7, buffers), ArgumentError);
+}
+
 TEST_CASE("a row range outside the layer is refused", "[dst][split][errors]") {
   auto W = PaddedCSR<float, std::int32_t>::random_density(6, 5, 0.4, 1);
   const DropSet drop = select_drop(W, 2);

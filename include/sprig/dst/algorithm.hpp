@@ -273,9 +273,8 @@ protected:
                                                    gradient_block_);
     const auto mine = top_gradient_linear_positions_per_row(W, dropped, per_row, gradient_block_rows(layer), gradient,
                                                             gradient_block_, split_rows(W.rows(), *split_));
-    std::vector<std::int64_t> all;  // parts in row order: ascending
-    gather_values(*split_, std::span(mine), split_candidates_.bytes, all);
-    return all;
+    // parts in row order: ascending
+    return gather_positions<T>(*split_, mine, W.rows() * W.cols(), split_candidates_);
   }
 
 private:

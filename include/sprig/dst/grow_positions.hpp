@@ -275,14 +275,38 @@ std::vector<std::int64_t> merge_top_candidates(std::span<KeyedPosition<T>> all, 
   return out;
 }
 
-// What gather_top_candidates keeps between calls (its buffers: capacity reused).
+// What gather_top_candidates and gather_positions keep between calls (their buffers: capacity
+// reused).
 template <Value T>
 struct SplitCandidates {
   std::vector<std::int64_t> histogram;
   std::vector<KeyedPosition<T>> sent, all;
   std::vector<std::uint64_t> wire, wire_all;  // the sent candidates packed, 8 bytes each
+  std::vector<std::uint32_t> narrow, narrow_all;  // gather_positions' positions in 4 bytes each
   std::vector<std::byte> bytes;
 };
+
+// Every part's positions (each in [0, bound)), concatenated in part order, on every part:
+// they travel as 4 bytes each where bound <= 2^32 (a layer's rows x cols: the same on every
+// part, so all parts agree), as 8 otherwise. Every part must call it alike (a collective).
+// O(positions) and what the split's gather costs; throws ArgumentError if a position is
+// outside [0, bound).
+template <Value T>
+std::vector<std::int64_t> gather_positions(SplitScoring& split, std::span<const std::int64_t> mine, std::int64_t bound,
+                                           SplitCandidates<T>& buffers) {
+  for (const std::int64_t q : mine)
+    if (q < 0 || q >= bound)
+      throw ArgumentError(sprig::detail::message("dst::gather_positions: position ", q, " outside [0, ", bound, ")"));
+  std::vector<std::int64_t> all;
+  if (bound > (std::int64_t{1} << 32)) {
+    gather_values(split, mine, buffers.bytes, all);
+    return all;
+  }
+  buffers.narrow.assign(mine.begin(), mine.end());
+  gather_values(split, std::span<const std::uint32_t>(buffers.narrow), buffers.bytes, buffers.narrow_all);
+  all.assign(buffers.narrow_all.begin(), buffers.narrow_all.end());
+  return all;
+}
 
 // The k best of every part's candidates, on every part alike (as ascending positions): `mine`
 // is this part's top_gradient_candidates over its rows (split_rows). A histogram of the

@@ -7,7 +7,9 @@
 // unsplit) are the unsplit grow step's, and every process grows the same positions. The
 // scoring's compute per process drops by P. What travels per layer: a histogram of the parts'
 // candidate keys (65536 counts, summed), then the candidates at or above the histogram bucket
-// that holds the k-th best of all, about k of 16 bytes in all (not P x k).
+// that holds the k-th best of all, about k of 8 bytes in all (not P x k; 16 bytes for double
+// keys or a layer of 2^32 positions or more). A per-row (constant fan-in) grow step gathers
+// each part's positions instead, 4 bytes each below 2^32 positions (gather_positions).
 //
 // SparsityAlgorithm::set_split_scoring attaches a SplitScoring; dist::DataParallel does so
 // for its gradient-driven updates, over its Communicator.
