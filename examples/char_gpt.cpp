@@ -547,6 +547,7 @@ int run(Config cfg) {
   std::vector<double> step_seconds;  // each step's time: the median and the first step reported apart
   sprig::GPTPhaseClock clock;        // --profile: the model's own phases (GPT::set_phase_clock) and
   double loss_seconds = 0.0, update_seconds = 0.0;  // the loss, and clipping with the updates, timed here
+  double topology_seconds = 0.0;                    // of update_seconds, the topology updates' own
   step_seconds.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, cfg.steps - start.step)));
   const auto t_run = Clock::now();
   std::int64_t step = start.step;
@@ -576,9 +577,11 @@ int run(Config cfg) {
       throw;
     }
     opt.set_lr(schedule(step));
-    if (algorithm)
+    if (algorithm) {
+      const double before = algorithm->total_seconds();
       dp.apply_step(*algorithm, opt, step);
-    else
+      topology_seconds += algorithm->total_seconds() - before;
+    } else
       opt.step(model);
     update_seconds += seconds_since(t_update);
     step_seconds.push_back(seconds_since(t0));
@@ -684,7 +687,8 @@ int run(Config cfg) {
       line(sprig::gpt_phase_name(phase), clock.seconds(phase));
     }
     line("loss (softmax cross-entropy + dlogits; the ranks' average)", loss_seconds);
-    line("clipping, optimizer and topology updates", update_seconds);
+    line("clipping and the optimizer", update_seconds - topology_seconds);
+    if (algorithm) line("topology updates", topology_seconds);
     // the rest of each step: the batch's windows, and the ranks' gradient sums where there are ranks
     line("data and the rest", train_seconds - clock.total_seconds() - loss_seconds - update_seconds);
   } else if (cfg.profile) {
