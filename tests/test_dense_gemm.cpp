@@ -2,11 +2,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "test_nn_gradcheck.hpp"
+#include "with_threads.hpp"
 
 using namespace sprig;
 using sprig_test::random_matrix;
@@ -75,4 +78,41 @@ TEST_CASE("gemm rejects a C that overlaps A or B", "[nn][gemm][overlap]") {
   CHECK_NOTHROW(
       gemm<float>(Trans::no, Trans::no, 1.f, AB.view().block(0, 0, 4, 4), B.view(), 0.f, AB.view().block(4, 0, 4, 4)));
   CHECK(AB(4, 0) == 8.f);
+}
+
+// 8 or more rows of op(A) run packed panels of op(B) shared out among threads (the weight
+// gradient dY X^T, a dense layer's forward and dX): every shape edge (rows past the last
+// 4-row tile, columns past the last panel, k past the last square of the packing's
+// transposes) against exact sums (small integers, so any summation order gives the same
+// value), and the same bits at 1, 2 and 3 threads.
+TEST_CASE("gemm with 8 or more rows: exact at every edge, the same bits for any thread count", "[nn][gemm]") {
+  for (auto [M, N, K] : {std::tuple{8, 1, 1}, std::tuple{9, 17, 15}, std::tuple{23, 64, 16}, std::tuple{37, 129, 33},
+                         std::tuple{70, 200, 130}, std::tuple{16, 31, 1000}})
+    for (Trans ta : {Trans::no, Trans::yes})
+      for (Trans tb : {Trans::no, Trans::yes}) {
+        Matrix<float> A = ta == Trans::no ? Matrix<float>(M, K + 3) : Matrix<float>(K, M + 1);
+        Matrix<float> B = tb == Trans::no ? Matrix<float>(K, N + 2) : Matrix<float>(N, K + 5);
+        for (std::int64_t i = 0; i < A.rows(); ++i)
+          for (std::int64_t k = 0; k < A.cols(); ++k) A(i, k) = float((i * 7 + k * 3) % 9) - 4.f;
+        for (std::int64_t j = 0; j < B.rows(); ++j)
+          for (std::int64_t k = 0; k < B.cols(); ++k) B(j, k) = float((j * 5 + k * 11) % 7) - 3.f;
+        const auto a_view = ta == Trans::no ? A.view().block(0, 0, M, K) : A.view().block(0, 0, K, M);
+        const auto b_view = tb == Trans::no ? B.view().block(0, 0, K, N) : B.view().block(0, 0, N, K);
+        std::vector<Matrix<float>> runs;
+        for (int threads : {1, 2, 3}) {
+          Matrix<float> C(M, N, 0.5f);
+          sprig_test::with_threads(threads, [&] { gemm<float>(ta, tb, 2.f, a_view, b_view, 1.f, C.view()); });
+          runs.push_back(C);
+        }
+        INFO("M N K " << M << " " << N << " " << K << " ta " << int(ta) << " tb " << int(tb));
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < N; ++j) {
+            double ref = 0.0;
+            for (std::int64_t k = 0; k < K; ++k)
+              ref += double(ta == Trans::no ? A(i, k) : A(k, i)) * (tb == Trans::no ? B(k, j) : B(j, k));
+            REQUIRE(runs[0](i, j) == float(0.5 + 2.0 * ref));
+            REQUIRE(std::memcmp(&runs[0](i, j), &runs[1](i, j), sizeof(float)) == 0);
+            REQUIRE(std::memcmp(&runs[0](i, j), &runs[2](i, j), sizeof(float)) == 0);
+          }
+      }
 }

@@ -134,6 +134,20 @@ inline constexpr int kVectorRegistersOf =
 #  endif
 inline constexpr int kVectorRegisters = kVectorRegistersOf<>;
 
+// v, held in a register from here on: an empty asm statement the compiler cannot see
+// through. For a load that several FMAs share, which GCC 12 otherwise folds into each of
+// them as a memory operand (one load per FMA, and the loads then bound the loop).
+template <class T, class A>
+SPRIG_ALWAYS_INLINE xsimd::batch<T, A> in_register(xsimd::batch<T, A> v) noexcept {
+  auto raw = v.data;
+#  if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+v"(raw));
+#  elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(raw));
+#  endif
+  return xsimd::batch<T, A>(raw);
+}
+
 // Horizontal sum of one batch: xsimd 8 calls it hadd, xsimd 9+ reduce_add.
 template <class T, class A>
 SPRIG_ALWAYS_INLINE T reduce_add(const xsimd::batch<T, A>& v) noexcept {
