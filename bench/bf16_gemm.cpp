@@ -13,6 +13,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "gemm_report.hpp"
+
 #include <cstdint>
 #include <random>
 #include <string>
@@ -42,12 +44,6 @@ struct Operands {
   }
 };
 
-void set_rate(benchmark::State& state) {
-  const double flops = 2.0 * static_cast<double>(state.range(0)) * state.range(1) * state.range(2);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-}
-
 void fp32_portable(benchmark::State& state) {
   const std::int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   Operands op(M, N, K);
@@ -56,7 +52,7 @@ void fp32_portable(benchmark::State& state) {
                                         0.0f, op.C.view());
     benchmark::DoNotOptimize(op.C.data());
   }
-  set_rate(state);
+  sprig_bench::set_gemm_rate(state);
 }
 
 #if defined(SPRIG_OPENBLAS)
@@ -69,7 +65,7 @@ void fp32_openblas(benchmark::State& state) {
                 op.C.data(), N);
     benchmark::DoNotOptimize(op.C.data());
   }
-  set_rate(state);
+  sprig_bench::set_gemm_rate(state);
 }
 #endif
 
@@ -85,7 +81,7 @@ void bf16(benchmark::State& state, sprig::Bf16GemmPath path) {
     sprig::bf16_gemm(A, B, op.C.view(), sprig::Update::overwrite, path);
     benchmark::DoNotOptimize(op.C.data());
   }
-  set_rate(state);
+  sprig_bench::set_gemm_rate(state);
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
@@ -104,4 +100,4 @@ BENCHMARK_CAPTURE(bf16, amx, sprig::Bf16GemmPath::amx)->Name("bf16/amx")->Apply(
 
 }  // namespace
 
-BENCHMARK_MAIN();
+SPRIG_GEMM_BENCHMARK_MAIN()

@@ -9,10 +9,12 @@
 //   NN  (65, 1024, 640)    a char GPT's 65-row head
 // Threads from OMP_NUM_THREADS (the portable path shares out op(B)'s panels; OpenBLAS's OpenMP
 // build its own way):
-//   OMP_NUM_THREADS=1 ./dense_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 ./dense_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <sprig/kernels/dense_gemm.hpp>
 
 #include <benchmark/benchmark.h>
+
+#include "gemm_report.hpp"
 
 #include <cstdint>
 #include <random>
@@ -44,12 +46,6 @@ struct Operands {
   }
 };
 
-void set_rate(benchmark::State& state) {
-  const double flops = 2.0 * static_cast<double>(state.range(0)) * state.range(1) * state.range(2);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-}
-
 void portable(benchmark::State& state) {
   const std::int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   Operands op(M, N, K, state.range(3));
@@ -57,7 +53,7 @@ void portable(benchmark::State& state) {
     sprig::detail::gemm_portable<float>(op.ta, op.tb, M, N, K, 1.0f, op.A.view(), op.B.view(), 0.0f, op.C.view());
     benchmark::DoNotOptimize(op.C.data());
   }
-  set_rate(state);
+  sprig_bench::set_gemm_rate(state);
 }
 
 #if defined(SPRIG_OPENBLAS)
@@ -71,7 +67,7 @@ void openblas(benchmark::State& state) {
                 static_cast<int>(op.B.stride()), 0.0f, op.C.data(), static_cast<int>(op.C.stride()));
     benchmark::DoNotOptimize(op.C.data());
   }
-  set_rate(state);
+  sprig_bench::set_gemm_rate(state);
 }
 #endif
 
@@ -89,4 +85,4 @@ BENCHMARK(openblas)->Name("fp32/openblas")->Apply(shapes);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+SPRIG_GEMM_BENCHMARK_MAIN()
