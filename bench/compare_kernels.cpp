@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -333,6 +334,11 @@ int main(int argc, char** argv) {
   if (openblas_get_parallel() != 2)
     std::fprintf(stderr, "warning: OpenBLAS is not the OpenMP build (openblas_get_parallel() = %d)\n",
                  openblas_get_parallel());
+  // A machine-wide OPENBLAS_CORETYPE (Haswell, for older OpenBLAS builds) overrides OpenBLAS's
+  // kernel choice: on a Zen 5 it halves the dense rows' rate, and with it every ratio.
+  if (const char* coretype = std::getenv("OPENBLAS_CORETYPE"))
+    std::fprintf(stderr, "note: OPENBLAS_CORETYPE=%s: OpenBLAS runs that kernel family, not its choice for this CPU\n",
+                 coretype);
 #if !SPRIG_HAS_OPENMP
   std::fprintf(stderr, "warning: built without OpenMP: sprig runs on one thread\n");
 #endif
